@@ -1,0 +1,133 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/capstan-dev/capstan/internal/cluster"
+	"github.com/capstan-dev/capstan/internal/sim"
+)
+
+type upOptions struct {
+	opts                    cluster.Options
+	workerCPU, workerMemory string
+	nodeReadyTimeout        time.Duration
+}
+
+func newUpCommand() *cobra.Command {
+	o := &upOptions{opts: cluster.DefaultOptions()}
+	cp := &o.opts.ControlPlane
+	c := &cobra.Command{
+		Use:   "up",
+		Short: "Start (or resume) a cluster: control plane, simulated machines and nodes",
+		Long: `Starts embedded etcd, kube-apiserver and kube-controller-manager with their
+data in --data-dir, the simulated cloud and kubelets, and boots the
+control-plane and worker nodes. Run again on the same data dir, it resumes
+the same cluster. Stop it with Ctrl-C (SIGINT) or SIGTERM.`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error { return o.run(c) },
+	}
+	fs := c.Flags()
+	fs.StringVar(&cp.DataDir, "data-dir", defaultDataDir(), "directory holding the cluster's state")
+	fs.IntVar(&o.opts.Workers, "nodes", o.opts.Workers, "simulated worker nodes")
+	fs.IntVar(&o.opts.ControlPlaneNodes, "control-plane-nodes", o.opts.ControlPlaneNodes, "simulated control-plane nodes")
+	fs.IntVar(&cp.Port, "port", cp.Port, "kube-apiserver secure port")
+	fs.StringVar(&cp.BindAddress, "bind-address", cp.BindAddress, "address kube-apiserver listens on")
+	fs.StringVar(&o.workerCPU, "worker-cpu", "4", "CPU of each worker node")
+	fs.StringVar(&o.workerMemory, "worker-memory", "16Gi", "memory of each worker node")
+	fs.DurationVar(&o.opts.Cloud.BootDelay, "boot-delay", 0, "how long a new simulated instance takes to boot")
+	fs.DurationVar(&cp.NodeMonitorPeriod, "node-monitor-period", cp.NodeMonitorPeriod, "node lifecycle controller: how often node health is checked")
+	fs.DurationVar(&cp.NodeMonitorGracePeriod, "node-monitor-grace-period", cp.NodeMonitorGracePeriod, "node lifecycle controller: how long a silent node stays Ready")
+	fs.DurationVar(&cp.NodeStartupGracePeriod, "node-startup-grace-period", cp.NodeStartupGracePeriod, "node lifecycle controller: grace for a starting node")
+	fs.Float32Var(&cp.NodeEvictionRate, "node-eviction-rate", cp.NodeEvictionRate, "nodes per second whose pods are evicted in a healthy zone")
+	fs.Float32Var(&cp.SecondaryNodeEvictionRate, "secondary-node-eviction-rate", cp.SecondaryNodeEvictionRate, "nodes per second evicted in an unhealthy zone of a large cluster")
+	fs.Int32Var(&cp.LargeClusterSizeThreshold, "large-cluster-size-threshold", cp.LargeClusterSizeThreshold, "clusters with more nodes than this use the secondary eviction rate in unhealthy zones")
+	fs.Float32Var(&cp.UnhealthyZoneThreshold, "unhealthy-zone-threshold", cp.UnhealthyZoneThreshold, "fraction of not-Ready nodes that makes a zone unhealthy")
+	fs.Int64Var(&cp.DefaultNotReadyTolerationSeconds, "default-not-ready-toleration-seconds", cp.DefaultNotReadyTolerationSeconds, "tolerationSeconds DefaultTolerationSeconds adds for node.kubernetes.io/not-ready")
+	fs.Int64Var(&cp.DefaultUnreachableTolerationSeconds, "default-unreachable-toleration-seconds", cp.DefaultUnreachableTolerationSeconds, "tolerationSeconds DefaultTolerationSeconds adds for node.kubernetes.io/unreachable")
+	fs.DurationVar(&o.opts.Sim.LeaseDuration, "node-lease-duration", 0, "simulated kubelets' node lease duration, renewed at a quarter of it (default: 40s, or --node-monitor-grace-period if shorter)")
+	fs.IntVar(&cp.LogVerbosity, "v", 0, "log verbosity of DATA_DIR/logs/capstan.log")
+	fs.DurationVar(&o.nodeReadyTimeout, "node-ready-timeout", 5*time.Minute, "how long to wait for the nodes to become Ready")
+	return c
+}
+
+func (o *upOptions) run(c *cobra.Command) error {
+	out := c.OutOrStdout()
+	cpu, err := resource.ParseQuantity(o.workerCPU)
+	if err != nil {
+		return fmt.Errorf("--worker-cpu %q: %w", o.workerCPU, err)
+	}
+	mem, err := resource.ParseQuantity(o.workerMemory)
+	if err != nil {
+		return fmt.Errorf("--worker-memory %q: %w", o.workerMemory, err)
+	}
+	o.opts.WorkerSpec.CPU, o.opts.WorkerSpec.Memory = cpu, mem
+	if err := o.opts.WorkerSpec.Validate(); err != nil {
+		return fmt.Errorf("worker node spec: %w", err)
+	}
+
+	if err := o.opts.SetLeaseDuration(); err != nil {
+		return err
+	}
+	o.opts.ControlPlane.RedirectStderr = true
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	fmt.Fprintf(out, "Starting capstan in %s ...\n", o.opts.ControlPlane.DataDir)
+	cl, err := cluster.Start(ctx, o.opts)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("interrupted while starting")
+		}
+		return err
+	}
+	defer func() {
+		fmt.Fprintln(out, "Stopping capstan ...")
+		if err := cl.Stop(); err != nil {
+			fmt.Fprintf(c.ErrOrStderr(), "capstan: error while stopping: %s\n", oneLine(err))
+			return
+		}
+		fmt.Fprintln(out, "capstan stopped; run `capstan up` again to resume this cluster")
+	}()
+	if err := cl.EnsureNodes(ctx); err != nil {
+		return err
+	}
+	names := cl.BootNodeNames()
+	if err := cluster.WaitNodesReady(ctx, cl.Client, names, o.nodeReadyTimeout); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	nodes, err := cl.Sim.Nodes()
+	if err != nil {
+		return err
+	}
+	masters, workers, faulted := 0, 0, 0
+	for _, n := range nodes {
+		switch _, master := n.Labels[sim.LabelRoleMaster]; {
+		case !cluster.NodeReady(n):
+			faulted++
+		case master:
+			masters++
+		default:
+			workers++
+		}
+	}
+	summary := fmt.Sprintf("capstan is up: Kubernetes %s at %s, %d control-plane and %d worker nodes Ready",
+		sim.KubeletVersion, cl.ControlPlane.ServerURL(), masters, workers)
+	if faulted > 0 {
+		summary += fmt.Sprintf(" (%d not Ready by injected fault)", faulted)
+	}
+	fmt.Fprintf(out, "export KUBECONFIG=%s\n", cl.ControlPlane.KubeconfigPath())
+	fmt.Fprintf(out, "%s, data in %s\n", summary, cl.ControlPlane.DataDir().Root)
+	<-ctx.Done()
+	stop()
+	return nil
+}

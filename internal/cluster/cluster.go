@@ -1,0 +1,230 @@
+// Package cluster assembles a capstan cluster: the embedded control plane,
+// the simulated cloud and kubelets, and the nodes `capstan up` boots with.
+// `capstan up`, the test harness and the benchmarks all start clusters
+// through it.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/capstan-dev/capstan/internal/controlplane"
+	"github.com/capstan-dev/capstan/internal/sim"
+)
+
+// Options describe a cluster.
+type Options struct {
+	ControlPlane controlplane.Config
+	// ControlPlaneNodes and Workers are the nodes booted at start (and kept
+	// at least that many on restart).
+	ControlPlaneNodes int
+	Workers           int
+	MasterSpec        sim.InstanceSpec
+	WorkerSpec        sim.InstanceSpec
+	Cloud             sim.CloudOptions
+	Sim               sim.Options
+}
+
+// DefaultOptions is what `capstan up` runs without flags.
+func DefaultOptions() Options {
+	return Options{
+		ControlPlane:      controlplane.DefaultConfig(),
+		ControlPlaneNodes: 3,
+		Workers:           3,
+		MasterSpec: sim.InstanceSpec{
+			CPU: resource.MustParse("4"), Memory: resource.MustParse("16Gi"), Pods: 250, Role: "master",
+		},
+		WorkerSpec: sim.InstanceSpec{
+			CPU: resource.MustParse("4"), Memory: resource.MustParse("16Gi"), Pods: 250, Role: "worker",
+		},
+	}
+}
+
+// SetLeaseDuration defaults the simulated kubelets' lease duration to the
+// kubelet's 40s, shortened to the node monitor grace period so that leases
+// are renewed (at a quarter of their duration) well within it, and refuses
+// a lease the node lifecycle controller would see expire between renewals.
+func (o *Options) SetLeaseDuration() error {
+	grace := o.ControlPlane.NodeMonitorGracePeriod
+	if o.Sim.LeaseDuration == 0 {
+		o.Sim.LeaseDuration = min(40*time.Second, grace)
+	}
+	if o.Sim.LeaseDuration/4 >= grace {
+		return fmt.Errorf("--node-lease-duration %s is renewed every %s, not within --node-monitor-grace-period %s", o.Sim.LeaseDuration, o.Sim.LeaseDuration/4, grace)
+	}
+	return nil
+}
+
+// Cluster is a running capstan cluster.
+type Cluster struct {
+	ControlPlane *controlplane.ControlPlane
+	Sim          *sim.Simulator
+	Cloud        *sim.APICloud
+	Client       kubernetes.Interface
+	opts         Options
+
+	cancel  context.CancelFunc
+	simDone chan error
+}
+
+// Start brings up the control plane and the simulator; it does not boot
+// nodes (see EnsureNodes).
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	if opts.ControlPlaneNodes < 0 || opts.Workers < 0 {
+		return nil, fmt.Errorf("node counts must not be negative (control-plane %d, workers %d)", opts.ControlPlaneNodes, opts.Workers)
+	}
+	cp, err := controlplane.Start(ctx, opts.ControlPlane)
+	if err != nil {
+		return nil, err
+	}
+	cfg := cp.AdminConfig()
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		cp.Stop()
+		return nil, err
+	}
+	cloud := sim.NewAPICloud(client, opts.Cloud)
+	simOpts := opts.Sim
+	simOpts.Cloud = cloud
+	s := sim.New(client, simOpts)
+	runCtx, cancel := context.WithCancel(context.Background())
+	c := &Cluster{ControlPlane: cp, Sim: s, Cloud: cloud, Client: client, opts: opts, cancel: cancel, simDone: make(chan error, 1)}
+	go func() { c.simDone <- s.Run(runCtx) }()
+	if !s.WaitForSync(ctx) {
+		c.Stop()
+		return nil, fmt.Errorf("simulator did not start: %w", ctx.Err())
+	}
+	return c, nil
+}
+
+// RESTConfig returns an admin client configuration.
+func (c *Cluster) RESTConfig() *rest.Config { return c.ControlPlane.AdminConfig() }
+
+// Stop stops the simulator, then the control plane.
+func (c *Cluster) Stop() error {
+	c.cancel()
+	var errs []error
+	select {
+	case err := <-c.simDone:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			errs = append(errs, err)
+		}
+	case <-time.After(30 * time.Second):
+		errs = append(errs, errors.New("simulator did not stop within 30s"))
+	}
+	errs = append(errs, c.ControlPlane.Stop())
+	return errors.Join(errs...)
+}
+
+// BootNodeNames are the names of the nodes EnsureNodes boots.
+func (c *Cluster) BootNodeNames() []string {
+	var names []string
+	for i := 0; i < c.opts.ControlPlaneNodes; i++ {
+		names = append(names, fmt.Sprintf("master-%d", i))
+	}
+	for i := 0; i < c.opts.Workers; i++ {
+		names = append(names, fmt.Sprintf("worker-%d", i))
+	}
+	return names
+}
+
+// EnsureNodes creates the boot instances that do not exist yet: masters
+// master-0.. and workers worker-0.., spread round-robin over the zones.
+// On a restarted cluster it creates nothing.
+func (c *Cluster) EnsureNodes(ctx context.Context) error {
+	existing, err := c.Cloud.ListInstances(ctx)
+	if err != nil {
+		return err
+	}
+	have := map[string]bool{}
+	for _, inst := range existing {
+		have[inst.Name()] = true
+	}
+	for i, name := range c.BootNodeNames() {
+		if have[name] {
+			continue
+		}
+		spec := c.opts.WorkerSpec
+		idx := i - c.opts.ControlPlaneNodes
+		if i < c.opts.ControlPlaneNodes {
+			spec = c.opts.MasterSpec
+			idx = i
+		}
+		spec.Name = name
+		if spec.Zone == "" {
+			spec.Zone = sim.DefaultZones[idx%len(sim.DefaultZones)]
+		}
+		if _, err := c.Cloud.CreateInstance(ctx, spec); err != nil {
+			var ie *sim.InstanceError
+			if errors.As(err, &ie) && ie.Reason == sim.ReasonAlreadyExists {
+				continue
+			}
+			return fmt.Errorf("booting %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// WaitNodesReady waits until every named node exists and is Ready, except
+// nodes an injected fault keeps from being Ready (a stopped kubelet,
+// Ready=False): those are waited for only until they exist.
+func WaitNodesReady(ctx context.Context, client kubernetes.Interface, names []string, timeout time.Duration) error {
+	var notReady []string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return false, nil
+		}
+		ready := map[string]bool{}
+		for i := range list.Items {
+			n := &list.Items[i]
+			ready[n.Name] = NodeReady(n) || sim.FaultKeepsNotReady(n)
+		}
+		notReady = notReady[:0]
+		for _, n := range names {
+			if !ready[n] {
+				notReady = append(notReady, n)
+			}
+		}
+		return len(notReady) == 0, nil
+	})
+	if err != nil {
+		sort.Strings(notReady)
+		return fmt.Errorf("nodes not Ready after %s: %s", timeout, strings.Join(notReady, ", "))
+	}
+	return nil
+}
+
+// NodeReady reports whether the node's Ready condition is True.
+func NodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// WaitForServiceAccount waits until the service-account controller made the
+// default ServiceAccount of ns; pods cannot be created before.
+func WaitForServiceAccount(ctx context.Context, client kubernetes.Interface, ns string, timeout time.Duration) error {
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		_, err := client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil, nil
+	})
+}

@@ -1,0 +1,88 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/spf13/pflag"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/rest"
+	"k8s.io/kubernetes/cmd/kube-apiserver/app"
+	"k8s.io/kubernetes/cmd/kube-apiserver/app/options"
+)
+
+// ServiceAccountIssuer is the issuer of service-account tokens, as in a
+// kubeadm or OpenShift cluster.
+const ServiceAccountIssuer = "https://kubernetes.default.svc"
+
+// apiserverFlags are the kube-apiserver command-line flags capstan runs
+// with. Expressing the configuration as flags keeps it identical to what an
+// operator of a real kube-apiserver would write.
+func (cp *ControlPlane) apiserverFlags(etcdURL string) []string {
+	d := cp.dataDir
+	pki := d.PKIDir()
+	flags := []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=" + cp.cfg.BindAddress,
+		"--secure-port=" + strconv.Itoa(cp.cfg.Port),
+		"--advertise-address=127.0.0.1",
+		"--tls-cert-file=" + pki + "/apiserver.crt",
+		"--tls-private-key-file=" + pki + "/apiserver.key",
+		"--client-ca-file=" + pki + "/ca.crt",
+		"--anonymous-auth=false",
+		"--authorization-mode=Node,RBAC",
+		"--service-account-issuer=" + ServiceAccountIssuer,
+		"--service-account-key-file=" + pki + "/sa.pub",
+		"--service-account-signing-key-file=" + pki + "/sa.key",
+		"--service-cluster-ip-range=10.96.0.0/12",
+		"--allow-privileged=true",
+		// The kubernetes Service cannot point at a loopback address, and
+		// there is no pod network to reach it from anyway.
+		"--endpoint-reconciler-type=none",
+		"--enable-admission-plugins=NodeRestriction,PodNodeSelector,PodTolerationRestriction",
+		"--admission-control-config-file=" + d.Path("admission", "admission-config.yaml"),
+		"--default-not-ready-toleration-seconds=" + strconv.FormatInt(cp.cfg.DefaultNotReadyTolerationSeconds, 10),
+		"--default-unreachable-toleration-seconds=" + strconv.FormatInt(cp.cfg.DefaultUnreachableTolerationSeconds, 10),
+		"--event-ttl=1h",
+		"--profiling=false",
+	}
+	return append(flags, cp.cfg.ExtraAPIServerFlags...)
+}
+
+// runAPIServer builds the kube-apiserver from its own options and runs it
+// until ctx ends. listener, when set, is the already-bound secure port.
+func (cp *ControlPlane) runAPIServer(ctx context.Context, etcdURL string, listener net.Listener) (<-chan error, error) {
+	s := options.NewServerRunOptions()
+	fs := pflag.NewFlagSet("kube-apiserver", pflag.ContinueOnError)
+	for _, f := range s.Flags().FlagSets {
+		fs.AddFlagSet(f)
+	}
+	if err := fs.Parse(cp.apiserverFlags(etcdURL)); err != nil {
+		return nil, fmt.Errorf("kube-apiserver flags: %w", err)
+	}
+	if listener != nil {
+		s.SecureServing.Listener = listener
+		s.SecureServing.BindPort = listener.Addr().(*net.TCPAddr).Port
+	}
+	if err := s.GenericServerRunOptions.ComponentGlobalsRegistry.Set(); err != nil {
+		return nil, fmt.Errorf("kube-apiserver feature gates: %w", err)
+	}
+	// The loopback clients inside the apiserver should not print warnings
+	// about the apiserver's own deprecations.
+	rest.SetDefaultWarningHandler(rest.NoWarnings{})
+	completed, err := s.Complete(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("kube-apiserver options: %w", err)
+	}
+	if errs := completed.Validate(); len(errs) != 0 {
+		return nil, fmt.Errorf("kube-apiserver options: %w", utilerrors.NewAggregate(errs))
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- app.Run(ctx, completed)
+		close(done)
+	}()
+	return done, nil
+}

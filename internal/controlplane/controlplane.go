@@ -1,0 +1,279 @@
+// Package controlplane runs an embedded Kubernetes control plane in this
+// process: etcd, kube-apiserver and kube-controller-manager from the upstream
+// modules, with the PKI, kubeconfigs, admission configuration and OpenShift
+// CRDs capstan keeps in a data dir.
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+)
+
+// Config is what `capstan up` (or a test harness) asks of the control plane.
+type Config struct {
+	// DataDir holds everything the cluster keeps between runs.
+	DataDir string
+	// BindAddress and Port are where kube-apiserver serves. Port 0 picks a
+	// free port.
+	BindAddress string
+	Port        int
+
+	// Node lifecycle controller timings and eviction rates (the
+	// kube-controller-manager flags of the same names).
+	NodeMonitorPeriod         time.Duration
+	NodeMonitorGracePeriod    time.Duration
+	NodeStartupGracePeriod    time.Duration
+	NodeEvictionRate          float32
+	SecondaryNodeEvictionRate float32
+	LargeClusterSizeThreshold int32
+	UnhealthyZoneThreshold    float32
+
+	// DefaultTolerationSeconds admission plugin settings.
+	DefaultNotReadyTolerationSeconds    int64
+	DefaultUnreachableTolerationSeconds int64
+
+	// EtcdNoFsync trades durability for speed (tests only).
+	EtcdNoFsync bool
+	// LogVerbosity is the klog level written to DATA_DIR/logs/capstan.log.
+	LogVerbosity int
+	// RedirectStderr points file descriptor 2 at the log file too: embedded
+	// libraries (the etcd client, grpc) write there directly. Only a
+	// command that kept its own copy of the terminal's stderr sets it.
+	RedirectStderr bool
+
+	// Extra flags appended verbatim to the upstream components' flags.
+	ExtraAPIServerFlags         []string
+	ExtraControllerManagerFlags []string
+}
+
+// DefaultConfig returns upstream's defaults for every timing, and capstan's
+// defaults for the rest.
+func DefaultConfig() Config {
+	return Config{
+		DataDir:                             ".capstan",
+		BindAddress:                         "127.0.0.1",
+		Port:                                6443,
+		NodeMonitorPeriod:                   5 * time.Second,
+		NodeMonitorGracePeriod:              50 * time.Second,
+		NodeStartupGracePeriod:              time.Minute,
+		NodeEvictionRate:                    0.1,
+		SecondaryNodeEvictionRate:           0.01,
+		LargeClusterSizeThreshold:           50,
+		UnhealthyZoneThreshold:              0.55,
+		DefaultNotReadyTolerationSeconds:    300,
+		DefaultUnreachableTolerationSeconds: 300,
+	}
+}
+
+// ControlPlane is a running embedded control plane.
+type ControlPlane struct {
+	cfg     Config
+	dataDir *DataDir
+
+	cancel     context.CancelFunc
+	etcd       *etcdServer
+	apiDone    <-chan error
+	kcmDone    <-chan error
+	adminREST  *rest.Config
+	serverURL  string
+	logFile    *os.File
+	stopped    chan struct{}
+	stopResult error
+}
+
+// Start brings the control plane up and returns once the apiserver is ready,
+// the controller manager runs and the CRDs are established. Every failure
+// before that point releases what was started, leaving the data dir as it
+// was apart from files capstan itself creates (PKI, configs, etcd data).
+func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
+	if err := validateConfig(cfg); err != nil {
+		return nil, err
+	}
+	d, err := OpenDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	cp := &ControlPlane{cfg: cfg, dataDir: d, stopped: make(chan struct{})}
+	runCtx, cancel := context.WithCancel(context.Background())
+	cp.cancel = cancel
+	defer func() {
+		if err != nil {
+			cp.Stop()
+		}
+	}()
+
+	listener, err := net.Listen("tcp", net.JoinHostPort(cfg.BindAddress, strconv.Itoa(cfg.Port)))
+	if err != nil {
+		return nil, fmt.Errorf("port %d on %s is not available: %w", cfg.Port, cfg.BindAddress, unwrapOpError(err))
+	}
+	cp.cfg.Port = listener.Addr().(*net.TCPAddr).Port
+	if err := cp.setupLogging(); err != nil {
+		listener.Close()
+		return nil, err
+	}
+	if err := cp.ensurePKI(); err != nil {
+		listener.Close()
+		return nil, fmt.Errorf("preparing certificates: %w", err)
+	}
+	if err := ensureAdmissionConfig(d.AdmissionDir()); err != nil {
+		listener.Close()
+		return nil, fmt.Errorf("preparing admission configuration: %w", err)
+	}
+	clientPort, peerPort, err := d.etcdPorts()
+	if err != nil {
+		listener.Close()
+		return nil, err
+	}
+	cp.etcd, err = startEtcd(d.EtcdDir(), d.Path("logs", "etcd.log"), clientPort, peerPort, cfg.EtcdNoFsync)
+	if err != nil {
+		listener.Close()
+		return nil, err
+	}
+	klog.InfoS("Started etcd", "url", cp.etcd.clientURL)
+
+	if cp.apiDone, err = cp.runAPIServer(runCtx, cp.etcd.clientURL, listener); err != nil {
+		listener.Close()
+		return nil, err
+	}
+	if err := cp.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	if cp.kcmDone, err = cp.runControllerManager(runCtx); err != nil {
+		return nil, err
+	}
+	if err := InstallCRDs(ctx, cp.adminREST); err != nil {
+		return nil, fmt.Errorf("installing OpenShift CRDs: %w", err)
+	}
+	return cp, nil
+}
+
+func validateConfig(cfg Config) error {
+	var errs []error
+	if cfg.DataDir == "" {
+		errs = append(errs, errors.New("--data-dir must not be empty"))
+	}
+	if cfg.Port < 0 || cfg.Port > 65535 {
+		errs = append(errs, fmt.Errorf("--port %d is not a TCP port (0-65535)", cfg.Port))
+	}
+	if net.ParseIP(cfg.BindAddress) == nil {
+		errs = append(errs, fmt.Errorf("--bind-address %q is not an IP address", cfg.BindAddress))
+	}
+	for name, d := range map[string]time.Duration{
+		"--node-monitor-period":       cfg.NodeMonitorPeriod,
+		"--node-monitor-grace-period": cfg.NodeMonitorGracePeriod,
+		"--node-startup-grace-period": cfg.NodeStartupGracePeriod,
+	} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, got %s", name, d))
+		}
+	}
+	if cfg.NodeMonitorGracePeriod > 0 && cfg.NodeMonitorPeriod >= cfg.NodeMonitorGracePeriod {
+		errs = append(errs, fmt.Errorf("--node-monitor-period (%s) must be shorter than --node-monitor-grace-period (%s)", cfg.NodeMonitorPeriod, cfg.NodeMonitorGracePeriod))
+	}
+	if cfg.NodeEvictionRate <= 0 || cfg.SecondaryNodeEvictionRate < 0 {
+		errs = append(errs, fmt.Errorf("--node-eviction-rate must be positive and --secondary-node-eviction-rate not negative"))
+	}
+	if cfg.UnhealthyZoneThreshold <= 0 || cfg.UnhealthyZoneThreshold > 1 {
+		errs = append(errs, fmt.Errorf("--unhealthy-zone-threshold %v must be in (0, 1]", cfg.UnhealthyZoneThreshold))
+	}
+	if cfg.DefaultNotReadyTolerationSeconds < 0 || cfg.DefaultUnreachableTolerationSeconds < 0 {
+		errs = append(errs, errors.New("default toleration seconds must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// waitReady polls /readyz until the apiserver reports ready.
+func (cp *ControlPlane) waitReady(ctx context.Context) error {
+	client, err := kubernetes.NewForConfig(cp.adminREST)
+	if err != nil {
+		return err
+	}
+	var lastErr error
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-cp.apiDone:
+			return false, fmt.Errorf("kube-apiserver exited while starting: %v (see %s)", err, cp.dataDir.Path("logs", "capstan.log"))
+		default:
+		}
+		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		if err != nil {
+			lastErr = fmt.Errorf("%v: %s", err, body)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil && lastErr != nil {
+		return fmt.Errorf("kube-apiserver did not become ready: %w (last: %v)", err, lastErr)
+	}
+	return err
+}
+
+// AdminConfig returns a client configuration with cluster-admin rights
+// (system:masters), for capstan's own in-process components.
+func (cp *ControlPlane) AdminConfig() *rest.Config { return rest.CopyConfig(cp.adminREST) }
+
+// KubeconfigPath is where the admin kubeconfig was written.
+func (cp *ControlPlane) KubeconfigPath() string { return cp.dataDir.KubeconfigPath() }
+
+// ServerURL is the apiserver's URL.
+func (cp *ControlPlane) ServerURL() string { return cp.serverURL }
+
+// DataDir is the data dir the control plane runs on.
+func (cp *ControlPlane) DataDir() *DataDir { return cp.dataDir }
+
+// Stop shuts everything down in reverse order and releases the data dir.
+// It is safe to call more than once.
+func (cp *ControlPlane) Stop() error {
+	select {
+	case <-cp.stopped:
+		return cp.stopResult
+	default:
+	}
+	cp.cancel()
+	var errs []error
+	waitFor := func(name string, ch <-chan error) {
+		if ch == nil {
+			return
+		}
+		select {
+		case err := <-ch:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+		case <-time.After(90 * time.Second):
+			errs = append(errs, fmt.Errorf("%s did not stop within 90s", name))
+		}
+	}
+	waitFor("kube-controller-manager", cp.kcmDone)
+	waitFor("kube-apiserver", cp.apiDone)
+	if cp.etcd != nil {
+		cp.etcd.stop()
+	}
+	klog.Flush()
+	cp.dataDir.Close()
+	cp.stopResult = errors.Join(errs...)
+	close(cp.stopped)
+	return cp.stopResult
+}
+
+func unwrapOpError(err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		var se *os.SyscallError
+		if errors.As(oe.Err, &se) {
+			return se.Err
+		}
+		return oe.Err
+	}
+	return err
+}

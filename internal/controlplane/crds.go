@@ -1,0 +1,104 @@
+package controlplane
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strings"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+)
+
+// crdFiles are the OpenShift CRD manifests, copied verbatim from the
+// github.com/openshift/api module by hack/update-crds.sh.
+//
+//go:embed crds/*.yaml
+var crdFiles embed.FS
+
+// OpenShiftCRDs decodes the embedded OpenShift CRD manifests, sorted by name.
+func OpenShiftCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	names, err := fs.Glob(crdFiles, "crds/*.yaml")
+	if err != nil {
+		return nil, err
+	}
+	var out []*apiextensionsv1.CustomResourceDefinition
+	for _, name := range names {
+		raw, err := crdFiles.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.UnmarshalStrict(raw, crd); err != nil {
+			return nil, fmt.Errorf("decoding %s: %w", name, err)
+		}
+		out = append(out, crd)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// InstallCRDs creates or updates the OpenShift CRDs and waits until every
+// one is Established. It works against any cluster.
+func InstallCRDs(ctx context.Context, cfg *rest.Config) error {
+	crds, err := OpenShiftCRDs()
+	if err != nil {
+		return err
+	}
+	client, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	api := client.ApiextensionsV1().CustomResourceDefinitions()
+	for _, crd := range crds {
+		existing, err := api.Get(ctx, crd.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			if _, err := api.Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("creating CRD %s: %w", crd.Name, err)
+			}
+		case err != nil:
+			return fmt.Errorf("reading CRD %s: %w", crd.Name, err)
+		default:
+			crd.ResourceVersion = existing.ResourceVersion
+			if _, err := api.Update(ctx, crd, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("updating CRD %s: %w", crd.Name, err)
+			}
+		}
+	}
+	var pending []string
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		pending = pending[:0]
+		for _, crd := range crds {
+			got, err := api.Get(ctx, crd.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			if !crdEstablished(got) {
+				pending = append(pending, crd.Name)
+			}
+		}
+		return len(pending) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("CRDs not established: %s: %w", strings.Join(pending, ", "), err)
+	}
+	return nil
+}
+
+func crdEstablished(crd *apiextensionsv1.CustomResourceDefinition) bool {
+	for _, c := range crd.Status.Conditions {
+		if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,186 @@
+package controlplane
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// DataFormatVersion is the layout version of a data dir. A data dir written
+// with another version is refused rather than guessed at.
+const DataFormatVersion = 1
+
+// DataDir is the on-disk home of one cluster: etcd data, PKI, kubeconfigs,
+// admission configuration and logs.
+type DataDir struct {
+	Root string
+	lock *os.File
+}
+
+// dataDirState is persisted as capstan.json.
+type dataDirState struct {
+	FormatVersion int `json:"formatVersion"`
+	// EtcdClientPort and EtcdPeerPort stay the same across restarts: the peer
+	// URL is part of the etcd membership stored in its WAL.
+	EtcdClientPort int `json:"etcdClientPort"`
+	EtcdPeerPort   int `json:"etcdPeerPort"`
+}
+
+// Path joins elements onto the data dir root.
+func (d *DataDir) Path(elem ...string) string {
+	return filepath.Join(append([]string{d.Root}, elem...)...)
+}
+
+// Paths of the files capstan keeps in a data dir.
+func (d *DataDir) KubeconfigPath() string { return d.Path("kubeconfig") }
+func (d *DataDir) PKIDir() string         { return d.Path("pki") }
+func (d *DataDir) EtcdDir() string        { return d.Path("etcd") }
+func (d *DataDir) AdmissionDir() string   { return d.Path("admission") }
+func (d *DataDir) LogDir() string         { return d.Path("logs") }
+func (d *DataDir) statePath() string      { return d.Path("capstan.json") }
+
+// ErrDataDirLocked is returned when another capstan holds the data dir.
+var ErrDataDirLocked = errors.New("data dir is in use by another capstan")
+
+// OpenDataDir creates (if needed), validates and locks a data dir. The lock is
+// held until Close; a second capstan on the same dir is refused.
+func OpenDataDir(root string) (*DataDir, error) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, fmt.Errorf("data dir %q: %w", root, err)
+	}
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir %s is not writable: %w", abs, unwrapPathError(err))
+	}
+	probe := filepath.Join(abs, ".write-test")
+	if err := os.WriteFile(probe, nil, 0o600); err != nil {
+		return nil, fmt.Errorf("data dir %s is not writable: %w", abs, unwrapPathError(err))
+	}
+	os.Remove(probe)
+
+	d := &DataDir{Root: abs}
+	lockPath := d.Path("capstan.lock")
+	f, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening lock %s: %w", lockPath, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder, _ := os.ReadFile(lockPath)
+		f.Close()
+		msg := fmt.Sprintf("%s: %v", abs, ErrDataDirLocked)
+		if pid := strings.TrimSpace(string(holder)); pid != "" {
+			msg += " (pid " + pid + ")"
+		}
+		return nil, fmt.Errorf("%s", msg)
+	}
+	// Record the holder for the message above; the flock is what guards.
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	d.lock = f
+	if err := d.checkFormat(); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// Close releases the lock.
+func (d *DataDir) Close() {
+	if d.lock != nil {
+		_ = d.lock.Truncate(0)
+		_ = syscall.Flock(int(d.lock.Fd()), syscall.LOCK_UN)
+		d.lock.Close()
+		d.lock = nil
+	}
+}
+
+// checkFormat refuses data dirs of another format version, and directories
+// that hold etcd data capstan did not write.
+func (d *DataDir) checkFormat() error {
+	st, err := d.readState()
+	if errors.Is(err, os.ErrNotExist) {
+		if fileExists(d.EtcdDir()) {
+			return fmt.Errorf("data dir %s holds etcd data but no capstan.json: not a capstan data dir, refusing to touch it", d.Root)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if st.FormatVersion != DataFormatVersion {
+		return fmt.Errorf("data dir %s has format version %d, this capstan reads version %d: use a matching capstan or a new --data-dir", d.Root, st.FormatVersion, DataFormatVersion)
+	}
+	return nil
+}
+
+func (d *DataDir) readState() (*dataDirState, error) {
+	raw, err := os.ReadFile(d.statePath())
+	if err != nil {
+		return nil, err
+	}
+	st := &dataDirState{}
+	if err := json.Unmarshal(raw, st); err != nil {
+		return nil, fmt.Errorf("data dir %s: capstan.json is corrupt: %w", d.Root, err)
+	}
+	return st, nil
+}
+
+// etcdPorts returns the persisted etcd ports, choosing free ones the first
+// time.
+func (d *DataDir) etcdPorts() (client, peer int, err error) {
+	st, err := d.readState()
+	if errors.Is(err, os.ErrNotExist) {
+		st = &dataDirState{FormatVersion: DataFormatVersion}
+	} else if err != nil {
+		return 0, 0, err
+	}
+	if st.EtcdClientPort == 0 || !portFree(st.EtcdClientPort) {
+		if st.EtcdClientPort, err = freePort(); err != nil {
+			return 0, 0, err
+		}
+	}
+	if st.EtcdPeerPort == 0 {
+		if st.EtcdPeerPort, err = freePort(); err != nil {
+			return 0, 0, err
+		}
+	} else if !portFree(st.EtcdPeerPort) {
+		return 0, 0, fmt.Errorf("etcd peer port 127.0.0.1:%d recorded in %s is in use by another program", st.EtcdPeerPort, d.statePath())
+	}
+	raw, _ := json.MarshalIndent(st, "", "  ")
+	if err := writeFileAtomic(d.statePath(), append(raw, '\n'), 0o600); err != nil {
+		return 0, 0, err
+	}
+	return st.EtcdClientPort, st.EtcdPeerPort, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func portFree(port int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+}
+
+func unwrapPathError(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}

@@ -1,0 +1,122 @@
+package controlplane
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+)
+
+// Identities capstan issues client certificates for.
+const (
+	AdminUser             = "capstan-admin"
+	controllerManagerUser = "system:kube-controller-manager"
+)
+
+// ensurePKI creates, or reuses, the cluster CA and every certificate, key
+// and kubeconfig the components need.
+func (cp *ControlPlane) ensurePKI() error {
+	pki := cp.dataDir.PKIDir()
+	if err := os.MkdirAll(pki, 0o700); err != nil {
+		return err
+	}
+	ca, err := LoadOrCreateCA(filepath.Join(pki, "ca.crt"), filepath.Join(pki, "ca.key"), "capstan-ca")
+	if err != nil {
+		return err
+	}
+	serving := LeafSpec{
+		CommonName: "kube-apiserver",
+		DNSNames: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+			"kubernetes.default.svc.cluster.local"},
+		IPs:    []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.96.0.1")},
+		Server: true,
+	}
+	if host, err := os.Hostname(); err == nil && host != "" {
+		serving.DNSNames = append(serving.DNSNames, host)
+	}
+	if ip := net.ParseIP(cp.cfg.BindAddress); ip != nil && !ip.IsUnspecified() && !ip.IsLoopback() {
+		serving.IPs = append(serving.IPs, ip)
+	}
+	if err := ca.EnsureLeaf(filepath.Join(pki, "apiserver.crt"), filepath.Join(pki, "apiserver.key"), serving); err != nil {
+		return err
+	}
+	if err := EnsureKey(filepath.Join(pki, "sa.key"), filepath.Join(pki, "sa.pub")); err != nil {
+		return err
+	}
+
+	cp.serverURL = "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(cp.cfg.Port))
+	adminCert, adminKey, err := ca.Issue(LeafSpec{CommonName: AdminUser, Organization: []string{"system:masters"}, Client: true})
+	if err != nil {
+		return err
+	}
+	if err := writeKubeconfig(cp.dataDir.KubeconfigPath(), cp.serverURL, ca.CertPEM, adminCert, adminKey, "admin"); err != nil {
+		return err
+	}
+	kcmCert, kcmKey, err := ca.Issue(LeafSpec{CommonName: controllerManagerUser, Client: true})
+	if err != nil {
+		return err
+	}
+	if err := writeKubeconfig(filepath.Join(pki, "controller-manager.kubeconfig"), cp.serverURL, ca.CertPEM, kcmCert, kcmKey, controllerManagerUser); err != nil {
+		return err
+	}
+	cp.adminREST = &rest.Config{
+		Host: cp.serverURL,
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData:   ca.CertPEM,
+			CertData: adminCert,
+			KeyData:  adminKey,
+		},
+		// capstan's in-process components act for many objects at once;
+		// system:masters is exempt from API priority and fairness, so the
+		// client-side limiter is the only one that applies.
+		QPS:   2000,
+		Burst: 4000,
+	}
+	return nil
+}
+
+var logSetup sync.Once
+
+// setupLogging sends klog (used by every upstream component) to
+// DATA_DIR/logs/capstan.log, so the terminal shows capstan's own output.
+// klog is process-global: the first control plane of a process decides.
+func (cp *ControlPlane) setupLogging() error {
+	dir := cp.dataDir.LogDir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("creating log dir: %w", err)
+	}
+	var err error
+	logSetup.Do(func() {
+		var f *os.File
+		f, err = os.OpenFile(filepath.Join(dir, "capstan.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		if err != nil {
+			return
+		}
+		fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+		klog.InitFlags(fs)
+		for k, v := range map[string]string{
+			"logtostderr":     "false",
+			"alsologtostderr": "false",
+			"stderrthreshold": "FATAL",
+			"v":               strconv.Itoa(cp.cfg.LogVerbosity),
+		} {
+			if serr := fs.Set(k, v); serr != nil {
+				err = serr
+				return
+			}
+		}
+		klog.SetOutput(f)
+		cp.logFile = f
+		if cp.cfg.RedirectStderr {
+			err = unix.Dup2(int(f.Fd()), 2)
+		}
+	})
+	return err
+}

@@ -1,0 +1,384 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+)
+
+const (
+	instanceDataKey = "instance.json"
+	// maxPodsPerNode is bounded by the /23 pod range of each instance.
+	maxPodsPerNode = 510
+	// maxInstances is bounded by the 10.128.0.0/9 pod network split in /23s.
+	maxInstances = 1 << 14
+)
+
+// CloudOptions tune the simulated cloud.
+type CloudOptions struct {
+	// BootDelay is how long a new instance stays pending before its kubelet
+	// registers a Node.
+	BootDelay time.Duration
+	// TerminateDelay is how long a deleted instance is shutting-down before
+	// it is gone.
+	TerminateDelay time.Duration
+	// Clock is injected for tests; the real clock by default.
+	Clock clock.Clock
+}
+
+// FailureRule makes CreateInstance refuse matching specs.
+type FailureRule struct {
+	// Match selects the specs to refuse; nil matches every spec.
+	Match func(InstanceSpec) bool
+	// Err is what the cloud answers.
+	Err *InstanceError
+	// Times limits how often the rule fires; 0 means always.
+	Times int
+}
+
+// APICloud is the simulated cloud. Each instance is a ConfigMap in the
+// capstan-sim namespace, so instances survive restarts and any client can
+// see them (`capstan kubectl get cm -n capstan-sim`).
+type APICloud struct {
+	client kubernetes.Interface
+	opts   CloudOptions
+
+	mu       sync.Mutex
+	failures []*FailureRule
+	// used maps instance indexes to names; loaded from the API on first use.
+	used map[int]string
+}
+
+var _ Cloud = (*APICloud)(nil)
+
+// NewAPICloud returns a cloud storing its instances through client.
+func NewAPICloud(client kubernetes.Interface, opts CloudOptions) *APICloud {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	return &APICloud{client: client, opts: opts}
+}
+
+// InjectFailure adds a rule that makes CreateInstance fail.
+func (c *APICloud) InjectFailure(rule FailureRule) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := rule
+	c.failures = append(c.failures, &r)
+}
+
+// ClearFailures removes every injected failure.
+func (c *APICloud) ClearFailures() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.failures = nil
+}
+
+func (c *APICloud) injectedFailure(spec InstanceSpec) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, r := range c.failures {
+		if r.Match != nil && !r.Match(spec) {
+			continue
+		}
+		if r.Times > 0 {
+			r.Times--
+			if r.Times == 0 {
+				c.failures = append(c.failures[:i], c.failures[i+1:]...)
+			}
+		}
+		return r.Err
+	}
+	return nil
+}
+
+// EnsureNamespace creates the namespace instances live in.
+func EnsureNamespace(ctx context.Context, client kubernetes.Interface) error {
+	_, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", Namespace, err)
+	}
+	return nil
+}
+
+// CreateInstance launches an instance after validating its spec.
+func (c *APICloud) CreateInstance(ctx context.Context, spec InstanceSpec) (*Instance, error) {
+	spec = spec.withDefaults()
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if err := c.injectedFailure(spec); err != nil {
+		return nil, err
+	}
+	if err := EnsureNamespace(ctx, c.client); err != nil {
+		return nil, err
+	}
+	if spec.Name == "" {
+		spec.Name = generateName(spec)
+	}
+	idx, err := c.claimIndex(ctx, spec.Name)
+	if err != nil {
+		return nil, err
+	}
+	now := c.opts.Clock.Now().UTC().Truncate(time.Millisecond)
+	inst := &Instance{
+		Spec:       spec,
+		ProviderID: ProviderIDPrefix + spec.Zone + "/" + spec.Name,
+		Index:      idx,
+		InternalIP: nodeIP(idx).String(),
+		PodCIDR:    podCIDR(idx).String(),
+		LaunchTime: now,
+		BootedAt:   now.Add(c.opts.BootDelay),
+	}
+	cm, err := instanceToConfigMap(inst)
+	if err != nil {
+		c.releaseIndex(idx)
+		return nil, err
+	}
+	if _, err := c.client.CoreV1().ConfigMaps(Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		c.releaseIndex(idx)
+		if apierrors.IsAlreadyExists(err) {
+			return nil, &InstanceError{Reason: ReasonAlreadyExists, Message: fmt.Sprintf("an instance named %s already exists", spec.Name)}
+		}
+		return nil, fmt.Errorf("creating instance %s: %w", spec.Name, err)
+	}
+	return inst, nil
+}
+
+// DeleteInstance starts terminating the instance.
+func (c *APICloud) DeleteInstance(ctx context.Context, name string) error {
+	cms := c.client.CoreV1().ConfigMaps(Namespace)
+	for {
+		cm, err := cms.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading instance %s: %w", name, err)
+		}
+		inst, err := instanceFromConfigMap(cm)
+		if err != nil {
+			return err
+		}
+		if inst.TerminateAt != nil {
+			return nil
+		}
+		if c.opts.TerminateDelay <= 0 {
+			return c.remove(ctx, cm, inst)
+		}
+		at := c.opts.Clock.Now().UTC().Add(c.opts.TerminateDelay).Truncate(time.Millisecond)
+		inst.TerminateAt = &at
+		updated, err := instanceToConfigMap(inst)
+		if err != nil {
+			return err
+		}
+		updated.ResourceVersion = cm.ResourceVersion
+		_, err = cms.Update(ctx, updated, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("terminating instance %s: %w", name, err)
+		}
+		return nil
+	}
+}
+
+// remove deletes the instance's ConfigMap, guarded by its UID so that a
+// newer instance of the same name is never removed by mistake.
+func (c *APICloud) remove(ctx context.Context, cm *corev1.ConfigMap, inst *Instance) error {
+	uid := cm.UID
+	err := c.client.CoreV1().ConfigMaps(Namespace).Delete(ctx, cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("removing instance %s: %w", cm.Name, err)
+	}
+	c.releaseIndex(inst.Index)
+	return nil
+}
+
+// GetInstance returns a live instance.
+func (c *APICloud) GetInstance(ctx context.Context, name string) (*Instance, error) {
+	cm, err := c.client.CoreV1().ConfigMaps(Namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, ErrInstanceNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading instance %s: %w", name, err)
+	}
+	inst, err := instanceFromConfigMap(cm)
+	if err != nil {
+		return nil, err
+	}
+	if c.expired(inst) {
+		if err := c.remove(ctx, cm, inst); err != nil {
+			return nil, err
+		}
+		return nil, ErrInstanceNotFound
+	}
+	return inst, nil
+}
+
+// ListInstances returns live instances sorted by name.
+func (c *APICloud) ListInstances(ctx context.Context) ([]*Instance, error) {
+	list, err := c.client.CoreV1().ConfigMaps(Namespace).List(ctx, metav1.ListOptions{LabelSelector: InstanceLabel})
+	if err != nil {
+		return nil, fmt.Errorf("listing instances: %w", err)
+	}
+	out := make([]*Instance, 0, len(list.Items))
+	for i := range list.Items {
+		inst, err := instanceFromConfigMap(&list.Items[i])
+		if err != nil {
+			return nil, err
+		}
+		if c.expired(inst) {
+			continue
+		}
+		out = append(out, inst)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
+	return out, nil
+}
+
+// ReapTerminated removes instances whose termination time has passed. The
+// simulator calls it periodically.
+func (c *APICloud) ReapTerminated(ctx context.Context, cms []*corev1.ConfigMap) error {
+	for _, cm := range cms {
+		inst, err := instanceFromConfigMap(cm)
+		if err != nil {
+			continue
+		}
+		if c.expired(inst) {
+			if err := c.remove(ctx, cm, inst); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (c *APICloud) expired(inst *Instance) bool {
+	return inst.TerminateAt != nil && !c.opts.Clock.Now().Before(*inst.TerminateAt)
+}
+
+func (c *APICloud) claimIndex(ctx context.Context, name string) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.used == nil {
+		list, err := c.client.CoreV1().ConfigMaps(Namespace).List(ctx, metav1.ListOptions{LabelSelector: InstanceLabel})
+		if err != nil {
+			return 0, fmt.Errorf("listing instances: %w", err)
+		}
+		c.used = map[int]string{}
+		for i := range list.Items {
+			if inst, err := instanceFromConfigMap(&list.Items[i]); err == nil {
+				c.used[inst.Index] = inst.Name()
+			}
+		}
+	}
+	for i := 0; i < maxInstances; i++ {
+		if _, taken := c.used[i]; !taken {
+			c.used[i] = name
+			return i, nil
+		}
+	}
+	return 0, &InstanceError{Reason: ReasonInsufficientCapacity, Message: fmt.Sprintf("the simulated cloud holds at most %d instances", maxInstances)}
+}
+
+func (c *APICloud) releaseIndex(idx int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.used != nil {
+		delete(c.used, idx)
+	}
+}
+
+// nodeIP is 10.0.0.0/16 plus the index (skipping .0).
+func nodeIP(idx int) netip.Addr {
+	n := idx + 10
+	return netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)})
+}
+
+// podCIDR gives each instance a /23 of 10.128.0.0/9.
+func podCIDR(idx int) netip.Prefix {
+	base := uint32(10)<<24 | uint32(128)<<16 | uint32(idx)<<9
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(base >> 24), byte(base >> 16), byte(base >> 8), byte(base)}), 23)
+}
+
+func (s InstanceSpec) withDefaults() InstanceSpec {
+	if s.Region == "" {
+		s.Region = DefaultRegion
+	}
+	if s.Zone == "" {
+		s.Zone = DefaultZones[0]
+	}
+	if s.InstanceType == "" {
+		s.InstanceType = "sim." + s.CPU.String() + "cpu-" + s.Memory.String()
+	}
+	if s.Pods == 0 {
+		s.Pods = 250
+	}
+	if s.Role == "" {
+		s.Role = "worker"
+	}
+	return s
+}
+
+// Defaults of the simulated region.
+var (
+	DefaultRegion = "sim-region"
+	DefaultZones  = []string{"sim-zone-a", "sim-zone-b", "sim-zone-c"}
+)
+
+const nameAlphabet = "bcdfghjklmnpqrstvwxz2456789"
+
+func generateName(spec InstanceSpec) string {
+	b := make([]byte, 5)
+	for i := range b {
+		b[i] = nameAlphabet[rand.IntN(len(nameAlphabet))]
+	}
+	return spec.Role + "-" + spec.Zone + "-" + string(b)
+}
+
+func instanceToConfigMap(inst *Instance) (*corev1.ConfigMap, error) {
+	raw, err := json.Marshal(inst)
+	if err != nil {
+		return nil, fmt.Errorf("encoding instance %s: %w", inst.Name(), err)
+	}
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      inst.Name(),
+			Namespace: Namespace,
+			Labels: map[string]string{
+				InstanceLabel:          "true",
+				LabelZone:              inst.Spec.Zone,
+				"sim.capstan.dev/role": inst.Spec.Role,
+			},
+			Annotations: map[string]string{"sim.capstan.dev/index": strconv.Itoa(inst.Index)},
+		},
+		Data: map[string]string{instanceDataKey: string(raw)},
+	}, nil
+}
+
+func instanceFromConfigMap(cm *corev1.ConfigMap) (*Instance, error) {
+	raw, ok := cm.Data[instanceDataKey]
+	if !ok {
+		return nil, fmt.Errorf("instance %s/%s has no %s", cm.Namespace, cm.Name, instanceDataKey)
+	}
+	inst := &Instance{}
+	if err := json.Unmarshal([]byte(raw), inst); err != nil {
+		return nil, fmt.Errorf("instance %s/%s is corrupt: %w", cm.Namespace, cm.Name, err)
+	}
+	return inst, nil
+}

@@ -1,0 +1,190 @@
+// Package sim is capstan's simulated infrastructure: a cloud whose instances
+// are kept as API objects, and kwok-style kubelets that turn running
+// instances into Nodes, renew their Leases, report conditions and run pods.
+// Everything is driven through the Kubernetes API, so it works against any
+// cluster and survives restarts.
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// Namespace holds the simulated cloud's instances, one ConfigMap each.
+const Namespace = "capstan-sim"
+
+// Keys of the labels and annotations the simulator reads and writes.
+const (
+	// InstanceLabel marks a ConfigMap in Namespace as a cloud instance.
+	InstanceLabel = "sim.capstan.dev/instance"
+	// NodeInstanceAnnotation on a Node names the instance behind it; nodes
+	// without it are not simulated by capstan and are left alone.
+	NodeInstanceAnnotation = "sim.capstan.dev/instance"
+	// StoppedAnnotation set to "true" on a Node stops its kubelet: no lease
+	// renewals, no status updates, no pod updates.
+	StoppedAnnotation = "sim.capstan.dev/stopped"
+	// ConditionAnnotationPrefix + condition type (e.g. MemoryPressure) on a
+	// Node injects that condition's status ("True" or "False").
+	ConditionAnnotationPrefix = "condition.sim.capstan.dev/"
+	// ShutdownSecondsAnnotation on a Pod is how long its simulated
+	// containers take to exit after SIGTERM; without it they use the whole
+	// termination grace period, as a process that ignores SIGTERM does.
+	ShutdownSecondsAnnotation = "sim.capstan.dev/shutdown-seconds"
+	// ProviderIDPrefix starts the provider ID of every simulated instance.
+	ProviderIDPrefix = "capstan://"
+)
+
+// Well-known label keys set on simulated nodes.
+const (
+	LabelInstanceType = "node.kubernetes.io/instance-type"
+	LabelRegion       = "topology.kubernetes.io/region"
+	LabelZone         = "topology.kubernetes.io/zone"
+	LabelHostname     = "kubernetes.io/hostname"
+	LabelOS           = "kubernetes.io/os"
+	LabelArch         = "kubernetes.io/arch"
+	LabelRoleMaster   = "node-role.kubernetes.io/master"
+	LabelRoleCP       = "node-role.kubernetes.io/control-plane"
+	LabelRoleWorker   = "node-role.kubernetes.io/worker"
+	ResourceGPU       = corev1.ResourceName("nvidia.com/gpu")
+)
+
+// InstanceSpec is what a caller asks the cloud for.
+type InstanceSpec struct {
+	// Name of the instance and of its Node; generated when empty.
+	Name         string            `json:"name,omitempty"`
+	InstanceType string            `json:"instanceType,omitempty"`
+	Region       string            `json:"region,omitempty"`
+	Zone         string            `json:"zone,omitempty"`
+	CPU          resource.Quantity `json:"cpu"`
+	Memory       resource.Quantity `json:"memory"`
+	Pods         int64             `json:"pods"`
+	GPU          int64             `json:"gpu,omitempty"`
+	// ExtendedResources are further node resources (example.com/foo: 4).
+	ExtendedResources map[corev1.ResourceName]resource.Quantity `json:"extendedResources,omitempty"`
+	// Role is "master" or "worker"; masters get the control-plane labels and
+	// the node-role.kubernetes.io/master:NoSchedule taint.
+	Role   string            `json:"role,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+	Taints []corev1.Taint    `json:"taints,omitempty"`
+	// Annotations are copied onto the Node when it registers.
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// InstanceState is the lifecycle of an instance.
+type InstanceState string
+
+// Instance states, as clouds name them.
+const (
+	InstancePending      InstanceState = "pending"
+	InstanceRunning      InstanceState = "running"
+	InstanceShuttingDown InstanceState = "shutting-down"
+)
+
+// Instance is a simulated cloud machine.
+type Instance struct {
+	Spec       InstanceSpec `json:"spec"`
+	ProviderID string       `json:"providerID"`
+	// Index is unique among live instances; it derives the instance's
+	// addresses.
+	Index      int       `json:"index"`
+	InternalIP string    `json:"internalIP"`
+	PodCIDR    string    `json:"podCIDR"`
+	LaunchTime time.Time `json:"launchTime"`
+	// BootedAt is when the instance is (or was) running and its kubelet
+	// registers.
+	BootedAt time.Time `json:"bootedAt"`
+	// TerminateAt is set once deletion was requested: the instance is gone
+	// at that time.
+	TerminateAt *time.Time `json:"terminateAt,omitempty"`
+}
+
+// Name is the instance's (and its Node's) name.
+func (i *Instance) Name() string { return i.Spec.Name }
+
+// State derives the lifecycle state at time now.
+func (i *Instance) State(now time.Time) InstanceState {
+	switch {
+	case i.TerminateAt != nil:
+		return InstanceShuttingDown
+	case now.Before(i.BootedAt):
+		return InstancePending
+	default:
+		return InstanceRunning
+	}
+}
+
+// Cloud is the interface of an infrastructure provider, as the Machine API
+// actuator and the autoscaler see it. capstan's simulated cloud implements
+// it; a real cloud could.
+type Cloud interface {
+	// CreateInstance launches an instance. It fails with an *InstanceError
+	// when the cloud refuses the request.
+	CreateInstance(ctx context.Context, spec InstanceSpec) (*Instance, error)
+	// DeleteInstance starts terminating an instance; deleting one that does
+	// not exist is not an error.
+	DeleteInstance(ctx context.Context, name string) error
+	// GetInstance returns the instance, or ErrInstanceNotFound once it is
+	// gone.
+	GetInstance(ctx context.Context, name string) (*Instance, error)
+	// ListInstances returns every instance that exists, terminating ones
+	// included.
+	ListInstances(ctx context.Context) ([]*Instance, error)
+}
+
+// ErrInstanceNotFound is returned for instances that do not exist.
+var ErrInstanceNotFound = errors.New("instance not found")
+
+// InstanceError is a refusal by the cloud, with a machine-readable reason
+// (the Machine API turns it into errorReason / errorMessage).
+type InstanceError struct {
+	Reason  string
+	Message string
+}
+
+func (e *InstanceError) Error() string { return e.Reason + ": " + e.Message }
+
+// Reasons of InstanceError.
+const (
+	ReasonInvalidConfiguration = "InvalidConfiguration"
+	ReasonInsufficientCapacity = "InsufficientInstanceCapacity"
+	ReasonAlreadyExists        = "InstanceAlreadyExists"
+)
+
+// Validate checks a spec the way a cloud API would before launching.
+func (s *InstanceSpec) Validate() error {
+	var errs []error
+	if s.CPU.Sign() <= 0 {
+		errs = append(errs, fmt.Errorf("cpu must be positive, got %s", s.CPU.String()))
+	}
+	if s.Memory.Sign() <= 0 {
+		errs = append(errs, fmt.Errorf("memory must be positive, got %s", s.Memory.String()))
+	}
+	if s.Pods <= 0 {
+		errs = append(errs, fmt.Errorf("pods must be positive, got %d", s.Pods))
+	}
+	if s.Pods > maxPodsPerNode {
+		errs = append(errs, fmt.Errorf("pods %d exceeds the %d pod addresses of a simulated node", s.Pods, maxPodsPerNode))
+	}
+	if s.GPU < 0 {
+		errs = append(errs, fmt.Errorf("gpu must not be negative, got %d", s.GPU))
+	}
+	if s.Role != "" && s.Role != "master" && s.Role != "worker" {
+		errs = append(errs, fmt.Errorf("role must be master or worker, got %q", s.Role))
+	}
+	for i, t := range s.Taints {
+		switch t.Effect {
+		case corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
+		default:
+			errs = append(errs, fmt.Errorf("taint %d (%s): effect %q is not NoSchedule, PreferNoSchedule or NoExecute", i, t.Key, t.Effect))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return &InstanceError{Reason: ReasonInvalidConfiguration, Message: err.Error()}
+	}
+	return nil
+}

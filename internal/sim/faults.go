@@ -1,0 +1,99 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Faults are injected by annotating Nodes, so they work from any client
+// (`capstan sim node ...`, kubectl annotate) and outlive restarts.
+
+// StopNode stops the kubelet of a simulated node: it stops renewing its
+// lease and posting status, and the node lifecycle controller takes over.
+func StopNode(ctx context.Context, client kubernetes.Interface, name string) error {
+	return annotateNode(ctx, client, name, map[string]*string{StoppedAnnotation: strPtr("true")})
+}
+
+// StartNode restarts a stopped kubelet.
+func StartNode(ctx context.Context, client kubernetes.Interface, name string) error {
+	return annotateNode(ctx, client, name, map[string]*string{StoppedAnnotation: nil})
+}
+
+// SetCondition injects a node condition status. Setting a condition to its
+// healthy status removes the fault.
+func SetCondition(ctx context.Context, client kubernetes.Interface, name string, t corev1.NodeConditionType, status corev1.ConditionStatus) error {
+	if err := ValidateCondition(t, status); err != nil {
+		return err
+	}
+	var v *string
+	if status != healthyStatus[t] {
+		v = strPtr(string(status))
+	}
+	return annotateNode(ctx, client, name, map[string]*string{ConditionAnnotationPrefix + string(t): v})
+}
+
+// ParseCondition parses TYPE=STATUS, e.g. MemoryPressure=True.
+func ParseCondition(s string) (corev1.NodeConditionType, corev1.ConditionStatus, error) {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok {
+		return "", "", fmt.Errorf("condition %q is not TYPE=STATUS (e.g. MemoryPressure=True)", s)
+	}
+	t, st := corev1.NodeConditionType(k), corev1.ConditionStatus(v)
+	return t, st, ValidateCondition(t, st)
+}
+
+// ValidateCondition accepts the conditions and statuses a kubelet reports.
+func ValidateCondition(t corev1.NodeConditionType, status corev1.ConditionStatus) error {
+	if _, ok := healthyStatus[t]; !ok {
+		names := make([]string, 0, len(InjectableConditions))
+		for _, c := range InjectableConditions {
+			names = append(names, string(c))
+		}
+		return fmt.Errorf("condition %q cannot be injected: use one of %s", t, strings.Join(names, ", "))
+	}
+	switch status {
+	case corev1.ConditionTrue, corev1.ConditionFalse:
+		return nil
+	case corev1.ConditionUnknown:
+		return fmt.Errorf("condition %s=Unknown is set by the node lifecycle controller, not a kubelet: use `capstan sim node stop` instead", t)
+	default:
+		return fmt.Errorf("condition status %q for %s must be True or False", status, t)
+	}
+}
+
+func annotateNode(ctx context.Context, client kubernetes.Interface, name string, ann map[string]*string) error {
+	node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("node %q not found", name)
+	}
+	if err != nil {
+		return fmt.Errorf("reading node %s: %w", name, err)
+	}
+	if node.Annotations[NodeInstanceAnnotation] == "" {
+		return fmt.Errorf("node %s is not simulated by capstan (no %s annotation)", name, NodeInstanceAnnotation)
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	if err != nil {
+		return err
+	}
+	if _, err := client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("annotating node %s: %w", name, err)
+	}
+	return nil
+}
+
+// FaultKeepsNotReady reports whether an injected fault keeps the node from
+// being Ready.
+func FaultKeepsNotReady(node *corev1.Node) bool {
+	return isStopped(node) || InjectedConditions(node)[corev1.NodeReady] == corev1.ConditionFalse
+}
+
+func strPtr(s string) *string { return &s }

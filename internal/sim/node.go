@@ -1,0 +1,286 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// KubeletVersion is what simulated kubelets report.
+const KubeletVersion = "v1.36.3"
+
+// InjectableConditions are the node conditions a fault can set.
+var InjectableConditions = []corev1.NodeConditionType{
+	corev1.NodeReady, corev1.NodeMemoryPressure, corev1.NodeDiskPressure,
+	corev1.NodePIDPressure, corev1.NodeNetworkUnavailable,
+}
+
+// conditionText holds the reason and message a kubelet (or, for
+// NetworkUnavailable, the route controller) reports for each status.
+var conditionText = map[corev1.NodeConditionType]map[corev1.ConditionStatus][2]string{
+	corev1.NodeReady: {
+		corev1.ConditionTrue:  {"KubeletReady", "kubelet is posting ready status"},
+		corev1.ConditionFalse: {"KubeletNotReady", "container runtime is down (injected by capstan sim)"},
+	},
+	corev1.NodeMemoryPressure: {
+		corev1.ConditionFalse: {"KubeletHasSufficientMemory", "kubelet has sufficient memory available"},
+		corev1.ConditionTrue:  {"KubeletHasInsufficientMemory", "kubelet has insufficient memory available"},
+	},
+	corev1.NodeDiskPressure: {
+		corev1.ConditionFalse: {"KubeletHasNoDiskPressure", "kubelet has no disk pressure"},
+		corev1.ConditionTrue:  {"KubeletHasDiskPressure", "kubelet has disk pressure"},
+	},
+	corev1.NodePIDPressure: {
+		corev1.ConditionFalse: {"KubeletHasSufficientPID", "kubelet has sufficient PID available"},
+		corev1.ConditionTrue:  {"KubeletHasInsufficientPID", "kubelet has insufficient PID available"},
+	},
+	corev1.NodeNetworkUnavailable: {
+		corev1.ConditionFalse: {"RouteCreated", "RouteController created a route"},
+		corev1.ConditionTrue:  {"NoRouteCreated", "Node created without a route"},
+	},
+}
+
+// healthyStatus is each condition's status on a healthy node.
+var healthyStatus = map[corev1.NodeConditionType]corev1.ConditionStatus{
+	corev1.NodeReady:              corev1.ConditionTrue,
+	corev1.NodeMemoryPressure:     corev1.ConditionFalse,
+	corev1.NodeDiskPressure:       corev1.ConditionFalse,
+	corev1.NodePIDPressure:        corev1.ConditionFalse,
+	corev1.NodeNetworkUnavailable: corev1.ConditionFalse,
+}
+
+// syncNode makes the Node of one instance match what its kubelet would
+// report: registration, conditions, capacity, addresses.
+func (s *Simulator) syncNode(ctx context.Context, name string) error {
+	inst, cm := s.instance(name)
+	if inst == nil {
+		return nil
+	}
+	now := s.opts.Clock.Now()
+	switch inst.State(now) {
+	case InstancePending:
+		s.nodeQueue.AddAfter(name, inst.BootedAt.Sub(now))
+		return nil
+	case InstanceShuttingDown:
+		if !now.Before(*inst.TerminateAt) {
+			return s.cloud.remove(ctx, cm, inst)
+		}
+		s.nodeQueue.AddAfter(name, inst.TerminateAt.Sub(now))
+		return nil
+	}
+	node, err := s.nodes.Get(name)
+	if apierrors.IsNotFound(err) {
+		return s.registerNode(ctx, inst)
+	}
+	if err != nil {
+		return err
+	}
+	if node.Annotations[NodeInstanceAnnotation] != inst.Name() || isStopped(node) {
+		return nil
+	}
+	desired := s.nodeStatus(inst, node, now)
+	stale := heartbeatAge(node, now) >= s.opts.NodeStatusReportFrequency
+	if !stale && statusEquivalent(&node.Status, desired) {
+		s.nodeQueue.AddAfter(name, s.opts.NodeStatusReportFrequency-heartbeatAge(node, now))
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"uid": node.UID},
+		"status":   desired,
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := s.client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		return fmt.Errorf("posting status of node %s: %w", name, err)
+	}
+	s.nodeQueue.AddAfter(name, s.opts.NodeStatusReportFrequency)
+	return nil
+}
+
+// registerNode creates the Node, as a kubelet registers on start.
+func (s *Simulator) registerNode(ctx context.Context, inst *Instance) error {
+	spec := inst.Spec
+	lbls := map[string]string{
+		LabelHostname:                      spec.Name,
+		LabelOS:                            "linux",
+		LabelArch:                          "amd64",
+		"beta.kubernetes.io/os":            "linux",
+		"beta.kubernetes.io/arch":          "amd64",
+		LabelInstanceType:                  spec.InstanceType,
+		"beta.kubernetes.io/instance-type": spec.InstanceType,
+		LabelRegion:                        spec.Region,
+		LabelZone:                          spec.Zone,
+	}
+	taints := append([]corev1.Taint(nil), spec.Taints...)
+	if spec.Role == "master" {
+		lbls[LabelRoleMaster] = ""
+		lbls[LabelRoleCP] = ""
+		if !hasTaint(taints, LabelRoleMaster, corev1.TaintEffectNoSchedule) {
+			taints = append(taints, corev1.Taint{Key: LabelRoleMaster, Effect: corev1.TaintEffectNoSchedule})
+		}
+	} else {
+		lbls[LabelRoleWorker] = ""
+	}
+	for k, v := range spec.Labels {
+		lbls[k] = v
+	}
+	ann := map[string]string{
+		NodeInstanceAnnotation: spec.Name,
+		"volumes.kubernetes.io/controller-managed-attach-detach": "true",
+	}
+	for k, v := range spec.Annotations {
+		ann[k] = v
+	}
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Labels: lbls, Annotations: ann},
+		Spec: corev1.NodeSpec{
+			ProviderID: inst.ProviderID,
+			PodCIDR:    inst.PodCIDR,
+			PodCIDRs:   []string{inst.PodCIDR},
+			Taints:     taints,
+		},
+	}
+	node.Status = *s.nodeStatus(inst, node, s.opts.Clock.Now())
+	if _, err := s.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("registering node %s: %w", spec.Name, err)
+	}
+	s.leaseQueue.Add(spec.Name)
+	return nil
+}
+
+func hasTaint(taints []corev1.Taint, key string, effect corev1.TaintEffect) bool {
+	for _, t := range taints {
+		if t.Key == key && t.Effect == effect {
+			return true
+		}
+	}
+	return false
+}
+
+// nodeStatus computes the status the kubelet of inst reports now, keeping
+// transition times of conditions whose status did not change.
+func (s *Simulator) nodeStatus(inst *Instance, node *corev1.Node, now time.Time) *corev1.NodeStatus {
+	spec := inst.Spec
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:              spec.CPU,
+		corev1.ResourceMemory:           spec.Memory,
+		corev1.ResourcePods:             *resource.NewQuantity(spec.Pods, resource.DecimalSI),
+		corev1.ResourceEphemeralStorage: resource.MustParse("100Gi"),
+	}
+	if spec.GPU > 0 {
+		capacity[ResourceGPU] = *resource.NewQuantity(spec.GPU, resource.DecimalSI)
+	}
+	for k, v := range spec.ExtendedResources {
+		capacity[k] = v
+	}
+	injected := InjectedConditions(node)
+	nowTime := metav1.NewTime(now.Truncate(time.Second))
+	var conds []corev1.NodeCondition
+	for _, t := range []corev1.NodeConditionType{corev1.NodeMemoryPressure, corev1.NodeDiskPressure,
+		corev1.NodePIDPressure, corev1.NodeReady, corev1.NodeNetworkUnavailable} {
+		status := healthyStatus[t]
+		if v, ok := injected[t]; ok {
+			status = v
+		}
+		text := conditionText[t][status]
+		c := corev1.NodeCondition{Type: t, Status: status, Reason: text[0], Message: text[1],
+			LastHeartbeatTime: nowTime, LastTransitionTime: nowTime}
+		if old := findCondition(node.Status.Conditions, t); old != nil && old.Status == status {
+			c.LastTransitionTime = old.LastTransitionTime
+		}
+		conds = append(conds, c)
+	}
+	return &corev1.NodeStatus{
+		Capacity:    capacity,
+		Allocatable: capacity.DeepCopy(),
+		Phase:       "",
+		Conditions:  conds,
+		Addresses: []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: inst.InternalIP},
+			{Type: corev1.NodeHostName, Address: spec.Name},
+		},
+		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: 10250}},
+		NodeInfo: corev1.NodeSystemInfo{
+			MachineID:               fmt.Sprintf("%032x", inst.Index+1),
+			SystemUUID:              fmt.Sprintf("%032x", inst.Index+1),
+			BootID:                  inst.LaunchTime.UTC().Format("20060102150405.000"),
+			KernelVersion:           "6.1.0-capstan",
+			OSImage:                 "capstan simulated node",
+			ContainerRuntimeVersion: "capstan-sim://1.0.0",
+			KubeletVersion:          KubeletVersion,
+			OperatingSystem:         "linux",
+			Architecture:            "amd64",
+		},
+	}
+}
+
+// InjectedConditions reads the condition faults annotated on a node.
+func InjectedConditions(node *corev1.Node) map[corev1.NodeConditionType]corev1.ConditionStatus {
+	out := map[corev1.NodeConditionType]corev1.ConditionStatus{}
+	for k, v := range node.Annotations {
+		if t, ok := strings.CutPrefix(k, ConditionAnnotationPrefix); ok {
+			out[corev1.NodeConditionType(t)] = corev1.ConditionStatus(v)
+		}
+	}
+	return out
+}
+
+func findCondition(conds []corev1.NodeCondition, t corev1.NodeConditionType) *corev1.NodeCondition {
+	for i := range conds {
+		if conds[i].Type == t {
+			return &conds[i]
+		}
+	}
+	return nil
+}
+
+func heartbeatAge(node *corev1.Node, now time.Time) time.Duration {
+	if c := findCondition(node.Status.Conditions, corev1.NodeReady); c != nil {
+		return now.Sub(c.LastHeartbeatTime.Time)
+	}
+	return time.Duration(1 << 62)
+}
+
+// statusEquivalent compares what a kubelet reports, ignoring heartbeat
+// times.
+func statusEquivalent(have, want *corev1.NodeStatus) bool {
+	if !conditionsSame(have.Conditions, want.Conditions) {
+		return false
+	}
+	return equality.Semantic.DeepEqual(have.Capacity, want.Capacity) &&
+		equality.Semantic.DeepEqual(have.Allocatable, want.Allocatable) &&
+		equality.Semantic.DeepEqual(have.Addresses, want.Addresses) &&
+		have.NodeInfo == want.NodeInfo
+}
+
+func conditionsSame(a, b []corev1.NodeCondition) bool {
+	key := func(cs []corev1.NodeCondition) []string {
+		out := make([]string, 0, len(cs))
+		for _, c := range cs {
+			out = append(out, string(c.Type)+"="+string(c.Status)+"/"+c.Reason+"/"+c.Message)
+		}
+		sort.Strings(out)
+		return out
+	}
+	ka, kb := key(a), key(b)
+	if len(ka) != len(kb) {
+		return false
+	}
+	for i := range ka {
+		if ka[i] != kb[i] {
+			return false
+		}
+	}
+	return true
+}

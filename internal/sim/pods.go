@@ -1,0 +1,257 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+)
+
+func (s *Simulator) podChanged(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || pod.Spec.NodeName == "" || !s.needsWork(pod) {
+		return
+	}
+	if key, err := cache.MetaNamespaceKeyFunc(pod); err == nil {
+		s.podQueue.Add(key)
+	}
+}
+
+// needsWork is a cheap pre-filter: a running, ready, undeleted pod needs
+// nothing from its kubelet.
+func (s *Simulator) needsWork(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp != nil {
+		return true
+	}
+	return !podStarted(pod)
+}
+
+func podStarted(pod *corev1.Pod) bool {
+	switch pod.Status.Phase {
+	case corev1.PodSucceeded, corev1.PodFailed:
+		return true
+	case corev1.PodRunning:
+		// The node lifecycle controller marks pods of a lost node not
+		// ready; a kubelet that comes back reports them ready again.
+		return pod.Status.PodIP != "" && pod.Status.StartTime != nil && podReady(pod)
+	}
+	return false
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func (s *Simulator) podDeleted(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || pod.Spec.NodeName == "" || pod.Status.PodIP == "" {
+		return
+	}
+	s.ipMu.Lock()
+	defer s.ipMu.Unlock()
+	if a := s.ips[pod.Spec.NodeName]; a != nil {
+		a.release(pod.Status.PodIP, string(pod.UID))
+	}
+}
+
+// syncPod does for one pod what the kubelet of its node would: start its
+// containers and report it Running, or stop them when it is deleted.
+func (s *Simulator) syncPod(ctx context.Context, key string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	pod, err := s.pods.Pods(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	inst, _, running := s.kubeletRunning(pod.Spec.NodeName)
+	if !running {
+		// A stopped kubelet does nothing; it is queued again when it starts.
+		return nil
+	}
+	if pod.DeletionTimestamp != nil {
+		return s.terminatePod(ctx, key, pod)
+	}
+	if podStarted(pod) {
+		return nil
+	}
+	return s.startPod(ctx, pod, inst)
+}
+
+// terminatePod removes a deleted pod once its simulated containers have
+// exited: after the pod's shutdown annotation, or at the end of its grace
+// period.
+func (s *Simulator) terminatePod(ctx context.Context, key string, pod *corev1.Pod) error {
+	now := s.opts.Clock.Now()
+	exitAt := pod.DeletionTimestamp.Time
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || !podStarted(pod) {
+		exitAt = now
+	} else if v, ok := pod.Annotations[ShutdownSecondsAnnotation]; ok {
+		if secs, err := strconv.ParseFloat(v, 64); err == nil && secs >= 0 {
+			grace := int64(0)
+			if pod.DeletionGracePeriodSeconds != nil {
+				grace = *pod.DeletionGracePeriodSeconds
+			}
+			requested := pod.DeletionTimestamp.Add(-time.Duration(grace) * time.Second)
+			if t := requested.Add(time.Duration(secs * float64(time.Second))); t.Before(exitAt) {
+				exitAt = t
+			}
+		}
+	}
+	if now.Before(exitAt) {
+		s.podQueue.AddAfter(key, exitAt.Sub(now))
+		return nil
+	}
+	uid := pod.UID
+	err := s.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: ptr.To[int64](0),
+		Preconditions:      &metav1.Preconditions{UID: &uid},
+	})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("removing terminated pod %s: %w", key, err)
+	}
+	return nil
+}
+
+// startPod reports the pod's containers running and ready.
+func (s *Simulator) startPod(ctx context.Context, pod *corev1.Pod, inst *Instance) error {
+	podIP := inst.InternalIP
+	if !pod.Spec.HostNetwork {
+		ip, err := s.allocateIP(pod, inst)
+		if err != nil {
+			return err
+		}
+		podIP = ip
+	}
+	now := metav1.NewTime(s.opts.Clock.Now().Truncate(time.Second))
+	started := now
+	if pod.Status.StartTime != nil {
+		started = *pod.Status.StartTime
+	}
+	status := map[string]any{
+		"phase":     corev1.PodRunning,
+		"hostIP":    inst.InternalIP,
+		"hostIPs":   []corev1.HostIP{{IP: inst.InternalIP}},
+		"podIP":     podIP,
+		"podIPs":    []corev1.PodIP{{IP: podIP}},
+		"startTime": started,
+		"conditions": []corev1.PodCondition{
+			{Type: corev1.PodReadyToStartContainers, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		},
+		"containerStatuses": containerStatuses(pod, pod.Spec.Containers, started, false),
+	}
+	if len(pod.Spec.InitContainers) > 0 {
+		status["initContainerStatuses"] = containerStatuses(pod, pod.Spec.InitContainers, started, true)
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID}, "status": status})
+	if err != nil {
+		return err
+	}
+	_, err = s.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reporting pod %s/%s running: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+func containerStatuses(pod *corev1.Pod, containers []corev1.Container, now metav1.Time, init bool) []corev1.ContainerStatus {
+	out := make([]corev1.ContainerStatus, 0, len(containers))
+	for _, c := range containers {
+		st := corev1.ContainerStatus{
+			Name:        c.Name,
+			Image:       c.Image,
+			ImageID:     c.Image,
+			ContainerID: "capstan-sim://" + string(pod.UID) + "/" + c.Name,
+		}
+		if init && (c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways) {
+			st.State.Terminated = &corev1.ContainerStateTerminated{Reason: "Completed", StartedAt: now, FinishedAt: now}
+		} else {
+			st.Ready = true
+			st.Started = ptr.To(true)
+			st.State.Running = &corev1.ContainerStateRunning{StartedAt: now}
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// ipAllocator hands out the pod addresses of one node's /23.
+type ipAllocator struct {
+	prefix netip.Prefix
+	used   map[netip.Addr]string // address -> pod UID
+}
+
+func (s *Simulator) allocateIP(pod *corev1.Pod, inst *Instance) (string, error) {
+	s.ipMu.Lock()
+	defer s.ipMu.Unlock()
+	a := s.ips[pod.Spec.NodeName]
+	if a == nil || a.prefix.String() != inst.PodCIDR {
+		prefix, err := netip.ParsePrefix(inst.PodCIDR)
+		if err != nil {
+			return "", fmt.Errorf("instance %s has a bad pod CIDR: %w", inst.Name(), err)
+		}
+		a = &ipAllocator{prefix: prefix, used: map[netip.Addr]string{}}
+		// Pods already running on the node keep their addresses.
+		objs, _ := s.podIndex.ByIndex(podsByNodeIndex, pod.Spec.NodeName)
+		for _, o := range objs {
+			p := o.(*corev1.Pod)
+			if ip, err := netip.ParseAddr(p.Status.PodIP); err == nil && prefix.Contains(ip) {
+				a.used[ip] = string(p.UID)
+			}
+		}
+		s.ips[pod.Spec.NodeName] = a
+	}
+	for ip, uid := range a.used {
+		if uid == string(pod.UID) {
+			return ip.String(), nil
+		}
+	}
+	// Skip the network address; the gateway takes the first host address.
+	ip := a.prefix.Addr().Next().Next()
+	for a.prefix.Contains(ip) {
+		if _, taken := a.used[ip]; !taken {
+			a.used[ip] = string(pod.UID)
+			return ip.String(), nil
+		}
+		ip = ip.Next()
+	}
+	return "", fmt.Errorf("node %s has no free pod address in %s", pod.Spec.NodeName, inst.PodCIDR)
+}
+
+func (a *ipAllocator) release(ip, uid string) {
+	addr, err := netip.ParseAddr(ip)
+	if err != nil {
+		return
+	}
+	if a.used[addr] == uid {
+		delete(a.used, addr)
+	}
+}

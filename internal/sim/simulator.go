@@ -1,0 +1,320 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	coordlisters "k8s.io/client-go/listers/coordination/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// Options tune the simulator.
+type Options struct {
+	// Workers is the size of each worker pool (nodes, leases, pods).
+	NodeWorkers, LeaseWorkers, PodWorkers int
+	// LeaseDuration is the kubelet's node lease duration; renewals happen
+	// at a quarter of it, with jitter, as the kubelet does.
+	LeaseDuration time.Duration
+	// NodeStatusReportFrequency is how often an unchanged node status is
+	// posted anyway (the kubelet's nodeStatusReportFrequency).
+	NodeStatusReportFrequency time.Duration
+	// Cloud is the cloud whose instances become nodes.
+	Cloud *APICloud
+	Clock clock.WithTicker
+}
+
+func (o *Options) setDefaults() {
+	if o.NodeWorkers <= 0 {
+		o.NodeWorkers = 8
+	}
+	if o.LeaseWorkers <= 0 {
+		o.LeaseWorkers = 8
+	}
+	if o.PodWorkers <= 0 {
+		o.PodWorkers = 32
+	}
+	if o.LeaseDuration <= 0 {
+		o.LeaseDuration = 40 * time.Second
+	}
+	if o.NodeStatusReportFrequency <= 0 {
+		o.NodeStatusReportFrequency = 5 * time.Minute
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+}
+
+// Simulator runs the simulated kubelets of every instance of its cloud.
+type Simulator struct {
+	client kubernetes.Interface
+	opts   Options
+	cloud  *APICloud
+
+	simFactory  informers.SharedInformerFactory
+	leaseFactor informers.SharedInformerFactory
+	factory     informers.SharedInformerFactory
+
+	instances corelisters.ConfigMapLister
+	nodes     corelisters.NodeLister
+	leases    coordlisters.LeaseLister
+	podIndex  cache.Indexer
+	pods      corelisters.PodLister
+	synced    []cache.InformerSynced
+
+	nodeQueue  workqueue.TypedRateLimitingInterface[string]
+	leaseQueue workqueue.TypedRateLimitingInterface[string]
+	podQueue   workqueue.TypedRateLimitingInterface[string]
+
+	ipMu sync.Mutex
+	ips  map[string]*ipAllocator // by node name
+}
+
+const podsByNodeIndex = "spec.nodeName"
+
+// New builds a simulator; Run starts it.
+func New(client kubernetes.Interface, opts Options) *Simulator {
+	opts.setDefaults()
+	if opts.Cloud == nil {
+		opts.Cloud = NewAPICloud(client, CloudOptions{Clock: opts.Clock})
+	}
+	s := &Simulator{
+		client: client,
+		opts:   opts,
+		cloud:  opts.Cloud,
+		ips:    map[string]*ipAllocator{},
+	}
+	s.simFactory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = InstanceLabel }))
+	s.leaseFactor = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(corev1.NamespaceNodeLease))
+	s.factory = informers.NewSharedInformerFactory(client, 0)
+
+	cmInformer := s.simFactory.Core().V1().ConfigMaps()
+	nodeInformer := s.factory.Core().V1().Nodes()
+	leaseInformer := s.leaseFactor.Coordination().V1().Leases()
+	podInformer := s.factory.Core().V1().Pods()
+	_ = podInformer.Informer().AddIndexers(cache.Indexers{podsByNodeIndex: func(obj any) ([]string, error) {
+		if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+			return []string{p.Spec.NodeName}, nil
+		}
+		return nil, nil
+	}})
+	s.instances = cmInformer.Lister()
+	s.nodes = nodeInformer.Lister()
+	s.leases = leaseInformer.Lister()
+	s.pods = podInformer.Lister()
+	s.podIndex = podInformer.Informer().GetIndexer()
+	s.synced = []cache.InformerSynced{cmInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced,
+		leaseInformer.Informer().HasSynced, podInformer.Informer().HasSynced}
+
+	rl := func() workqueue.TypedRateLimiter[string] {
+		return workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 10*time.Second)
+	}
+	s.nodeQueue = workqueue.NewTypedRateLimitingQueueWithConfig(rl(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "sim-nodes", Clock: opts.Clock})
+	s.leaseQueue = workqueue.NewTypedRateLimitingQueueWithConfig(rl(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "sim-leases", Clock: opts.Clock})
+	s.podQueue = workqueue.NewTypedRateLimitingQueueWithConfig(rl(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "sim-pods", Clock: opts.Clock})
+
+	_, _ = cmInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { s.enqueueObject(s.nodeQueue, obj) },
+		UpdateFunc: func(_, obj any) { s.enqueueObject(s.nodeQueue, obj) },
+		DeleteFunc: func(obj any) { s.enqueueObject(s.nodeQueue, obj) },
+	})
+	_, _ = nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { s.nodeChanged(nil, obj) },
+		UpdateFunc: func(old, obj any) { s.nodeChanged(old, obj) },
+		DeleteFunc: func(obj any) { s.enqueueObject(s.nodeQueue, obj) },
+	})
+	_, _ = podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { s.podChanged(obj) },
+		UpdateFunc: func(_, obj any) { s.podChanged(obj) },
+		DeleteFunc: func(obj any) { s.podDeleted(obj) },
+	})
+	return s
+}
+
+// Cloud returns the cloud the simulator serves.
+func (s *Simulator) Cloud() *APICloud { return s.cloud }
+
+// Run starts the informers and workers and blocks until ctx ends.
+func (s *Simulator) Run(ctx context.Context) error {
+	defer s.nodeQueue.ShutDown()
+	defer s.leaseQueue.ShutDown()
+	defer s.podQueue.ShutDown()
+	if err := EnsureNamespace(ctx, s.client); err != nil {
+		return err
+	}
+	s.simFactory.Start(ctx.Done())
+	s.leaseFactor.Start(ctx.Done())
+	s.factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), s.synced...) {
+		return fmt.Errorf("simulator caches did not sync: %w", ctx.Err())
+	}
+	klog.FromContext(ctx).Info("Simulator started")
+	var wg sync.WaitGroup
+	run := func(n int, q workqueue.TypedRateLimitingInterface[string], sync func(context.Context, string) error) {
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for processNext(ctx, q, sync) {
+				}
+			}()
+		}
+	}
+	run(s.opts.NodeWorkers, s.nodeQueue, s.syncNode)
+	run(s.opts.LeaseWorkers, s.leaseQueue, s.syncLease)
+	run(s.opts.PodWorkers, s.podQueue, s.syncPod)
+	<-ctx.Done()
+	s.nodeQueue.ShutDown()
+	s.leaseQueue.ShutDown()
+	s.podQueue.ShutDown()
+	wg.Wait()
+	s.simFactory.Shutdown()
+	s.leaseFactor.Shutdown()
+	s.factory.Shutdown()
+	return nil
+}
+
+// WaitForSync blocks until the simulator's caches are synced.
+func (s *Simulator) WaitForSync(ctx context.Context) bool {
+	return cache.WaitForCacheSync(ctx.Done(), s.synced...)
+}
+
+func processNext(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], sync func(context.Context, string) error) bool {
+	key, quit := q.Get()
+	if quit {
+		return false
+	}
+	defer q.Done(key)
+	if err := sync(ctx, key); err != nil {
+		if ctx.Err() == nil {
+			klog.FromContext(ctx).V(2).Info("Simulator sync failed, retrying", "key", key, "err", err)
+		}
+		q.AddRateLimited(key)
+		return true
+	}
+	q.Forget(key)
+	return true
+}
+
+func (s *Simulator) enqueueObject(q workqueue.TypedRateLimitingInterface[string], obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if m, ok := obj.(metav1.Object); ok {
+		q.Add(m.GetName())
+	}
+}
+
+func (s *Simulator) nodeChanged(old, obj any) {
+	node, ok := obj.(*corev1.Node)
+	if !ok || node.Annotations[NodeInstanceAnnotation] == "" {
+		return
+	}
+	if old != nil {
+		o := old.(*corev1.Node)
+		if o.ResourceVersion == node.ResourceVersion {
+			return
+		}
+		// Only a kubelet-relevant change is worth a sync: fault
+		// annotations, or status someone else (the node lifecycle
+		// controller) changed.
+		if annotationsEqual(o, node) && conditionsSame(o.Status.Conditions, node.Status.Conditions) {
+			return
+		}
+		if isStopped(o) && !isStopped(node) {
+			s.kubeletStarted(node.Name)
+		}
+	} else {
+		// Pods may have been bound before this node reached the cache.
+		s.kubeletStarted(node.Name)
+	}
+	s.nodeQueue.Add(node.Name)
+	s.leaseQueue.Add(node.Name)
+}
+
+// kubeletStarted queues every pod of a node whose kubelet comes back.
+func (s *Simulator) kubeletStarted(nodeName string) {
+	objs, _ := s.podIndex.ByIndex(podsByNodeIndex, nodeName)
+	for _, o := range objs {
+		if key, err := cache.MetaNamespaceKeyFunc(o); err == nil {
+			s.podQueue.Add(key)
+		}
+	}
+}
+
+func annotationsEqual(a, b *corev1.Node) bool {
+	for k, v := range a.Annotations {
+		if isSimAnnotation(k) && b.Annotations[k] != v {
+			return false
+		}
+	}
+	for k, v := range b.Annotations {
+		if isSimAnnotation(k) && a.Annotations[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func isSimAnnotation(k string) bool {
+	return k == StoppedAnnotation || strings.HasPrefix(k, ConditionAnnotationPrefix)
+}
+
+func isStopped(node *corev1.Node) bool {
+	return node.Annotations[StoppedAnnotation] == "true"
+}
+
+// instance returns the running instance behind a node name, or nil when
+// its kubelet is not running (pending, shutting down, or no instance).
+func (s *Simulator) instance(name string) (*Instance, *corev1.ConfigMap) {
+	cm, err := s.instances.ConfigMaps(Namespace).Get(name)
+	if err != nil {
+		return nil, nil
+	}
+	inst, err := instanceFromConfigMap(cm)
+	if err != nil {
+		return nil, nil
+	}
+	return inst, cm
+}
+
+// kubeletRunning reports whether the simulated kubelet of nodeName acts:
+// its instance runs and no fault stopped it.
+func (s *Simulator) kubeletRunning(nodeName string) (*Instance, *corev1.Node, bool) {
+	inst, _ := s.instance(nodeName)
+	if inst == nil || inst.State(s.opts.Clock.Now()) != InstanceRunning {
+		return nil, nil, false
+	}
+	node, err := s.nodes.Get(nodeName)
+	if err != nil || node.Annotations[NodeInstanceAnnotation] != inst.Name() || isStopped(node) {
+		return inst, node, false
+	}
+	return inst, node, true
+}
+
+// Nodes lists the simulated nodes.
+func (s *Simulator) Nodes() ([]*corev1.Node, error) {
+	all, err := s.nodes.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, n := range all {
+		if n.Annotations[NodeInstanceAnnotation] != "" {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
