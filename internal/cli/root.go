@@ -7,10 +7,26 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 )
+
+// Run is the capstan program: it runs Main with the process's arguments
+// and streams. capstan's own messages go to a duplicate of the terminal's
+// stderr, because `capstan up` points file descriptor 2 at its log file
+// (embedded upstream libraries write there directly).
+func Run() int {
+	stderr := os.Stderr
+	if fd, err := unix.Dup(2); err == nil {
+		stderr = os.NewFile(uintptr(fd), "/dev/stderr")
+		// A crash still reaches the terminal.
+		_ = debug.SetCrashOutput(stderr, debug.CrashOptions{})
+	}
+	return Main(os.Args[1:], os.Stdout, stderr)
+}
 
 // Main runs capstan with args (without the program name) and returns the
 // process exit code.

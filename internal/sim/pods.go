@@ -100,24 +100,24 @@ func (s *Simulator) syncPod(ctx context.Context, key string) error {
 }
 
 // terminatePod removes a deleted pod once its simulated containers have
-// exited: after the pod's shutdown annotation, or at the end of its grace
-// period.
+// exited. Like a kubelet, it starts the grace period when it sees the
+// deletion: the containers exit after the pod's shutdown annotation, or are
+// killed when the grace period ends.
 func (s *Simulator) terminatePod(ctx context.Context, key string, pod *corev1.Pod) error {
 	now := s.opts.Clock.Now()
-	exitAt := pod.DeletionTimestamp.Time
+	seen := s.terminationSeen(pod.UID, now)
+	grace := time.Duration(0)
+	if pod.DeletionGracePeriodSeconds != nil {
+		grace = time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
+	}
+	if v, ok := pod.Annotations[ShutdownSecondsAnnotation]; ok {
+		if secs, err := strconv.ParseFloat(v, 64); err == nil && secs >= 0 {
+			grace = min(grace, time.Duration(secs*float64(time.Second)))
+		}
+	}
+	exitAt := seen.Add(grace)
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || !podStarted(pod) {
 		exitAt = now
-	} else if v, ok := pod.Annotations[ShutdownSecondsAnnotation]; ok {
-		if secs, err := strconv.ParseFloat(v, 64); err == nil && secs >= 0 {
-			grace := int64(0)
-			if pod.DeletionGracePeriodSeconds != nil {
-				grace = *pod.DeletionGracePeriodSeconds
-			}
-			requested := pod.DeletionTimestamp.Add(-time.Duration(grace) * time.Second)
-			if t := requested.Add(time.Duration(secs * float64(time.Second))); t.Before(exitAt) {
-				exitAt = t
-			}
-		}
 	}
 	if now.Before(exitAt) {
 		s.podQueue.AddAfter(key, exitAt.Sub(now))
@@ -131,7 +131,21 @@ func (s *Simulator) terminatePod(ctx context.Context, key string, pod *corev1.Po
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("removing terminated pod %s: %w", key, err)
 	}
+	s.termMu.Lock()
+	delete(s.terminating, pod.UID)
+	s.termMu.Unlock()
 	return nil
+}
+
+// terminationSeen returns when the simulator first saw the pod deleted.
+func (s *Simulator) terminationSeen(uid types.UID, now time.Time) time.Time {
+	s.termMu.Lock()
+	defer s.termMu.Unlock()
+	if t, ok := s.terminating[uid]; ok {
+		return t
+	}
+	s.terminating[uid] = now
+	return now
 }
 
 // startPod reports the pod's containers running and ready.

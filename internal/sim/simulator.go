@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	coordlisters "k8s.io/client-go/listers/coordination/v1"
@@ -79,6 +80,9 @@ type Simulator struct {
 
 	ipMu sync.Mutex
 	ips  map[string]*ipAllocator // by node name
+
+	termMu      sync.Mutex
+	terminating map[types.UID]time.Time // pod deletions seen, by pod UID
 }
 
 const podsByNodeIndex = "spec.nodeName"
@@ -94,6 +98,8 @@ func New(client kubernetes.Interface, opts Options) *Simulator {
 		opts:   opts,
 		cloud:  opts.Cloud,
 		ips:    map[string]*ipAllocator{},
+
+		terminating: map[types.UID]time.Time{},
 	}
 	s.simFactory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = InstanceLabel }))

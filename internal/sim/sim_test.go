@@ -1,0 +1,102 @@
+package sim
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestInstanceSpecValidate(t *testing.T) {
+	good := InstanceSpec{CPU: resource.MustParse("1"), Memory: resource.MustParse("1Gi"), Pods: 10}
+	if err := good.Validate(); err != nil {
+		t.Fatalf("valid spec: %v", err)
+	}
+	cases := map[string]func(*InstanceSpec){
+		"cpu must be positive":          func(s *InstanceSpec) { s.CPU = resource.Quantity{} },
+		"memory must be positive":       func(s *InstanceSpec) { s.Memory = resource.MustParse("-1") },
+		"pods must be positive":         func(s *InstanceSpec) { s.Pods = 0 },
+		"pod addresses":                 func(s *InstanceSpec) { s.Pods = 5000 },
+		"gpu must not be negative":      func(s *InstanceSpec) { s.GPU = -1 },
+		"role must be master or worker": func(s *InstanceSpec) { s.Role = "x" },
+		`effect "Bad"`:                  func(s *InstanceSpec) { s.Taints = []corev1.Taint{{Key: "k", Effect: "Bad"}} },
+	}
+	for want, mutate := range cases {
+		s := good
+		mutate(&s)
+		err := s.Validate()
+		ie, ok := err.(*InstanceError)
+		if !ok || ie.Reason != ReasonInvalidConfiguration || !strings.Contains(ie.Message, want) {
+			t.Errorf("%s: got %v", want, err)
+		}
+	}
+}
+
+func TestAddressesAreDistinct(t *testing.T) {
+	seenIP, seenCIDR := map[string]bool{}, map[string]bool{}
+	for i := 0; i < maxInstances; i += 97 {
+		ip, cidr := nodeIP(i).String(), podCIDR(i)
+		if seenIP[ip] || seenCIDR[cidr.String()] {
+			t.Fatalf("index %d reuses %s or %s", i, ip, cidr)
+		}
+		seenIP[ip], seenCIDR[cidr.String()] = true, true
+		if !strings.HasPrefix(cidr.String(), "10.") || cidr.Bits() != 23 {
+			t.Fatalf("pod CIDR %s", cidr)
+		}
+	}
+	last := podCIDR(maxInstances - 1)
+	if last.Addr().As4()[1] < 128 {
+		t.Errorf("last pod CIDR %s left 10.128.0.0/9", last)
+	}
+}
+
+func TestParseCondition(t *testing.T) {
+	ct, st, err := ParseCondition("MemoryPressure=True")
+	if err != nil || ct != corev1.NodeMemoryPressure || st != corev1.ConditionTrue {
+		t.Errorf("got %s %s %v", ct, st, err)
+	}
+	for in, want := range map[string]string{
+		"MemoryPressure":   "TYPE=STATUS",
+		"Foo=True":         "cannot be injected",
+		"Ready=Unknown":    "node stop",
+		"DiskPressure=yes": "True or False",
+	} {
+		if _, _, err := ParseCondition(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want error containing %q", in, err, want)
+		}
+	}
+}
+
+func TestNodeStatusReflectsInjectedConditions(t *testing.T) {
+	s := &Simulator{}
+	s.opts.setDefaults()
+	inst := &Instance{Spec: InstanceSpec{Name: "n", CPU: resource.MustParse("2"), Memory: resource.MustParse("4Gi"), Pods: 30, GPU: 1}, InternalIP: "10.0.0.10"}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+		ConditionAnnotationPrefix + "MemoryPressure": "True",
+	}}}
+	st := s.nodeStatus(inst, node, s.opts.Clock.Now())
+	got := map[corev1.NodeConditionType]corev1.NodeCondition{}
+	for _, c := range st.Conditions {
+		got[c.Type] = c
+	}
+	if c := got[corev1.NodeMemoryPressure]; c.Status != corev1.ConditionTrue || c.Reason != "KubeletHasInsufficientMemory" {
+		t.Errorf("MemoryPressure %+v", c)
+	}
+	if c := got[corev1.NodeReady]; c.Status != corev1.ConditionTrue || c.Reason != "KubeletReady" {
+		t.Errorf("Ready %+v", c)
+	}
+	if len(got) != 5 {
+		t.Errorf("%d conditions, want 5", len(got))
+	}
+	gpu := st.Capacity[ResourceGPU]
+	if gpu.Value() != 1 {
+		t.Errorf("gpu capacity %v", gpu)
+	}
+	// A status equal but for heartbeats is not a change.
+	later := s.nodeStatus(inst, &corev1.Node{ObjectMeta: node.ObjectMeta, Status: *st}, s.opts.Clock.Now().Add(1e9))
+	if !statusEquivalent(st, later) {
+		t.Errorf("heartbeat-only difference treated as a change")
+	}
+}

@@ -1,0 +1,139 @@
+// Package testenv starts one embedded capstan cluster for a test package:
+// a fresh data dir, a free port, node lifecycle timings shortened to
+// seconds, and clients to drive it. Call Start from TestMain and Stop after
+// m.Run.
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"time"
+
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/capstan-dev/capstan/internal/cluster"
+)
+
+// Timings of a test cluster: a node whose kubelet stops is unreachable
+// after NodeMonitorGracePeriod.
+const (
+	NodeMonitorPeriod      = time.Second
+	NodeMonitorGracePeriod = 5 * time.Second
+	LeaseDuration          = 4 * time.Second
+)
+
+// Env is a running test cluster.
+type Env struct {
+	*cluster.Cluster
+	Config     *rest.Config
+	Client     kubernetes.Interface
+	Dynamic    dynamic.Interface
+	Kubeconfig string
+	DataDir    string
+}
+
+// Options adjust the test cluster before it starts.
+type Options struct {
+	ControlPlaneNodes int
+	Workers           int
+	// Configure, when set, may change any option.
+	Configure func(*cluster.Options)
+}
+
+// Start brings up a cluster in a new temporary data dir and waits until its
+// boot nodes are Ready and the default namespace can hold pods.
+func Start(opts Options) (*Env, error) {
+	dir, err := os.MkdirTemp("", "capstan-test-")
+	if err != nil {
+		return nil, err
+	}
+	co := cluster.DefaultOptions()
+	co.ControlPlane.DataDir = dir
+	co.ControlPlane.Port = 0
+	co.ControlPlane.EtcdNoFsync = true
+	co.ControlPlane.NodeMonitorPeriod = NodeMonitorPeriod
+	co.ControlPlane.NodeMonitorGracePeriod = NodeMonitorGracePeriod
+	co.ControlPlane.NodeStartupGracePeriod = 10 * time.Second
+	co.ControlPlaneNodes = opts.ControlPlaneNodes
+	co.Workers = opts.Workers
+	co.Sim.LeaseDuration = LeaseDuration
+	co.Sim.NodeStatusReportFrequency = time.Minute
+	if opts.Configure != nil {
+		opts.Configure(&co)
+	}
+	if err := co.SetLeaseDuration(); err != nil {
+		return nil, err
+	}
+	// Upstream libraries log straight to file descriptor 2; send that to
+	// the cluster's log file, keeping crashes visible on the terminal.
+	if fd, err := unix.Dup(2); err == nil {
+		_ = debug.SetCrashOutput(os.NewFile(uintptr(fd), "/dev/stderr"), debug.CrashOptions{})
+		co.ControlPlane.RedirectStderr = true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cl, err := cluster.Start(ctx, co)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("starting test cluster: %w", err)
+	}
+	env := &Env{Cluster: cl, Config: cl.RESTConfig(), Client: cl.Client, Kubeconfig: cl.ControlPlane.KubeconfigPath(), DataDir: dir}
+	if env.Dynamic, err = dynamic.NewForConfig(env.Config); err != nil {
+		env.Stop()
+		return nil, err
+	}
+	if err := cl.EnsureNodes(ctx); err != nil {
+		env.Stop()
+		return nil, err
+	}
+	if err := cluster.WaitNodesReady(ctx, cl.Client, cl.BootNodeNames(), 2*time.Minute); err != nil {
+		env.Stop()
+		return nil, err
+	}
+	if err := cluster.WaitForServiceAccount(ctx, cl.Client, "default", time.Minute); err != nil {
+		env.Stop()
+		return nil, fmt.Errorf("default service account never appeared: %w", err)
+	}
+	return env, nil
+}
+
+// Stop tears the cluster down and removes its data dir.
+func (e *Env) Stop() {
+	if err := e.Cluster.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "stopping test cluster: %v\n", err)
+	}
+	os.RemoveAll(e.DataDir)
+}
+
+// TB is the part of testing.TB the helpers use.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+	Name() string
+}
+
+// Namespace creates a namespace for one test, waits until pods can be
+// created in it, and deletes it when the test ends.
+func (e *Env) Namespace(t TB, prefix string) string {
+	t.Helper()
+	ctx := context.Background()
+	ns, err := e.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating namespace: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = e.Client.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
+	})
+	if err := cluster.WaitForServiceAccount(ctx, e.Client, ns.Name, time.Minute); err != nil {
+		t.Fatalf("namespace %s: default service account never appeared: %v", ns.Name, err)
+	}
+	return ns.Name
+}

@@ -1,0 +1,256 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/capstan-dev/capstan/internal/cluster"
+	"github.com/capstan-dev/capstan/internal/sim"
+	"github.com/capstan-dev/capstan/internal/testenv"
+)
+
+func getNode(t *testing.T, name string) *corev1.Node {
+	t.Helper()
+	n, err := env.Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("getting node %s: %v", name, err)
+	}
+	return n
+}
+
+func hasTaint(n *corev1.Node, key string, effect corev1.TaintEffect) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key && t.Effect == effect {
+			return true
+		}
+	}
+	return false
+}
+
+func condition(n *corev1.Node, t corev1.NodeConditionType) corev1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == t {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+func TestBootNodesHaveRolesLabelsAndTaints(t *testing.T) {
+	for _, name := range []string{"master-0", "master-1", "master-2"} {
+		n := getNode(t, name)
+		for _, l := range []string{sim.LabelRoleMaster, sim.LabelRoleCP} {
+			if _, ok := n.Labels[l]; !ok {
+				t.Errorf("%s lacks label %s", name, l)
+			}
+		}
+		if !hasTaint(n, sim.LabelRoleMaster, corev1.TaintEffectNoSchedule) {
+			t.Errorf("%s lacks taint node-role.kubernetes.io/master:NoSchedule, has %v", name, n.Spec.Taints)
+		}
+	}
+	zones := map[string]bool{}
+	for _, name := range []string{"worker-0", "worker-1", "worker-2"} {
+		n := getNode(t, name)
+		if _, ok := n.Labels[sim.LabelRoleWorker]; !ok {
+			t.Errorf("%s lacks the worker role label", name)
+		}
+		if hasTaint(n, sim.LabelRoleMaster, corev1.TaintEffectNoSchedule) {
+			t.Errorf("worker %s carries the master taint", name)
+		}
+		if n.Labels[sim.LabelHostname] != name || n.Labels[sim.LabelRegion] != sim.DefaultRegion {
+			t.Errorf("%s labels: %v", name, n.Labels)
+		}
+		zones[n.Labels[sim.LabelZone]] = true
+		cpu := n.Status.Allocatable[corev1.ResourceCPU]
+		if cpu.Cmp(resource.MustParse("4")) != 0 {
+			t.Errorf("%s allocatable cpu %s, want 4", name, cpu.String())
+		}
+		for _, ct := range sim.InjectableConditions {
+			want := corev1.ConditionFalse
+			if ct == corev1.NodeReady {
+				want = corev1.ConditionTrue
+			}
+			if got := condition(n, ct); got != want {
+				t.Errorf("%s condition %s=%s, want %s", name, ct, got, want)
+			}
+		}
+	}
+	if len(zones) != 3 {
+		t.Errorf("workers spread over %d zones, want 3", len(zones))
+	}
+
+	out := capstanOK(t, "kubectl", "--kubeconfig", env.Kubeconfig, "get", "nodes")
+	for _, want := range []string{"master-0", "control-plane,master", "worker-2", "worker", "Ready"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("capstan kubectl get nodes lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestNodeLeasesAreRenewed(t *testing.T) {
+	ctx := context.Background()
+	lease, err := env.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, "worker-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("lease of worker-0: %v", err)
+	}
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != "worker-0" {
+		t.Errorf("lease holder %v, want worker-0", lease.Spec.HolderIdentity)
+	}
+	if len(lease.OwnerReferences) != 1 || lease.OwnerReferences[0].Kind != "Node" {
+		t.Errorf("lease owner references %v, want the Node", lease.OwnerReferences)
+	}
+	first := lease.Spec.RenewTime.Time
+	eventually(t, 3*testenv.LeaseDuration, func() (bool, string) {
+		l, err := env.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, "worker-0", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return l.Spec.RenewTime.After(first), fmt.Sprintf("renewTime still %v", l.Spec.RenewTime)
+	})
+}
+
+func TestStopNodeMakesItUnreachableAndStartRecovers(t *testing.T) {
+	const node = "worker-1"
+	out := capstanOK(t, "sim", "node", "stop", node, "--kubeconfig", env.Kubeconfig)
+	if !strings.Contains(out, "node/worker-1 stopped") {
+		t.Errorf("stop output: %q", out)
+	}
+	// The upstream node lifecycle controller, not capstan, marks the node.
+	eventually(t, 30*time.Second, func() (bool, string) {
+		n := getNode(t, node)
+		ok := condition(n, corev1.NodeReady) == corev1.ConditionUnknown &&
+			hasTaint(n, "node.kubernetes.io/unreachable", corev1.TaintEffectNoExecute)
+		return ok, fmt.Sprintf("Ready=%s taints=%v", condition(n, corev1.NodeReady), n.Spec.Taints)
+	})
+	out = capstanOK(t, "kubectl", "--kubeconfig", env.Kubeconfig, "get", "node", node)
+	if !strings.Contains(out, "NotReady") {
+		t.Errorf("kubectl shows stopped node as:\n%s", out)
+	}
+
+	capstanOK(t, "sim", "node", "start", node, "--kubeconfig", env.Kubeconfig)
+	eventually(t, 30*time.Second, func() (bool, string) {
+		n := getNode(t, node)
+		ok := cluster.NodeReady(n) && !hasTaint(n, "node.kubernetes.io/unreachable", corev1.TaintEffectNoExecute)
+		return ok, fmt.Sprintf("Ready=%s taints=%v", condition(n, corev1.NodeReady), n.Spec.Taints)
+	})
+}
+
+func TestInjectedConditionsDriveTaintsByCondition(t *testing.T) {
+	cases := []struct {
+		cond   string
+		taint  string
+		effect corev1.TaintEffect
+	}{
+		{"MemoryPressure", "node.kubernetes.io/memory-pressure", corev1.TaintEffectNoSchedule},
+		{"DiskPressure", "node.kubernetes.io/disk-pressure", corev1.TaintEffectNoSchedule},
+		{"PIDPressure", "node.kubernetes.io/pid-pressure", corev1.TaintEffectNoSchedule},
+		{"NetworkUnavailable", "node.kubernetes.io/network-unavailable", corev1.TaintEffectNoSchedule},
+	}
+	const node = "worker-2"
+	for _, tc := range cases {
+		t.Run(tc.cond, func(t *testing.T) {
+			capstanOK(t, "sim", "node", "set-condition", node, tc.cond+"=True", "--kubeconfig", env.Kubeconfig)
+			eventually(t, 30*time.Second, func() (bool, string) {
+				n := getNode(t, node)
+				ok := condition(n, corev1.NodeConditionType(tc.cond)) == corev1.ConditionTrue && hasTaint(n, tc.taint, tc.effect)
+				return ok, fmt.Sprintf("conditions=%v taints=%v", n.Status.Conditions, n.Spec.Taints)
+			})
+			capstanOK(t, "sim", "node", "set-condition", node, tc.cond+"=False", "--kubeconfig", env.Kubeconfig)
+			eventually(t, 30*time.Second, func() (bool, string) {
+				n := getNode(t, node)
+				return !hasTaint(n, tc.taint, tc.effect), fmt.Sprintf("taints=%v", n.Spec.Taints)
+			})
+		})
+	}
+	t.Run("ReadyFalse", func(t *testing.T) {
+		capstanOK(t, "sim", "node", "set-condition", node, "Ready=False", "--kubeconfig", env.Kubeconfig)
+		eventually(t, 30*time.Second, func() (bool, string) {
+			n := getNode(t, node)
+			ok := condition(n, corev1.NodeReady) == corev1.ConditionFalse && hasTaint(n, "node.kubernetes.io/not-ready", corev1.TaintEffectNoExecute)
+			return ok, fmt.Sprintf("taints=%v", n.Spec.Taints)
+		})
+		capstanOK(t, "sim", "node", "set-condition", node, "Ready=True", "--kubeconfig", env.Kubeconfig)
+		eventually(t, 30*time.Second, func() (bool, string) {
+			n := getNode(t, node)
+			return cluster.NodeReady(n) && !hasTaint(n, "node.kubernetes.io/not-ready", corev1.TaintEffectNoExecute), fmt.Sprintf("taints=%v", n.Spec.Taints)
+		})
+	})
+}
+
+func TestSimNodeAddRegistersRequestedNode(t *testing.T) {
+	out := capstanOK(t, "sim", "node", "add", "--kubeconfig", env.Kubeconfig, "--name", "gpu-0",
+		"--cpu", "8", "--memory", "32Gi", "--zone", "z1", "--gpu", "2", "--resource", "example.com/dongle=3",
+		"--labels", "disktype=ssd", "--taints", "dedicated=gpu:NoSchedule")
+	if !strings.Contains(out, "instance/gpu-0 created") {
+		t.Errorf("add output: %q", out)
+	}
+	t.Cleanup(func() { capstan(t, "sim", "node", "delete", "gpu-0", "--kubeconfig", env.Kubeconfig) })
+	if err := cluster.WaitNodesReady(context.Background(), env.Client, []string{"gpu-0"}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	n := getNode(t, "gpu-0")
+	want := map[corev1.ResourceName]string{corev1.ResourceCPU: "8", corev1.ResourceMemory: "32Gi", sim.ResourceGPU: "2", "example.com/dongle": "3", corev1.ResourcePods: "250"}
+	for r, q := range want {
+		got := n.Status.Capacity[r]
+		if got.Cmp(resource.MustParse(q)) != 0 {
+			t.Errorf("capacity %s = %s, want %s", r, got.String(), q)
+		}
+		if a := n.Status.Allocatable[r]; a.Cmp(got) != 0 {
+			t.Errorf("allocatable %s = %s, want %s", r, a.String(), got.String())
+		}
+	}
+	if n.Labels[sim.LabelZone] != "z1" || n.Labels["disktype"] != "ssd" {
+		t.Errorf("labels %v", n.Labels)
+	}
+	if !hasTaint(n, "dedicated", corev1.TaintEffectNoSchedule) {
+		t.Errorf("taints %v", n.Spec.Taints)
+	}
+	if !strings.HasPrefix(n.Spec.ProviderID, sim.ProviderIDPrefix) {
+		t.Errorf("providerID %q", n.Spec.ProviderID)
+	}
+
+	out = capstanOK(t, "sim", "node", "delete", "gpu-0", "--kubeconfig", env.Kubeconfig)
+	if !strings.Contains(out, "instance/gpu-0 deleted") {
+		t.Errorf("delete output %q", out)
+	}
+	eventually(t, 30*time.Second, func() (bool, string) {
+		_, err := env.Client.CoreV1().Nodes().Get(context.Background(), "gpu-0", metav1.GetOptions{})
+		return err != nil, "node gpu-0 still exists"
+	})
+}
+
+func TestSimCLIRejectsBadInput(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sim", "node", "set-condition", "worker-0", "MemoryPressure"}, "is not TYPE=STATUS"},
+		{[]string{"sim", "node", "set-condition", "worker-0", "Bogus=True"}, `condition "Bogus" cannot be injected`},
+		{[]string{"sim", "node", "set-condition", "worker-0", "Ready=Unknown"}, "use `capstan sim node stop`"},
+		{[]string{"sim", "node", "set-condition", "worker-0", "Ready=maybe"}, "must be True or False"},
+		{[]string{"sim", "node", "stop", "no-such-node"}, `node "no-such-node" not found`},
+		{[]string{"sim", "node", "add", "--cpu", "0"}, "cpu must be positive"},
+		{[]string{"sim", "node", "add", "--cpu", "lots"}, `--cpu "lots"`},
+		{[]string{"sim", "node", "add", "--taints", "a=b:Sometimes"}, "effect must be NoSchedule, PreferNoSchedule or NoExecute"},
+		{[]string{"sim", "node", "add", "--labels", "novalue"}, "is not KEY=VALUE"},
+		{[]string{"sim", "node", "add", "--role", "boss"}, "role must be master or worker"},
+		{[]string{"sim", "node", "add", "--bogus"}, "unknown flag: --bogus"},
+	}
+	for _, tc := range cases {
+		out, err := capstan(t, append(tc.args, "--kubeconfig", env.Kubeconfig)...)
+		if err == nil {
+			t.Errorf("capstan %v succeeded, want error containing %q (output %q)", tc.args, tc.want, out)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("capstan %v: error %q, want it to contain %q", tc.args, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,177 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/capstan-dev/capstan/internal/sim"
+)
+
+func boundPod(name, node string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			NodeName:       node,
+			Containers:     []corev1.Container{{Name: "app", Image: "registry.example/app:1"}, {Name: "sidecar", Image: "registry.example/sidecar:1"}},
+			InitContainers: []corev1.Container{{Name: "init", Image: "registry.example/init:1"}},
+		},
+	}
+}
+
+func waitRunning(t *testing.T, ns, name string) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	eventually(t, 30*time.Second, func() (bool, string) {
+		p, err := env.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		pod = p
+		return p.Status.Phase == corev1.PodRunning && podConditionTrue(p, corev1.PodReady), fmt.Sprintf("phase %s conditions %v", p.Status.Phase, p.Status.Conditions)
+	})
+	return pod
+}
+
+func podConditionTrue(p *corev1.Pod, t corev1.PodConditionType) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == t {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func TestPodBoundToNodeRuns(t *testing.T) {
+	ns := env.Namespace(t, "run")
+	ctx := context.Background()
+	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, boundPod("web", "worker-0"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := waitRunning(t, ns, "web")
+	node := getNode(t, "worker-0")
+	if pod.Status.HostIP != node.Status.Addresses[0].Address {
+		t.Errorf("hostIP %s, want the node's %s", pod.Status.HostIP, node.Status.Addresses[0].Address)
+	}
+	ip, err := netip.ParseAddr(pod.Status.PodIP)
+	if err != nil {
+		t.Fatalf("podIP %q: %v", pod.Status.PodIP, err)
+	}
+	if cidr := netip.MustParsePrefix(node.Spec.PodCIDR); !cidr.Contains(ip) {
+		t.Errorf("podIP %s outside node pod CIDR %s", ip, cidr)
+	}
+	for _, c := range []corev1.PodConditionType{corev1.PodScheduled, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady} {
+		if !podConditionTrue(pod, c) {
+			t.Errorf("condition %s not True: %v", c, pod.Status.Conditions)
+		}
+	}
+	if len(pod.Status.ContainerStatuses) != 2 {
+		t.Fatalf("container statuses %v", pod.Status.ContainerStatuses)
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if !cs.Ready || cs.State.Running == nil || cs.Image == "" {
+			t.Errorf("container %s: ready=%v state=%v image=%q", cs.Name, cs.Ready, cs.State, cs.Image)
+		}
+	}
+	if len(pod.Status.InitContainerStatuses) != 1 || pod.Status.InitContainerStatuses[0].State.Terminated == nil {
+		t.Errorf("init container statuses %v", pod.Status.InitContainerStatuses)
+	}
+
+	// A second pod on the node gets another address.
+	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, boundPod("web2", "worker-0"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if p2 := waitRunning(t, ns, "web2"); p2.Status.PodIP == pod.Status.PodIP {
+		t.Errorf("two pods share podIP %s", p2.Status.PodIP)
+	}
+}
+
+func TestPodWithoutNodeStaysPending(t *testing.T) {
+	ns := env.Namespace(t, "pending")
+	ctx := context.Background()
+	p := boundPod("unscheduled", "")
+	p.Spec.SchedulerName = "no-such-scheduler"
+	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	got, err := env.Client.CoreV1().Pods(ns).Get(ctx, "unscheduled", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != corev1.PodPending || got.Status.PodIP != "" {
+		t.Errorf("pod without a node: phase %s podIP %q, want Pending and no address", got.Status.Phase, got.Status.PodIP)
+	}
+}
+
+func TestGracefulDeletionHonoursGracePeriod(t *testing.T) {
+	ns := env.Namespace(t, "grace")
+	ctx := context.Background()
+	slow := boundPod("slow", "worker-0")
+	slow.Spec.TerminationGracePeriodSeconds = ptr.To[int64](4)
+	fast := boundPod("fast", "worker-0")
+	fast.Spec.TerminationGracePeriodSeconds = ptr.To[int64](30)
+	fast.Annotations = map[string]string{sim.ShutdownSecondsAnnotation: "0"}
+	for _, p := range []*corev1.Pod{slow, fast} {
+		if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitRunning(t, ns, p.Name)
+	}
+	deleted := time.Now()
+	for _, name := range []string{"slow", "fast"} {
+		if err := env.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone := func(name string) func() (bool, string) {
+		return func() (bool, string) {
+			_, err := env.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), fmt.Sprintf("pod %s still there (%v)", name, err)
+		}
+	}
+	// A container that exits on SIGTERM goes at once, long grace or not.
+	eventually(t, 10*time.Second, gone("fast"))
+	// One that ignores SIGTERM is terminating until its grace period ends.
+	if time.Since(deleted) < 3*time.Second {
+		p, err := env.Client.CoreV1().Pods(ns).Get(ctx, "slow", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("pod slow vanished before its 4s grace period: %v", err)
+		}
+		if p.DeletionTimestamp == nil {
+			t.Errorf("pod slow is not terminating")
+		}
+	}
+	eventually(t, 20*time.Second, gone("slow"))
+	if elapsed := time.Since(deleted); elapsed < 4*time.Second {
+		t.Errorf("pod slow removed after %s, before its grace period of 4s", elapsed)
+	}
+}
+
+func TestPodsOfStoppedNodeRecoverReadiness(t *testing.T) {
+	ns := env.Namespace(t, "recover")
+	ctx := context.Background()
+	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, boundPod("survivor", "worker-2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, ns, "survivor")
+	capstanOK(t, "sim", "node", "stop", "worker-2", "--kubeconfig", env.Kubeconfig)
+	t.Cleanup(func() { capstan(t, "sim", "node", "start", "worker-2", "--kubeconfig", env.Kubeconfig) })
+	// The node lifecycle controller marks the pods of a lost node not ready.
+	eventually(t, 30*time.Second, func() (bool, string) {
+		p, err := env.Client.CoreV1().Pods(ns).Get(ctx, "survivor", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return !podConditionTrue(p, corev1.PodReady), "pod still Ready"
+	})
+	capstanOK(t, "sim", "node", "start", "worker-2", "--kubeconfig", env.Kubeconfig)
+	waitRunning(t, ns, "survivor")
+}

@@ -1,0 +1,267 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/capstan-dev/capstan/internal/cluster"
+)
+
+// capstanProcess runs this test binary as the capstan binary.
+func capstanProcess(args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), cliEnv+"=1")
+	return cmd
+}
+
+// runCapstan runs a short-lived capstan command and returns its exit code
+// and combined output.
+func runCapstan(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	cmd := capstanProcess(args...)
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), buf.String()
+	}
+	if err != nil {
+		t.Fatalf("running capstan %v: %v", args, err)
+	}
+	return 0, buf.String()
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func TestUpRejectsBadInputWithOneClearLine(t *testing.T) {
+	tmp := t.TempDir()
+	file := filepath.Join(tmp, "a-file")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	newer := filepath.Join(tmp, "newer")
+	if err := os.MkdirAll(newer, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	stateFile := filepath.Join(newer, "capstan.json")
+	state := []byte(`{"formatVersion": 99}` + "\n")
+	if err := os.WriteFile(stateFile, state, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	foreign := filepath.Join(tmp, "foreign")
+	if err := os.MkdirAll(filepath.Join(foreign, "etcd", "member"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	busyPort := strconv.Itoa(busy.Addr().(*net.TCPAddr).Port)
+
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown flag", []string{"up", "--bogus"}, "unknown flag: --bogus"},
+		{"bad node count", []string{"up", "--data-dir", filepath.Join(tmp, "neg"), "--nodes", "-1"}, "must not be negative"},
+		{"unwritable data dir", []string{"up", "--data-dir", filepath.Join(file, "sub")}, "is not writable"},
+		{"incompatible data dir", []string{"up", "--data-dir", newer}, "format version 99"},
+		{"foreign etcd data", []string{"up", "--data-dir", foreign}, "not a capstan data dir"},
+		{"port in use", []string{"up", "--data-dir", filepath.Join(tmp, "ok"), "--port", busyPort}, "port " + busyPort + " on 127.0.0.1 is not available"},
+		{"bad port", []string{"up", "--data-dir", filepath.Join(tmp, "ok2"), "--port", "70000"}, "not a TCP port"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out := runCapstan(t, tc.args...)
+			if code == 0 {
+				t.Fatalf("exit 0, want failure; output:\n%s", out)
+			}
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			last := lines[len(lines)-1]
+			if !strings.HasPrefix(last, "capstan: error: ") || !strings.Contains(last, tc.want) {
+				t.Errorf("last line %q, want a capstan error containing %q; output:\n%s", last, tc.want, out)
+			}
+		})
+	}
+	if got, _ := os.ReadFile(stateFile); !bytes.Equal(got, state) {
+		t.Errorf("incompatible data dir was modified: capstan.json now %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(newer, "etcd")); err == nil {
+		t.Errorf("etcd data was created in an incompatible data dir")
+	}
+}
+
+// upProcess is a running `capstan up`.
+type upProcess struct {
+	cmd    *exec.Cmd
+	output *bytes.Buffer
+	lines  chan string
+	done   chan struct{}
+}
+
+func startUp(t *testing.T, args ...string) *upProcess {
+	t.Helper()
+	cmd := capstanProcess(append([]string{"up"}, args...)...)
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	p := &upProcess{cmd: cmd, output: &bytes.Buffer{}, lines: make(chan string, 100), done: make(chan struct{})}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			p.output.WriteString(sc.Text() + "\n")
+			select {
+			case p.lines <- sc.Text():
+			default:
+			}
+		}
+	}()
+	go func() {
+		cmd.Wait()
+		pw.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+func (p *upProcess) waitLine(t *testing.T, substr string, timeout time.Duration) string {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case l := <-p.lines:
+			if strings.Contains(l, substr) {
+				return l
+			}
+		case <-p.done:
+			t.Fatalf("capstan up exited before printing %q:\n%s", substr, p.output)
+		case <-deadline:
+			t.Fatalf("capstan up did not print %q within %s:\n%s", substr, timeout, p.output)
+		}
+	}
+}
+
+func (p *upProcess) stop(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("capstan up did not stop on SIGTERM:\n%s", p.output)
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("capstan up exited %d after SIGTERM:\n%s", code, p.output)
+	}
+	if !strings.Contains(p.output.String(), "capstan stopped") {
+		t.Errorf("no clean stop message:\n%s", p.output)
+	}
+}
+
+func TestUpStopsCleanlyAndResumesTheSameCluster(t *testing.T) {
+	dir := t.TempDir()
+	port := strconv.Itoa(freePort(t))
+	args := []string{"--data-dir", dir, "--port", port, "--nodes", "2", "--control-plane-nodes", "1",
+		"--node-monitor-grace-period", "5s", "--node-monitor-period", "1s"}
+	up := startUp(t, args...)
+	up.waitLine(t, "export KUBECONFIG="+filepath.Join(dir, "kubeconfig"), 3*time.Minute)
+	summary := up.waitLine(t, "capstan is up", 10*time.Second)
+	if !strings.Contains(summary, "1 control-plane and 2 worker nodes Ready") {
+		t.Errorf("summary %q", summary)
+	}
+
+	// A second capstan on the same data dir is refused; the first runs on.
+	code, out := runCapstan(t, "up", "--data-dir", dir, "--port", strconv.Itoa(freePort(t)))
+	if code == 0 || !strings.Contains(out, "in use by another capstan") {
+		t.Errorf("second up on a data dir in use: exit %d, output:\n%s", code, out)
+	}
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := kubernetes.NewForConfigOrDie(cfg)
+	ctx := context.Background()
+	if _, err := client.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "keep-me"}, Data: map[string]string{"k": "v"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.WaitForServiceAccount(ctx, client, "default", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Pods("default").Create(ctx, boundPod("kept", "worker-1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPodRunning(t, client, "default", "kept")
+	up.stop(t)
+
+	up = startUp(t, args...)
+	up.waitLine(t, "capstan is up", 3*time.Minute)
+	cm, err := client.CoreV1().ConfigMaps("default").Get(ctx, "keep-me", metav1.GetOptions{})
+	if err != nil || cm.Data["k"] != "v" {
+		t.Fatalf("configmap after restart: %v %v", cm, err)
+	}
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes.Items) != 3 {
+		t.Errorf("%d nodes after restart, want the same 3", len(nodes.Items))
+	}
+	for i := range nodes.Items {
+		if !cluster.NodeReady(&nodes.Items[i]) {
+			t.Errorf("node %s not Ready after restart", nodes.Items[i].Name)
+		}
+	}
+	waitPodRunning(t, client, "default", "kept")
+	up.stop(t)
+}
+
+func waitPodRunning(t *testing.T, client kubernetes.Interface, ns, name string) {
+	t.Helper()
+	eventually(t, time.Minute, func() (bool, string) {
+		p, err := client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Status.Phase == corev1.PodRunning && podConditionTrue(p, corev1.PodReady), string(p.Status.Phase)
+	})
+}
