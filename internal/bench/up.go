@@ -1,0 +1,223 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"github.com/capstan-dev/capstan/internal/cluster"
+	"github.com/capstan-dev/capstan/internal/sim"
+)
+
+// UpOptions configure `capstan bench up`.
+type UpOptions struct {
+	Nodes       int
+	Pods        int
+	Parallelism int
+	// DataDir is kept when set; a temporary one is removed afterwards.
+	DataDir     string
+	EtcdNoFsync bool
+	Timeout     time.Duration
+}
+
+// UpResult holds the figures of one run.
+type UpResult struct {
+	Nodes         int
+	NodesReady    time.Duration
+	Pods          int
+	PodsRunning   time.Duration
+	PodsPerSecond float64
+	PeakRSSBytes  int64
+}
+
+// Up starts a cluster with no nodes, launches Nodes instances and waits for
+// their nodes to be Ready, then creates Pods pods bound round-robin to them
+// and waits until all are Running.
+func Up(ctx context.Context, o UpOptions, log io.Writer) (*UpResult, error) {
+	if o.Nodes <= 0 || o.Pods < 0 || o.Parallelism <= 0 {
+		return nil, fmt.Errorf("--nodes and --parallelism must be positive and --pods not negative")
+	}
+	if o.Pods > o.Nodes*250 {
+		return nil, fmt.Errorf("%d pods do not fit on %d nodes of 250 pods", o.Pods, o.Nodes)
+	}
+	dir := o.DataDir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "capstan-bench-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	opts := cluster.DefaultOptions()
+	opts.ControlPlane.DataDir = dir
+	opts.ControlPlane.Port = 0
+	opts.ControlPlane.EtcdNoFsync = o.EtcdNoFsync
+	opts.ControlPlane.RedirectStderr = true
+	opts.ControlPlaneNodes, opts.Workers = 0, 0
+	if err := opts.SetLeaseDuration(); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(log, "Starting a control plane in %s ...\n", dir)
+	cl, err := cluster.Start(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Stop()
+	client := cl.Client
+	res := &UpResult{Nodes: o.Nodes, Pods: o.Pods}
+
+	factory := informers.NewSharedInformerFactory(client, 0)
+	var ready, running atomic.Int64
+	readyNodes, runningPods := sync.Map{}, sync.Map{}
+	nodeDone, podDone := make(chan struct{}), make(chan struct{})
+	var nodeOnce, podOnce sync.Once
+	onNode := func(obj any) {
+		n, ok := obj.(*corev1.Node)
+		if !ok || !cluster.NodeReady(n) {
+			return
+		}
+		if _, loaded := readyNodes.LoadOrStore(n.Name, true); !loaded && ready.Add(1) == int64(o.Nodes) {
+			nodeOnce.Do(func() { close(nodeDone) })
+		}
+	}
+	onPod := func(obj any) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok || p.Status.Phase != corev1.PodRunning {
+			return
+		}
+		if _, loaded := runningPods.LoadOrStore(p.Name, true); !loaded && running.Add(1) == int64(o.Pods) {
+			podOnce.Do(func() { close(podDone) })
+		}
+	}
+	_, _ = factory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: onNode, UpdateFunc: func(_, n any) { onNode(n) },
+	})
+	podInformer := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace("bench"))
+	_, _ = podInformer.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: onPod, UpdateFunc: func(_, p any) { onPod(p) },
+	})
+	factory.Start(ctx.Done())
+	podInformer.Start(ctx.Done())
+	defer factory.Shutdown()
+	defer podInformer.Shutdown()
+
+	fmt.Fprintf(log, "Launching %d instances ...\n", o.Nodes)
+	start := time.Now()
+	err = parallel(ctx, o.Nodes, o.Parallelism, func(i int) error {
+		_, err := cl.Cloud.CreateInstance(ctx, sim.InstanceSpec{
+			Name: fmt.Sprintf("bench-%04d", i), Zone: sim.DefaultZones[i%len(sim.DefaultZones)],
+			CPU: resource.MustParse("32"), Memory: resource.MustParse("128Gi"), Pods: 250,
+		})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := waitFor(ctx, nodeDone, o.Timeout, func() string { return fmt.Sprintf("%d/%d nodes Ready", ready.Load(), o.Nodes) }); err != nil {
+		return nil, err
+	}
+	res.NodesReady = time.Since(start)
+	fmt.Fprintf(log, "%d nodes Ready in %.1fs\n", o.Nodes, res.NodesReady.Seconds())
+
+	if o.Pods > 0 {
+		if err := benchNamespace(ctx, client); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(log, "Creating %d pods bound to the nodes ...\n", o.Pods)
+		start = time.Now()
+		err = parallel(ctx, o.Pods, o.Parallelism, func(i int) error {
+			_, err := client.CoreV1().Pods("bench").Create(ctx, benchPod(i, fmt.Sprintf("bench-%04d", i%o.Nodes)), metav1.CreateOptions{})
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if err := waitFor(ctx, podDone, o.Timeout, func() string { return fmt.Sprintf("%d/%d pods Running", running.Load(), o.Pods) }); err != nil {
+			return nil, err
+		}
+		res.PodsRunning = time.Since(start)
+		res.PodsPerSecond = float64(o.Pods) / res.PodsRunning.Seconds()
+		fmt.Fprintf(log, "%d pods Running in %.1fs\n", o.Pods, res.PodsRunning.Seconds())
+	}
+	if res.PeakRSSBytes, err = PeakRSS(); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func benchNamespace(ctx context.Context, client kubernetes.Interface) error {
+	_, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	return cluster.WaitForServiceAccount(ctx, client, "bench", time.Minute)
+}
+
+func benchPod(i int, node string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%05d", i), Labels: map[string]string{"app": "bench"}},
+		Spec: corev1.PodSpec{
+			NodeName:                     node,
+			AutomountServiceAccountToken: ptr.To(false),
+			Containers: []corev1.Container{{
+				Name: "app", Image: "registry.example/bench:1",
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+					corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi"),
+				}},
+			}},
+		},
+	}
+}
+
+// parallel runs f(0..n-1) on workers goroutines and returns the first error.
+func parallel(ctx context.Context, n, workers int, f func(int) error) error {
+	var next atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := f(i); err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
+	return firstErr
+}
+
+func waitFor(ctx context.Context, done <-chan struct{}, timeout time.Duration, progress func() string) error {
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("interrupted at %s", progress())
+	case <-time.After(timeout):
+		return fmt.Errorf("timed out after %s at %s", timeout, progress())
+	}
+}

@@ -1,0 +1,56 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/capstan-dev/capstan/internal/bench"
+)
+
+func newBenchCommand() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "bench",
+		Short: "Benchmarks on a fresh embedded control plane",
+	}
+	c.AddCommand(newBenchUpCommand())
+	return c
+}
+
+func newBenchUpCommand() *cobra.Command {
+	o := bench.UpOptions{Nodes: 1000, Pods: 30000, Parallelism: 64, Timeout: 10 * time.Minute}
+	c := &cobra.Command{
+		Use:   "up",
+		Short: "Seconds until N simulated nodes are Ready, pods/s until M pre-bound pods are Running, peak RSS",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			res, err := bench.Up(ctx, o, c.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			out := c.OutOrStdout()
+			fmt.Fprintf(out, "\nbench up: nodes=%d pods=%d fsync=%v\n", res.Nodes, res.Pods, !o.EtcdNoFsync)
+			fmt.Fprintf(out, "  nodes Ready:   %.1f s\n", res.NodesReady.Seconds())
+			if res.Pods > 0 {
+				fmt.Fprintf(out, "  pods Running:  %.1f s (%.0f pods/s)\n", res.PodsRunning.Seconds(), res.PodsPerSecond)
+			}
+			fmt.Fprintf(out, "  peak RSS:      %s\n", bench.GiB(res.PeakRSSBytes))
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.IntVar(&o.Nodes, "nodes", o.Nodes, "simulated nodes")
+	f.IntVar(&o.Pods, "pods", o.Pods, "pods bound round-robin to the nodes")
+	f.IntVar(&o.Parallelism, "parallelism", o.Parallelism, "concurrent creators")
+	f.StringVar(&o.DataDir, "data-dir", "", "data dir to use and keep (default: a temporary one)")
+	f.BoolVar(&o.EtcdNoFsync, "etcd-unsafe-no-fsync", false, "run etcd without fsync")
+	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up on each phase after this long")
+	return c
+}
