@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -24,6 +25,7 @@ func newBenchCommand() *cobra.Command {
 
 func newBenchUpCommand() *cobra.Command {
 	o := bench.UpOptions{Nodes: 1000, Pods: 30000, Parallelism: 64, Timeout: 10 * time.Minute}
+	var cpuProfile string
 	c := &cobra.Command{
 		Use:   "up",
 		Short: "Seconds until N simulated nodes are Ready, pods/s until M pre-bound pods are Running, peak RSS",
@@ -31,6 +33,16 @@ func newBenchUpCommand() *cobra.Command {
 		RunE: func(c *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return err
+				}
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 			res, err := bench.Up(ctx, o, c.OutOrStdout())
 			if err != nil {
 				return err
@@ -52,5 +64,6 @@ func newBenchUpCommand() *cobra.Command {
 	f.StringVar(&o.DataDir, "data-dir", "", "data dir to use and keep (default: a temporary one)")
 	f.BoolVar(&o.EtcdNoFsync, "etcd-unsafe-no-fsync", false, "run etcd without fsync")
 	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up on each phase after this long")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	return c
 }

@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -163,37 +162,47 @@ func (s *Simulator) startPod(ctx context.Context, pod *corev1.Pod, inst *Instanc
 	if pod.Status.StartTime != nil {
 		started = *pod.Status.StartTime
 	}
-	status := map[string]any{
-		"phase":     corev1.PodRunning,
-		"hostIP":    inst.InternalIP,
-		"hostIPs":   []corev1.HostIP{{IP: inst.InternalIP}},
-		"podIP":     podIP,
-		"podIPs":    []corev1.PodIP{{IP: podIP}},
-		"startTime": started,
-		"conditions": []corev1.PodCondition{
-			{Type: corev1.PodReadyToStartContainers, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
-		},
-		"containerStatuses": containerStatuses(pod, pod.Spec.Containers, started, false),
+	// A full status update from the cached pod costs the apiserver far
+	// less than a patch; a stale cache only means a conflict and a retry.
+	updated := pod.DeepCopy()
+	st := &updated.Status
+	st.Phase = corev1.PodRunning
+	st.HostIP, st.HostIPs = inst.InternalIP, []corev1.HostIP{{IP: inst.InternalIP}}
+	st.PodIP, st.PodIPs = podIP, []corev1.PodIP{{IP: podIP}}
+	st.StartTime = &started
+	for _, t := range []corev1.PodConditionType{corev1.PodReadyToStartContainers, corev1.PodInitialized,
+		corev1.ContainersReady, corev1.PodReady, corev1.PodScheduled} {
+		setPodCondition(st, t, now)
 	}
+	st.ContainerStatuses = containerStatuses(pod, pod.Spec.Containers, started, false)
+	st.InitContainerStatuses = nil
 	if len(pod.Spec.InitContainers) > 0 {
-		status["initContainerStatuses"] = containerStatuses(pod, pod.Spec.InitContainers, started, true)
+		st.InitContainerStatuses = containerStatuses(pod, pod.Spec.InitContainers, started, true)
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID}, "status": status})
-	if err != nil {
-		return err
-	}
-	_, err = s.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
-	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+	_, err := s.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("reporting pod %s/%s running: %w", pod.Namespace, pod.Name, err)
 	}
 	return nil
+}
+
+// setPodCondition sets a condition True, keeping its transition time when
+// it already was.
+func setPodCondition(st *corev1.PodStatus, t corev1.PodConditionType, now metav1.Time) {
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == t {
+			if st.Conditions[i].Status != corev1.ConditionTrue {
+				st.Conditions[i].Status = corev1.ConditionTrue
+				st.Conditions[i].LastTransitionTime = now
+				st.Conditions[i].Reason, st.Conditions[i].Message = "", ""
+			}
+			return
+		}
+	}
+	st.Conditions = append(st.Conditions, corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: now})
 }
 
 func containerStatuses(pod *corev1.Pod, containers []corev1.Container, now metav1.Time, init bool) []corev1.ContainerStatus {

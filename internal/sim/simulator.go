@@ -116,6 +116,11 @@ func New(client kubernetes.Interface, opts Options) *Simulator {
 		}
 		return nil, nil
 	}})
+	// The simulator never reads managed fields: dropping them from its
+	// caches saves memory and garbage collection on large clusters.
+	for _, inf := range []cache.SharedIndexInformer{cmInformer.Informer(), nodeInformer.Informer(), leaseInformer.Informer(), podInformer.Informer()} {
+		_ = inf.SetTransform(stripManagedFields)
+	}
 	s.instances = cmInformer.Lister()
 	s.nodes = nodeInformer.Lister()
 	s.leases = leaseInformer.Lister()
@@ -147,6 +152,13 @@ func New(client kubernetes.Interface, opts Options) *Simulator {
 		DeleteFunc: func(obj any) { s.podDeleted(obj) },
 	})
 	return s
+}
+
+func stripManagedFields(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
 }
 
 // Cloud returns the cloud the simulator serves.

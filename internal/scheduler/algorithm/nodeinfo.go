@@ -1,0 +1,313 @@
+package algorithm
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/sets"
+)
+
+// PodInfo is a pod with everything the predicates and priorities compute
+// from it once: requests, host ports, parsed affinity terms.
+type PodInfo struct {
+	Pod        *corev1.Pod
+	Requests   Resource
+	NonZeroCPU int64
+	NonZeroMem int64
+
+	RequiredAffinity      []AffinityTerm
+	RequiredAntiAffinity  []AffinityTerm
+	PreferredAffinity     []WeightedAffinityTerm
+	PreferredAntiAffinity []WeightedAffinityTerm
+	// ParseError is set when an affinity term's selector does not parse;
+	// such a pod fits nowhere.
+	ParseError error
+}
+
+// AffinityTerm is a pod (anti-)affinity term with its selectors parsed.
+type AffinityTerm struct {
+	Selector          labels.Selector
+	Namespaces        sets.Set[string]
+	NamespaceSelector labels.Selector // nil: only Namespaces
+	TopologyKey       string
+}
+
+// WeightedAffinityTerm is a preferred term.
+type WeightedAffinityTerm struct {
+	AffinityTerm
+	Weight int32
+}
+
+// NewPodInfo computes a PodInfo.
+func NewPodInfo(pod *corev1.Pod) *PodInfo {
+	pi := &PodInfo{Pod: pod}
+	pi.Requests, pi.NonZeroCPU, pi.NonZeroMem = podRequests(pod)
+	pi.Requests.Pods = 1
+	if a := pod.Spec.Affinity; a != nil {
+		if pa := a.PodAffinity; pa != nil {
+			pi.RequiredAffinity = pi.parseTerms(pa.RequiredDuringSchedulingIgnoredDuringExecution)
+			pi.PreferredAffinity = pi.parseWeighted(pa.PreferredDuringSchedulingIgnoredDuringExecution)
+		}
+		if pa := a.PodAntiAffinity; pa != nil {
+			pi.RequiredAntiAffinity = pi.parseTerms(pa.RequiredDuringSchedulingIgnoredDuringExecution)
+			pi.PreferredAntiAffinity = pi.parseWeighted(pa.PreferredDuringSchedulingIgnoredDuringExecution)
+		}
+	}
+	return pi
+}
+
+// HasAffinity reports whether the pod has any pod (anti-)affinity term.
+func (pi *PodInfo) HasAffinity() bool {
+	return len(pi.RequiredAffinity)+len(pi.RequiredAntiAffinity)+len(pi.PreferredAffinity)+len(pi.PreferredAntiAffinity) > 0
+}
+
+func (pi *PodInfo) parseTerms(terms []corev1.PodAffinityTerm) []AffinityTerm {
+	out := make([]AffinityTerm, 0, len(terms))
+	for i := range terms {
+		t, err := newAffinityTerm(pi.Pod, &terms[i])
+		if err != nil {
+			pi.ParseError = err
+			continue
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+func (pi *PodInfo) parseWeighted(terms []corev1.WeightedPodAffinityTerm) []WeightedAffinityTerm {
+	out := make([]WeightedAffinityTerm, 0, len(terms))
+	for i := range terms {
+		t, err := newAffinityTerm(pi.Pod, &terms[i].PodAffinityTerm)
+		if err != nil {
+			pi.ParseError = err
+			continue
+		}
+		out = append(out, WeightedAffinityTerm{AffinityTerm: t, Weight: terms[i].Weight})
+	}
+	return out
+}
+
+func newAffinityTerm(pod *corev1.Pod, t *corev1.PodAffinityTerm) (AffinityTerm, error) {
+	sel, err := labelSelector(t.LabelSelector)
+	if err != nil {
+		return AffinityTerm{}, err
+	}
+	term := AffinityTerm{Selector: sel, TopologyKey: t.TopologyKey, Namespaces: sets.New(t.Namespaces...)}
+	if t.NamespaceSelector != nil {
+		if term.NamespaceSelector, err = labelSelector(t.NamespaceSelector); err != nil {
+			return AffinityTerm{}, err
+		}
+	}
+	// No namespaces and no namespace selector: the pod's own namespace.
+	if len(t.Namespaces) == 0 && t.NamespaceSelector == nil {
+		term.Namespaces.Insert(pod.Namespace)
+	}
+	return term, nil
+}
+
+// Matches reports whether an existing pod (in a namespace with nsLabels)
+// matches the term.
+func (t *AffinityTerm) Matches(pod *corev1.Pod, nsLabels labels.Set) bool {
+	if !t.Namespaces.Has(pod.Namespace) {
+		if t.NamespaceSelector == nil || !t.NamespaceSelector.Matches(nsLabels) {
+			return false
+		}
+	}
+	return t.Selector.Matches(labels.Set(pod.Labels))
+}
+
+// NodeInfo is a node with the pods on it and their aggregate requests.
+type NodeInfo struct {
+	Node *corev1.Node
+	Pods []*PodInfo
+	// PodsWithAffinity and PodsWithRequiredAntiAffinity index the pods the
+	// inter-pod affinity code must look at.
+	PodsWithAffinity             []*PodInfo
+	PodsWithRequiredAntiAffinity []*PodInfo
+
+	Allocatable Resource
+	Requested   Resource
+	// NonZeroRequested is what the priorities use: requests with the
+	// default applied to containers that set none.
+	NonZeroRequested Resource
+	UsedPorts        hostPorts
+	// ImageSizes maps every image name the node reports to its size.
+	ImageSizes map[string]int64
+	// Generation changes whenever the NodeInfo does.
+	Generation int64
+}
+
+// NewNodeInfo builds a NodeInfo for node with the given pods.
+func NewNodeInfo(node *corev1.Node, pods ...*PodInfo) *NodeInfo {
+	ni := &NodeInfo{}
+	ni.SetNode(node)
+	for _, p := range pods {
+		ni.AddPod(p)
+	}
+	return ni
+}
+
+// SetNode sets or replaces the node object.
+func (ni *NodeInfo) SetNode(node *corev1.Node) {
+	ni.Node = node
+	ni.Allocatable = resourceFromList(node.Status.Allocatable)
+	ni.ImageSizes = make(map[string]int64, len(node.Status.Images))
+	for _, img := range node.Status.Images {
+		for _, name := range img.Names {
+			ni.ImageSizes[normalizeImage(name)] = img.SizeBytes
+		}
+	}
+	ni.Generation++
+}
+
+// AddPod accounts for a pod on the node.
+func (ni *NodeInfo) AddPod(pi *PodInfo) {
+	ni.Pods = append(ni.Pods, pi)
+	if pi.HasAffinity() {
+		ni.PodsWithAffinity = append(ni.PodsWithAffinity, pi)
+	}
+	if len(pi.RequiredAntiAffinity) > 0 {
+		ni.PodsWithRequiredAntiAffinity = append(ni.PodsWithRequiredAntiAffinity, pi)
+	}
+	ni.Requested.Add(&pi.Requests)
+	ni.NonZeroRequested.MilliCPU += pi.NonZeroCPU
+	ni.NonZeroRequested.Memory += pi.NonZeroMem
+	ni.NonZeroRequested.Pods++
+	ni.UsedPorts.add(pi.Pod)
+	ni.Generation++
+}
+
+// RemovePod removes a pod by UID; it reports whether the pod was there.
+func (ni *NodeInfo) RemovePod(pod *corev1.Pod) bool {
+	idx := -1
+	for i, p := range ni.Pods {
+		if p.Pod.UID == pod.UID {
+			idx = i
+			break
+		}
+	}
+	if idx < 0 {
+		return false
+	}
+	pi := ni.Pods[idx]
+	ni.Pods = removeAt(ni.Pods, idx)
+	ni.PodsWithAffinity = removePodInfo(ni.PodsWithAffinity, pi)
+	ni.PodsWithRequiredAntiAffinity = removePodInfo(ni.PodsWithRequiredAntiAffinity, pi)
+	ni.Requested.Sub(&pi.Requests)
+	ni.NonZeroRequested.MilliCPU -= pi.NonZeroCPU
+	ni.NonZeroRequested.Memory -= pi.NonZeroMem
+	ni.NonZeroRequested.Pods--
+	ni.UsedPorts.remove(pi.Pod)
+	ni.Generation++
+	return true
+}
+
+// Clone copies the NodeInfo so that a copy can change independently; the
+// node and pod objects themselves are shared and never modified.
+func (ni *NodeInfo) Clone() *NodeInfo {
+	c := *ni
+	c.Pods = append([]*PodInfo(nil), ni.Pods...)
+	c.PodsWithAffinity = append([]*PodInfo(nil), ni.PodsWithAffinity...)
+	c.PodsWithRequiredAntiAffinity = append([]*PodInfo(nil), ni.PodsWithRequiredAntiAffinity...)
+	c.Requested.Scalar = cloneScalar(ni.Requested.Scalar)
+	c.UsedPorts = ni.UsedPorts.clone()
+	return &c
+}
+
+func cloneScalar(m map[corev1.ResourceName]int64) map[corev1.ResourceName]int64 {
+	if m == nil {
+		return nil
+	}
+	out := make(map[corev1.ResourceName]int64, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func removeAt(s []*PodInfo, i int) []*PodInfo {
+	s[i] = s[len(s)-1]
+	s[len(s)-1] = nil
+	return s[:len(s)-1]
+}
+
+func removePodInfo(s []*PodInfo, pi *PodInfo) []*PodInfo {
+	for i, p := range s {
+		if p == pi {
+			return removeAt(s, i)
+		}
+	}
+	return s
+}
+
+// hostPort is a (protocol, ip, port) a pod binds on its node.
+type hostPort struct {
+	protocol corev1.Protocol
+	ip       string
+	port     int32
+}
+
+// hostPorts counts the host ports in use on a node.
+type hostPorts map[hostPort]int
+
+func podHostPorts(pod *corev1.Pod) []hostPort {
+	var out []hostPort
+	for i := range pod.Spec.Containers {
+		for _, p := range pod.Spec.Containers[i].Ports {
+			if p.HostPort <= 0 {
+				continue
+			}
+			proto := p.Protocol
+			if proto == "" {
+				proto = corev1.ProtocolTCP
+			}
+			ip := p.HostIP
+			if ip == "" {
+				ip = "0.0.0.0"
+			}
+			out = append(out, hostPort{proto, ip, p.HostPort})
+		}
+	}
+	return out
+}
+
+func (hp *hostPorts) add(pod *corev1.Pod) {
+	for _, p := range podHostPorts(pod) {
+		if *hp == nil {
+			*hp = hostPorts{}
+		}
+		(*hp)[p]++
+	}
+}
+
+func (hp hostPorts) remove(pod *corev1.Pod) {
+	for _, p := range podHostPorts(pod) {
+		if hp[p] <= 1 {
+			delete(hp, p)
+		} else {
+			hp[p]--
+		}
+	}
+}
+
+func (hp hostPorts) clone() hostPorts {
+	if hp == nil {
+		return nil
+	}
+	out := make(hostPorts, len(hp))
+	for k, v := range hp {
+		out[k] = v
+	}
+	return out
+}
+
+// conflicts reports whether p collides with a port in use: same protocol
+// and port, and the same IP or either side on 0.0.0.0.
+func (hp hostPorts) conflicts(p hostPort) bool {
+	for used := range hp {
+		if used.port == p.port && used.protocol == p.protocol &&
+			(used.ip == p.ip || used.ip == "0.0.0.0" || p.ip == "0.0.0.0") {
+			return true
+		}
+	}
+	return false
+}

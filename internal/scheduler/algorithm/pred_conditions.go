@@ -1,0 +1,82 @@
+package algorithm
+
+import (
+	corev1 "k8s.io/api/core/v1"
+)
+
+func nodeCondition(n *corev1.Node, t corev1.NodeConditionType) corev1.ConditionStatus {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == t {
+			return n.Status.Conditions[i].Status
+		}
+	}
+	return ""
+}
+
+func isBestEffort(pod *corev1.Pod) bool {
+	for _, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+		for i := range cs {
+			if len(cs[i].Resources.Requests) > 0 || len(cs[i].Resources.Limits) > 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// checkNodeMemoryPressure: a node under memory pressure takes no
+// best-effort pods (the first the kubelet would evict).
+type checkNodeMemoryPressure struct{}
+
+func (checkNodeMemoryPressure) Name() string { return "CheckNodeMemoryPressure" }
+
+func (checkNodeMemoryPressure) Filter(_ *CycleState, pi *PodInfo, ni *NodeInfo) []string {
+	if nodeCondition(ni.Node, corev1.NodeMemoryPressure) == corev1.ConditionTrue && isBestEffort(pi.Pod) {
+		return []string{ReasonMemoryPressure}
+	}
+	return nil
+}
+
+// checkNodeDiskPressure: a node under disk pressure takes no pods.
+type checkNodeDiskPressure struct{}
+
+func (checkNodeDiskPressure) Name() string { return "CheckNodeDiskPressure" }
+
+func (checkNodeDiskPressure) Filter(_ *CycleState, _ *PodInfo, ni *NodeInfo) []string {
+	if nodeCondition(ni.Node, corev1.NodeDiskPressure) == corev1.ConditionTrue {
+		return []string{ReasonDiskPressure}
+	}
+	return nil
+}
+
+// checkNodePIDPressure: a node under PID pressure takes no pods.
+type checkNodePIDPressure struct{}
+
+func (checkNodePIDPressure) Name() string { return "CheckNodePIDPressure" }
+
+func (checkNodePIDPressure) Filter(_ *CycleState, _ *PodInfo, ni *NodeInfo) []string {
+	if nodeCondition(ni.Node, corev1.NodePIDPressure) == corev1.ConditionTrue {
+		return []string{ReasonPIDPressure}
+	}
+	return nil
+}
+
+// checkNodeCondition: the node must be Ready, have its network, and not be
+// cordoned.
+type checkNodeCondition struct{}
+
+func (checkNodeCondition) Name() string { return "CheckNodeCondition" }
+
+func (checkNodeCondition) Filter(_ *CycleState, _ *PodInfo, ni *NodeInfo) []string {
+	var out []string
+	if nodeCondition(ni.Node, corev1.NodeReady) != corev1.ConditionTrue {
+		out = append(out, ReasonNodeNotReady)
+	}
+	if nodeCondition(ni.Node, corev1.NodeNetworkUnavailable) == corev1.ConditionTrue {
+		out = append(out, ReasonNetworkUnavailable)
+	}
+	if ni.Node.Spec.Unschedulable {
+		out = append(out, ReasonNodeUnschedulable)
+	}
+	return out
+}

@@ -1,0 +1,119 @@
+package algorithm
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+)
+
+// SystemCriticalPriority is the pod priority from which a pod is critical
+// (system-cluster-critical and system-node-critical are above it).
+const SystemCriticalPriority int32 = 2000000000
+
+// IsCriticalPod reports whether the pod is critical: the general
+// predicates' non-critical part (resources) does not apply to it.
+func IsCriticalPod(pod *corev1.Pod) bool {
+	return pod.Spec.Priority != nil && *pod.Spec.Priority >= SystemCriticalPriority
+}
+
+// podFitsResources: the node's allocatable must hold the pod's requests on
+// top of what its pods request; one more pod must fit its pod count.
+type podFitsResources struct{}
+
+func (podFitsResources) Name() string { return "PodFitsResources" }
+
+func (podFitsResources) Filter(_ *CycleState, pi *PodInfo, ni *NodeInfo) []string {
+	return fitsResources(pi, ni)
+}
+
+func fitsResources(pi *PodInfo, ni *NodeInfo) []string {
+	var out []string
+	if ni.Requested.Pods+1 > ni.Allocatable.Pods {
+		out = append(out, ReasonTooManyPods)
+	}
+	r := &pi.Requests
+	if r.MilliCPU > 0 && ni.Requested.MilliCPU+r.MilliCPU > ni.Allocatable.MilliCPU {
+		out = append(out, insufficient("cpu"))
+	}
+	if r.Memory > 0 && ni.Requested.Memory+r.Memory > ni.Allocatable.Memory {
+		out = append(out, insufficient("memory"))
+	}
+	if r.EphemeralStorage > 0 && ni.Requested.EphemeralStorage+r.EphemeralStorage > ni.Allocatable.EphemeralStorage {
+		out = append(out, insufficient("ephemeral-storage"))
+	}
+	for name, q := range r.Scalar {
+		if q > 0 && ni.Requested.Scalar[name]+q > ni.Allocatable.Scalar[name] {
+			out = append(out, insufficient(string(name)))
+		}
+	}
+	return out
+}
+
+// podFitsHostPorts: no host port of the pod may be in use on the node.
+type podFitsHostPorts struct{ name string }
+
+func (p podFitsHostPorts) Name() string { return p.name }
+
+func (podFitsHostPorts) Filter(_ *CycleState, pi *PodInfo, ni *NodeInfo) []string {
+	return fitsHostPorts(pi, ni)
+}
+
+func fitsHostPorts(pi *PodInfo, ni *NodeInfo) []string {
+	for _, p := range podHostPorts(pi.Pod) {
+		if ni.UsedPorts.conflicts(p) {
+			return []string{ReasonHostPortsNotFree}
+		}
+	}
+	return nil
+}
+
+// hostName: a pod that names a node fits only that node.
+type hostName struct{}
+
+func (hostName) Name() string { return "HostName" }
+
+func (hostName) Filter(_ *CycleState, pi *PodInfo, ni *NodeInfo) []string {
+	return fitsHostName(pi, ni)
+}
+
+func fitsHostName(pi *PodInfo, ni *NodeInfo) []string {
+	if pi.Pod.Spec.NodeName != "" && pi.Pod.Spec.NodeName != ni.Node.Name {
+		return []string{ReasonHostNameNotMatch}
+	}
+	return nil
+}
+
+// matchNodeSelector: the pod's nodeSelector AND its required node affinity
+// (terms OR'd, expressions and fields within a term AND'd).
+type matchNodeSelector struct{}
+
+func (matchNodeSelector) Name() string { return "MatchNodeSelector" }
+
+func (matchNodeSelector) Filter(_ *CycleState, pi *PodInfo, ni *NodeInfo) []string {
+	return fitsNodeSelector(pi, ni)
+}
+
+func fitsNodeSelector(pi *PodInfo, ni *NodeInfo) []string {
+	ok, err := nodeaffinity.GetRequiredNodeAffinity(pi.Pod).Match(ni.Node)
+	if err != nil || !ok {
+		return []string{ReasonNodeSelectorNotMatch}
+	}
+	return nil
+}
+
+// generalPredicates bundles the checks every node agent also runs: the
+// critical ones (host ports, host name, node selector) every pod must pass,
+// and the non-critical one (resources) that critical pods skip.
+type generalPredicates struct{}
+
+func (generalPredicates) Name() string { return "GeneralPredicates" }
+
+func (generalPredicates) Filter(_ *CycleState, pi *PodInfo, ni *NodeInfo) []string {
+	var out []string
+	if !IsCriticalPod(pi.Pod) {
+		out = append(out, fitsResources(pi, ni)...)
+	}
+	out = append(out, fitsHostPorts(pi, ni)...)
+	out = append(out, fitsHostName(pi, ni)...)
+	out = append(out, fitsNodeSelector(pi, ni)...)
+	return out
+}

@@ -1,0 +1,136 @@
+package algorithm
+
+import (
+	"sort"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+)
+
+// Listers give the predicates and priorities read access to the objects
+// besides nodes and pods they consult. Any of them may be nil, meaning no
+// such objects.
+type Listers struct {
+	Services               corelisters.ServiceLister
+	ReplicationControllers corelisters.ReplicationControllerLister
+	ReplicaSets            appslisters.ReplicaSetLister
+	StatefulSets           appslisters.StatefulSetLister
+	PersistentVolumeClaims corelisters.PersistentVolumeClaimLister
+	PersistentVolumes      corelisters.PersistentVolumeLister
+	StorageClasses         storagelisters.StorageClassLister
+	Namespaces             corelisters.NamespaceLister
+}
+
+// Snapshot is an immutable view of the cluster that one scheduling
+// decision reads.
+type Snapshot struct {
+	Nodes  []*NodeInfo
+	byName map[string]*NodeInfo
+	Listers
+
+	nsMu     sync.Mutex
+	nsLabels map[string]labels.Set
+}
+
+// NewSnapshot indexes nodes.
+func NewSnapshot(nodes []*NodeInfo, l Listers) *Snapshot {
+	s := &Snapshot{Nodes: nodes, byName: make(map[string]*NodeInfo, len(nodes)), Listers: l, nsLabels: map[string]labels.Set{}}
+	for _, n := range nodes {
+		s.byName[n.Node.Name] = n
+	}
+	return s
+}
+
+// Node returns a node's info, or nil.
+func (s *Snapshot) Node(name string) *NodeInfo { return s.byName[name] }
+
+// NamespaceLabels returns the labels of a namespace (empty when unknown).
+func (s *Snapshot) NamespaceLabels(ns string) labels.Set {
+	s.nsMu.Lock()
+	defer s.nsMu.Unlock()
+	if l, ok := s.nsLabels[ns]; ok {
+		return l
+	}
+	var l labels.Set
+	if s.Namespaces != nil {
+		if n, err := s.Namespaces.Get(ns); err == nil {
+			l = labels.Set(n.Labels)
+		}
+	}
+	s.nsLabels[ns] = l
+	return l
+}
+
+// podServices returns the services whose selector matches the pod, by name.
+func (s *Snapshot) podServices(pod *corev1.Pod) []*corev1.Service {
+	if s.Services == nil {
+		return nil
+	}
+	svcs, err := s.Services.Services(pod.Namespace).List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	podLabels := labels.Set(pod.Labels)
+	var out []*corev1.Service
+	for _, svc := range svcs {
+		if len(svc.Spec.Selector) > 0 && labels.SelectorFromSet(svc.Spec.Selector).Matches(podLabels) {
+			out = append(out, svc)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// podSelectors returns the selectors of the services, replication
+// controllers, replica sets and stateful sets a pod belongs to. onlyServices
+// limits it to services (ServiceSpreadingPriority).
+func (s *Snapshot) podSelectors(pod *corev1.Pod, onlyServices bool) []labels.Selector {
+	var out []labels.Selector
+	for _, svc := range s.podServices(pod) {
+		out = append(out, labels.SelectorFromSet(svc.Spec.Selector))
+	}
+	if onlyServices {
+		return out
+	}
+	if s.ReplicationControllers != nil {
+		if rcs, err := s.ReplicationControllers.GetPodControllers(pod); err == nil {
+			for _, rc := range rcs {
+				out = append(out, labels.SelectorFromSet(rc.Spec.Selector))
+			}
+		}
+	}
+	if s.ReplicaSets != nil {
+		if rss, err := s.ReplicaSets.GetPodReplicaSets(pod); err == nil {
+			for _, rs := range rss {
+				if sel, err := labelSelector(rs.Spec.Selector); err == nil {
+					out = append(out, sel)
+				}
+			}
+		}
+	}
+	if s.StatefulSets != nil {
+		if sss, err := s.StatefulSets.GetPodStatefulSets(pod); err == nil {
+			for _, ss := range sss {
+				if sel, err := labelSelector(ss.Spec.Selector); err == nil {
+					out = append(out, sel)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// firstServiceSelector returns the selector of the first service (by name)
+// a pod belongs to, as the legacy service (anti-)affinity functions used;
+// nil when it belongs to none.
+func (s *Snapshot) firstServiceSelector(pod *corev1.Pod) labels.Selector {
+	svcs := s.podServices(pod)
+	if len(svcs) == 0 {
+		return nil
+	}
+	return labels.SelectorFromSet(svcs[0].Spec.Selector)
+}
