@@ -16,6 +16,7 @@ import (
 )
 
 type upOptions struct {
+	schedulerPolicy         string
 	opts                    cluster.Options
 	workerCPU, workerMemory string
 	nodeReadyTimeout        time.Duration
@@ -54,6 +55,7 @@ the same cluster. Stop it with Ctrl-C (SIGINT) or SIGTERM.`,
 	fs.Int64Var(&cp.DefaultUnreachableTolerationSeconds, "default-unreachable-toleration-seconds", cp.DefaultUnreachableTolerationSeconds, "tolerationSeconds DefaultTolerationSeconds adds for node.kubernetes.io/unreachable")
 	fs.DurationVar(&o.opts.Sim.LeaseDuration, "node-lease-duration", 0, "simulated kubelets' node lease duration, renewed at a quarter of it (default: 40s, or --node-monitor-grace-period if shorter)")
 	fs.IntVar(&cp.LogVerbosity, "v", 0, "log verbosity of DATA_DIR/logs/capstan.log")
+	fs.StringVar(&o.schedulerPolicy, "scheduler-policy", "", "Policy file of the default-scheduler (default: the default policy)")
 	fs.DurationVar(&o.nodeReadyTimeout, "node-ready-timeout", 5*time.Minute, "how long to wait for the nodes to become Ready")
 	return c
 }
@@ -73,6 +75,9 @@ func (o *upOptions) run(c *cobra.Command) error {
 		return fmt.Errorf("worker node spec: %w", err)
 	}
 
+	if err := loadSchedulerPolicy(o.schedulerPolicy, &o.opts); err != nil {
+		return err
+	}
 	if err := o.opts.SetLeaseDuration(); err != nil {
 		return err
 	}

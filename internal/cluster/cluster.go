@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/capstan-dev/capstan/internal/controlplane"
+	"github.com/capstan-dev/capstan/internal/scheduler"
 	"github.com/capstan-dev/capstan/internal/sim"
 )
 
@@ -35,6 +36,9 @@ type Options struct {
 	WorkerSpec        sim.InstanceSpec
 	Cloud             sim.CloudOptions
 	Sim               sim.Options
+	// Scheduler configures the default-scheduler capstan runs; nil runs
+	// none (pods then wait for an external scheduler).
+	Scheduler *scheduler.Config
 }
 
 // DefaultOptions is what `capstan up` runs without flags.
@@ -49,6 +53,7 @@ func DefaultOptions() Options {
 		WorkerSpec: sim.InstanceSpec{
 			CPU: resource.MustParse("4"), Memory: resource.MustParse("16Gi"), Pods: 250, Role: "worker",
 		},
+		Scheduler: &scheduler.Config{Name: scheduler.DefaultSchedulerName},
 	}
 }
 
@@ -75,8 +80,9 @@ type Cluster struct {
 	Client       kubernetes.Interface
 	opts         Options
 
-	cancel  context.CancelFunc
-	simDone chan error
+	cancel    context.CancelFunc
+	simDone   chan error
+	schedDone chan error
 }
 
 // Start brings up the control plane and the simulator; it does not boot
@@ -105,6 +111,15 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		c.Stop()
 		return nil, fmt.Errorf("simulator did not start: %w", ctx.Err())
 	}
+	if opts.Scheduler != nil {
+		sched, err := scheduler.New(client, *opts.Scheduler)
+		if err != nil {
+			c.Stop()
+			return nil, fmt.Errorf("scheduler: %w", err)
+		}
+		c.schedDone = make(chan error, 1)
+		go func() { c.schedDone <- sched.Run(runCtx) }()
+	}
 	return c, nil
 }
 
@@ -132,6 +147,16 @@ func (c *Cluster) Stop() error {
 		}
 	case <-time.After(30 * time.Second):
 		errs = append(errs, errors.New("simulator did not stop within 30s"))
+	}
+	if c.schedDone != nil {
+		select {
+		case err := <-c.schedDone:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				errs = append(errs, err)
+			}
+		case <-time.After(30 * time.Second):
+			errs = append(errs, errors.New("scheduler did not stop within 30s"))
+		}
 	}
 	errs = append(errs, c.ControlPlane.Stop())
 	return errors.Join(errs...)

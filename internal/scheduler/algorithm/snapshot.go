@@ -33,12 +33,12 @@ type Snapshot struct {
 	Listers
 
 	nsMu     sync.Mutex
-	nsLabels map[string]labels.Set
+	nsLabels map[string]labelsSet
 }
 
 // NewSnapshot indexes nodes.
 func NewSnapshot(nodes []*NodeInfo, l Listers) *Snapshot {
-	s := &Snapshot{Nodes: nodes, byName: make(map[string]*NodeInfo, len(nodes)), Listers: l, nsLabels: map[string]labels.Set{}}
+	s := &Snapshot{Nodes: nodes, byName: make(map[string]*NodeInfo, len(nodes)), Listers: l, nsLabels: map[string]labelsSet{}}
 	for _, n := range nodes {
 		s.byName[n.Node.Name] = n
 	}
@@ -134,3 +134,5 @@ func (s *Snapshot) firstServiceSelector(pod *corev1.Pod) labels.Selector {
 	}
 	return labels.SelectorFromSet(svcs[0].Spec.Selector)
 }
+
+type labelsSet = labels.Set

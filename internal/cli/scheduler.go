@@ -1,0 +1,89 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/capstan-dev/capstan/internal/cluster"
+	"github.com/capstan-dev/capstan/internal/scheduler"
+	"github.com/capstan-dev/capstan/internal/scheduler/policy"
+)
+
+func newSchedulerCommand() *cobra.Command {
+	cf := &clientFlags{}
+	var (
+		policyFile, name string
+		leaderElect      bool
+		seed             uint64
+	)
+	c := &cobra.Command{
+		Use:   "scheduler",
+		Short: "Run a Policy scheduler against a cluster",
+		Long: `Runs capstan's Policy scheduler: predicates filter nodes, weighted priorities
+score them, the best total wins. Without --policy it uses the default policy
+of the scheduling documentation; a policy file replaces it entirely. Pods
+choose a scheduler by spec.schedulerName, so several run side by side.`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			var p *policy.Policy
+			if policyFile != "" {
+				var err error
+				if p, err = policy.Load(policyFile); err != nil {
+					return err
+				}
+			}
+			client, _, err := cf.client()
+			if err != nil {
+				return err
+			}
+			s, err := scheduler.New(client, scheduler.Config{Name: name, Policy: p, Seed: seed})
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			fmt.Fprintf(c.OutOrStdout(), "Scheduler %s running; Ctrl-C to stop\n", name)
+			if leaderElect {
+				return s.RunWithLeaderElection(ctx, client)
+			}
+			return s.Run(ctx)
+		},
+	}
+	cf.add(c.Flags())
+	c.Flags().StringVar(&policyFile, "policy", "", "scheduler Policy file (JSON or YAML); default: the default policy")
+	c.Flags().StringVar(&name, "scheduler-name", scheduler.DefaultSchedulerName, "the spec.schedulerName this scheduler serves")
+	c.Flags().BoolVar(&leaderElect, "leader-elect", false, "hold the Lease kube-system/<scheduler-name> before scheduling")
+	c.Flags().Uint64Var(&seed, "seed", 0, "seed of the random tie-breaking between equally good nodes")
+	c.AddCommand(&cobra.Command{
+		Use:   "validate-policy FILE",
+		Short: "Check a scheduler Policy file without running a scheduler",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			p, err := policy.Load(args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.OutOrStdout(), "%s: valid policy, %d predicates and %d priorities\n", args[0], len(p.Predicates), len(p.Priorities))
+			return nil
+		},
+	})
+	return c
+}
+
+// schedulerOptionFlag loads --scheduler-policy for capstan up.
+func loadSchedulerPolicy(file string, opts *cluster.Options) error {
+	if file == "" {
+		return nil
+	}
+	p, err := policy.Load(file)
+	if err != nil {
+		return err
+	}
+	opts.Scheduler.Policy = p
+	return nil
+}

@@ -1,0 +1,147 @@
+package scheduler
+
+import (
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/capstan-dev/capstan/internal/scheduler/algorithm"
+)
+
+// nodeCache is the scheduler's incremental view of nodes and the pods
+// assigned to them, updated in place from informer events and from the
+// scheduler's own assumptions (pods it bound but has not yet seen bound).
+// A decision holds the lock for its whole duration and reads the cache
+// directly: there is no per-pod copy.
+type nodeCache struct {
+	mu sync.Mutex
+	// infos holds every node seen, and placeholders for nodes that pods
+	// name but that are not (yet) known.
+	infos map[string]*algorithm.NodeInfo
+	// list and index are the nodes that exist, for snapshots.
+	list  []*algorithm.NodeInfo
+	index map[string]*algorithm.NodeInfo
+	// podNode maps each accounted pod to its node.
+	podNode map[types.UID]string
+	// assumed are pods bound by this scheduler and not yet observed bound.
+	assumed map[types.UID]bool
+}
+
+func newNodeCache() *nodeCache {
+	return &nodeCache{
+		infos:   map[string]*algorithm.NodeInfo{},
+		index:   map[string]*algorithm.NodeInfo{},
+		podNode: map[types.UID]string{},
+		assumed: map[types.UID]bool{},
+	}
+}
+
+func (c *nodeCache) info(name string) *algorithm.NodeInfo {
+	ni := c.infos[name]
+	if ni == nil {
+		ni = &algorithm.NodeInfo{}
+		c.infos[name] = ni
+	}
+	return ni
+}
+
+func (c *nodeCache) setNode(node *corev1.Node) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ni := c.info(node.Name)
+	if ni.Node == nil {
+		c.list = append(c.list, ni)
+		c.index[node.Name] = ni
+	}
+	ni.SetNode(node)
+}
+
+func (c *nodeCache) removeNode(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ni := c.infos[name]
+	if ni == nil || ni.Node == nil {
+		return
+	}
+	for i, x := range c.list {
+		if x == ni {
+			c.list[i] = c.list[len(c.list)-1]
+			c.list = c.list[:len(c.list)-1]
+			break
+		}
+	}
+	delete(c.index, name)
+	ni.Node = nil
+	if len(ni.Pods) == 0 {
+		delete(c.infos, name)
+	}
+}
+
+// hasNode reports whether a node exists now.
+func (c *nodeCache) hasNode(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.index[name]
+	return ok
+}
+
+// accountPod adds or updates an assigned pod (observed through the API).
+func (c *nodeCache) accountPod(pod *corev1.Pod) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.removeLocked(pod)
+	delete(c.assumed, pod.UID)
+	c.info(pod.Spec.NodeName).AddPod(algorithm.NewPodInfo(pod))
+	c.podNode[pod.UID] = pod.Spec.NodeName
+}
+
+// forgetPod removes a pod that is gone (or no longer holds resources).
+func (c *nodeCache) forgetPod(pod *corev1.Pod) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.removeLocked(pod)
+	delete(c.assumed, pod.UID)
+}
+
+func (c *nodeCache) removeLocked(pod *corev1.Pod) {
+	name, ok := c.podNode[pod.UID]
+	if !ok {
+		return
+	}
+	delete(c.podNode, pod.UID)
+	if ni := c.infos[name]; ni != nil {
+		ni.RemovePod(pod)
+		if ni.Node == nil && len(ni.Pods) == 0 {
+			delete(c.infos, name)
+		}
+	}
+}
+
+// assumeLocked accounts for a pod on the node the scheduler chose, before
+// the binding is confirmed, so the next decision already sees it. The
+// caller holds the lock (it is still in its decision).
+func (c *nodeCache) assumeLocked(pod *corev1.Pod, nodeName string) {
+	assumed := pod.DeepCopy()
+	assumed.Spec.NodeName = nodeName
+	c.removeLocked(assumed)
+	c.info(nodeName).AddPod(algorithm.NewPodInfo(assumed))
+	c.podNode[pod.UID] = nodeName
+	c.assumed[pod.UID] = true
+}
+
+// unassume drops an assumption whose binding failed.
+func (c *nodeCache) unassume(pod *corev1.Pod) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.assumed[pod.UID] {
+		c.removeLocked(pod)
+		delete(c.assumed, pod.UID)
+	}
+}
+
+// snapshotLocked returns a snapshot reading the cache; valid while the lock
+// is held.
+func (c *nodeCache) snapshotLocked(l algorithm.Listers) *algorithm.Snapshot {
+	return algorithm.NewSharedSnapshot(c.list, c.index, l)
+}

@@ -1,0 +1,258 @@
+package scheduler
+
+import (
+	"container/heap"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+)
+
+// Backoff of a pod that failed to schedule: doubling from the initial
+// value up to the maximum, as upstream does.
+const (
+	initialBackoff = time.Second
+	maxBackoff     = 10 * time.Second
+	// unschedulableFlush is how long a pod waits, with no cluster event
+	// that could help it, before it is tried again anyway.
+	unschedulableFlush = time.Minute
+)
+
+// queuedPod is a pending pod with its scheduling history.
+type queuedPod struct {
+	pod       *corev1.Pod
+	key       string
+	attempts  int
+	enqueued  time.Time
+	parkedAt  time.Time
+	heapIndex int
+}
+
+// schedulingQueue holds the pods waiting for this scheduler: an active heap
+// (highest priority first, then oldest), pods backing off after a failure,
+// and unschedulable pods parked until a cluster event might help them.
+type schedulingQueue struct {
+	clock clock.Clock
+
+	mu            sync.Mutex
+	cond          *sync.Cond
+	active        podHeap
+	known         map[string]*queuedPod // every queued pod, wherever it is
+	unschedulable map[string]*queuedPod
+	backingOff    map[string]*time.Timer
+	inFlight      map[string]*queuedPod
+	// cycle counts pops; moveCycle is the cycle of the last cluster
+	// event. A pod that fails after an event that happened while it was
+	// being scheduled is retried instead of parked.
+	cycle, moveCycle int64
+	closed           bool
+}
+
+func newSchedulingQueue(c clock.Clock) *schedulingQueue {
+	q := &schedulingQueue{clock: c, known: map[string]*queuedPod{}, unschedulable: map[string]*queuedPod{},
+		backingOff: map[string]*time.Timer{}, inFlight: map[string]*queuedPod{}}
+	q.cond = sync.NewCond(&q.mu)
+	return q
+}
+
+func podKey(pod *corev1.Pod) string {
+	k, _ := cache.MetaNamespaceKeyFunc(pod)
+	return k
+}
+
+// Add queues a new pending pod or refreshes a queued one. A parked pod
+// whose spec or labels changed (reactivate) is tried again; one whose
+// status alone changed (the scheduler's own condition) stays parked.
+func (q *schedulingQueue) Add(pod *corev1.Pod, reactivate bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	key := podKey(pod)
+	if qp, ok := q.known[key]; ok {
+		qp.pod = pod
+		if _, parked := q.unschedulable[key]; parked && reactivate {
+			delete(q.unschedulable, key)
+			q.pushLocked(qp)
+		} else if qp.heapIndex >= 0 {
+			heap.Fix(&q.active, qp.heapIndex)
+		}
+		return
+	}
+	if f, ok := q.inFlight[key]; ok {
+		f.pod = pod
+		return
+	}
+	qp := &queuedPod{pod: pod, key: key, enqueued: q.clock.Now(), heapIndex: -1}
+	q.known[key] = qp
+	q.pushLocked(qp)
+}
+
+func (q *schedulingQueue) pushLocked(qp *queuedPod) {
+	heap.Push(&q.active, qp)
+	q.cond.Signal()
+}
+
+// Delete forgets a pod (deleted, or scheduled by someone else).
+func (q *schedulingQueue) Delete(pod *corev1.Pod) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	key := podKey(pod)
+	qp, ok := q.known[key]
+	if !ok {
+		return
+	}
+	delete(q.known, key)
+	delete(q.unschedulable, key)
+	if t := q.backingOff[key]; t != nil {
+		t.Stop()
+		delete(q.backingOff, key)
+	}
+	if qp.heapIndex >= 0 {
+		heap.Remove(&q.active, qp.heapIndex)
+	}
+}
+
+// Pop blocks until a pod is active and returns it with the cycle it is
+// scheduled in; ok is false once the queue is closed.
+func (q *schedulingQueue) Pop() (qp *queuedPod, cycle int64, ok bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.active) == 0 && !q.closed {
+		q.cond.Wait()
+	}
+	if q.closed {
+		return nil, 0, false
+	}
+	qp = heap.Pop(&q.active).(*queuedPod)
+	delete(q.known, qp.key)
+	q.inFlight[qp.key] = qp
+	q.cycle++
+	return qp, q.cycle, true
+}
+
+// Done ends the scheduling of a popped pod that succeeded (or is gone).
+func (q *schedulingQueue) Done(qp *queuedPod) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.inFlight, qp.key)
+}
+
+// Requeue puts back a pod that could not be scheduled. Unschedulable pods
+// park until a cluster event (MoveAllToActive) unless one already happened
+// during their cycle; errors (a failed binding) back off and retry.
+func (q *schedulingQueue) Requeue(qp *queuedPod, cycle int64, unschedulable bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.inFlight, qp.key)
+	if q.closed {
+		return
+	}
+	if _, dup := q.known[qp.key]; dup {
+		return
+	}
+	qp.attempts++
+	q.known[qp.key] = qp
+	if unschedulable && q.moveCycle < cycle {
+		qp.parkedAt = q.clock.Now()
+		q.unschedulable[qp.key] = qp
+		return
+	}
+	q.backoffLocked(qp)
+}
+
+func (q *schedulingQueue) backoffLocked(qp *queuedPod) {
+	d := initialBackoff
+	for i := 1; i < qp.attempts && d < maxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, maxBackoff)
+	key := qp.key
+	q.backingOff[key] = time.AfterFunc(d, func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		delete(q.backingOff, key)
+		if cur, ok := q.known[key]; ok && cur == qp && !q.closed && qp.heapIndex < 0 {
+			q.pushLocked(qp)
+		}
+	})
+}
+
+// MoveAllToActive retries every parked pod (with its backoff): a cluster
+// event may have made room.
+func (q *schedulingQueue) MoveAllToActive() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for key, qp := range q.unschedulable {
+		delete(q.unschedulable, key)
+		q.backoffLocked(qp)
+	}
+	q.moveCycle = q.cycle
+}
+
+// FlushStale retries pods parked longer than unschedulableFlush.
+func (q *schedulingQueue) FlushStale() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.clock.Now()
+	for key, qp := range q.unschedulable {
+		if now.Sub(qp.parkedAt) >= unschedulableFlush {
+			delete(q.unschedulable, key)
+			q.pushLocked(qp)
+		}
+	}
+}
+
+// Len reports how many pods are queued (active, backing off or parked).
+func (q *schedulingQueue) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.known)
+}
+
+// Close wakes Pop callers and stops the queue.
+func (q *schedulingQueue) Close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	for _, t := range q.backingOff {
+		t.Stop()
+	}
+	q.cond.Broadcast()
+}
+
+// podHeap orders pods by priority, then by when they were queued.
+type podHeap []*queuedPod
+
+func (h podHeap) Len() int { return len(h) }
+func (h podHeap) Less(i, j int) bool {
+	pi, pj := podPriority(h[i].pod), podPriority(h[j].pod)
+	if pi != pj {
+		return pi > pj
+	}
+	return h[i].enqueued.Before(h[j].enqueued)
+}
+func (h podHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIndex, h[j].heapIndex = i, j
+}
+func (h *podHeap) Push(x any) {
+	qp := x.(*queuedPod)
+	qp.heapIndex = len(*h)
+	*h = append(*h, qp)
+}
+func (h *podHeap) Pop() any {
+	old := *h
+	qp := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	qp.heapIndex = -1
+	return qp
+}
+
+func podPriority(pod *corev1.Pod) int32 {
+	if pod.Spec.Priority != nil {
+		return *pod.Spec.Priority
+	}
+	return 0
+}

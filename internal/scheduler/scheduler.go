@@ -1,0 +1,385 @@
+// Package scheduler is capstan's Policy scheduler: it watches pods and
+// nodes, decides with the algorithm library of a scheduler Policy, binds
+// through the pods/binding subresource, and reports each decision in
+// events and the PodScheduled condition.
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/capstan-dev/capstan/internal/scheduler/algorithm"
+	"github.com/capstan-dev/capstan/internal/scheduler/policy"
+)
+
+// DefaultSchedulerName is the name pods get when they name none.
+const DefaultSchedulerName = corev1.DefaultSchedulerName
+
+// Event reasons, as upstream's scheduler names them.
+const (
+	ReasonScheduled        = "Scheduled"
+	ReasonFailedScheduling = "FailedScheduling"
+)
+
+// Config configures a scheduler.
+type Config struct {
+	// Name is the scheduler name pods select with spec.schedulerName.
+	Name string
+	// Policy decides; nil means the default policy.
+	Policy *policy.Policy
+	// Seed makes tie-breaking reproducible.
+	Seed uint64
+	// BindWorkers bind in parallel with the next decisions.
+	BindWorkers int
+	Clock       clock.WithTicker
+}
+
+// Scheduler is a running Policy scheduler.
+type Scheduler struct {
+	cfg       Config
+	client    kubernetes.Interface
+	algorithm *algorithm.Algorithm
+	factory   informers.SharedInformerFactory
+	listers   algorithm.Listers
+	synced    []cache.InformerSynced
+	cache     *nodeCache
+	queue     *schedulingQueue
+	recorder  record.EventRecorder
+	events    record.EventBroadcaster
+	binds     chan bindRequest
+}
+
+type bindRequest struct {
+	qp    *queuedPod
+	cycle int64
+	node  string
+}
+
+// New builds a scheduler; Run starts it.
+func New(client kubernetes.Interface, cfg Config) (*Scheduler, error) {
+	if cfg.Name == "" {
+		cfg.Name = DefaultSchedulerName
+	}
+	if cfg.Policy == nil {
+		cfg.Policy = policy.Default()
+	}
+	if cfg.BindWorkers <= 0 {
+		cfg.BindWorkers = 16
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	alg, err := algorithm.New(cfg.Policy, cfg.Seed)
+	if err != nil {
+		return nil, err
+	}
+	s := &Scheduler{
+		cfg:       cfg,
+		client:    client,
+		algorithm: alg,
+		factory:   informers.NewSharedInformerFactory(client, 0),
+		cache:     newNodeCache(),
+		queue:     newSchedulingQueue(cfg.Clock),
+		binds:     make(chan bindRequest, 1024),
+	}
+	s.events = record.NewBroadcaster()
+	s.recorder = s.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: cfg.Name})
+	s.setupInformers()
+	return s, nil
+}
+
+// Algorithm returns the decision logic the scheduler uses.
+func (s *Scheduler) Algorithm() *algorithm.Algorithm { return s.algorithm }
+
+func (s *Scheduler) setupInformers() {
+	f := s.factory
+	s.listers = algorithm.Listers{
+		Services:               f.Core().V1().Services().Lister(),
+		ReplicationControllers: f.Core().V1().ReplicationControllers().Lister(),
+		ReplicaSets:            f.Apps().V1().ReplicaSets().Lister(),
+		StatefulSets:           f.Apps().V1().StatefulSets().Lister(),
+		PersistentVolumeClaims: f.Core().V1().PersistentVolumeClaims().Lister(),
+		PersistentVolumes:      f.Core().V1().PersistentVolumes().Lister(),
+		StorageClasses:         f.Storage().V1().StorageClasses().Lister(),
+		Namespaces:             f.Core().V1().Namespaces().Lister(),
+	}
+	moveOnChange := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { s.queue.MoveAllToActive() },
+		UpdateFunc: func(any, any) { s.queue.MoveAllToActive() },
+		DeleteFunc: func(any) { s.queue.MoveAllToActive() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{
+		f.Core().V1().Services().Informer(), f.Core().V1().PersistentVolumeClaims().Informer(),
+		f.Core().V1().PersistentVolumes().Informer(), f.Storage().V1().StorageClasses().Informer(),
+	} {
+		_, _ = inf.AddEventHandler(moveOnChange)
+		s.synced = append(s.synced, inf.HasSynced)
+	}
+	for _, inf := range []cache.SharedIndexInformer{
+		f.Core().V1().ReplicationControllers().Informer(), f.Apps().V1().ReplicaSets().Informer(),
+		f.Apps().V1().StatefulSets().Informer(), f.Core().V1().Namespaces().Informer(),
+	} {
+		s.synced = append(s.synced, inf.HasSynced)
+	}
+	nodes := f.Core().V1().Nodes().Informer()
+	_, _ = nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			s.cache.setNode(obj.(*corev1.Node))
+			s.queue.MoveAllToActive()
+		},
+		UpdateFunc: func(old, obj any) {
+			o, n := old.(*corev1.Node), obj.(*corev1.Node)
+			s.cache.setNode(n)
+			if nodeSchedulingChanged(o, n) {
+				s.queue.MoveAllToActive()
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if n, ok := obj.(*corev1.Node); ok {
+				s.cache.removeNode(n.Name)
+			}
+		},
+	})
+	pods := f.Core().V1().Pods().Informer()
+	_, _ = pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { s.podChanged(nil, obj.(*corev1.Pod)) },
+		UpdateFunc: func(old, obj any) { s.podChanged(old.(*corev1.Pod), obj.(*corev1.Pod)) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if p, ok := obj.(*corev1.Pod); ok {
+				s.podDeleted(p)
+			}
+		},
+	})
+	s.synced = append(s.synced, nodes.HasSynced, pods.HasSynced)
+}
+
+// nodeSchedulingChanged reports a node change that may let a waiting pod
+// fit: anything but heartbeats.
+func nodeSchedulingChanged(o, n *corev1.Node) bool {
+	if o.Spec.Unschedulable != n.Spec.Unschedulable || len(o.Spec.Taints) != len(n.Spec.Taints) ||
+		len(o.Labels) != len(n.Labels) || len(o.Status.Allocatable) != len(n.Status.Allocatable) {
+		return true
+	}
+	for k, v := range n.Labels {
+		if o.Labels[k] != v {
+			return true
+		}
+	}
+	for i := range n.Spec.Taints {
+		if !o.Spec.Taints[i].MatchTaint(&n.Spec.Taints[i]) || o.Spec.Taints[i].Value != n.Spec.Taints[i].Value {
+			return true
+		}
+	}
+	for k, v := range n.Status.Allocatable {
+		if ov, ok := o.Status.Allocatable[k]; !ok || ov.Cmp(v) != 0 {
+			return true
+		}
+	}
+	for _, c := range n.Status.Conditions {
+		for _, oc := range o.Status.Conditions {
+			if oc.Type == c.Type && oc.Status != c.Status {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// podSchedulingChanged reports a change of what the scheduler decides on:
+// the spec, labels or annotations, not the status.
+func podSchedulingChanged(old, pod *corev1.Pod) bool {
+	return !equality.Semantic.DeepEqual(old.Spec, pod.Spec) ||
+		!equality.Semantic.DeepEqual(old.Labels, pod.Labels) ||
+		!equality.Semantic.DeepEqual(old.Annotations, pod.Annotations)
+}
+
+func terminal(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+func (s *Scheduler) podChanged(old, pod *corev1.Pod) {
+	switch {
+	case pod.Spec.NodeName != "":
+		s.queue.Delete(pod)
+		if terminal(pod) {
+			s.cache.forgetPod(pod)
+			s.queue.MoveAllToActive()
+			return
+		}
+		s.cache.accountPod(pod)
+	case pod.Spec.SchedulerName == s.cfg.Name && pod.DeletionTimestamp == nil && !terminal(pod):
+		if old != nil && old.ResourceVersion == pod.ResourceVersion {
+			return
+		}
+		s.queue.Add(pod, old == nil || podSchedulingChanged(old, pod))
+	default:
+		s.queue.Delete(pod)
+	}
+}
+
+func (s *Scheduler) podDeleted(pod *corev1.Pod) {
+	s.queue.Delete(pod)
+	if pod.Spec.NodeName != "" {
+		s.cache.forgetPod(pod)
+		// Freed resources, ports or affinity may let a waiting pod in.
+		s.queue.MoveAllToActive()
+	}
+}
+
+// Run schedules until ctx ends.
+func (s *Scheduler) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithValues("scheduler", s.cfg.Name)
+	s.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.client.CoreV1().Events("")})
+	defer s.events.Shutdown()
+	s.factory.Start(ctx.Done())
+	defer s.factory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), s.synced...) {
+		return fmt.Errorf("scheduler %s: caches did not sync: %w", s.cfg.Name, ctx.Err())
+	}
+	logger.Info("Scheduler started", "predicates", s.algorithm.Predicates())
+	var wg sync.WaitGroup
+	for i := 0; i < s.cfg.BindWorkers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for req := range s.binds {
+				s.bind(ctx, req)
+			}
+		}()
+	}
+	go func() {
+		t := s.cfg.Clock.NewTicker(unschedulableFlush / 4)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C():
+				s.queue.FlushStale()
+			}
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		s.queue.Close()
+	}()
+	for {
+		qp, cycle, ok := s.queue.Pop()
+		if !ok {
+			break
+		}
+		s.scheduleOne(ctx, qp, cycle)
+	}
+	close(s.binds)
+	wg.Wait()
+	return nil
+}
+
+// scheduleOne decides for one pod and, when a node fits, assumes it there
+// and hands the binding to a bind worker.
+func (s *Scheduler) scheduleOne(ctx context.Context, qp *queuedPod, cycle int64) {
+	pod := qp.pod
+	s.cache.mu.Lock()
+	d := s.algorithm.Schedule(ctx, pod, s.cache.snapshotLocked(s.listers), algorithm.Options{})
+	if d.Feasible() {
+		s.cache.assumeLocked(pod, d.Selected)
+	}
+	s.cache.mu.Unlock()
+	if !d.Feasible() {
+		s.unschedulable(ctx, qp, cycle, d.Summary())
+		return
+	}
+	s.binds <- bindRequest{qp: qp, cycle: cycle, node: d.Selected}
+}
+
+// bind posts the binding. A node that vanished since the decision, or a
+// rejected binding, sends the pod back to the queue; a pod already bound
+// (by anyone) is never bound again.
+func (s *Scheduler) bind(ctx context.Context, req bindRequest) {
+	pod := req.qp.pod
+	logger := klog.FromContext(ctx)
+	if !s.cache.hasNode(req.node) {
+		s.cache.unassume(pod)
+		s.queue.Requeue(req.qp, req.cycle, false)
+		return
+	}
+	err := s.client.CoreV1().Pods(pod.Namespace).Bind(ctx, &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: req.node},
+	}, metav1.CreateOptions{})
+	switch {
+	case err == nil:
+		s.queue.Done(req.qp)
+		s.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonScheduled, "Successfully assigned %s/%s to %s", pod.Namespace, pod.Name, req.node)
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		// Deleted, recreated or already bound: nothing left to do for this
+		// pod object; the informer brings whatever replaced it.
+		s.cache.unassume(pod)
+		s.queue.Done(req.qp)
+		logger.V(2).Info("Binding dropped", "pod", klog.KObj(pod), "err", err)
+	default:
+		s.cache.unassume(pod)
+		if ctx.Err() != nil {
+			return
+		}
+		s.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonFailedScheduling, "Binding rejected: %v", err)
+		s.queue.Requeue(req.qp, req.cycle, false)
+	}
+}
+
+// unschedulable records why no node fits and parks the pod until the
+// cluster changes.
+func (s *Scheduler) unschedulable(ctx context.Context, qp *queuedPod, cycle int64, msg string) {
+	pod := qp.pod
+	s.recorder.Event(pod, corev1.EventTypeWarning, ReasonFailedScheduling, msg)
+	if err := s.setUnschedulableCondition(ctx, pod, msg); err != nil && !apierrors.IsNotFound(err) {
+		klog.FromContext(ctx).V(2).Info("Updating PodScheduled condition failed", "pod", klog.KObj(pod), "err", err)
+	}
+	s.queue.Requeue(qp, cycle, true)
+}
+
+func (s *Scheduler) setUnschedulableCondition(ctx context.Context, pod *corev1.Pod, msg string) error {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable && c.Message == msg {
+			return nil
+		}
+	}
+	updated := pod.DeepCopy()
+	cond := corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+		Reason: corev1.PodReasonUnschedulable, Message: msg, LastTransitionTime: metav1.NewTime(s.cfg.Clock.Now())}
+	replaced := false
+	for i := range updated.Status.Conditions {
+		if updated.Status.Conditions[i].Type == corev1.PodScheduled {
+			if updated.Status.Conditions[i].Status == corev1.ConditionFalse {
+				cond.LastTransitionTime = updated.Status.Conditions[i].LastTransitionTime
+			}
+			updated.Status.Conditions[i] = cond
+			replaced = true
+		}
+	}
+	if !replaced {
+		updated.Status.Conditions = append(updated.Status.Conditions, cond)
+	}
+	_, err := s.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	return err
+}
