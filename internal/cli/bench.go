@@ -20,6 +20,7 @@ func newBenchCommand() *cobra.Command {
 		Short: "Benchmarks on a fresh embedded control plane",
 	}
 	c.AddCommand(newBenchUpCommand())
+	c.AddCommand(newBenchSchedulerCommands()...)
 	return c
 }
 

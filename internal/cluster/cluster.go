@@ -133,6 +133,9 @@ func ProtobufConfig(cfg *rest.Config) *rest.Config {
 	return c
 }
 
+// ProtobufClient is the cluster's admin clientset speaking protobuf.
+func ProtobufClient(c *Cluster) kubernetes.Interface { return c.Client }
+
 // RESTConfig returns an admin client configuration.
 func (c *Cluster) RESTConfig() *rest.Config { return c.ControlPlane.AdminConfig() }
 

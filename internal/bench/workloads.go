@@ -1,0 +1,197 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/utils/ptr"
+
+	"github.com/capstan-dev/capstan/internal/sim"
+)
+
+// Workloads of the scheduler benchmark.
+var Workloads = []string{"basic", "node-affinity", "pod-anti-affinity", "preferred-pod-affinity", "taints"}
+
+// groupSize is how many pods share an (anti-)affinity group.
+const groupSize = 50
+
+// benchNodeSpec is the i-th node of a workload's cluster.
+func benchNodeSpec(workload string, i int) sim.InstanceSpec {
+	spec := sim.InstanceSpec{
+		Name: fmt.Sprintf("node-%05d", i), Zone: sim.DefaultZones[i%len(sim.DefaultZones)],
+		CPU: resource.MustParse("32"), Memory: resource.MustParse("128Gi"), Pods: 110,
+		Labels: map[string]string{},
+	}
+	switch workload {
+	case "node-affinity":
+		if i%2 == 0 {
+			spec.Labels["tier"] = "gold"
+		}
+	case "taints":
+		if i%2 == 0 {
+			spec.Taints = append(spec.Taints, corev1.Taint{Key: "dedicated", Value: "infra", Effect: corev1.TaintEffectNoSchedule})
+		}
+		if i%10 == 1 {
+			spec.Taints = append(spec.Taints, corev1.Taint{Key: "spot", Value: "true", Effect: corev1.TaintEffectPreferNoSchedule})
+		}
+	}
+	return spec
+}
+
+// benchWorkloadPod is the i-th pod of a workload.
+func benchWorkloadPod(workload string, i int) *corev1.Pod {
+	group := fmt.Sprintf("g%04d", i/groupSize)
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%05d", i), Labels: map[string]string{"group": group}},
+		Spec: corev1.PodSpec{
+			AutomountServiceAccountToken: ptr.To(false),
+			Containers: []corev1.Container{{Name: "app", Image: "registry.example/bench:1",
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+					corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")}}}},
+		},
+	}
+	groupTerm := corev1.PodAffinityTerm{
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"group": group}},
+		TopologyKey:   corev1.LabelHostname,
+	}
+	switch workload {
+	case "node-affinity":
+		p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn,
+					Values: sim.DefaultZones[:2]}}}}},
+			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{Weight: 10,
+				Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{
+					{Key: "tier", Operator: corev1.NodeSelectorOpIn, Values: []string{"gold"}}}}}},
+		}}
+	case "pod-anti-affinity":
+		p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{groupTerm}}}
+	case "preferred-pod-affinity":
+		p.Spec.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{
+			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{Weight: 100, PodAffinityTerm: groupTerm}}}}
+	case "taints":
+		if i%2 == 0 {
+			p.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "infra", Effect: corev1.TaintEffectNoSchedule}}
+		}
+	}
+	return p
+}
+
+// Quality is how well pods were placed.
+type Quality struct {
+	// Violations counts pods placed against a hard constraint: required
+	// node or pod (anti-)affinity, untolerated NoSchedule/NoExecute taints,
+	// or more requests than the node allocates.
+	Violations int
+	NodesUsed  int
+	// MinPerNode, MaxPerNode and StdDev describe pods per node over every
+	// node that could run them.
+	MinPerNode, MaxPerNode int
+	StdDev                 float64
+}
+
+// placementQuality checks every bound pod against its constraints.
+func placementQuality(nodes []*corev1.Node, pods []*corev1.Pod) Quality {
+	byName := map[string]*corev1.Node{}
+	for _, n := range nodes {
+		byName[n.Name] = n
+	}
+	perNode := map[string][]*corev1.Pod{}
+	var q Quality
+	for _, p := range pods {
+		if p.Spec.NodeName == "" {
+			continue
+		}
+		perNode[p.Spec.NodeName] = append(perNode[p.Spec.NodeName], p)
+	}
+	for _, p := range pods {
+		n := byName[p.Spec.NodeName]
+		if n == nil {
+			continue
+		}
+		if ok, err := nodeaffinity.GetRequiredNodeAffinity(p).Match(n); err != nil || !ok {
+			q.Violations++
+			continue
+		}
+		if untolerated(p, n) {
+			q.Violations++
+			continue
+		}
+		if a := p.Spec.Affinity; a != nil && a.PodAntiAffinity != nil {
+			for _, term := range a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
+				sel, _ := metav1.LabelSelectorAsSelector(term.LabelSelector)
+				for _, other := range perNode[p.Spec.NodeName] { // hostname topology
+					if other.UID != p.UID && sel.Matches(labels.Set(other.Labels)) {
+						q.Violations++
+						break
+					}
+				}
+			}
+		}
+	}
+	for name, ps := range perNode {
+		var cpu int64
+		for _, p := range ps {
+			cpu += p.Spec.Containers[0].Resources.Requests.Cpu().MilliValue()
+		}
+		if n := byName[name]; n != nil && cpu > n.Status.Allocatable.Cpu().MilliValue() {
+			q.Violations++
+		}
+	}
+	// Spread over the nodes the first pod could use.
+	var counts []int
+	for _, n := range nodes {
+		eligible := len(pods) > 0 && !untolerated(pods[0], n)
+		if ok, _ := nodeaffinity.GetRequiredNodeAffinity(pods[0]).Match(n); !ok {
+			eligible = false
+		}
+		if eligible || len(perNode[n.Name]) > 0 {
+			counts = append(counts, len(perNode[n.Name]))
+		}
+	}
+	sort.Ints(counts)
+	if len(counts) > 0 {
+		q.MinPerNode, q.MaxPerNode = counts[0], counts[len(counts)-1]
+		var sum float64
+		for _, c := range counts {
+			sum += float64(c)
+			if c > 0 {
+				q.NodesUsed++
+			}
+		}
+		mean := sum / float64(len(counts))
+		var v float64
+		for _, c := range counts {
+			v += (float64(c) - mean) * (float64(c) - mean)
+		}
+		q.StdDev = math.Sqrt(v / float64(len(counts)))
+	}
+	return q
+}
+
+func untolerated(p *corev1.Pod, n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Effect == corev1.TaintEffectPreferNoSchedule {
+			continue
+		}
+		ok := false
+		for _, tol := range p.Spec.Tolerations {
+			if (tol.Key == "" || tol.Key == t.Key) && (tol.Effect == "" || tol.Effect == t.Effect) &&
+				(tol.Operator == corev1.TolerationOpExists || tol.Value == t.Value) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return true
+		}
+	}
+	return false
+}
