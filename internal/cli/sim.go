@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/capstan-dev/capstan/internal/sim"
+	"github.com/capstan-dev/capstan/internal/taints"
 )
 
 func newSimCommand() *cobra.Command {
@@ -284,28 +285,19 @@ func parseLabels(items []string) (map[string]string, error) {
 }
 
 func parseTaints(items []string) ([]corev1.Taint, error) {
-	var out []corev1.Taint
-	for _, it := range items {
-		kv, effect, ok := strings.Cut(it, ":")
-		if !ok {
-			return nil, fmt.Errorf("taint %q is not KEY[=VALUE]:EFFECT", it)
+	if len(items) == 0 {
+		return nil, nil
+	}
+	specs, err := taints.Parse(items)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]corev1.Taint, 0, len(specs))
+	for _, s := range specs {
+		if s.Remove {
+			return nil, fmt.Errorf("taint %q: a new node has no taint to remove", s.Arg)
 		}
-		k, v, _ := strings.Cut(kv, "=")
-		t := corev1.Taint{Key: k, Value: v, Effect: corev1.TaintEffect(effect)}
-		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
-			return nil, fmt.Errorf("taint %q: key %s", it, strings.Join(errs, "; "))
-		}
-		if v != "" {
-			if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
-				return nil, fmt.Errorf("taint %q: value %s", it, strings.Join(errs, "; "))
-			}
-		}
-		switch t.Effect {
-		case corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
-		default:
-			return nil, fmt.Errorf("taint %q: effect must be NoSchedule, PreferNoSchedule or NoExecute", it)
-		}
-		out = append(out, t)
+		out = append(out, s.Taint)
 	}
 	return out, nil
 }

@@ -238,7 +238,7 @@ func TestSimCLIRejectsBadInput(t *testing.T) {
 		{[]string{"sim", "node", "stop", "no-such-node"}, `node "no-such-node" not found`},
 		{[]string{"sim", "node", "add", "--cpu", "0"}, "cpu must be positive"},
 		{[]string{"sim", "node", "add", "--cpu", "lots"}, `--cpu "lots"`},
-		{[]string{"sim", "node", "add", "--taints", "a=b:Sometimes"}, "effect must be NoSchedule, PreferNoSchedule or NoExecute"},
+		{[]string{"sim", "node", "add", "--taints", "a=b:Sometimes"}, `effect "Sometimes" is not one of NoSchedule, PreferNoSchedule, NoExecute`},
 		{[]string{"sim", "node", "add", "--labels", "novalue"}, "is not KEY=VALUE"},
 		{[]string{"sim", "node", "add", "--role", "boss"}, "role must be master or worker"},
 		{[]string{"sim", "node", "add", "--bogus"}, "unknown flag: --bogus"},
