@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -17,6 +18,8 @@ import (
 
 type upOptions struct {
 	schedulerPolicy         string
+	clusterNodeSelector     string
+	projectNodeSelectors    []string
 	opts                    cluster.Options
 	workerCPU, workerMemory string
 	nodeReadyTimeout        time.Duration
@@ -56,6 +59,8 @@ the same cluster. Stop it with Ctrl-C (SIGINT) or SIGTERM.`,
 	fs.DurationVar(&o.opts.Sim.LeaseDuration, "node-lease-duration", 0, "simulated kubelets' node lease duration, renewed at a quarter of it (default: 40s, or --node-monitor-grace-period if shorter)")
 	fs.IntVar(&cp.LogVerbosity, "v", 0, "log verbosity of DATA_DIR/logs/capstan.log")
 	fs.StringVar(&o.schedulerPolicy, "scheduler-policy", "", "Policy file of the default-scheduler (default: the default policy)")
+	fs.StringVar(&o.clusterNodeSelector, "cluster-default-node-selector", "", "PodNodeSelector: node selector of namespaces without one (overrides admission/podnodeselector.yaml)")
+	fs.StringArrayVar(&o.projectNodeSelectors, "project-node-selector", nil, "PodNodeSelector: NAMESPACE=SELECTOR whitelist of a namespace (repeatable; added to admission/podnodeselector.yaml)")
 	fs.DurationVar(&o.nodeReadyTimeout, "node-ready-timeout", 5*time.Minute, "how long to wait for the nodes to become Ready")
 	return c
 }
@@ -75,6 +80,19 @@ func (o *upOptions) run(c *cobra.Command) error {
 		return fmt.Errorf("worker node spec: %w", err)
 	}
 
+	if c.Flags().Changed("cluster-default-node-selector") {
+		o.opts.ControlPlane.Admission.ClusterDefaultNodeSelector = &o.clusterNodeSelector
+	}
+	for _, p := range o.projectNodeSelectors {
+		ns, sel, ok := strings.Cut(p, "=")
+		if !ok || ns == "" {
+			return fmt.Errorf("--project-node-selector %q is not NAMESPACE=SELECTOR", p)
+		}
+		if o.opts.ControlPlane.Admission.ProjectNodeSelectors == nil {
+			o.opts.ControlPlane.Admission.ProjectNodeSelectors = map[string]string{}
+		}
+		o.opts.ControlPlane.Admission.ProjectNodeSelectors[ns] = sel
+	}
 	if err := loadSchedulerPolicy(o.schedulerPolicy, &o.opts); err != nil {
 		return err
 	}
@@ -100,6 +118,9 @@ func (o *upOptions) run(c *cobra.Command) error {
 		}
 		fmt.Fprintln(out, "capstan stopped; run `capstan up` again to resume this cluster")
 	}()
+	for _, w := range cl.ControlPlane.Warnings {
+		fmt.Fprintf(c.ErrOrStderr(), "capstan: warning: %s\n", w)
+	}
 	if err := cl.EnsureNodes(ctx); err != nil {
 		return err
 	}

@@ -42,7 +42,7 @@ func (cp *ControlPlane) apiserverFlags(etcdURL string) []string {
 		// there is no pod network to reach it from anyway.
 		"--endpoint-reconciler-type=none",
 		"--enable-admission-plugins=NodeRestriction,PodNodeSelector,PodTolerationRestriction",
-		"--admission-control-config-file=" + d.Path("admission", "admission-config.yaml"),
+		"--admission-control-config-file=" + d.Path("admission", admissionConfigFile),
 		"--default-not-ready-toleration-seconds=" + strconv.FormatInt(cp.cfg.DefaultNotReadyTolerationSeconds, 10),
 		"--default-unreachable-toleration-seconds=" + strconv.FormatInt(cp.cfg.DefaultUnreachableTolerationSeconds, 10),
 		"--event-ttl=1h",

@@ -51,6 +51,9 @@ type Config struct {
 	// command that kept its own copy of the terminal's stderr sets it.
 	RedirectStderr bool
 
+	// Admission are `capstan up` flags layered over the admission files.
+	Admission AdmissionOverrides
+
 	// Extra flags appended verbatim to the upstream components' flags.
 	ExtraAPIServerFlags         []string
 	ExtraControllerManagerFlags []string
@@ -89,6 +92,9 @@ type ControlPlane struct {
 	logFile    *os.File
 	stopped    chan struct{}
 	stopResult error
+	// Warnings are problems found at start that did not stop it, such as
+	// an admission file that does not parse.
+	Warnings []string
 }
 
 // Start brings the control plane up and returns once the apiserver is ready,
@@ -125,9 +131,12 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 		listener.Close()
 		return nil, fmt.Errorf("preparing certificates: %w", err)
 	}
-	if err := ensureAdmissionConfig(d.AdmissionDir()); err != nil {
+	if cp.Warnings, err = prepareAdmission(d.AdmissionDir(), cfg.Admission); err != nil {
 		listener.Close()
-		return nil, fmt.Errorf("preparing admission configuration: %w", err)
+		return nil, fmt.Errorf("admission configuration: %w", err)
+	}
+	for _, w := range cp.Warnings {
+		klog.Warning(w)
 	}
 	clientPort, peerPort, err := d.etcdPorts()
 	if err != nil {

@@ -265,3 +265,58 @@ func waitPodRunning(t *testing.T, client kubernetes.Interface, ns, name string) 
 		return p.Status.Phase == corev1.PodRunning && podConditionTrue(p, corev1.PodReady), string(p.Status.Phase)
 	})
 }
+
+// PodNodeSelector configured through capstan: flags and the file in the
+// data dir; a file that stops parsing is reported and the last good
+// configuration stays in force.
+func TestUpAdmissionConfiguration(t *testing.T) {
+	dir := t.TempDir()
+	port := strconv.Itoa(freePort(t))
+	args := []string{"--data-dir", dir, "--port", port, "--nodes", "1", "--control-plane-nodes", "0",
+		"--cluster-default-node-selector", "env=prod"}
+	up := startUp(t, args...)
+	up.waitLine(t, "capstan is up", 3*time.Minute)
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := kubernetes.NewForConfigOrDie(cfg)
+	ctx := context.Background()
+	checkDefault := func(nsName string) {
+		t.Helper()
+		if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cluster.WaitForServiceAccount(ctx, client, nsName, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		p, err := client.CoreV1().Pods(nsName).Create(ctx, simplePod("p", nil), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Spec.NodeSelector["env"] != "prod" {
+			t.Errorf("pod in a namespace without selector got %v, want the cluster default env=prod", p.Spec.NodeSelector)
+		}
+	}
+	checkDefault("plain")
+	up.stop(t)
+
+	if err := os.WriteFile(filepath.Join(dir, "admission", "podnodeselector.yaml"),
+		[]byte("podNodeSelectorPluginConfig:\n  clusterDefaultNodeSelector: \"env in (prod\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	up = startUp(t, "--data-dir", dir, "--port", port, "--nodes", "1", "--control-plane-nodes", "0")
+	warning := up.waitLine(t, "capstan: warning:", 3*time.Minute)
+	if !strings.Contains(warning, `admission/podnodeselector.yaml: clusterDefaultNodeSelector: selector "env in (prod"`) ||
+		!strings.Contains(warning, "keeping the last good configuration") {
+		t.Errorf("warning %q", warning)
+	}
+	up.waitLine(t, "capstan is up", 3*time.Minute)
+	checkDefault("plain2")
+	up.stop(t)
+
+	code, out := runCapstan(t, "up", "--data-dir", dir, "--port", port, "--project-node-selector", "no-equals-sign")
+	if code == 0 || !strings.Contains(out, `--project-node-selector "no-equals-sign" is not NAMESPACE=SELECTOR`) {
+		t.Errorf("bad flag: exit %d\n%s", code, out)
+	}
+}
