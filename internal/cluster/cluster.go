@@ -80,9 +80,10 @@ type Cluster struct {
 	Client       kubernetes.Interface
 	opts         Options
 
-	cancel    context.CancelFunc
-	simDone   chan error
-	schedDone chan error
+	cancel      context.CancelFunc
+	simDone     chan error
+	schedDone   chan error
+	webhookDone chan error
 }
 
 // Start brings up the control plane and the simulator; it does not boot
@@ -110,6 +111,10 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if !s.WaitForSync(ctx) {
 		c.Stop()
 		return nil, fmt.Errorf("simulator did not start: %w", ctx.Err())
+	}
+	if err := c.startAdmission(ctx, runCtx); err != nil {
+		c.Stop()
+		return nil, fmt.Errorf("admission webhooks: %w", err)
 	}
 	if opts.Scheduler != nil {
 		sched, err := scheduler.New(client, *opts.Scheduler)
@@ -143,6 +148,11 @@ func (c *Cluster) RESTConfig() *rest.Config { return c.ControlPlane.AdminConfig(
 func (c *Cluster) Stop() error {
 	c.cancel()
 	var errs []error
+	if c.webhookDone != nil {
+		if err := <-c.webhookDone; err != nil {
+			errs = append(errs, err)
+		}
+	}
 	select {
 	case err := <-c.simDone:
 		if err != nil && !errors.Is(err, context.Canceled) {

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/capstan-dev/capstan/internal/admission"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 )
@@ -24,6 +26,7 @@ const (
 	admissionConfigFile                = "admission-config.yaml"
 	PodNodeSelectorConfigFile          = "podnodeselector.yaml"
 	PodTolerationRestrictionConfigFile = "podtolerationrestriction.yaml"
+	PodNodeConstraintsConfigFile       = "podnodeconstraints.yaml"
 	effectiveDir                       = "effective"
 )
 
@@ -46,6 +49,11 @@ kind: Configuration
 default: []
 whitelist: []
 `,
+	PodNodeConstraintsConfigFile: `apiVersion: v1
+kind: PodNodeConstraintsConfig
+nodeSelectorLabelBlacklist:
+- kubernetes.io/hostname
+`,
 }
 
 // prepareAdmission writes default plugin files where none exist, validates
@@ -64,8 +72,14 @@ func prepareAdmission(dir string, o AdmissionOverrides) (warnings []string, err 
 	render := map[string]func([]byte) ([]byte, error){
 		PodNodeSelectorConfigFile:          func(raw []byte) ([]byte, error) { return renderPodNodeSelector(raw, o) },
 		PodTolerationRestrictionConfigFile: renderPodTolerationRestriction,
+		PodNodeConstraintsConfigFile: func(raw []byte) ([]byte, error) {
+			if _, err := admission.ParsePodNodeConstraintsConfig(raw); err != nil {
+				return nil, err
+			}
+			return raw, nil
+		},
 	}
-	for _, name := range []string{PodNodeSelectorConfigFile, PodTolerationRestrictionConfigFile} {
+	for _, name := range []string{PodNodeSelectorConfigFile, PodTolerationRestrictionConfigFile, PodNodeConstraintsConfigFile} {
 		raw, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			return nil, err
@@ -97,6 +111,12 @@ plugins:
 
 type podNodeSelectorFile struct {
 	PodNodeSelectorPluginConfig map[string]string `json:"podNodeSelectorPluginConfig"`
+}
+
+// EffectiveAdmissionFile is the validated copy of an admission file that
+// is in force.
+func (d *DataDir) EffectiveAdmissionFile(name string) string {
+	return filepath.Join(d.AdmissionDir(), effectiveDir, name)
 }
 
 // renderPodNodeSelector checks that every selector is a list of key=value

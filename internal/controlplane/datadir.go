@@ -30,6 +30,9 @@ type dataDirState struct {
 	// URL is part of the etcd membership stored in its WAL.
 	EtcdClientPort int `json:"etcdClientPort"`
 	EtcdPeerPort   int `json:"etcdPeerPort"`
+	// WebhookPort is where capstan serves its admission webhooks; kept so
+	// that their registration stays valid across restarts.
+	WebhookPort int `json:"webhookPort,omitempty"`
 }
 
 // Path joins elements onto the data dir root.
@@ -157,6 +160,31 @@ func (d *DataDir) etcdPorts() (client, peer int, err error) {
 		return 0, 0, err
 	}
 	return st.EtcdClientPort, st.EtcdPeerPort, nil
+}
+
+// WebhookListener listens on the persisted webhook port, or on a new free
+// one when it is taken or not chosen yet.
+func (d *DataDir) WebhookListener() (net.Listener, error) {
+	st, err := d.readState()
+	if err != nil {
+		return nil, err
+	}
+	if st.WebhookPort != 0 {
+		if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(st.WebhookPort))); err == nil {
+			return l, nil
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	st.WebhookPort = l.Addr().(*net.TCPAddr).Port
+	raw, _ := json.MarshalIndent(st, "", "  ")
+	if err := writeFileAtomic(d.statePath(), append(raw, '\n'), 0o600); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
 }
 
 func freePort() (int, error) {

@@ -49,9 +49,22 @@ func LoadOrCreateCA(certFile, keyFile, commonName string) (*CertificateAuthority
 	case certExists != keyExists:
 		return nil, fmt.Errorf("CA %s and its key %s must both exist or both be absent", certFile, keyFile)
 	}
-	key, err := newKey()
+	ca, key, err := NewCA(commonName)
 	if err != nil {
 		return nil, err
+	}
+	if err := writePair(certFile, keyFile, ca.CertPEM, key); err != nil {
+		return nil, err
+	}
+	return ca, nil
+}
+
+// NewCA creates a CA in memory, for certificates handed out rather than
+// kept (the manifests of `capstan admission manifests`).
+func NewCA(commonName string) (*CertificateAuthority, *ecdsa.PrivateKey, error) {
+	key, err := newKey()
+	if err != nil {
+		return nil, nil, err
 	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
@@ -65,14 +78,11 @@ func LoadOrCreateCA(certFile, keyFile, commonName string) (*CertificateAuthority
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
 	if err != nil {
-		return nil, fmt.Errorf("creating CA %q: %w", commonName, err)
+		return nil, nil, fmt.Errorf("creating CA %q: %w", commonName, err)
 	}
 	cert, _ := x509.ParseCertificate(der)
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	if err := writePair(certFile, keyFile, certPEM, key); err != nil {
-		return nil, err
-	}
-	return &CertificateAuthority{Cert: cert, Key: key, CertPEM: certPEM}, nil
+	return &CertificateAuthority{Cert: cert, Key: key, CertPEM: certPEM}, key, nil
 }
 
 // LeafSpec describes a certificate signed by a CertificateAuthority.

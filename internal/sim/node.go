@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -110,6 +111,15 @@ func (s *Simulator) syncNode(ctx context.Context, name string) error {
 
 // registerNode creates the Node, as a kubelet registers on start.
 func (s *Simulator) registerNode(ctx context.Context, inst *Instance) error {
+	// The cache may still hold an instance that was just deleted together
+	// with its node: ask the cloud itself before bringing a node back.
+	live, err := s.cloud.GetInstance(ctx, inst.Name())
+	if errors.Is(err, ErrInstanceNotFound) || (err == nil && live.State(s.opts.Clock.Now()) != InstanceRunning) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
 	spec := inst.Spec
 	lbls := map[string]string{
 		LabelHostname:                      spec.Name,

@@ -27,8 +27,15 @@ import (
 // when the test ends.
 func addNode(t *testing.T, name string, labels map[string]string, taints ...corev1.Taint) {
 	t.Helper()
+	addNodeInZone(t, name, "", labels, taints...)
+}
+
+// addNodeInZone is addNode in a zone of its own choosing: the node
+// lifecycle controller rate-limits evictions per zone.
+func addNodeInZone(t *testing.T, name, zone string, labels map[string]string, taints ...corev1.Taint) {
+	t.Helper()
 	ctx := context.Background()
-	spec := sim.InstanceSpec{Name: name, CPU: resource.MustParse("4"), Memory: resource.MustParse("16Gi"), Pods: 110, Labels: labels, Taints: taints}
+	spec := sim.InstanceSpec{Name: name, Zone: zone, CPU: resource.MustParse("4"), Memory: resource.MustParse("16Gi"), Pods: 110, Labels: labels, Taints: taints}
 	if _, err := env.Cloud.CreateInstance(ctx, spec); err != nil {
 		t.Fatalf("adding node %s: %v", name, err)
 	}

@@ -15,7 +15,7 @@ import (
 )
 
 func TestAdmTaintMatchesOc(t *testing.T) {
-	addNode(t, "adm-node1", map[string]string{"e2e": "adm", "disktype": "ssd"})
+	addNode(t, "adm-node1", map[string]string{"e2e": "adm", "adm-disk": "ssd"})
 	addNode(t, "adm-node2", map[string]string{"e2e": "adm"})
 	kc := []string{"--kubeconfig", env.Kubeconfig}
 	run := func(args ...string) string {
@@ -53,7 +53,7 @@ func TestAdmTaintMatchesOc(t *testing.T) {
 	if out := run("nodes", "-l", "e2e=adm", "dedicated=groupName:NoSchedule"); out != "node/adm-node1 tainted\nnode/adm-node2 tainted\n" {
 		t.Errorf("-l: %q", out)
 	}
-	if out := run("nodes", "-l", "disktype=ssd", "dedicated-"); out != "node/adm-node1 untainted\n" {
+	if out := run("nodes", "-l", "adm-disk=ssd", "dedicated-"); out != "node/adm-node1 untainted\n" {
 		t.Errorf("-l removal: %q", out)
 	}
 
@@ -159,7 +159,9 @@ func TestNoExecuteTaintEvictions(t *testing.T) {
 // pods never.
 func TestUnreachableNodeEvictions(t *testing.T) {
 	ns := env.Namespace(t, "unreach")
-	addNode(t, "unreach-node", map[string]string{"e2e": "unreach"})
+	// A zone of its own: the node lifecycle controller's per-zone eviction
+	// rate and disruption state then depend on this node alone.
+	addNodeInZone(t, "unreach-node", "zone-unreach", map[string]string{"e2e": "unreach"})
 	short := simplePod("short", nil)
 	short.Spec.NodeName = "unreach-node"
 	short.Spec.Tolerations = []corev1.Toleration{{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists,

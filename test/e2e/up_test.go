@@ -273,7 +273,8 @@ func TestUpAdmissionConfiguration(t *testing.T) {
 	dir := t.TempDir()
 	port := strconv.Itoa(freePort(t))
 	args := []string{"--data-dir", dir, "--port", port, "--nodes", "1", "--control-plane-nodes", "0",
-		"--cluster-default-node-selector", "env=prod"}
+		"--cluster-default-node-selector", "env=prod", "--project-node-selector", "wl=env=test,infra=fedora",
+		"--default-unreachable-toleration-seconds", "42"}
 	up := startUp(t, args...)
 	up.waitLine(t, "capstan is up", 3*time.Minute)
 	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
@@ -299,6 +300,36 @@ func TestUpAdmissionConfiguration(t *testing.T) {
 		}
 	}
 	checkDefault("plain")
+
+	// The DefaultTolerationSeconds setting of capstan up.
+	p, err := client.CoreV1().Pods("plain").Get(ctx, "p", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seconds := map[string]int64{}
+	for _, tl := range p.Spec.Tolerations {
+		if tl.TolerationSeconds != nil {
+			seconds[tl.Key] = *tl.TolerationSeconds
+		}
+	}
+	if seconds["node.kubernetes.io/unreachable"] != 42 || seconds["node.kubernetes.io/not-ready"] != 300 {
+		t.Errorf("default tolerations %v, want unreachable 42s and not-ready 300s", seconds)
+	}
+
+	// The whitelist of namespace wl: its own selector must stay within it.
+	for name, sel := range map[string]string{"wl": "env=prod"} {
+		if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name,
+			Annotations: map[string]string{"scheduler.alpha.kubernetes.io/node-selector": sel}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cluster.WaitForServiceAccount(ctx, client, name, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = client.CoreV1().Pods("wl").Create(ctx, simplePod("outside", nil), metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "conflict with its namespace whitelist") {
+		t.Errorf("pod in a namespace whose selector leaves its whitelist: %v", err)
+	}
 	up.stop(t)
 
 	if err := os.WriteFile(filepath.Join(dir, "admission", "podnodeselector.yaml"),
