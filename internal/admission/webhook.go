@@ -118,6 +118,12 @@ func WebhookConfiguration(clientConfig admissionregistrationv1.WebhookClientConf
 				rule("apps", "deployments", "replicasets", "statefulsets"),
 				rule("batch", "jobs", "cronjobs"),
 			},
+			// Members of system:masters hold every permission, pods/binding
+			// included: the answer is known without asking.
+			MatchConditions: []admissionregistrationv1.MatchCondition{{
+				Name:       "not-system-masters",
+				Expression: "!('system:masters' in request.userInfo.groups)",
+			}},
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
 			AdmissionReviewVersions: []string{"v1"},

@@ -624,3 +624,20 @@ func mustJSON(t *testing.T, v any) []byte {
 	}
 	return raw
 }
+
+func TestInvalidPolicyStopsTheScheduler(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.json")
+	if err := os.WriteFile(path, []byte(`{"kind":"Policy","apiVersion":"v1","predicates":[{"name":"NoSuchPredicate"}],"priorities":[{"name":"LeastRequestedPriority","weight":0}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"scheduler", "validate-policy", path},
+		{"scheduler", "--policy", path, "--kubeconfig", env.Kubeconfig, "--scheduler-name", "never-starts"},
+	} {
+		_, err := capstan(t, args...)
+		if err == nil || !strings.Contains(err.Error(), `predicate 1 ("NoSuchPredicate"): unknown predicate`) ||
+			!strings.Contains(err.Error(), `priority 1 ("LeastRequestedPriority"): weight 0 must be positive`) {
+			t.Errorf("capstan %v: %v", args, err)
+		}
+	}
+}

@@ -79,9 +79,11 @@ func resourceFromList(rl corev1.ResourceList) Resource {
 
 // isScalarResource reports whether the scheduler accounts for a resource
 // by count: every domain-prefixed resource (extended resources such as
-// nvidia.com/gpu, and prefixed native ones) and hugepages.
+// nvidia.com/gpu, and prefixed native ones), hugepages, and the
+// attachable-volumes-* limits nodes report.
 func isScalarResource(name corev1.ResourceName) bool {
-	return strings.Contains(string(name), "/") || strings.HasPrefix(string(name), corev1.ResourceHugePagesPrefix)
+	return strings.Contains(string(name), "/") || strings.HasPrefix(string(name), corev1.ResourceHugePagesPrefix) ||
+		strings.HasPrefix(string(name), "attachable-volumes-")
 }
 
 // podRequests computes what a pod asks for: the larger of the sum of its
