@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -64,12 +65,23 @@ and the spread of pods per node. Workloads: ` + strings.Join(bench.Workloads, ",
 	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up on a run after this long")
 	f.IntVar(&o.KubeSchedulerQPS, "kube-scheduler-qps", 0, "override kube-scheduler's client QPS (default: its own default, 50)")
 
+	var cpuProfile string
 	run := &cobra.Command{
 		Use:    "scheduler-run",
 		Short:  "One run of the scheduler benchmark (used by bench scheduler)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return err
+				}
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 			r, err := bench.RunScheduler(c.Context(), o, c.ErrOrStderr())
 			if err != nil {
 				return err
@@ -87,6 +99,7 @@ and the spread of pods per node. Workloads: ` + strings.Join(bench.Workloads, ",
 	rf.IntVar(&o.Parallelism, "parallelism", o.Parallelism, "concurrent pod creators")
 	rf.DurationVar(&o.Timeout, "timeout", o.Timeout, "timeout")
 	rf.IntVar(&o.KubeSchedulerQPS, "kube-scheduler-qps", 0, "kube-scheduler client QPS override")
+	rf.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	return []*cobra.Command{c, run}
 }
 

@@ -21,6 +21,10 @@ type PodInfo struct {
 	// ParseError is set when an affinity term's selector does not parse;
 	// such a pod fits nowhere.
 	ParseError error
+	// HasClaims: the pod mounts persistent volume claims.
+	HasClaims bool
+	// BestEffort: no container requests or limits anything.
+	BestEffort bool
 }
 
 // AffinityTerm is a pod (anti-)affinity term with its selectors parsed.
@@ -42,6 +46,12 @@ func NewPodInfo(pod *corev1.Pod) *PodInfo {
 	pi := &PodInfo{Pod: pod}
 	pi.Requests, pi.NonZeroCPU, pi.NonZeroMem = podRequests(pod)
 	pi.Requests.Pods = 1
+	pi.BestEffort = isBestEffort(pod)
+	for i := range pod.Spec.Volumes {
+		if pod.Spec.Volumes[i].PersistentVolumeClaim != nil {
+			pi.HasClaims = true
+		}
+	}
 	if a := pod.Spec.Affinity; a != nil {
 		if pa := a.PodAffinity; pa != nil {
 			pi.RequiredAffinity = pi.parseTerms(pa.RequiredDuringSchedulingIgnoredDuringExecution)
@@ -132,6 +142,12 @@ type NodeInfo struct {
 	UsedPorts        hostPorts
 	// ImageSizes maps every image name the node reports to its size.
 	ImageSizes map[string]int64
+	// ZoneKey, the condition flags and HasZoneLabels are read off the node
+	// once per change rather than once per pod.
+	ZoneKey                             string
+	Ready, MemoryPressure, DiskPressure bool
+	PIDPressure, NetworkUnavailable     bool
+	HasZoneLabels                       bool
 	// Generation changes whenever the NodeInfo does.
 	Generation int64
 }
@@ -150,6 +166,18 @@ func NewNodeInfo(node *corev1.Node, pods ...*PodInfo) *NodeInfo {
 func (ni *NodeInfo) SetNode(node *corev1.Node) {
 	ni.Node = node
 	ni.Allocatable = resourceFromList(node.Status.Allocatable)
+	ni.ZoneKey = zoneKey(node)
+	ni.Ready = nodeCondition(node, corev1.NodeReady) == corev1.ConditionTrue
+	ni.MemoryPressure = nodeCondition(node, corev1.NodeMemoryPressure) == corev1.ConditionTrue
+	ni.DiskPressure = nodeCondition(node, corev1.NodeDiskPressure) == corev1.ConditionTrue
+	ni.PIDPressure = nodeCondition(node, corev1.NodePIDPressure) == corev1.ConditionTrue
+	ni.NetworkUnavailable = nodeCondition(node, corev1.NodeNetworkUnavailable) == corev1.ConditionTrue
+	ni.HasZoneLabels = false
+	for _, k := range zoneLabelKeys {
+		if _, ok := node.Labels[k]; ok {
+			ni.HasZoneLabels = true
+		}
+	}
 	ni.ImageSizes = make(map[string]int64, len(node.Status.Images))
 	for _, img := range node.Status.Images {
 		for _, name := range img.Names {

@@ -31,7 +31,7 @@ type checkNodeMemoryPressure struct{}
 func (checkNodeMemoryPressure) Name() string { return "CheckNodeMemoryPressure" }
 
 func (checkNodeMemoryPressure) Filter(_ *CycleState, pi *PodInfo, ni *NodeInfo) []string {
-	if nodeCondition(ni.Node, corev1.NodeMemoryPressure) == corev1.ConditionTrue && isBestEffort(pi.Pod) {
+	if ni.MemoryPressure && pi.BestEffort {
 		return []string{ReasonMemoryPressure}
 	}
 	return nil
@@ -43,7 +43,7 @@ type checkNodeDiskPressure struct{}
 func (checkNodeDiskPressure) Name() string { return "CheckNodeDiskPressure" }
 
 func (checkNodeDiskPressure) Filter(_ *CycleState, _ *PodInfo, ni *NodeInfo) []string {
-	if nodeCondition(ni.Node, corev1.NodeDiskPressure) == corev1.ConditionTrue {
+	if ni.DiskPressure {
 		return []string{ReasonDiskPressure}
 	}
 	return nil
@@ -55,7 +55,7 @@ type checkNodePIDPressure struct{}
 func (checkNodePIDPressure) Name() string { return "CheckNodePIDPressure" }
 
 func (checkNodePIDPressure) Filter(_ *CycleState, _ *PodInfo, ni *NodeInfo) []string {
-	if nodeCondition(ni.Node, corev1.NodePIDPressure) == corev1.ConditionTrue {
+	if ni.PIDPressure {
 		return []string{ReasonPIDPressure}
 	}
 	return nil
@@ -69,10 +69,10 @@ func (checkNodeCondition) Name() string { return "CheckNodeCondition" }
 
 func (checkNodeCondition) Filter(_ *CycleState, _ *PodInfo, ni *NodeInfo) []string {
 	var out []string
-	if nodeCondition(ni.Node, corev1.NodeReady) != corev1.ConditionTrue {
+	if !ni.Ready {
 		out = append(out, ReasonNodeNotReady)
 	}
-	if nodeCondition(ni.Node, corev1.NodeNetworkUnavailable) == corev1.ConditionTrue {
+	if ni.NetworkUnavailable {
 		out = append(out, ReasonNetworkUnavailable)
 	}
 	if ni.Node.Spec.Unschedulable {

@@ -90,13 +90,7 @@ var zoneLabelKeys = []string{corev1.LabelTopologyZone, corev1.LabelTopologyRegio
 	corev1.LabelFailureDomainBetaZone, corev1.LabelFailureDomainBetaRegion}
 
 func (noVolumeZoneConflict) Filter(cs *CycleState, pi *PodInfo, ni *NodeInfo) []string {
-	nodeHasZone := false
-	for _, k := range zoneLabelKeys {
-		if _, ok := ni.Node.Labels[k]; ok {
-			nodeHasZone = true
-		}
-	}
-	if !nodeHasZone {
+	if !pi.HasClaims || !ni.HasZoneLabels {
 		return nil
 	}
 	for i := range pi.Pod.Spec.Volumes {

@@ -49,7 +49,7 @@ func (p *selectorSpread) Score(cs *CycleState, pi *PodInfo, nodes []*NodeInfo, s
 	byZone := map[string]int64{}
 	for i, ni := range nodes {
 		maxNode = max(maxNode, counts[i])
-		if z := zoneKey(ni.Node); z != "" {
+		if z := ni.ZoneKey; z != "" {
 			byZone[z] += counts[i]
 		}
 	}
@@ -62,7 +62,7 @@ func (p *selectorSpread) Score(cs *CycleState, pi *PodInfo, nodes []*NodeInfo, s
 			f = MaxPriority * float64(maxNode-counts[i]) / float64(maxNode)
 		}
 		if len(byZone) > 0 {
-			if z := zoneKey(ni.Node); z != "" {
+			if z := ni.ZoneKey; z != "" {
 				zs := float64(MaxPriority)
 				if maxZone > 0 {
 					zs = MaxPriority * float64(maxZone-byZone[z]) / float64(maxZone)

@@ -80,7 +80,7 @@ func (a *Algorithm) Schedule(ctx context.Context, pod *corev1.Pod, snap *Snapsho
 		return d
 	}
 	a.score(cs, pi, feasible, d)
-	a.selectHost(d)
+	a.selectHost(d, opts.Explain)
 	return d
 }
 
@@ -197,21 +197,37 @@ func (a *Algorithm) score(cs *CycleState, pi *PodInfo, nodes []*NodeInfo, d *Dec
 	}
 }
 
-// selectHost picks the highest total; ties are broken at random.
-func (a *Algorithm) selectHost(d *Decision) {
-	sort.SliceStable(d.Scored, func(i, j int) bool {
-		if d.Scored[i].Total != d.Scored[j].Total {
-			return d.Scored[i].Total > d.Scored[j].Total
-		}
-		return d.Scored[i].Node < d.Scored[j].Node
-	})
-	best := d.Scored[0].Total
-	ties := 1
-	for ties < len(d.Scored) && d.Scored[ties].Total == best {
-		ties++
+// selectHost picks the highest total; ties are broken at random among the
+// tied nodes in name order, so a seed reproduces a choice. Explanations
+// also get every node sorted, best first.
+func (a *Algorithm) selectHost(d *Decision, sortAll bool) {
+	if sortAll {
+		sort.SliceStable(d.Scored, func(i, j int) bool {
+			if d.Scored[i].Total != d.Scored[j].Total {
+				return d.Scored[i].Total > d.Scored[j].Total
+			}
+			return d.Scored[i].Node < d.Scored[j].Node
+		})
 	}
+	best := d.Scored[0].Total
+	var tied []int
+	for i := range d.Scored {
+		switch t := d.Scored[i].Total; {
+		case t > best:
+			best, tied = t, tied[:0]
+			tied = append(tied, i)
+		case t == best:
+			tied = append(tied, i)
+		}
+	}
+	sort.Slice(tied, func(x, y int) bool { return d.Scored[tied[x]].Node < d.Scored[tied[y]].Node })
 	a.mu.Lock()
-	pick := a.rng.IntN(ties)
+	pick := a.rng.IntN(len(tied))
 	a.mu.Unlock()
-	d.Selected, d.Ties = d.Scored[pick].Node, ties
+	d.Selected, d.Ties = d.Scored[tied[pick]].Node, len(tied)
+	if !sortAll {
+		// Keep the winner first for readers of Scored[0].
+		w := tied[pick]
+		d.Scored[0], d.Scored[w] = d.Scored[w], d.Scored[0]
+	}
 }
