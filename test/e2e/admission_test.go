@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -75,9 +76,10 @@ func TestPodNodeSelectorProjectExample(t *testing.T) {
 // its pods (PodTolerationRestriction and PodNodeSelector), so its pods run
 // only there, and nobody else's do.
 func TestDedicatedNodesRecipe(t *testing.T) {
-	addNode(t, "dedicated-1", map[string]string{"dedicated": "groupName", "e2e": "dedicated"})
+	// Tainted from registration, so no scheduling decision races the taint.
+	addNode(t, "dedicated-1", map[string]string{"dedicated": "groupName", "e2e": "dedicated"},
+		corev1.Taint{Key: "dedicated", Value: "groupName", Effect: corev1.TaintEffectNoSchedule})
 	addNode(t, "shared-1", map[string]string{"e2e": "dedicated"})
-	capstanOK(t, "adm", "taint", "nodes", "dedicated-1", "dedicated=groupName:NoSchedule", "--kubeconfig", env.Kubeconfig)
 	group := namespaceWith(t, "group-project", map[string]string{
 		nodeSelectorAnnotation:       "dedicated=groupName",
 		defaultTolerationsAnnotation: `[{"key":"dedicated","operator":"Equal","value":"groupName","effect":"NoSchedule"}]`,
@@ -127,9 +129,9 @@ func TestDedicatedNodesRecipe(t *testing.T) {
 // 14.9.7.3: special hardware (disktype=ssd) kept for the pods that need it.
 func TestSpecialHardwareRecipe(t *testing.T) {
 	ns := env.Namespace(t, "hardware")
-	addNode(t, "ssd-1", map[string]string{"disktype": "ssd", "e2e": "hardware"})
+	addNode(t, "ssd-1", map[string]string{"disktype": "ssd", "e2e": "hardware"},
+		corev1.Taint{Key: "disktype", Value: "ssd", Effect: corev1.TaintEffectNoSchedule})
 	addNode(t, "plain-1", map[string]string{"e2e": "hardware"})
-	capstanOK(t, "adm", "taint", "nodes", "ssd-1", "disktype=ssd:NoSchedule", "--kubeconfig", env.Kubeconfig)
 	for i := 0; i < 3; i++ {
 		name := fmt.Sprintf("plain-%d", i)
 		p := simplePod(name, nil)
@@ -149,8 +151,13 @@ func TestSpecialHardwareRecipe(t *testing.T) {
 	}
 
 	// PreferNoSchedule: pods stay off the ssd node while they can.
-	capstanOK(t, "adm", "taint", "nodes", "ssd-1", "disktype:NoSchedule-", "--kubeconfig", env.Kubeconfig)
-	capstanOK(t, "adm", "taint", "nodes", "ssd-1", "disktype=ssd:PreferNoSchedule", "--kubeconfig", env.Kubeconfig)
+	// One update swaps the effects, so the scheduler never sees the node
+	// without either.
+	if out := capstanOK(t, "adm", "taint", "nodes", "ssd-1", "disktype:NoSchedule-", "disktype=ssd:PreferNoSchedule", "--kubeconfig", env.Kubeconfig); out != "node/ssd-1 modified\n" {
+		t.Errorf("swap output %q", out)
+	}
+	// Let the scheduler's informer deliver the change.
+	time.Sleep(time.Second)
 	for i := 0; i < 3; i++ {
 		name := fmt.Sprintf("prefer-%d", i)
 		p := simplePod(name, nil)

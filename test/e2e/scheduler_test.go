@@ -205,6 +205,8 @@ func TestNodeAffinityExamples(t *testing.T) {
 	waitRunning(t, ns, "pod-s1")
 
 	capstanOK(t, "kubectl", "--kubeconfig", env.Kubeconfig, "label", "node", "aff-node1", "zone=emea", "--overwrite")
+	// Let the scheduler's informer deliver the new label.
+	time.Sleep(time.Second)
 	createPod(t, ns, podS1("pod-s1-emea"))
 	msg := waitFailedScheduling(t, ns, "pod-s1-emea")
 	if !strings.Contains(msg, "node(s) didn't match node selector") || !strings.HasPrefix(msg, "0/") {
@@ -300,7 +302,11 @@ func TestPodAffinityExamples(t *testing.T) {
 // there, and a pod already running there keeps running.
 func TestMultipleTaintsExample(t *testing.T) {
 	ns := env.Namespace(t, "taints")
-	addNode(t, "taint-node1", map[string]string{"e2e": "taints"})
+	// The NoSchedule taints are there from registration, so the scheduler
+	// cannot race them; the NoExecute one comes while a pod runs.
+	addNode(t, "taint-node1", map[string]string{"e2e": "taints"},
+		corev1.Taint{Key: "key1", Value: "value1", Effect: corev1.TaintEffectNoSchedule},
+		corev1.Taint{Key: "key2", Value: "value2", Effect: corev1.TaintEffectNoSchedule})
 	tolerations := []corev1.Toleration{
 		{Key: "key1", Operator: corev1.TolerationOpEqual, Value: "value1", Effect: corev1.TaintEffectNoSchedule},
 		{Key: "key1", Operator: corev1.TolerationOpEqual, Value: "value1", Effect: corev1.TaintEffectNoExecute},
@@ -310,8 +316,10 @@ func TestMultipleTaintsExample(t *testing.T) {
 	running.Spec.Tolerations = tolerations
 	createPod(t, ns, running)
 	waitRunning(t, ns, "already-there")
-	for _, taint := range []string{"key1=value1:NoSchedule", "key1=value1:NoExecute", "key2=value2:NoSchedule"} {
-		capstanOK(t, "kubectl", "--kubeconfig", env.Kubeconfig, "taint", "nodes", "taint-node1", taint)
+	capstanOK(t, "adm", "taint", "nodes", "taint-node1", "key1=value1:NoExecute", "--kubeconfig", env.Kubeconfig)
+	n := getNode(t, "taint-node1")
+	if len(n.Spec.Taints) != 3 {
+		t.Fatalf("taints %v", n.Spec.Taints)
 	}
 	p := simplePod("tolerates-two", nil)
 	p.Spec.NodeSelector = map[string]string{"e2e": "taints"}

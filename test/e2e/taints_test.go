@@ -260,6 +260,10 @@ func TestSchedulerAvoidsNodesTaintedByCondition(t *testing.T) {
 				n := getNode(t, "cond-bad")
 				return len(n.Spec.Taints) > 0, "no taint yet"
 			})
+			if i == 0 {
+				// Let the scheduler's informer deliver the new taint.
+				time.Sleep(time.Second)
+			}
 			createPod(t, ns, p)
 			if node := waitScheduled(t, ns, name); node != "cond-ok" {
 				t.Errorf("%s: pod on %s, which has %s", name, node, cond)
@@ -276,6 +280,7 @@ func TestSchedulerAvoidsNodesTaintedByCondition(t *testing.T) {
 		n := getNode(t, "cond-bad")
 		return hasTaint(n, corev1.TaintNodeUnschedulable, corev1.TaintEffectNoSchedule), fmt.Sprintf("taints %v", n.Spec.Taints)
 	})
+	time.Sleep(time.Second)
 	p := simplePod("cordoned", nil)
 	p.Spec.NodeSelector = map[string]string{"e2e": "bycond"}
 	createPod(t, ns, p)
