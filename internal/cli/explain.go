@@ -38,12 +38,9 @@ evaluated as if it were not yet on its node.`,
 			if !ok || ns == "" || name == "" {
 				return fmt.Errorf("pod %q is not NAMESPACE/NAME", args[0])
 			}
-			p := policy.Default()
-			if policyFile != "" {
-				var err error
-				if p, err = policy.Load(policyFile); err != nil {
-					return err
-				}
+			p, err := loadPolicy(policyFile)
+			if err != nil {
+				return err
 			}
 			client, _, err := cf.client()
 			if err != nil {

@@ -30,12 +30,9 @@ of the scheduling documentation; a policy file replaces it entirely. Pods
 choose a scheduler by spec.schedulerName, so several run side by side.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			var p *policy.Policy
-			if policyFile != "" {
-				var err error
-				if p, err = policy.Load(policyFile); err != nil {
-					return err
-				}
+			p, err := loadPolicy(policyFile)
+			if err != nil {
+				return err
 			}
 			client, _, err := cf.client()
 			if err != nil {
@@ -75,12 +72,17 @@ choose a scheduler by spec.schedulerName, so several run side by side.`,
 	return c
 }
 
-// schedulerOptionFlag loads --scheduler-policy for capstan up.
-func loadSchedulerPolicy(file string, opts *cluster.Options) error {
+// loadPolicy reads a Policy file, or returns the default policy for "".
+func loadPolicy(file string) (*policy.Policy, error) {
 	if file == "" {
-		return nil
+		return policy.Default(), nil
 	}
-	p, err := policy.Load(file)
+	return policy.Load(file)
+}
+
+// loadSchedulerPolicy sets --scheduler-policy on capstan up's options.
+func loadSchedulerPolicy(file string, opts *cluster.Options) error {
+	p, err := loadPolicy(file)
 	if err != nil {
 		return err
 	}
