@@ -24,6 +24,8 @@ type nodeCache struct {
 	index map[string]*algorithm.NodeInfo
 	// podNode maps each accounted pod to its node.
 	podNode map[types.UID]string
+	// pods indexes the accounted pods for inter-pod affinity.
+	pods *algorithm.PodIndex
 	// assumed are pods bound by this scheduler and not yet observed bound.
 	assumed map[types.UID]bool
 }
@@ -33,6 +35,7 @@ func newNodeCache() *nodeCache {
 		infos:   map[string]*algorithm.NodeInfo{},
 		index:   map[string]*algorithm.NodeInfo{},
 		podNode: map[types.UID]string{},
+		pods:    algorithm.NewPodIndex(),
 		assumed: map[types.UID]bool{},
 	}
 }
@@ -92,8 +95,14 @@ func (c *nodeCache) accountPod(pod *corev1.Pod) {
 	defer c.mu.Unlock()
 	c.removeLocked(pod)
 	delete(c.assumed, pod.UID)
-	c.info(pod.Spec.NodeName).AddPod(algorithm.NewPodInfo(pod))
-	c.podNode[pod.UID] = pod.Spec.NodeName
+	c.addLocked(algorithm.NewPodInfo(pod), pod.Spec.NodeName)
+}
+
+func (c *nodeCache) addLocked(pi *algorithm.PodInfo, nodeName string) {
+	ni := c.info(nodeName)
+	ni.AddPod(pi)
+	c.pods.Add(pi, ni)
+	c.podNode[pi.Pod.UID] = nodeName
 }
 
 // forgetPod removes a pod that is gone (or no longer holds resources).
@@ -111,7 +120,9 @@ func (c *nodeCache) removeLocked(pod *corev1.Pod) {
 	}
 	delete(c.podNode, pod.UID)
 	if ni := c.infos[name]; ni != nil {
-		ni.RemovePod(pod)
+		if pi := ni.RemovePod(pod); pi != nil {
+			c.pods.Remove(pi)
+		}
 		if ni.Node == nil && len(ni.Pods) == 0 {
 			delete(c.infos, name)
 		}
@@ -125,8 +136,7 @@ func (c *nodeCache) assumeLocked(pod *corev1.Pod, nodeName string) {
 	assumed := pod.DeepCopy()
 	assumed.Spec.NodeName = nodeName
 	c.removeLocked(assumed)
-	c.info(nodeName).AddPod(algorithm.NewPodInfo(assumed))
-	c.podNode[pod.UID] = nodeName
+	c.addLocked(algorithm.NewPodInfo(assumed), nodeName)
 	c.assumed[pod.UID] = true
 }
 
@@ -143,5 +153,5 @@ func (c *nodeCache) unassume(pod *corev1.Pod) {
 // snapshotLocked returns a snapshot reading the cache; valid while the lock
 // is held.
 func (c *nodeCache) snapshotLocked(l algorithm.Listers) *algorithm.Snapshot {
-	return algorithm.NewSharedSnapshot(c.list, c.index, l)
+	return algorithm.NewSharedSnapshot(c.list, c.index, c.pods, l)
 }

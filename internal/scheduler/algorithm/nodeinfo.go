@@ -33,6 +33,9 @@ type AffinityTerm struct {
 	Namespaces        sets.Set[string]
 	NamespaceSelector labels.Selector // nil: only Namespaces
 	TopologyKey       string
+	// signature is equal for terms that select the same pods in the same
+	// domains (see PodIndex).
+	signature string
 }
 
 // WeightedAffinityTerm is a preferred term.
@@ -111,6 +114,7 @@ func newAffinityTerm(pod *corev1.Pod, t *corev1.PodAffinityTerm) (AffinityTerm, 
 	if len(t.Namespaces) == 0 && t.NamespaceSelector == nil {
 		term.Namespaces.Insert(pod.Namespace)
 	}
+	term.signature = termSignature(term.Selector, sets.List(term.Namespaces), term.NamespaceSelector, term.TopologyKey)
 	return term, nil
 }
 
@@ -204,8 +208,9 @@ func (ni *NodeInfo) AddPod(pi *PodInfo) {
 	ni.Generation++
 }
 
-// RemovePod removes a pod by UID; it reports whether the pod was there.
-func (ni *NodeInfo) RemovePod(pod *corev1.Pod) bool {
+// RemovePod removes a pod by UID; it returns the pod's info, or nil when
+// the pod was not there.
+func (ni *NodeInfo) RemovePod(pod *corev1.Pod) *PodInfo {
 	idx := -1
 	for i, p := range ni.Pods {
 		if p.Pod.UID == pod.UID {
@@ -214,7 +219,7 @@ func (ni *NodeInfo) RemovePod(pod *corev1.Pod) bool {
 		}
 	}
 	if idx < 0 {
-		return false
+		return nil
 	}
 	pi := ni.Pods[idx]
 	ni.Pods = removeAt(ni.Pods, idx)
@@ -226,7 +231,7 @@ func (ni *NodeInfo) RemovePod(pod *corev1.Pod) bool {
 	ni.NonZeroRequested.Pods--
 	ni.UsedPorts.remove(pi.Pod)
 	ni.Generation++
-	return true
+	return pi
 }
 
 // Clone copies the NodeInfo so that a copy can change independently; the

@@ -35,39 +35,34 @@ func (matchInterPodAffinity) PreFilter(cs *CycleState, pi *PodInfo) {
 	s := cs.Snapshot
 	st := &interPodState{existingAnti: topologyCounts{}, affinity: topologyCounts{}, anti: topologyCounts{}}
 	podNSLabels := s.NamespaceLabels(pi.Pod.Namespace)
-	for _, ni := range s.Nodes {
-		for _, ep := range ni.PodsWithRequiredAntiAffinity {
-			for i := range ep.RequiredAntiAffinity {
-				t := &ep.RequiredAntiAffinity[i]
-				if v, ok := ni.Node.Labels[t.TopologyKey]; ok && t.Matches(pi.Pod, podNSLabels) {
-					st.existingAnti[topologyPair{t.TopologyKey, v}]++
+	s.Pods.forEachMatchingTerm(kindRequiredAntiAffinity, pi.Pod, podNSLabels, func(g *termGroup, ni *NodeInfo, n int) {
+		if v, ok := ni.Node.Labels[g.term.TopologyKey]; ok {
+			st.existingAnti[topologyPair{g.term.TopologyKey, v}] += int64(n)
+		}
+	})
+	if len(pi.RequiredAffinity) > 0 {
+		s.Pods.forEachSelected(pi.RequiredAffinity[0].Selector, func(ep *PodInfo, ni *NodeInfo) {
+			if ep.Pod.UID == pi.Pod.UID || !matchesAllTerms(pi.RequiredAffinity, ep.Pod, s.NamespaceLabels(ep.Pod.Namespace)) {
+				return
+			}
+			for i := range pi.RequiredAffinity {
+				if v, ok := ni.Node.Labels[pi.RequiredAffinity[i].TopologyKey]; ok {
+					st.affinity[topologyPair{pi.RequiredAffinity[i].TopologyKey, v}]++
 				}
 			}
-		}
-	}
-	if len(pi.RequiredAffinity)+len(pi.RequiredAntiAffinity) > 0 {
-		for _, ni := range s.Nodes {
-			for _, ep := range ni.Pods {
-				if ep.Pod.UID == pi.Pod.UID {
-					continue
-				}
-				nsl := s.NamespaceLabels(ep.Pod.Namespace)
-				if len(pi.RequiredAffinity) > 0 && matchesAllTerms(pi.RequiredAffinity, ep.Pod, nsl) {
-					for i := range pi.RequiredAffinity {
-						if v, ok := ni.Node.Labels[pi.RequiredAffinity[i].TopologyKey]; ok {
-							st.affinity[topologyPair{pi.RequiredAffinity[i].TopologyKey, v}]++
-						}
-					}
-				}
-				for i := range pi.RequiredAntiAffinity {
-					t := &pi.RequiredAntiAffinity[i]
-					if v, ok := ni.Node.Labels[t.TopologyKey]; ok && t.Matches(ep.Pod, nsl) {
-						st.anti[topologyPair{t.TopologyKey, v}]++
-					}
-				}
-			}
-		}
+		})
 		st.selfMatch = matchesAllTerms(pi.RequiredAffinity, pi.Pod, podNSLabels)
+	}
+	for i := range pi.RequiredAntiAffinity {
+		t := &pi.RequiredAntiAffinity[i]
+		s.Pods.forEachSelected(t.Selector, func(ep *PodInfo, ni *NodeInfo) {
+			if ep.Pod.UID == pi.Pod.UID {
+				return
+			}
+			if v, ok := ni.Node.Labels[t.TopologyKey]; ok && t.Matches(ep.Pod, s.NamespaceLabels(ep.Pod.Namespace)) {
+				st.anti[topologyPair{t.TopologyKey, v}]++
+			}
+		})
 	}
 	cs.Write(interPodKey, st)
 }

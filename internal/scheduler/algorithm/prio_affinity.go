@@ -64,54 +64,7 @@ type interPodAffinityPriority struct{}
 func (interPodAffinityPriority) Name() string { return "InterPodAffinityPriority" }
 
 func (interPodAffinityPriority) Score(cs *CycleState, pi *PodInfo, nodes []*NodeInfo, scores []int64) {
-	s := cs.Snapshot
-	domains := topologyCounts{}
-	podNSLabels := s.NamespaceLabels(pi.Pod.Namespace)
-	incoming := len(pi.PreferredAffinity)+len(pi.PreferredAntiAffinity) > 0
-	add := func(nodeLabels map[string]string, key string, w int64) {
-		if v, ok := nodeLabels[key]; ok {
-			domains[topologyPair{key, v}] += w
-		}
-	}
-	for _, ni := range s.Nodes {
-		existing := ni.PodsWithAffinity
-		if incoming {
-			existing = ni.Pods
-		}
-		for _, ep := range existing {
-			if ep.Pod.UID == pi.Pod.UID {
-				continue
-			}
-			if incoming {
-				nsl := s.NamespaceLabels(ep.Pod.Namespace)
-				for i := range pi.PreferredAffinity {
-					if t := &pi.PreferredAffinity[i]; t.Matches(ep.Pod, nsl) {
-						add(ni.Node.Labels, t.TopologyKey, int64(t.Weight))
-					}
-				}
-				for i := range pi.PreferredAntiAffinity {
-					if t := &pi.PreferredAntiAffinity[i]; t.Matches(ep.Pod, nsl) {
-						add(ni.Node.Labels, t.TopologyKey, -int64(t.Weight))
-					}
-				}
-			}
-			for i := range ep.RequiredAffinity {
-				if t := &ep.RequiredAffinity[i]; t.Matches(pi.Pod, podNSLabels) {
-					add(ni.Node.Labels, t.TopologyKey, hardPodAffinityWeight)
-				}
-			}
-			for i := range ep.PreferredAffinity {
-				if t := &ep.PreferredAffinity[i]; t.Matches(pi.Pod, podNSLabels) {
-					add(ni.Node.Labels, t.TopologyKey, int64(t.Weight))
-				}
-			}
-			for i := range ep.PreferredAntiAffinity {
-				if t := &ep.PreferredAntiAffinity[i]; t.Matches(pi.Pod, podNSLabels) {
-					add(ni.Node.Labels, t.TopologyKey, -int64(t.Weight))
-				}
-			}
-		}
-	}
+	domains := affinityDomains(cs.Snapshot, pi)
 	if len(domains) == 0 {
 		clear(scores)
 		return
@@ -139,4 +92,40 @@ func (interPodAffinityPriority) Score(cs *CycleState, pi *PodInfo, nodes []*Node
 			scores[i] = 0
 		}
 	}
+}
+
+// affinityDomains sums, per topology domain, the weights of the incoming
+// pod's preferred terms matched by pods there and of the terms of pods there
+// that select the incoming pod (anti-affinity negative).
+func affinityDomains(s *Snapshot, pi *PodInfo) topologyCounts {
+	domains := topologyCounts{}
+	add := func(nodeLabels map[string]string, key string, w int64) {
+		if v, ok := nodeLabels[key]; ok {
+			domains[topologyPair{key, v}] += w
+		}
+	}
+	// The incoming pod's preferred terms, over the pods they select.
+	incoming := func(terms []WeightedAffinityTerm, sign int64) {
+		for i := range terms {
+			t := &terms[i]
+			s.Pods.forEachSelected(t.Selector, func(ep *PodInfo, ni *NodeInfo) {
+				if ep.Pod.UID != pi.Pod.UID && t.Matches(ep.Pod, s.NamespaceLabels(ep.Pod.Namespace)) {
+					add(ni.Node.Labels, t.TopologyKey, sign*int64(t.Weight))
+				}
+			})
+		}
+	}
+	incoming(pi.PreferredAffinity, 1)
+	incoming(pi.PreferredAntiAffinity, -1)
+	// Existing pods' terms that select the incoming pod.
+	podNSLabels := s.NamespaceLabels(pi.Pod.Namespace)
+	existing := func(kind termKind, weight func(*termGroup) int64) {
+		s.Pods.forEachMatchingTerm(kind, pi.Pod, podNSLabels, func(g *termGroup, ni *NodeInfo, n int) {
+			add(ni.Node.Labels, g.term.TopologyKey, weight(g)*int64(n))
+		})
+	}
+	existing(kindRequiredAffinity, func(*termGroup) int64 { return hardPodAffinityWeight })
+	existing(kindPreferredAffinity, func(g *termGroup) int64 { return g.weight })
+	existing(kindPreferredAntiAffinity, func(g *termGroup) int64 { return -g.weight })
+	return domains
 }

@@ -30,17 +30,22 @@ type Listers struct {
 type Snapshot struct {
 	Nodes  []*NodeInfo
 	byName map[string]*NodeInfo
+	// Pods indexes the pods on the nodes for inter-pod affinity.
+	Pods *PodIndex
 	Listers
 
 	nsMu     sync.Mutex
 	nsLabels map[string]labelsSet
 }
 
-// NewSnapshot indexes nodes.
+// NewSnapshot indexes nodes and their pods.
 func NewSnapshot(nodes []*NodeInfo, l Listers) *Snapshot {
-	s := &Snapshot{Nodes: nodes, byName: make(map[string]*NodeInfo, len(nodes)), Listers: l, nsLabels: map[string]labelsSet{}}
+	s := &Snapshot{Nodes: nodes, byName: make(map[string]*NodeInfo, len(nodes)), Pods: NewPodIndex(), Listers: l, nsLabels: map[string]labelsSet{}}
 	for _, n := range nodes {
 		s.byName[n.Node.Name] = n
+		for _, p := range n.Pods {
+			s.Pods.Add(p, n)
+		}
 	}
 	return s
 }
