@@ -1,0 +1,208 @@
+package machine
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	machinev1 "github.com/openshift/api/machine/v1beta1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/kubectl/pkg/drain"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// skipWaitForDeleteTimeoutSeconds: on an unreachable node pods never go
+// away, so the drain does not wait for pods deleted longer ago than this.
+const skipWaitForDeleteTimeoutSeconds = 1
+
+// errDrainNotPermitted holds a control-plane drain while another
+// control-plane node is cordoned.
+type errDrainNotPermitted struct{ other string }
+
+func (e *errDrainNotPermitted) Error() string {
+	return fmt.Sprintf("drain not permitted: control plane node %s is already cordoned; control plane nodes drain one at a time", e.other)
+}
+
+// drainReconciler drains the Node of a Deleting machine once no preDrain
+// hook holds it, and records the outcome in the Drained condition. Failed
+// drains are retried with exponential backoff (the controller's rate
+// limiter).
+type drainReconciler struct {
+	client   client.Client
+	kube     kubernetes.Interface
+	recorder record.EventRecorder
+	opts     *Options
+}
+
+func (d *drainReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	m := &machinev1.Machine{}
+	if err := d.client.Get(ctx, req.NamespacedName, m); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if m.DeletionTimestamp.IsZero() || phaseOf(m) != machinev1.PhaseDeleting || conditionTrue(m.Status.Conditions, machinev1.MachineDrained) {
+		return reconcile.Result{}, nil
+	}
+	base := m.DeepCopy()
+	now := metav1.NewTime(timeNow())
+	done := trueCondition(machinev1.MachineDrained, "Drain finished successfully")
+	if _, excluded := m.Annotations[ExcludeNodeDrainingAnnotation]; excluded || m.Status.NodeRef == nil {
+		d.recorder.Event(m, corev1.EventTypeNormal, EventDrainSkipped, "Node drain skipped")
+		done.Message = "Node drain skipped"
+	} else {
+		if hooks := m.Spec.LifecycleHooks.PreDrain; len(hooks) > 0 {
+			klog.FromContext(ctx).V(2).Info("Not draining: lifecycle blocked by pre-drain hooks", "machine", klog.KObj(m), "hooks", hooks)
+			d.recorder.Event(m, corev1.EventTypeNormal, EventDrainBlocked, "Drain blocked by pre-drain hook")
+			return reconcile.Result{}, nil
+		}
+		d.recorder.Event(m, corev1.EventTypeNormal, EventDrainProceeds, "Node drain proceeds")
+		if err := d.drainNode(ctx, m); err != nil {
+			m.Status.Conditions = setCondition(m.Status.Conditions, falseCondition(machinev1.MachineDrained, machinev1.MachineDrainError,
+				machinev1.ConditionSeverityWarning, "could not drain machine: %v", err), now)
+			d.recorder.Eventf(m, corev1.EventTypeNormal, EventDrainRequeued, "Node drain requeued: %v", err)
+			if perr := d.client.Status().Patch(ctx, m, optimisticMerge(base)); perr != nil && !apierrors.IsNotFound(perr) {
+				klog.FromContext(ctx).Error(perr, "Recording the drain failure", "machine", klog.KObj(m))
+			}
+			// An error, not a requeue: the rate limiter backs off.
+			return reconcile.Result{}, err
+		}
+		d.recorder.Event(m, corev1.EventTypeNormal, EventDrainSucceeded, "Node drain succeeded")
+	}
+	m.Status.Conditions = setCondition(m.Status.Conditions, done, now)
+	if err := d.client.Status().Patch(ctx, m, optimisticMerge(base)); err != nil {
+		return reconcile.Result{}, fmt.Errorf("recording the drain of machine %s: %w", m.Name, err)
+	}
+	return reconcile.Result{}, nil
+}
+
+// drainNode cordons the machine's Node and evicts its pods through the
+// Eviction API, so PodDisruptionBudgets hold it back; DaemonSet pods stay,
+// emptyDir data goes.
+func (d *drainReconciler) drainNode(ctx context.Context, m *machinev1.Machine) error {
+	log := klog.FromContext(ctx).WithValues("machine", klog.KObj(m))
+	node, err := d.kube.CoreV1().Nodes().Get(ctx, m.Status.NodeRef.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		log.Info("Node of the machine is already gone", "node", m.Status.NodeRef.Name)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("unable to get node %q: %w", m.Status.NodeRef.Name, err)
+	}
+	if err := d.drainAllowed(ctx, node); err != nil {
+		return err
+	}
+	errOut := &klogWriter{log: log, isErr: true}
+	drainer := &drain.Helper{
+		Ctx:                 ctx,
+		Client:              d.kube,
+		Force:               true,
+		IgnoreAllDaemonSets: true,
+		DeleteEmptyDirData:  true,
+		GracePeriodSeconds:  -1,
+		// Pods not gone in time are retried on the next attempt, so other
+		// machines get their turn meanwhile.
+		Timeout: d.opts.DrainTimeout,
+		OnPodDeletionOrEvictionFinished: func(pod *corev1.Pod, usingEviction bool, err error) {
+			if err == nil {
+				verb := "Deleted"
+				if usingEviction {
+					verb = "Evicted"
+				}
+				log.V(2).Info(verb+" pod from node", "pod", klog.KObj(pod), "node", node.Name)
+			}
+		},
+		Out:    &klogWriter{log: log},
+		ErrOut: errOut,
+	}
+	if nodeUnreachable(node) {
+		log.Info("Node is unreachable: draining ignores grace periods; disruption budgets still hold", "node", node.Name)
+		drainer.SkipWaitForDeleteTimeoutSeconds = skipWaitForDeleteTimeoutSeconds
+		drainer.GracePeriodSeconds = 1
+	}
+	if err := drain.RunCordonOrUncordon(drainer, node, true); err != nil {
+		return fmt.Errorf("cordoning node %s: %w", node.Name, err)
+	}
+	if err := drain.RunNodeDrain(drainer, node.Name); err != nil {
+		// A timeout says little by itself; why the pods did not go does.
+		if last := errOut.lastError(); last != "" && !strings.Contains(err.Error(), last) {
+			return fmt.Errorf("%w (last eviction error: %s)", err, last)
+		}
+		return err
+	}
+	log.Info("Drain successful", "node", node.Name)
+	d.recorder.Eventf(m, corev1.EventTypeNormal, EventDeleted, "Node %q drained", node.Name)
+	return nil
+}
+
+// drainAllowed lets control-plane nodes drain one at a time: a cordoned
+// control-plane node may be mid-drain. A node already cordoned continues
+// its own drain.
+func (d *drainReconciler) drainAllowed(ctx context.Context, node *corev1.Node) error {
+	if node.Spec.Unschedulable || !isControlPlaneNode(node) {
+		return nil
+	}
+	nodes := &corev1.NodeList{}
+	if err := d.client.List(ctx, nodes); err != nil {
+		return fmt.Errorf("listing control plane nodes: %w", err)
+	}
+	for i := range nodes.Items {
+		other := &nodes.Items[i]
+		if other.Name != node.Name && isControlPlaneNode(other) && other.Spec.Unschedulable {
+			return &errDrainNotPermitted{other: other.Name}
+		}
+	}
+	return nil
+}
+
+func isControlPlaneNode(n *corev1.Node) bool {
+	_, cp := n.Labels[nodeControlPlaneLabel]
+	_, master := n.Labels[nodeMasterLabel]
+	return cp || master
+}
+
+func nodeUnreachable(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionUnknown
+		}
+	}
+	return false
+}
+
+// klogWriter passes the drain helper's output to the log, remembering
+// the last error it reported.
+type klogWriter struct {
+	log   klog.Logger
+	isErr bool
+	mu    sync.Mutex
+	last  string
+}
+
+func (w *klogWriter) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	if !w.isErr {
+		w.log.V(2).Info(line)
+		return len(p), nil
+	}
+	w.log.Error(nil, line)
+	// "error when evicting pods/"x" -n "ns" (will retry after 5s): <why>"
+	if _, why, ok := strings.Cut(line, "): "); ok {
+		line = why
+	}
+	w.mu.Lock()
+	w.last = line
+	w.mu.Unlock()
+	return len(p), nil
+}
+
+func (w *klogWriter) lastError() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last
+}

@@ -1,0 +1,332 @@
+package machine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	machinev1 "github.com/openshift/api/machine/v1beta1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+var machineSetKind = machinev1.SchemeGroupVersion.WithKind("MachineSet")
+
+// machineSetReconciler keeps spec.replicas machines of a MachineSet.
+// Machines being deleted do not count: a replacement starts while an old
+// machine is still held by its hooks.
+type machineSetReconciler struct {
+	client   client.Client
+	recorder record.EventRecorder
+	opts     *Options
+}
+
+func (r *machineSetReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	ms := &machinev1.MachineSet{}
+	if err := r.client.Get(ctx, req.NamespacedName, ms); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !ms.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, nil
+	}
+	res, err := r.reconcile(ctx, ms)
+	if err != nil {
+		r.recorder.Eventf(ms, corev1.EventTypeWarning, "ReconcileError", "%v", err)
+	}
+	return res, err
+}
+
+func (r *machineSetReconciler) reconcile(ctx context.Context, ms *machinev1.MachineSet) (reconcile.Result, error) {
+	selector, err := metav1.LabelSelectorAsSelector(&ms.Spec.Selector)
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("machineset %s: invalid selector: %w", ms.Name, err)
+	}
+	if selector.Empty() || !selector.Matches(labels.Set(ms.Spec.Template.Labels)) {
+		return reconcile.Result{}, fmt.Errorf("machineset %s: spec.selector does not match spec.template.metadata.labels, it cannot match any machine", ms.Name)
+	}
+	all := &machinev1.MachineList{}
+	if err := r.client.List(ctx, all, client.InNamespace(ms.Namespace)); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing machines: %w", err)
+	}
+	var machines []*machinev1.Machine
+	for i := range all.Items {
+		m := &all.Items[i]
+		owner := metav1.GetControllerOf(m)
+		if owner != nil && owner.UID != ms.UID || !m.DeletionTimestamp.IsZero() || !selector.Matches(labels.Set(m.Labels)) {
+			continue
+		}
+		if owner == nil {
+			if err := r.adopt(ctx, ms, m); err != nil {
+				klog.FromContext(ctx).Error(err, "Adopting orphan machine", "machine", klog.KObj(m), "machineset", klog.KObj(ms))
+				continue
+			}
+		}
+		machines = append(machines, m)
+	}
+	sort.Slice(machines, func(i, j int) bool { return machines[i].Name < machines[j].Name })
+
+	syncErr := r.syncReplicas(ctx, ms, machines)
+	requeue, err := r.updateStatus(ctx, ms, machines)
+	if err = errors.Join(syncErr, err); err != nil {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{RequeueAfter: requeue}, nil
+}
+
+func (r *machineSetReconciler) adopt(ctx context.Context, ms *machinev1.MachineSet, m *machinev1.Machine) error {
+	base := m.DeepCopy()
+	m.OwnerReferences = append(m.OwnerReferences, *metav1.NewControllerRef(ms, machineSetKind))
+	return r.client.Patch(ctx, m, optimisticMerge(base))
+}
+
+// syncReplicas creates or deletes machines to reach spec.replicas.
+func (r *machineSetReconciler) syncReplicas(ctx context.Context, ms *machinev1.MachineSet, machines []*machinev1.Machine) error {
+	want := int(ptr.Deref(ms.Spec.Replicas, 0))
+	log := klog.FromContext(ctx).WithValues("machineset", klog.KObj(ms))
+	switch diff := len(machines) - want; {
+	case diff < 0:
+		log.Info("Too few replicas, creating machines", "want", want, "have", len(machines), "creating", -diff)
+		created, err := r.createMachines(ctx, ms, -diff)
+		if err != nil {
+			return err
+		}
+		return r.waitInCache(ctx, created, func(m *machinev1.Machine, err error) bool { return err == nil })
+	case diff > 0:
+		prio, err := deletePriorityFor(ms)
+		if err != nil {
+			return err
+		}
+		candidates := machines
+		if prio == nil || ms.Spec.DeletePolicy == "" || ms.Spec.DeletePolicy == string(machinev1.RandomMachineSetDeletePolicy) {
+			candidates = append([]*machinev1.Machine(nil), machines...)
+			rand.Shuffle(len(candidates), func(i, j int) { candidates[i], candidates[j] = candidates[j], candidates[i] })
+		}
+		victims := machinesToDelete(candidates, diff, prio, timeNow())
+		log.Info("Too many replicas, deleting machines", "want", want, "have", len(machines), "deleting", len(victims), "policy", ms.Spec.DeletePolicy)
+		var (
+			mu   sync.Mutex
+			errs []error
+			wg   sync.WaitGroup
+		)
+		for _, m := range victims {
+			wg.Go(func() {
+				if err := r.client.Delete(ctx, m); err != nil && !apierrors.IsNotFound(err) {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("deleting machine %s: %w", m.Name, err))
+					mu.Unlock()
+					return
+				}
+				r.recorder.Eventf(ms, corev1.EventTypeNormal, "SuccessfulDelete", "Deleted machine: %s", m.Name)
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+		return r.waitInCache(ctx, victims, func(m *machinev1.Machine, err error) bool {
+			return apierrors.IsNotFound(err) || err == nil && !m.DeletionTimestamp.IsZero()
+		})
+	}
+	return nil
+}
+
+// createMachines creates n machines from the template, in parallel.
+func (r *machineSetReconciler) createMachines(ctx context.Context, ms *machinev1.MachineSet, n int) ([]*machinev1.Machine, error) {
+	var (
+		mu      sync.Mutex
+		created []*machinev1.Machine
+		errs    []error
+		wg      sync.WaitGroup
+	)
+	sem := make(chan struct{}, r.opts.Concurrency)
+	for range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			m := newMachineFromTemplate(ms)
+			err := r.client.Create(ctx, m)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				r.recorder.Eventf(ms, corev1.EventTypeWarning, "FailedCreate", "Failed to create machine: %v", err)
+				return
+			}
+			created = append(created, m)
+			r.recorder.Eventf(ms, corev1.EventTypeNormal, "SuccessfulCreate", "Created machine: %s", m.Name)
+		})
+	}
+	wg.Wait()
+	return created, errors.Join(errs...)
+}
+
+func newMachineFromTemplate(ms *machinev1.MachineSet) *machinev1.Machine {
+	t := ms.Spec.Template
+	m := &machinev1.Machine{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName:    ms.Name + "-",
+			Namespace:       ms.Namespace,
+			Labels:          copyMap(t.Labels),
+			Annotations:     copyMap(t.Annotations),
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(ms, machineSetKind)},
+		},
+		Spec: *t.Spec.DeepCopy(),
+	}
+	return m
+}
+
+func copyMap(in map[string]string) map[string]string {
+	if in == nil {
+		return nil
+	}
+	out := make(map[string]string, len(in))
+	for k, v := range in {
+		out[k] = v
+	}
+	return out
+}
+
+// waitInCache waits until the cache shows what the controller just did,
+// so that the next reconcile does not count the same machines again.
+func (r *machineSetReconciler) waitInCache(ctx context.Context, machines []*machinev1.Machine, done func(*machinev1.Machine, error) bool) error {
+	for _, m := range machines {
+		key := client.ObjectKeyFromObject(m)
+		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+			got := &machinev1.Machine{}
+			err := r.client.Get(ctx, key, got)
+			return done(got, err), nil
+		})
+		if err != nil {
+			return fmt.Errorf("machine %s: the cache did not catch up within 10s: %w", m.Name, err)
+		}
+	}
+	return nil
+}
+
+// updateStatus writes the replica counts; it returns when to look again
+// for machines that become available after minReadySeconds.
+func (r *machineSetReconciler) updateStatus(ctx context.Context, ms *machinev1.MachineSet, machines []*machinev1.Machine) (time.Duration, error) {
+	templateLabels := labels.Set(ms.Spec.Template.Labels)
+	minReady := time.Duration(ms.Spec.MinReadySeconds) * time.Second
+	now := timeNow()
+	var st machinev1.MachineSetStatus
+	var requeue time.Duration
+	for _, m := range machines {
+		st.Replicas++
+		if labels.SelectorFromSet(templateLabels).Matches(labels.Set(m.Labels)) {
+			st.FullyLabeledReplicas++
+		}
+		node, err := r.nodeOf(ctx, m)
+		if err != nil {
+			return 0, err
+		}
+		if node == nil {
+			continue
+		}
+		ready := readyCondition(node)
+		if ready == nil || ready.Status != corev1.ConditionTrue {
+			continue
+		}
+		st.ReadyReplicas++
+		if since := now.Sub(ready.LastTransitionTime.Time); minReady == 0 || since >= minReady {
+			st.AvailableReplicas++
+		} else if wait := minReady - since; requeue == 0 || wait < requeue {
+			requeue = wait
+		}
+	}
+	st.ObservedGeneration = ms.Generation
+	st.ErrorReason, st.ErrorMessage = ms.Status.ErrorReason, ms.Status.ErrorMessage
+	st.Conditions = ms.Status.Conditions
+	st.AuthoritativeAPI = ms.Status.AuthoritativeAPI
+	st.SynchronizedGeneration = ms.Status.SynchronizedGeneration
+	if equality.Semantic.DeepEqual(ms.Status, st) {
+		return requeue, nil
+	}
+	base := ms.DeepCopy()
+	ms.Status = st
+	if err := r.client.Status().Patch(ctx, ms, optimisticMerge(base)); err != nil {
+		return 0, fmt.Errorf("updating status of machineset %s: %w", ms.Name, err)
+	}
+	return requeue, nil
+}
+
+func (r *machineSetReconciler) nodeOf(ctx context.Context, m *machinev1.Machine) (*corev1.Node, error) {
+	if m.Status.NodeRef == nil {
+		return nil, nil
+	}
+	node := &corev1.Node{}
+	err := r.client.Get(ctx, types.NamespacedName{Name: m.Status.NodeRef.Name}, node)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return node, err
+}
+
+func readyCondition(n *corev1.Node) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == corev1.NodeReady {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// machineSetsForMachine maps a machine to its controlling MachineSet, or,
+// for an orphan, to every MachineSet whose selector matches it.
+func (r *machineSetReconciler) machineSetsForMachine(ctx context.Context, o client.Object) []reconcile.Request {
+	if owner := metav1.GetControllerOf(o); owner != nil {
+		if owner.Kind != machineSetKind.Kind {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: owner.Name}}}
+	}
+	sets := &machinev1.MachineSetList{}
+	if err := r.client.List(ctx, sets, client.InNamespace(o.GetNamespace())); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range sets.Items {
+		sel, err := metav1.LabelSelectorAsSelector(&sets.Items[i].Spec.Selector)
+		if err == nil && !sel.Empty() && sel.Matches(labels.Set(o.GetLabels())) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&sets.Items[i])})
+		}
+	}
+	return out
+}
+
+// machineSetsForNode maps a node (its readiness counts) to the MachineSet
+// of its machine.
+func (r *machineSetReconciler) machineSetsForNode(ctx context.Context, o client.Object) []reconcile.Request {
+	ns, name, ok := splitMachineAnnotation(o.GetAnnotations()[MachineAnnotation])
+	if !ok {
+		return nil
+	}
+	m := &machinev1.Machine{}
+	if err := r.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, m); err != nil {
+		return nil
+	}
+	return r.machineSetsForMachine(ctx, m)
+}
+
+func splitMachineAnnotation(v string) (ns, name string, ok bool) {
+	for i := 0; i < len(v); i++ {
+		if v[i] == '/' {
+			return v[:i], v[i+1:], i > 0 && i < len(v)-1
+		}
+	}
+	return "", "", false
+}

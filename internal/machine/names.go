@@ -1,0 +1,44 @@
+package machine
+
+import machinev1 "github.com/openshift/api/machine/v1beta1"
+
+// Namespace is where the Machine API objects live, as in OpenShift.
+const Namespace = "openshift-machine-api"
+
+// Annotations and labels, with OpenShift's keys.
+const (
+	// MachineAnnotation on a Node names its Machine as namespace/name.
+	MachineAnnotation = "machine.openshift.io/machine"
+	// DeleteMachineAnnotation marks a Machine its MachineSet deletes first
+	// when it scales down.
+	DeleteMachineAnnotation = "machine.openshift.io/delete-machine"
+	// oldDeleteMachineAnnotation is the earlier spelling, still honoured.
+	oldDeleteMachineAnnotation = "machine.openshift.io/cluster-api-delete-machine"
+	// ExcludeNodeDrainingAnnotation skips the drain of a deleted Machine.
+	ExcludeNodeDrainingAnnotation = "machine.openshift.io/exclude-node-draining"
+	// InstanceStateAnnotation is the cloud's state of the instance.
+	InstanceStateAnnotation = "machine.openshift.io/instance-state"
+
+	ClusterIDLabel        = machinev1.MachineClusterIDLabel
+	MachineRoleLabel      = "machine.openshift.io/cluster-api-machine-role"
+	MachineTypeLabel      = "machine.openshift.io/cluster-api-machine-type"
+	MachineSetLabel       = "machine.openshift.io/cluster-api-machineset"
+	InstanceTypeLabel     = "machine.openshift.io/instance-type"
+	RegionLabel           = "machine.openshift.io/region"
+	ZoneLabel             = "machine.openshift.io/zone"
+	nodeMasterLabel       = "node-role.kubernetes.io/master"
+	nodeControlPlaneLabel = "node-role.kubernetes.io/control-plane"
+)
+
+// Event reasons, as the OpenShift machine controllers name them.
+const (
+	EventDrainBlocked   = "DrainBlocked"
+	EventDrainProceeds  = "DrainProceeds"
+	EventDrainSucceeded = "DrainSucceeded"
+	EventDrainRequeued  = "DrainRequeued"
+	EventDrainSkipped   = "DrainSkipped"
+	EventDeleted        = "Deleted"
+	EventFailedCreate   = "FailedCreate"
+	EventCreated        = "Create"
+	EventFailedDelete   = "FailedDelete"
+)
