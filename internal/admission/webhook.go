@@ -29,18 +29,26 @@ const (
 	maxRequestBytes               = 3 << 20
 )
 
+// Reviewer decides admission requests: allowed, or the message saying
+// why not; an error is a failure to decide.
+type Reviewer interface {
+	Review(ctx context.Context, req *admissionv1.AdmissionRequest) (allowed bool, message string, err error)
+}
+
 // Server serves admission webhooks over TLS.
 type Server struct {
-	pnc      *PodNodeConstraints
 	listener net.Listener
 	srv      *http.Server
 }
 
-// NewServer serves the plugins on listener with the given certificate.
-func NewServer(listener net.Listener, cert tls.Certificate, pnc *PodNodeConstraints) *Server {
-	s := &Server{pnc: pnc, listener: listener}
+// NewServer serves each reviewer at its path on listener with the given
+// certificate.
+func NewServer(listener net.Listener, cert tls.Certificate, reviewers map[string]Reviewer) *Server {
+	s := &Server{listener: listener}
 	mux := http.NewServeMux()
-	mux.HandleFunc(PodNodeConstraintsPath, s.servePodNodeConstraints)
+	for path, r := range reviewers {
+		mux.HandleFunc(path, func(w http.ResponseWriter, req *http.Request) { serveReview(w, req, r) })
+	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 	s.srv = &http.Server{
 		Handler:           mux,
@@ -65,7 +73,7 @@ func (s *Server) Run(ctx context.Context) error {
 	return err
 }
 
-func (s *Server) servePodNodeConstraints(w http.ResponseWriter, r *http.Request) {
+func serveReview(w http.ResponseWriter, r *http.Request, reviewer Reviewer) {
 	if r.Method != http.MethodPost {
 		http.Error(w, "POST an AdmissionReview", http.StatusMethodNotAllowed)
 		return
@@ -82,10 +90,10 @@ func (s *Server) servePodNodeConstraints(w http.ResponseWriter, r *http.Request)
 	}
 	req := review.Request
 	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
-	allowed, msg, err := s.pnc.Review(r.Context(), req)
+	allowed, msg, err := reviewer.Review(r.Context(), req)
 	switch {
 	case err != nil:
-		klog.FromContext(r.Context()).Error(err, "PodNodeConstraints review failed", "namespace", req.Namespace, "name", req.Name)
+		klog.FromContext(r.Context()).Error(err, "Admission review failed", "path", r.URL.Path, "namespace", req.Namespace, "name", req.Name)
 		resp.Allowed = false
 		resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusInternalServerError, Reason: metav1.StatusReasonInternalError, Message: err.Error()}
 	case !allowed:

@@ -67,6 +67,8 @@ func Up(ctx context.Context, o UpOptions, log io.Writer) (*UpResult, error) {
 	opts.ControlPlane.EtcdNoFsync = o.EtcdNoFsync
 	opts.ControlPlane.RedirectStderr = true
 	opts.ControlPlaneNodes, opts.Workers = 0, 0
+	// Nodes are launched directly; no Machine API to compete with.
+	opts.MachineAPI, opts.BootFromMachines = nil, false
 	if err := opts.SetLeaseDuration(); err != nil {
 		return nil, err
 	}

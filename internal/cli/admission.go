@@ -86,7 +86,7 @@ func newAdmissionServeCommand() *cobra.Command {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			fmt.Fprintf(c.OutOrStdout(), "Serving %s on %s\n", admission.PodNodeConstraintsPath, l.Addr())
-			return admission.NewServer(l, cert, admission.NewPodNodeConstraints(client, cfg)).Run(ctx)
+			return admission.NewServer(l, cert, map[string]admission.Reviewer{admission.PodNodeConstraintsPath: admission.NewPodNodeConstraints(client, cfg)}).Run(ctx)
 		},
 	}
 	cf.add(c.Flags())

@@ -19,7 +19,7 @@ func newBenchCommand() *cobra.Command {
 		Use:   "bench",
 		Short: "Benchmarks on a fresh embedded control plane",
 	}
-	c.AddCommand(newBenchUpCommand())
+	c.AddCommand(newBenchUpCommand(), newBenchMachinesCommand())
 	c.AddCommand(newBenchSchedulerCommands()...)
 	return c
 }
@@ -82,4 +82,33 @@ func startCPUProfile(path string) (func(), error) {
 		pprof.StopCPUProfile()
 		f.Close()
 	}, nil
+}
+
+func newBenchMachinesCommand() *cobra.Command {
+	o := bench.MachinesOptions{Replicas: 500, PodsPerNode: 1, Timeout: 10 * time.Minute}
+	c := &cobra.Command{
+		Use:   "machines",
+		Short: "Machines/s scaling a MachineSet 0 -> N -> 0, draining pods on the way down",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			res, err := bench.Machines(ctx, o, c.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			out := c.OutOrStdout()
+			fmt.Fprintf(out, "\nbench machines: replicas=%d pods drained=%d fsync=%v\n", res.Replicas, res.PodsEvicted, !o.EtcdNoFsync)
+			fmt.Fprintf(out, "  scale up:    %.1f s (%.1f machines/s)\n", res.Up.Seconds(), res.UpPerSecond)
+			fmt.Fprintf(out, "  scale down:  %.1f s (%.1f machines/s)\n", res.Down.Seconds(), res.DownPerSecond)
+			fmt.Fprintf(out, "  peak RSS:    %s\n", bench.GiB(res.PeakRSSBytes))
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.IntVar(&o.Replicas, "replicas", o.Replicas, "machines to scale the MachineSet to")
+	f.IntVar(&o.PodsPerNode, "pods-per-node", o.PodsPerNode, "pods per machine (one Deployment) drained on the way down")
+	f.BoolVar(&o.EtcdNoFsync, "etcd-no-fsync", false, "skip etcd's fsync (faster, unsafe)")
+	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up on a phase after this long")
+	return c
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/capstan-dev/capstan/internal/cluster"
+	"github.com/capstan-dev/capstan/internal/machine/hooks"
 	"github.com/capstan-dev/capstan/internal/sim"
 )
 
@@ -23,6 +24,8 @@ type upOptions struct {
 	opts                    cluster.Options
 	workerCPU, workerMemory string
 	nodeReadyTimeout        time.Duration
+	hooks                   []string
+	hookFlags               hookFlags
 }
 
 func newUpCommand() *cobra.Command {
@@ -47,6 +50,7 @@ the same cluster. Stop it with Ctrl-C (SIGINT) or SIGTERM.`,
 	fs.StringVar(&o.workerCPU, "worker-cpu", "4", "CPU of each worker node")
 	fs.StringVar(&o.workerMemory, "worker-memory", "16Gi", "memory of each worker node")
 	fs.DurationVar(&o.opts.Cloud.BootDelay, "boot-delay", 0, "how long a new simulated instance takes to boot")
+	fs.DurationVar(&o.opts.Cloud.TerminateDelay, "terminate-delay", 0, "how long a deleted simulated instance takes to shut down")
 	fs.DurationVar(&cp.NodeMonitorPeriod, "node-monitor-period", cp.NodeMonitorPeriod, "node lifecycle controller: how often node health is checked")
 	fs.DurationVar(&cp.NodeMonitorGracePeriod, "node-monitor-grace-period", cp.NodeMonitorGracePeriod, "node lifecycle controller: how long a silent node stays Ready")
 	fs.DurationVar(&cp.NodeStartupGracePeriod, "node-startup-grace-period", cp.NodeStartupGracePeriod, "node lifecycle controller: grace for a starting node")
@@ -62,6 +66,8 @@ the same cluster. Stop it with Ctrl-C (SIGINT) or SIGTERM.`,
 	fs.StringVar(&o.clusterNodeSelector, "cluster-default-node-selector", "", "PodNodeSelector: node selector of namespaces without one (overrides admission/podnodeselector.yaml)")
 	fs.StringArrayVar(&o.projectNodeSelectors, "project-node-selector", nil, "PodNodeSelector: NAMESPACE=SELECTOR whitelist of a namespace (repeatable; added to admission/podnodeselector.yaml)")
 	fs.DurationVar(&o.nodeReadyTimeout, "node-ready-timeout", 5*time.Minute, "how long to wait for the nodes to become Ready")
+	fs.StringSliceVar(&o.hooks, "hooks", nil, "example hook controllers to run: "+strings.Join(hooks.ExampleNames(), ", "))
+	o.hookFlags.add(fs)
 	return c
 }
 
@@ -92,6 +98,11 @@ func (o *upOptions) run(c *cobra.Command) error {
 			o.opts.ControlPlane.Admission.ProjectNodeSelectors = map[string]string{}
 		}
 		o.opts.ControlPlane.Admission.ProjectNodeSelectors[ns] = sel
+	}
+	if len(o.hooks) > 0 {
+		if o.opts.Hooks, err = o.hookFlags.build(o.hooks); err != nil {
+			return fmt.Errorf("--hooks: %w", err)
+		}
 	}
 	if err := loadSchedulerPolicy(o.schedulerPolicy, &o.opts); err != nil {
 		return err
@@ -124,8 +135,7 @@ func (o *upOptions) run(c *cobra.Command) error {
 	if err := cl.EnsureNodes(ctx); err != nil {
 		return err
 	}
-	names := cl.BootNodeNames()
-	if err := cluster.WaitNodesReady(ctx, cl.Client, names, o.nodeReadyTimeout); err != nil {
+	if err := cl.WaitBootNodesReady(ctx, o.nodeReadyTimeout); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -12,10 +12,12 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/admission"
 	"github.com/capstan-dev/capstan/internal/controlplane"
+	"github.com/capstan-dev/capstan/internal/machine"
 )
 
-// startAdmission serves capstan's admission webhooks (PodNodeConstraints)
-// with a CA of their own and registers them with the apiserver.
+// startAdmission serves capstan's admission webhooks (PodNodeConstraints,
+// the Machine API's validation) with a CA of their own and registers them
+// with the apiserver.
 func (c *Cluster) startAdmission(ctx, runCtx context.Context) error {
 	d := c.ControlPlane.DataDir()
 	raw, err := os.ReadFile(d.EffectiveAdmissionFile(controlplane.PodNodeConstraintsConfigFile))
@@ -44,9 +46,19 @@ func (c *Cluster) startAdmission(ctx, runCtx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("admission webhook listener: %w", err)
 	}
-	srv := admission.NewServer(l, cert, admission.NewPodNodeConstraints(c.Client, cfg))
+	srv := admission.NewServer(l, cert, map[string]admission.Reviewer{
+		admission.PodNodeConstraintsPath: admission.NewPodNodeConstraints(c.Client, cfg),
+		machine.MachineWebhookPath:       machine.MachineReviewer{},
+		machine.MachineSetWebhookPath:    machine.MachineSetReviewer{},
+	})
 	c.webhookDone = make(chan error, 1)
 	go func() { c.webhookDone <- srv.Run(runCtx) }()
-	url := fmt.Sprintf("https://%s%s", l.Addr().String(), admission.PodNodeConstraintsPath)
-	return admission.Register(ctx, c.Client, admission.WebhookConfiguration(admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca.CertPEM}))
+	clientConfig := func(path string) admissionregistrationv1.WebhookClientConfig {
+		url := fmt.Sprintf("https://%s%s", l.Addr().String(), path)
+		return admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca.CertPEM}
+	}
+	if err := admission.Register(ctx, c.Client, admission.WebhookConfiguration(clientConfig(admission.PodNodeConstraintsPath))); err != nil {
+		return err
+	}
+	return admission.Register(ctx, c.Client, machine.WebhookConfiguration(clientConfig(machine.MachineWebhookPath), clientConfig(machine.MachineSetWebhookPath)))
 }

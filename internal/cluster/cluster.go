@@ -19,8 +19,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/controlplane"
+	"github.com/capstan-dev/capstan/internal/machine"
+	"github.com/capstan-dev/capstan/internal/machine/hooks"
 	"github.com/capstan-dev/capstan/internal/scheduler"
 	"github.com/capstan-dev/capstan/internal/sim"
 )
@@ -39,6 +42,15 @@ type Options struct {
 	// Scheduler configures the default-scheduler capstan runs; nil runs
 	// none (pods then wait for an external scheduler).
 	Scheduler *scheduler.Config
+	// MachineAPI configures the Machine API controllers; nil runs none.
+	MachineAPI *machine.Options
+	// Hooks are hook-implementing controllers to run beside the Machine
+	// API (capstan up --hooks).
+	Hooks []*hooks.Hook
+	// BootFromMachines boots the nodes from Machines and MachineSets, as
+	// an OpenShift installer does; otherwise EnsureNodes launches
+	// instances master-N and worker-N directly.
+	BootFromMachines bool
 }
 
 // DefaultOptions is what `capstan up` runs without flags.
@@ -53,7 +65,9 @@ func DefaultOptions() Options {
 		WorkerSpec: sim.InstanceSpec{
 			CPU: resource.MustParse("4"), Memory: resource.MustParse("16Gi"), Pods: 250, Role: "worker",
 		},
-		Scheduler: &scheduler.Config{Name: scheduler.DefaultSchedulerName},
+		Scheduler:        &scheduler.Config{Name: scheduler.DefaultSchedulerName},
+		MachineAPI:       ptr.To(machine.DefaultOptions()),
+		BootFromMachines: true,
 	}
 }
 
@@ -84,6 +98,8 @@ type Cluster struct {
 	simDone     chan error
 	schedDone   chan error
 	webhookDone chan error
+	machineDone chan error
+	hooksDone   chan error
 }
 
 // Start brings up the control plane and the simulator; it does not boot
@@ -115,6 +131,24 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := c.startAdmission(ctx, runCtx); err != nil {
 		c.Stop()
 		return nil, fmt.Errorf("admission webhooks: %w", err)
+	}
+	if opts.MachineAPI != nil {
+		if err := c.startMachineAPI(ctx, runCtx); err != nil {
+			c.Stop()
+			return nil, fmt.Errorf("machine API: %w", err)
+		}
+		if len(opts.Hooks) > 0 {
+			mgr, err := hooks.NewManager(c.RESTConfig(), hooks.Options{Namespace: opts.MachineAPI.Namespace}, opts.Hooks...)
+			if err != nil {
+				c.Stop()
+				return nil, fmt.Errorf("hook controllers: %w", err)
+			}
+			c.hooksDone = make(chan error, 1)
+			go func() { c.hooksDone <- mgr.Start(runCtx) }()
+		}
+	} else if opts.BootFromMachines || len(opts.Hooks) > 0 {
+		c.Stop()
+		return nil, errors.New("booting from machines and hook controllers need the Machine API")
 	}
 	if opts.Scheduler != nil {
 		sched, err := scheduler.New(client, *opts.Scheduler)
@@ -161,14 +195,17 @@ func (c *Cluster) Stop() error {
 	case <-time.After(30 * time.Second):
 		errs = append(errs, errors.New("simulator did not stop within 30s"))
 	}
-	if c.schedDone != nil {
+	for name, done := range map[string]chan error{"scheduler": c.schedDone, "machine API": c.machineDone, "hook controllers": c.hooksDone} {
+		if done == nil {
+			continue
+		}
 		select {
-		case err := <-c.schedDone:
+		case err := <-done:
 			if err != nil && !errors.Is(err, context.Canceled) {
-				errs = append(errs, err)
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
 			}
 		case <-time.After(30 * time.Second):
-			errs = append(errs, errors.New("scheduler did not stop within 30s"))
+			errs = append(errs, fmt.Errorf("%s did not stop within 30s", name))
 		}
 	}
 	errs = append(errs, c.ControlPlane.Stop())
@@ -187,10 +224,14 @@ func (c *Cluster) BootNodeNames() []string {
 	return names
 }
 
-// EnsureNodes creates the boot instances that do not exist yet: masters
-// master-0.. and workers worker-0.., spread round-robin over the zones.
-// On a restarted cluster it creates nothing.
+// EnsureNodes boots the cluster's nodes: from Machines and MachineSets
+// when BootFromMachines is set (see ensureMachines), else as instances that
+// do not exist yet: masters master-0.. and workers worker-0.., spread
+// round-robin over the zones. On a restarted cluster it creates nothing.
 func (c *Cluster) EnsureNodes(ctx context.Context) error {
+	if c.opts.BootFromMachines {
+		return c.ensureMachines(ctx)
+	}
 	existing, err := c.Cloud.ListInstances(ctx)
 	if err != nil {
 		return err
@@ -222,6 +263,14 @@ func (c *Cluster) EnsureNodes(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// WaitBootNodesReady waits until the nodes EnsureNodes booted are Ready.
+func (c *Cluster) WaitBootNodesReady(ctx context.Context, timeout time.Duration) error {
+	if c.opts.BootFromMachines {
+		return c.WaitMachinesReady(ctx, c.opts.ControlPlaneNodes+c.opts.Workers, timeout)
+	}
+	return WaitNodesReady(ctx, c.Client, c.BootNodeNames(), timeout)
 }
 
 // WaitNodesReady waits until every named node exists and is Ready, except

@@ -65,6 +65,13 @@ func Start(opts Options) (*Env, error) {
 	co.Workers = opts.Workers
 	co.Sim.LeaseDuration = LeaseDuration
 	co.Sim.NodeStatusReportFrequency = time.Minute
+	// Tests boot plain instances with fixed names and create the machines
+	// they need; the Machine API runs with timings of seconds.
+	co.BootFromMachines = false
+	co.MachineAPI.DrainTimeout = 3 * time.Second
+	co.MachineAPI.DrainBackoffBase = 500 * time.Millisecond
+	co.MachineAPI.DrainBackoffMax = 4 * time.Second
+	co.MachineAPI.InstancePollInterval = 500 * time.Millisecond
 	if opts.Configure != nil {
 		opts.Configure(&co)
 	}
@@ -93,7 +100,7 @@ func Start(opts Options) (*Env, error) {
 		env.Stop()
 		return nil, err
 	}
-	if err := cluster.WaitNodesReady(ctx, cl.Client, cl.BootNodeNames(), 2*time.Minute); err != nil {
+	if err := cl.WaitBootNodesReady(ctx, 2*time.Minute); err != nil {
 		env.Stop()
 		return nil, err
 	}

@@ -1,0 +1,202 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"time"
+
+	machinev1 "github.com/openshift/api/machine/v1beta1"
+	machineclient "github.com/openshift/client-go/machine/clientset/versioned"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/capstan-dev/capstan/internal/machine"
+	"github.com/capstan-dev/capstan/internal/sim"
+)
+
+// startMachineAPI runs the Machine API controllers on the simulated cloud.
+func (c *Cluster) startMachineAPI(ctx, runCtx context.Context) error {
+	opts := *c.opts.MachineAPI
+	opts.Actuator = &machine.SimActuator{Cloud: c.Cloud}
+	if err := ensureNamespace(ctx, c, opts.Namespace); err != nil {
+		return err
+	}
+	mgr, err := machine.NewManager(c.RESTConfig(), opts)
+	if err != nil {
+		return err
+	}
+	c.machineDone = make(chan error, 1)
+	go func() { c.machineDone <- mgr.Start(runCtx) }()
+	return nil
+}
+
+func ensureNamespace(ctx context.Context, c *Cluster, name string) error {
+	_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", name, err)
+	}
+	return nil
+}
+
+// MachineClient is a clientset for the machine.openshift.io API.
+func (c *Cluster) MachineClient() (machineclient.Interface, error) {
+	return machineclient.NewForConfig(c.RESTConfig())
+}
+
+// ensureMachines boots the cluster the way an OpenShift installer does:
+// control-plane Machines <infra>-master-N spread over the zones, and one
+// worker MachineSet <infra>-worker-<zone> per zone sharing the workers. A
+// cluster that has its machines already (a restart) gets nothing new.
+func (c *Cluster) ensureMachines(ctx context.Context) error {
+	if c.opts.MachineAPI == nil {
+		return errNoMachineAPI
+	}
+	mc, err := c.MachineClient()
+	if err != nil {
+		return err
+	}
+	ns := c.opts.MachineAPI.Namespace
+	existing, err := mc.MachineV1beta1().Machines(ns).List(ctx, metav1.ListOptions{LabelSelector: machine.ClusterIDLabel})
+	if err != nil {
+		return fmt.Errorf("listing machines: %w", err)
+	}
+	sets, err := mc.MachineV1beta1().MachineSets(ns).List(ctx, metav1.ListOptions{LabelSelector: machine.ClusterIDLabel})
+	if err != nil {
+		return fmt.Errorf("listing machinesets: %w", err)
+	}
+	if len(existing.Items) > 0 || len(sets.Items) > 0 {
+		return nil
+	}
+	infra := "capstan-" + randomSuffix()
+	zones := sim.DefaultZones
+	for i := range c.opts.ControlPlaneNodes {
+		zone := zones[i%len(zones)]
+		m := &machinev1.Machine{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: fmt.Sprintf("%s-master-%d", infra, i), Namespace: ns,
+				Labels: map[string]string{machine.ClusterIDLabel: infra, machine.MachineRoleLabel: "master", machine.MachineTypeLabel: "master"},
+			},
+			Spec: machinev1.MachineSpec{ProviderSpec: machinev1.ProviderSpec{Value: machine.RawProviderSpec(providerSpecFor(c.opts.MasterSpec, zone))}},
+		}
+		if _, err := mc.MachineV1beta1().Machines(ns).Create(ctx, m, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating machine %s: %w", m.Name, err)
+		}
+	}
+	for i, zone := range zones {
+		replicas := int32(c.opts.Workers / len(zones))
+		if i < c.opts.Workers%len(zones) {
+			replicas++
+		}
+		name := fmt.Sprintf("%s-worker-%s", infra, zone)
+		sel := map[string]string{machine.ClusterIDLabel: infra, machine.MachineSetLabel: name}
+		tmplLabels := map[string]string{machine.ClusterIDLabel: infra, machine.MachineSetLabel: name,
+			machine.MachineRoleLabel: "worker", machine.MachineTypeLabel: "worker"}
+		ms := &machinev1.MachineSet{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{machine.ClusterIDLabel: infra}},
+			Spec: machinev1.MachineSetSpec{
+				Replicas: ptr.To(replicas),
+				Selector: metav1.LabelSelector{MatchLabels: sel},
+				Template: machinev1.MachineTemplateSpec{
+					ObjectMeta: machinev1.ObjectMeta{Labels: tmplLabels},
+					Spec:       machinev1.MachineSpec{ProviderSpec: machinev1.ProviderSpec{Value: machine.RawProviderSpec(providerSpecFor(c.opts.WorkerSpec, zone))}},
+				},
+			},
+		}
+		if _, err := mc.MachineV1beta1().MachineSets(ns).Create(ctx, ms, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating machineset %s: %w", ms.Name, err)
+		}
+	}
+	return nil
+}
+
+// providerSpecFor asks for spec's size: by instance type when one of the
+// catalogue has exactly that size, else by cpu and memory.
+func providerSpecFor(spec sim.InstanceSpec, zone string) machine.ProviderSpec {
+	ps := machine.ProviderSpec{Region: sim.DefaultRegion, Zone: zone, Pods: spec.Pods, GPU: spec.GPU}
+	names := make([]string, 0, len(machine.InstanceTypes))
+	for n := range machine.InstanceTypes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		t := machine.InstanceTypes[n]
+		if t.CPU.Cmp(spec.CPU) == 0 && t.Memory.Cmp(spec.Memory) == 0 && t.GPU == spec.GPU {
+			ps.InstanceType = n
+			return ps
+		}
+	}
+	ps.CPU, ps.Memory = ptr.To(spec.CPU), ptr.To(spec.Memory)
+	return ps
+}
+
+func randomSuffix() string {
+	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
+	b := make([]byte, 5)
+	for i := range b {
+		b[i] = alphabet[rand.IntN(len(alphabet))]
+	}
+	return string(b)
+}
+
+// WaitMachinesReady waits until every machine of the cluster that is not
+// being deleted or failed is Running with a Ready node (or one an injected
+// fault keeps from being Ready), and there are at least want of them.
+func (c *Cluster) WaitMachinesReady(ctx context.Context, want int, timeout time.Duration) error {
+	if c.opts.MachineAPI == nil {
+		return errNoMachineAPI
+	}
+	mc, err := c.MachineClient()
+	if err != nil {
+		return err
+	}
+	var pending []string
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		list, err := mc.MachineV1beta1().Machines(c.opts.MachineAPI.Namespace).List(ctx, metav1.ListOptions{LabelSelector: machine.ClusterIDLabel})
+		if err != nil {
+			return false, nil
+		}
+		nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return false, nil
+		}
+		ready := map[string]bool{}
+		for i := range nodes.Items {
+			n := &nodes.Items[i]
+			ready[n.Name] = NodeReady(n) || sim.FaultKeepsNotReady(n)
+		}
+		pending = pending[:0]
+		count := 0
+		for i := range list.Items {
+			m := &list.Items[i]
+			phase := ptr.Deref(m.Status.Phase, "")
+			if m.DeletionTimestamp != nil || phase == machinev1.PhaseFailed {
+				continue
+			}
+			count++
+			if phase != machinev1.PhaseRunning || m.Status.NodeRef == nil || !ready[m.Status.NodeRef.Name] {
+				pending = append(pending, fmt.Sprintf("%s (%s)", m.Name, ptr.Deref(m.Status.Phase, "no phase")))
+			}
+		}
+		if count < want {
+			pending = append(pending, fmt.Sprintf("%d of %d machines created", count, want))
+		}
+		return len(pending) == 0, nil
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		sort.Strings(pending)
+		return fmt.Errorf("machines not Running with Ready nodes after %s: %s", timeout, strings.Join(pending, ", "))
+	}
+	return nil
+}
+
+var errNoMachineAPI = errors.New("the Machine API is not running in this cluster")
