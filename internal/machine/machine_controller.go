@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	machinev1 "github.com/openshift/api/machine/v1beta1"
@@ -27,7 +28,9 @@ var timeNow = time.Now
 // once its Node is linked; Failed when the cloud refuses it or its instance
 // vanishes; Deleting from its deletion until its instance and Node are gone.
 type machineReconciler struct {
-	client   client.Client
+	client client.Client
+	// reader reads the API directly, past the cache.
+	reader   client.Reader
 	actuator Actuator
 	recorder record.EventRecorder
 	opts     *Options
@@ -141,12 +144,17 @@ func (r *machineReconciler) reconcileDelete(ctx context.Context, m *machinev1.Ma
 		log.V(2).Info("Instance is terminating, requeuing")
 		return reconcile.Result{RequeueAfter: r.opts.InstancePollInterval}, nil
 	}
-	if ref := m.Status.NodeRef; ref != nil {
+	nodes, err := r.nodesOf(ctx, m)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	for _, name := range nodes {
 		node := &corev1.Node{}
-		node.Name = ref.Name
+		node.Name = name
 		if err := r.client.Delete(ctx, node); err != nil && !apierrors.IsNotFound(err) {
-			return reconcile.Result{}, fmt.Errorf("deleting node %s of machine %s: %w", ref.Name, m.Name, err)
+			return reconcile.Result{}, fmt.Errorf("deleting node %s of machine %s: %w", name, m.Name, err)
 		}
+		log.Info("Deleted the node of the machine", "node", name)
 	}
 	base = m.DeepCopy()
 	controllerutil.RemoveFinalizer(m, machinev1.MachineFinalizer)
@@ -155,6 +163,44 @@ func (r *machineReconciler) reconcileDelete(ctx context.Context, m *machinev1.Ma
 	}
 	log.Info("Machine deleted")
 	return reconcile.Result{}, nil
+}
+
+// nodesOf names the machine's node: its nodeRef, or, for a machine deleted
+// before nodelink linked it, a node that registered with its provider ID
+// or under its hostname (read from the API: the cache may not have it yet).
+func (r *machineReconciler) nodesOf(ctx context.Context, m *machinev1.Machine) ([]string, error) {
+	if ref := m.Status.NodeRef; ref != nil {
+		return []string{ref.Name}, nil
+	}
+	id := ptr.Deref(m.Spec.ProviderID, "")
+	if id == "" {
+		return nil, nil
+	}
+	var names []string
+	list := &corev1.NodeList{}
+	if err := r.client.List(ctx, list, client.MatchingFields{nodeProviderIDIndex: id}); err != nil {
+		return nil, err
+	}
+	for i := range list.Items {
+		names = append(names, list.Items[i].Name)
+	}
+	for _, a := range m.Status.Addresses {
+		if a.Type != corev1.NodeHostName && a.Type != corev1.NodeInternalDNS || slices.Contains(names, a.Address) {
+			continue
+		}
+		node := &corev1.Node{}
+		err := r.reader.Get(ctx, client.ObjectKey{Name: a.Address}, node)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if node.Spec.ProviderID == id {
+			names = append(names, node.Name)
+		}
+	}
+	return names, nil
 }
 
 // patchStatus sets the phase, the failure and the lifecycle hook

@@ -143,7 +143,7 @@ func addControllers(mgr manager.Manager, cfg *rest.Config, opts *Options) error 
 		return err
 	}
 	c := mgr.GetClient()
-	machines := &machineReconciler{client: c, actuator: opts.Actuator, recorder: mgr.GetEventRecorderFor("machine-controller"), opts: opts}
+	machines := &machineReconciler{client: c, reader: mgr.GetAPIReader(), actuator: opts.Actuator, recorder: mgr.GetEventRecorderFor("machine-controller"), opts: opts}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("machine-controller").For(&machinev1.Machine{}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Concurrency}).Complete(machines); err != nil {
 		return err

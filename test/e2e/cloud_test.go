@@ -135,6 +135,8 @@ func TestOpenShiftCRDsAreServed(t *testing.T) {
 			"lifecycleHooks": map[string]any{
 				"preDrain": []any{map[string]any{"name": "MigrateImportantApp", "owner": "my-app-migration-controller"}},
 			},
+			"providerSpec": map[string]any{"value": map[string]any{
+				"apiVersion": "machine.capstan.dev/v1beta1", "kind": "CapstanMachineProviderSpec", "instanceType": "capstan.medium"}},
 		},
 	}}
 	if _, err := machines.Namespace(ns).Create(ctx, m, metav1.CreateOptions{}); err != nil {

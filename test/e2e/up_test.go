@@ -227,7 +227,37 @@ func TestUpStopsCleanlyAndResumesTheSameCluster(t *testing.T) {
 	if err := cluster.WaitForServiceAccount(ctx, client, "default", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.CoreV1().Pods("default").Create(ctx, boundPod("kept", "worker-1"), metav1.CreateOptions{}); err != nil {
+	// capstan up boots from Machines, as OpenShift does: three control-plane
+	// Machines and a worker MachineSet per zone, nodes named after them.
+	out = capstanOK(t, "kubectl", "--kubeconfig", filepath.Join(dir, "kubeconfig"), "get", "machines,machinesets", "-n", "openshift-machine-api")
+	rows := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 1 {
+			name := f[0][strings.Index(f[0], "/")+1:]
+			if i := strings.Index(name, "-master-"); i >= 0 {
+				name = name[i:]
+			} else if i := strings.Index(name, "-worker-"); i >= 0 {
+				name = name[i:]
+			}
+			rows[name] = strings.Join(f[1:len(f)-1], " ")
+		}
+	}
+	for name, want := range map[string]string{
+		"-master-0":          "Running capstan.large sim-region sim-zone-a",
+		"-worker-sim-zone-a": "1 1 1 1",
+		"-worker-sim-zone-b": "1 1 1 1",
+		"-worker-sim-zone-c": "0",
+	} {
+		if rows[name] != want {
+			t.Errorf("%s: %q, want %q in:\n%s", name, rows[name], want, out)
+		}
+	}
+	workers, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "node-role.kubernetes.io/worker"})
+	if err != nil || len(workers.Items) != 2 {
+		t.Fatalf("worker nodes: %v, %v", workers, err)
+	}
+	worker := workers.Items[0].Name
+	if _, err := client.CoreV1().Pods("default").Create(ctx, boundPod("kept", worker), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitPodRunning(t, client, "default", "kept")
