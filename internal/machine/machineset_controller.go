@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -111,7 +112,7 @@ func (r *machineSetReconciler) syncReplicas(ctx context.Context, ms *machinev1.M
 			return err
 		}
 		candidates := machines
-		if prio == nil || ms.Spec.DeletePolicy == "" || ms.Spec.DeletePolicy == string(machinev1.RandomMachineSetDeletePolicy) {
+		if ms.Spec.DeletePolicy == "" || ms.Spec.DeletePolicy == string(machinev1.RandomMachineSetDeletePolicy) {
 			candidates = append([]*machinev1.Machine(nil), machines...)
 			rand.Shuffle(len(candidates), func(i, j int) { candidates[i], candidates[j] = candidates[j], candidates[i] })
 		}
@@ -323,10 +324,6 @@ func (r *machineSetReconciler) machineSetsForNode(ctx context.Context, o client.
 }
 
 func splitMachineAnnotation(v string) (ns, name string, ok bool) {
-	for i := 0; i < len(v); i++ {
-		if v[i] == '/' {
-			return v[:i], v[i+1:], i > 0 && i < len(v)-1
-		}
-	}
-	return "", "", false
+	ns, name, ok = strings.Cut(v, "/")
+	return ns, name, ok && ns != "" && name != ""
 }

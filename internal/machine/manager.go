@@ -10,11 +10,13 @@ import (
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -98,11 +100,14 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 		LeaderElection:          opts.LeaderElect,
 		LeaderElectionID:        LeaderElectionID,
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&machinev1.Machine{}:            {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
-			&machinev1.MachineSet{}:         {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
-			&machinev1.MachineHealthCheck{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
-		}},
+		Cache: cache.Options{
+			// Every object is looked at again this often, as OpenShift's
+			// Machine API does, whatever the events.
+			SyncPeriod: ptr.To(10 * time.Minute), ByObject: map[client.Object]cache.ByObject{
+				&machinev1.Machine{}:            {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
+				&machinev1.MachineSet{}:         {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
+				&machinev1.MachineHealthCheck{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
+			}},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("machine API manager: %w", err)
@@ -145,6 +150,7 @@ func addControllers(mgr manager.Manager, cfg *rest.Config, opts *Options) error 
 	c := mgr.GetClient()
 	machines := &machineReconciler{client: c, reader: mgr.GetAPIReader(), actuator: opts.Actuator, recorder: mgr.GetEventRecorderFor("machine-controller"), opts: opts}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("machine-controller").For(&machinev1.Machine{}).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(machineOfNode)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Concurrency}).Complete(machines); err != nil {
 		return err
 	}
@@ -171,6 +177,16 @@ func addControllers(mgr manager.Manager, cfg *rest.Config, opts *Options) error 
 		Watches(&machinev1.Machine{}, handler.EnqueueRequestsFromMapFunc(checks.healthChecksFor)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(checks.healthChecksForNode)).
 		Complete(checks)
+}
+
+// machineOfNode maps a node to its machine (the nodelink annotation): a
+// node that goes away may mean an instance that did.
+func machineOfNode(_ context.Context, o client.Object) []reconcile.Request {
+	ns, name, ok := splitMachineAnnotation(o.GetAnnotations()[MachineAnnotation])
+	if !ok {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
 }
 
 // drainRateLimiter backs failed drains off exponentially, like OpenShift's

@@ -116,8 +116,16 @@ func (e *Env) Stop() {
 	if err := e.Cluster.Stop(); err != nil {
 		fmt.Fprintf(os.Stderr, "stopping test cluster: %v\n", err)
 	}
+	if os.Getenv(KeepDataEnv) != "" {
+		fmt.Fprintf(os.Stderr, "test cluster data and logs kept in %s\n", e.DataDir)
+		return
+	}
 	os.RemoveAll(e.DataDir)
 }
+
+// KeepDataEnv set (to anything) keeps a test cluster's data dir, logs
+// included, for a post-mortem.
+const KeepDataEnv = "CAPSTAN_KEEP_TEST_DATA"
 
 // TB is the part of testing.TB the helpers use.
 type TB interface {

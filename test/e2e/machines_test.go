@@ -755,3 +755,45 @@ func isMaster(n *corev1.Node) bool {
 	_, ok := n.Labels["node-role.kubernetes.io/master"]
 	return ok
 }
+
+// A machine the cloud refuses goes Failed with the reason and message; a
+// machine whose instance vanishes behind its back goes Failed too.
+func TestMachineFailsWhenTheCloudRefuses(t *testing.T) {
+	ctx := context.Background()
+	env.Cloud.InjectFailure(sim.FailureRule{
+		Match: func(s sim.InstanceSpec) bool { return s.Name == "e2e-refused" },
+		Err:   &sim.InstanceError{Reason: sim.ReasonInsufficientCapacity, Message: "no capacity in sim-zone-c"},
+	})
+	t.Cleanup(env.Cloud.ClearFailures)
+	api := machines(t).MachineV1beta1().Machines(machine.Namespace)
+	for _, n := range []string{"e2e-refused", "e2e-vanished"} {
+		if _, err := api.Create(ctx, &machinev1.Machine{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: machine.Namespace}, Spec: machineSpec("sim-zone-c")}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = api.Delete(context.Background(), n, metav1.DeleteOptions{})
+			waitMachineGone(t, n, time.Minute)
+		})
+	}
+	eventually(t, 30*time.Second, func() (bool, string) {
+		m := getMachine(t, "e2e-refused")
+		return ptr.Deref(m.Status.Phase, "") == machinev1.PhaseFailed && ptr.Deref(m.Status.ErrorReason, "") == machinev1.InsufficientResourcesMachineError &&
+				strings.Contains(ptr.Deref(m.Status.ErrorMessage, ""), "no capacity in sim-zone-c"),
+			fmt.Sprintf("phase %q reason %q message %q", ptr.Deref(m.Status.Phase, ""), ptr.Deref(m.Status.ErrorReason, ""), ptr.Deref(m.Status.ErrorMessage, ""))
+	})
+	if !slices.Contains(machineEvents(t, "e2e-refused"), machine.EventFailedCreate) {
+		t.Errorf("no FailedCreate event: %v", machineEvents(t, "e2e-refused"))
+	}
+	eventually(t, 30*time.Second, func() (bool, string) {
+		m := getMachine(t, "e2e-vanished")
+		return ptr.Deref(m.Status.Phase, "") == machinev1.PhaseRunning, "e2e-vanished not Running"
+	})
+	capstanOK(t, "sim", "--kubeconfig", env.Kubeconfig, "node", "delete", "e2e-vanished")
+	eventually(t, 30*time.Second, func() (bool, string) {
+		m := getMachine(t, "e2e-vanished")
+		c := machineCondition(m, machinev1.InstanceExistsCondition)
+		return ptr.Deref(m.Status.Phase, "") == machinev1.PhaseFailed && ptr.Deref(m.Status.ErrorMessage, "") == "Can't find created instance." &&
+				c != nil && c.Reason == machinev1.InstanceMissingReason,
+			fmt.Sprintf("phase %q message %q InstanceExists %+v", ptr.Deref(m.Status.Phase, ""), ptr.Deref(m.Status.ErrorMessage, ""), c)
+	})
+}
