@@ -797,3 +797,44 @@ func TestMachineFailsWhenTheCloudRefuses(t *testing.T) {
 			fmt.Sprintf("phase %q message %q InstanceExists %+v", ptr.Deref(m.Status.Phase, ""), ptr.Deref(m.Status.ErrorMessage, ""), c)
 	})
 }
+
+// machine.openshift.io/exclude-node-draining skips the drain: the pods stay
+// until the node goes.
+func TestExcludeNodeDrainingSkipsTheDrain(t *testing.T) {
+	ms := newMachineSet(t, "e2e-nodrain", 1, func(ms *machinev1.MachineSet) {
+		ms.Spec.Template.Annotations = map[string]string{machine.ExcludeNodeDrainingAnnotation: ""}
+		ms.Spec.Template.Spec.LifecycleHooks.PreTerminate = []machinev1.LifecycleHook{{Name: "Hold", Owner: "e2e-test"}}
+	})
+	m := waitMachinesRunning(t, ms.Name, 1)[0]
+	ctx := context.Background()
+	ns := env.Namespace(t, "nodrain")
+	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, tolerantPod("stays", m.Status.NodeRef.Name), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, ns, "stays")
+	api := machines(t).MachineV1beta1().Machines(machine.Namespace)
+	if err := api.Delete(ctx, m.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() (bool, string) {
+		d := machineCondition(getMachine(t, m.Name), machinev1.MachineDrained)
+		return d != nil && d.Status == corev1.ConditionTrue && d.Message == "Node drain skipped", fmt.Sprintf("Drained %+v", d)
+	})
+	if !slices.Contains(machineEvents(t, m.Name), machine.EventDrainSkipped) {
+		t.Errorf("no DrainSkipped event: %v", machineEvents(t, m.Name))
+	}
+	if getNode(t, m.Status.NodeRef.Name).Spec.Unschedulable || !podAlive(t, ns, "stays") {
+		t.Fatal("node cordoned or pod evicted although draining is excluded")
+	}
+}
+
+func TestHookCommandsRejectUnknownNames(t *testing.T) {
+	code, out := runCapstan(t, "hooks", "run", "--kubeconfig", env.Kubeconfig, "proactive-replacement", "backup-everything")
+	if code == 0 || !strings.Contains(out, `unknown hook controller "backup-everything" (known: log-flush-delay, proactive-replacement, storage-detach)`) {
+		t.Errorf("exit %d, output:\n%s", code, out)
+	}
+	code, out = runCapstan(t, "up", "--data-dir", t.TempDir(), "--hooks", "log-flush-delay", "--log-flush-delay", "-1s")
+	if code == 0 || !strings.Contains(out, "--log-flush-delay -1s: must not be negative") {
+		t.Errorf("exit %d, output:\n%s", code, out)
+	}
+}
