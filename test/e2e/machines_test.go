@@ -838,3 +838,32 @@ func TestHookCommandsRejectUnknownNames(t *testing.T) {
 		t.Errorf("exit %d, output:\n%s", code, out)
 	}
 }
+
+// The MachineSet taints recipe of 7.7.3, as the chapter gives it: add the
+// taint to spec.template.spec of an existing set, scale it to 0, then to 2;
+// the new nodes carry the taint.
+func TestMachineSetTaintsRecipe(t *testing.T) {
+	ms := newMachineSet(t, "e2e-recipe", 1, func(ms *machinev1.MachineSet) { ms.Spec.Template.Spec.Taints = nil })
+	first := waitMachinesRunning(t, ms.Name, 1)[0]
+	if n := getNode(t, first.Status.NodeRef.Name); hasTaint(n, "key1", corev1.TaintEffectNoExecute) {
+		t.Fatalf("taint before the recipe: %v", n.Spec.Taints)
+	}
+	ctx := context.Background()
+	patch := `{"spec":{"template":{"spec":{"taints":[{"effect":"NoExecute","key":"key1","value":"value1"}]}}}}`
+	if _, err := machines(t).MachineV1beta1().MachineSets(machine.Namespace).Patch(ctx, ms.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	capstanOK(t, "kubectl", "--kubeconfig", env.Kubeconfig, "scale", "--replicas=0", "machineset", ms.Name, "-n", machine.Namespace)
+	waitMachineGone(t, first.Name, time.Minute)
+	capstanOK(t, "kubectl", "--kubeconfig", env.Kubeconfig, "scale", "--replicas=2", "machineset", ms.Name, "-n", machine.Namespace)
+	for _, m := range waitMachinesRunning(t, ms.Name, 2) {
+		n := getNode(t, m.Status.NodeRef.Name)
+		ok := false
+		for _, tn := range n.Spec.Taints {
+			ok = ok || tn.Key == "key1" && tn.Value == "value1" && tn.Effect == corev1.TaintEffectNoExecute
+		}
+		if !ok {
+			t.Errorf("node %s taints %v, want key1=value1:NoExecute", n.Name, n.Spec.Taints)
+		}
+	}
+}
