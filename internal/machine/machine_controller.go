@@ -166,39 +166,56 @@ func (r *machineReconciler) reconcileDelete(ctx context.Context, m *machinev1.Ma
 }
 
 // nodesOf names the machine's node: its nodeRef, or, for a machine deleted
-// before nodelink linked it, a node that registered with its provider ID
-// or under its hostname (read from the API: the cache may not have it yet).
+// before nodelink linked it (its provider ID perhaps not even recorded),
+// the nodes that registered for it: by provider ID or machine annotation
+// in the cache, and, since the cache may lag a node that registered just
+// now, read from the API under the machine's name and hostnames.
 func (r *machineReconciler) nodesOf(ctx context.Context, m *machinev1.Machine) ([]string, error) {
 	if ref := m.Status.NodeRef; ref != nil {
 		return []string{ref.Name}, nil
 	}
 	id := ptr.Deref(m.Spec.ProviderID, "")
-	if id == "" {
-		return nil, nil
+	key := m.Namespace + "/" + m.Name
+	belongs := func(n *corev1.Node) bool {
+		return n.Annotations[MachineAnnotation] == key || id != "" && n.Spec.ProviderID == id
 	}
 	var names []string
-	list := &corev1.NodeList{}
-	if err := r.client.List(ctx, list, client.MatchingFields{nodeProviderIDIndex: id}); err != nil {
-		return nil, err
+	add := func(n *corev1.Node) {
+		if belongs(n) && !slices.Contains(names, n.Name) {
+			names = append(names, n.Name)
+		}
 	}
-	for i := range list.Items {
-		names = append(names, list.Items[i].Name)
+	for field, value := range map[string]string{nodeProviderIDIndex: id, nodeMachineIndex: key} {
+		if value == "" {
+			continue
+		}
+		list := &corev1.NodeList{}
+		if err := r.client.List(ctx, list, client.MatchingFields{field: value}); err != nil {
+			return nil, err
+		}
+		for i := range list.Items {
+			add(&list.Items[i])
+		}
 	}
+	candidates := []string{m.Name}
 	for _, a := range m.Status.Addresses {
-		if a.Type != corev1.NodeHostName && a.Type != corev1.NodeInternalDNS || slices.Contains(names, a.Address) {
+		if a.Type == corev1.NodeHostName || a.Type == corev1.NodeInternalDNS {
+			candidates = append(candidates, a.Address)
+		}
+	}
+	for _, name := range candidates {
+		if slices.Contains(names, name) {
 			continue
 		}
 		node := &corev1.Node{}
-		err := r.reader.Get(ctx, client.ObjectKey{Name: a.Address}, node)
+		err := r.reader.Get(ctx, client.ObjectKey{Name: name}, node)
 		if apierrors.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
-		if node.Spec.ProviderID == id {
-			names = append(names, node.Name)
-		}
+		add(node)
 	}
 	return names, nil
 }

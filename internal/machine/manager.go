@@ -3,6 +3,7 @@ package machine
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -138,6 +139,7 @@ func addControllers(mgr manager.Manager, cfg *rest.Config, opts *Options) error 
 		{&machinev1.Machine{}, machineProviderIDIndex, indexMachineProviderID},
 		{&machinev1.Machine{}, machineInternalIPIndex, indexMachineInternalIP},
 		{&corev1.Node{}, nodeProviderIDIndex, indexNodeProviderID},
+		{&corev1.Node{}, nodeMachineIndex, indexNodeMachine},
 	} {
 		if err := idx.IndexField(ctx, f.obj, f.key, f.fn); err != nil {
 			return fmt.Errorf("indexing %s: %w", f.key, err)
@@ -150,7 +152,7 @@ func addControllers(mgr manager.Manager, cfg *rest.Config, opts *Options) error 
 	c := mgr.GetClient()
 	machines := &machineReconciler{client: c, reader: mgr.GetAPIReader(), actuator: opts.Actuator, recorder: mgr.GetEventRecorderFor("machine-controller"), opts: opts}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("machine-controller").For(&machinev1.Machine{}).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(machineOfNode)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(machineRequestOfNode)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Concurrency}).Complete(machines); err != nil {
 		return err
 	}
@@ -179,11 +181,11 @@ func addControllers(mgr manager.Manager, cfg *rest.Config, opts *Options) error 
 		Complete(checks)
 }
 
-// machineOfNode maps a node to its machine (the nodelink annotation): a
-// node that goes away may mean an instance that did.
-func machineOfNode(_ context.Context, o client.Object) []reconcile.Request {
-	ns, name, ok := splitMachineAnnotation(o.GetAnnotations()[MachineAnnotation])
-	if !ok {
+// machineRequestOfNode maps a node to its machine (the nodelink
+// annotation): a node that goes away may mean an instance that did.
+func machineRequestOfNode(_ context.Context, o client.Object) []reconcile.Request {
+	ns, name, ok := strings.Cut(o.GetAnnotations()[MachineAnnotation], "/")
+	if !ok || ns == "" || name == "" {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}

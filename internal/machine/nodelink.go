@@ -3,6 +3,7 @@ package machine
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	machinev1 "github.com/openshift/api/machine/v1beta1"
 	corev1 "k8s.io/api/core/v1"
@@ -19,6 +20,7 @@ const (
 	machineProviderIDIndex = "machine.spec.providerID"
 	machineInternalIPIndex = "machine.status.internalIP"
 	nodeProviderIDIndex    = "node.spec.providerID"
+	nodeMachineIndex       = "node.machineAnnotation"
 )
 
 func indexMachineProviderID(o client.Object) []string {
@@ -41,6 +43,13 @@ func indexMachineInternalIP(o client.Object) []string {
 func indexNodeProviderID(o client.Object) []string {
 	if id := o.(*corev1.Node).Spec.ProviderID; id != "" {
 		return []string{id}
+	}
+	return nil
+}
+
+func indexNodeMachine(o client.Object) []string {
+	if v := o.GetAnnotations()[MachineAnnotation]; v != "" {
+		return []string{v}
 	}
 	return nil
 }
@@ -168,4 +177,18 @@ func (r *nodeLinkReconciler) nodesForMachine(ctx context.Context, o client.Objec
 		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: nodes.Items[i].Name}})
 	}
 	return out
+}
+
+// machineOfNode returns the machine a node's machine.openshift.io/machine
+// annotation names, or nil.
+func machineOfNode(ctx context.Context, c client.Reader, node client.Object) *machinev1.Machine {
+	ns, name, ok := strings.Cut(node.GetAnnotations()[MachineAnnotation], "/")
+	if !ok || ns == "" || name == "" {
+		return nil
+	}
+	m := &machinev1.Machine{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, m); err != nil {
+		return nil
+	}
+	return m
 }

@@ -162,8 +162,23 @@ func (s *Simulator) registerNode(ctx context.Context, inst *Instance) error {
 		},
 	}
 	node.Status = *s.nodeStatus(inst, node, s.opts.Clock.Now())
-	if _, err := s.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	created, err := s.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("registering node %s: %w", spec.Name, err)
+	}
+	// The instance may have been terminated (and whoever terminated it
+	// may have looked for its node) while this registration was on its
+	// way: a kubelet whose machine is gone does not stay registered.
+	if _, err := s.cloud.GetInstance(ctx, inst.Name()); errors.Is(err, ErrInstanceNotFound) {
+		uid := created.UID
+		err := s.client.CoreV1().Nodes().Delete(ctx, created.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("withdrawing node %s of a terminated instance: %w", created.Name, err)
+		}
+		return nil
 	}
 	s.leaseQueue.Add(spec.Name)
 	return nil

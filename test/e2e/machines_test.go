@@ -508,29 +508,31 @@ func TestDrainBlockedByPodDisruptionBudget(t *testing.T) {
 // The triggers of 6.2.2: the delete-machine annotation picks the machine a
 // scale-down removes; the Oldest and Newest policies pick by age.
 func TestScaleDownTriggers(t *testing.T) {
-	ms := newMachineSet(t, "e2e-scaledown", 3, func(ms *machinev1.MachineSet) { ms.Spec.DeletePolicy = "Oldest" })
-	got := waitMachinesRunning(t, ms.Name, 3)
-	ctx := context.Background()
-	api := machines(t).MachineV1beta1()
-	marked := got[1].Name
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, machine.DeleteMachineAnnotation)
-	if _, err := api.Machines(machine.Namespace).Patch(ctx, marked, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	ms := newMachineSet(t, "e2e-scaledown", 1, func(ms *machinev1.MachineSet) { ms.Spec.DeletePolicy = "Oldest" })
+	oldest := waitMachinesRunning(t, ms.Name, 1)[0].Name
 	scale := func(n int) {
 		t.Helper()
 		capstanOK(t, "kubectl", "--kubeconfig", env.Kubeconfig, "scale", "machineset", ms.Name, "-n", machine.Namespace, fmt.Sprintf("--replicas=%d", n))
 	}
+	// Creation times have a resolution of a second: the first machine is
+	// older than the next ones.
+	time.Sleep(1100 * time.Millisecond)
+	scale(3)
+	got := waitMachinesRunning(t, ms.Name, 3)
+	ctx := context.Background()
+	// The annotation beats the policy: a young machine goes first.
+	marked := got[0].Name
+	if marked == oldest {
+		marked = got[1].Name
+	}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, machine.DeleteMachineAnnotation)
+	if _, err := machines(t).MachineV1beta1().Machines(machine.Namespace).Patch(ctx, marked, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	scale(2)
 	waitMachineGone(t, marked, time.Minute)
-	// Oldest: the first-created of the two left goes.
-	left := waitMachinesRunning(t, ms.Name, 2)
-	slices.SortFunc(left, func(a, b machinev1.Machine) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
-	if left[0].CreationTimestamp.Equal(&left[1].CreationTimestamp) {
-		// Same second: make the age difference unambiguous.
-		time.Sleep(time.Second)
-	}
-	oldest := left[0].Name
+	// Oldest: the first machine goes next.
+	waitMachinesRunning(t, ms.Name, 2)
 	scale(1)
 	waitMachineGone(t, oldest, time.Minute)
 	waitMachinesRunning(t, ms.Name, 1)
@@ -547,8 +549,10 @@ func TestMachineHealthCheckRemediation(t *testing.T) {
 	mhc := &machinev1.MachineHealthCheck{
 		ObjectMeta: metav1.ObjectMeta{Name: "e2e-mhc"},
 		Spec: machinev1.MachineHealthCheckSpec{
-			Selector:            metav1.LabelSelector{MatchLabels: map[string]string{machine.MachineSetLabel: ms.Name}},
-			UnhealthyConditions: []machinev1.UnhealthyCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Timeout: metav1.Duration{Duration: time.Second}}},
+			Selector: metav1.LabelSelector{MatchLabels: map[string]string{machine.MachineSetLabel: ms.Name}},
+			// Both stopped nodes count as unhealthy from the moment they go
+			// Unknown; the timeout outlasts the gap between the two.
+			UnhealthyConditions: []machinev1.UnhealthyCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Timeout: metav1.Duration{Duration: 5 * time.Second}}},
 			MaxUnhealthy:        ptr.To(intstr.FromInt32(1)),
 		},
 	}
