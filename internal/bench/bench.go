@@ -9,6 +9,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/capstan-dev/capstan/internal/cluster"
 )
 
 // PeakRSS returns the process's peak resident set size in bytes (VmHWM).
@@ -37,3 +39,16 @@ func PeakRSS() (int64, error) {
 
 // GiB formats bytes as GiB.
 func GiB(b int64) string { return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30)) }
+
+// clusterOptions are the options of a benchmark's fresh cluster in dir: any
+// free port, no boot nodes, logs to the data dir.
+func clusterOptions(dir string, etcdNoFsync bool) cluster.Options {
+	opts := cluster.DefaultOptions()
+	opts.ControlPlane.DataDir = dir
+	opts.ControlPlane.Port = 0
+	opts.ControlPlane.EtcdNoFsync = etcdNoFsync
+	opts.ControlPlane.RedirectStderr = true
+	opts.ControlPlaneNodes, opts.Workers = 0, 0
+	opts.BootFromMachines = false
+	return opts
+}

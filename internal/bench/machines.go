@@ -53,13 +53,7 @@ func Machines(ctx context.Context, o MachinesOptions, log io.Writer) (*MachinesR
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	opts := cluster.DefaultOptions()
-	opts.ControlPlane.DataDir = dir
-	opts.ControlPlane.Port = 0
-	opts.ControlPlane.EtcdNoFsync = o.EtcdNoFsync
-	opts.ControlPlane.RedirectStderr = true
-	opts.ControlPlaneNodes, opts.Workers = 0, 0
-	opts.BootFromMachines = false
+	opts := clusterOptions(dir, o.EtcdNoFsync)
 	if err := opts.SetLeaseDuration(); err != nil {
 		return nil, err
 	}

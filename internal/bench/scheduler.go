@@ -70,19 +70,14 @@ func RunScheduler(ctx context.Context, o SchedulerOptions, log io.Writer) (*Sche
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	opts := cluster.DefaultOptions()
-	opts.ControlPlane.DataDir = dir
-	opts.ControlPlane.Port = 0
 	// The schedulers are measured, not the disk.
-	opts.ControlPlane.EtcdNoFsync = true
-	opts.ControlPlane.RedirectStderr = true
+	opts := clusterOptions(dir, true)
 	// Nodes stay healthy without a lease write every 10s from each of
 	// thousands of kubelets competing with the schedulers.
 	opts.ControlPlane.NodeMonitorGracePeriod = 30 * time.Minute
 	opts.Sim.LeaseDuration = 10 * time.Minute
-	opts.ControlPlaneNodes, opts.Workers = 0, 0
 	// Nodes are launched directly; no Machine API to compete with.
-	opts.MachineAPI, opts.BootFromMachines = nil, false
+	opts.MachineAPI = nil
 	opts.Scheduler = nil
 	fmt.Fprintf(log, "[%s/%s] starting a control plane with %d nodes ...\n", o.Scheduler, o.Workload, o.Nodes)
 	cl, err := cluster.Start(ctx, opts)

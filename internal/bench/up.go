@@ -61,14 +61,9 @@ func Up(ctx context.Context, o UpOptions, log io.Writer) (*UpResult, error) {
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	opts := cluster.DefaultOptions()
-	opts.ControlPlane.DataDir = dir
-	opts.ControlPlane.Port = 0
-	opts.ControlPlane.EtcdNoFsync = o.EtcdNoFsync
-	opts.ControlPlane.RedirectStderr = true
-	opts.ControlPlaneNodes, opts.Workers = 0, 0
+	opts := clusterOptions(dir, o.EtcdNoFsync)
 	// Nodes are launched directly; no Machine API to compete with.
-	opts.MachineAPI, opts.BootFromMachines = nil, false
+	opts.MachineAPI = nil
 	if err := opts.SetLeaseDuration(); err != nil {
 		return nil, err
 	}

@@ -137,15 +137,6 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			c.Stop()
 			return nil, fmt.Errorf("machine API: %w", err)
 		}
-		if len(opts.Hooks) > 0 {
-			mgr, err := hooks.NewManager(c.RESTConfig(), hooks.Options{Namespace: opts.MachineAPI.Namespace}, opts.Hooks...)
-			if err != nil {
-				c.Stop()
-				return nil, fmt.Errorf("hook controllers: %w", err)
-			}
-			c.hooksDone = make(chan error, 1)
-			go func() { c.hooksDone <- mgr.Start(runCtx) }()
-		}
 	} else if opts.BootFromMachines || len(opts.Hooks) > 0 {
 		c.Stop()
 		return nil, errors.New("booting from machines and hook controllers need the Machine API")

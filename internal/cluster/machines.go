@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sort"
 	"strings"
 	"time"
@@ -18,10 +17,12 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/machine"
+	"github.com/capstan-dev/capstan/internal/machine/hooks"
 	"github.com/capstan-dev/capstan/internal/sim"
 )
 
-// startMachineAPI runs the Machine API controllers on the simulated cloud.
+// startMachineAPI runs the Machine API controllers on the simulated cloud,
+// and the hook-implementing controllers asked for.
 func (c *Cluster) startMachineAPI(ctx, runCtx context.Context) error {
 	opts := *c.opts.MachineAPI
 	opts.Actuator = &machine.SimActuator{Cloud: c.Cloud}
@@ -34,6 +35,15 @@ func (c *Cluster) startMachineAPI(ctx, runCtx context.Context) error {
 	}
 	c.machineDone = make(chan error, 1)
 	go func() { c.machineDone <- mgr.Start(runCtx) }()
+	if len(c.opts.Hooks) == 0 {
+		return nil
+	}
+	hookMgr, err := hooks.NewManager(c.RESTConfig(), hooks.Options{Namespace: opts.Namespace}, c.opts.Hooks...)
+	if err != nil {
+		return fmt.Errorf("hook controllers: %w", err)
+	}
+	c.hooksDone = make(chan error, 1)
+	go func() { c.hooksDone <- hookMgr.Start(runCtx) }()
 	return nil
 }
 
@@ -74,7 +84,7 @@ func (c *Cluster) ensureMachines(ctx context.Context) error {
 	if len(existing.Items) > 0 || len(sets.Items) > 0 {
 		return nil
 	}
-	infra := "capstan-" + randomSuffix()
+	infra := "capstan-" + sim.RandomSuffix()
 	zones := sim.DefaultZones
 	for i := range c.opts.ControlPlaneNodes {
 		zone := zones[i%len(zones)]
@@ -120,29 +130,12 @@ func (c *Cluster) ensureMachines(ctx context.Context) error {
 // catalogue has exactly that size, else by cpu and memory.
 func providerSpecFor(spec sim.InstanceSpec, zone string) machine.ProviderSpec {
 	ps := machine.ProviderSpec{Region: sim.DefaultRegion, Zone: zone, Pods: spec.Pods, GPU: spec.GPU}
-	names := make([]string, 0, len(machine.InstanceTypes))
-	for n := range machine.InstanceTypes {
-		names = append(names, n)
+	if t, ok := machine.InstanceTypeOf(spec.CPU, spec.Memory, spec.GPU); ok {
+		ps.InstanceType = t
+	} else {
+		ps.CPU, ps.Memory = ptr.To(spec.CPU), ptr.To(spec.Memory)
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		t := machine.InstanceTypes[n]
-		if t.CPU.Cmp(spec.CPU) == 0 && t.Memory.Cmp(spec.Memory) == 0 && t.GPU == spec.GPU {
-			ps.InstanceType = n
-			return ps
-		}
-	}
-	ps.CPU, ps.Memory = ptr.To(spec.CPU), ptr.To(spec.Memory)
 	return ps
-}
-
-func randomSuffix() string {
-	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
-	b := make([]byte, 5)
-	for i := range b {
-		b[i] = alphabet[rand.IntN(len(alphabet))]
-	}
-	return string(b)
 }
 
 // WaitMachinesReady waits until every machine of the cluster that is not

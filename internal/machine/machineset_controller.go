@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -312,18 +311,8 @@ func (r *machineSetReconciler) machineSetsForMachine(ctx context.Context, o clie
 // machineSetsForNode maps a node (its readiness counts) to the MachineSet
 // of its machine.
 func (r *machineSetReconciler) machineSetsForNode(ctx context.Context, o client.Object) []reconcile.Request {
-	ns, name, ok := splitMachineAnnotation(o.GetAnnotations()[MachineAnnotation])
-	if !ok {
-		return nil
+	if m := machineOfNode(ctx, r.client, o); m != nil {
+		return r.machineSetsForMachine(ctx, m)
 	}
-	m := &machinev1.Machine{}
-	if err := r.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, m); err != nil {
-		return nil
-	}
-	return r.machineSetsForMachine(ctx, m)
-}
-
-func splitMachineAnnotation(v string) (ns, name string, ok bool) {
-	ns, name, ok = strings.Cut(v, "/")
-	return ns, name, ok && ns != "" && name != ""
+	return nil
 }

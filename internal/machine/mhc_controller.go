@@ -280,13 +280,8 @@ func (r *mhcReconciler) healthChecksFor(ctx context.Context, m client.Object) []
 
 // healthChecksForNode maps a node to the checks of its machine.
 func (r *mhcReconciler) healthChecksForNode(ctx context.Context, o client.Object) []reconcile.Request {
-	ns, name, ok := splitMachineAnnotation(o.GetAnnotations()[MachineAnnotation])
-	if !ok {
-		return nil
+	if m := machineOfNode(ctx, r.client, o); m != nil {
+		return r.healthChecksFor(ctx, m)
 	}
-	m := &machinev1.Machine{}
-	if err := r.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, m); err != nil {
-		return nil
-	}
-	return r.healthChecksFor(ctx, m)
+	return nil
 }

@@ -55,13 +55,23 @@ var InstanceTypes = map[string]InstanceType{
 	"capstan.gpu.xlarge": {CPU: resource.MustParse("8"), Memory: resource.MustParse("64Gi"), GPU: 1},
 }
 
-func instanceTypeNames() string {
+func instanceTypeNames() []string {
 	names := make([]string, 0, len(InstanceTypes))
 	for n := range InstanceTypes {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	return strings.Join(names, ", ")
+	return names
+}
+
+// InstanceTypeOf names the catalogue's instance type of exactly this size.
+func InstanceTypeOf(cpu, memory resource.Quantity, gpu int64) (string, bool) {
+	for _, n := range instanceTypeNames() {
+		if t := InstanceTypes[n]; t.CPU.Cmp(cpu) == 0 && t.Memory.Cmp(memory) == 0 && t.GPU == gpu {
+			return n, true
+		}
+	}
+	return "", false
 }
 
 // RawProviderSpec encodes a provider spec for a Machine.
@@ -92,7 +102,7 @@ func ParseProviderSpec(ps machinev1.ProviderSpec) (*ProviderSpec, error) {
 	}
 	if _, known := InstanceTypes[out.InstanceType]; out.InstanceType != "" && !known && (out.CPU == nil || out.Memory == nil) {
 		return nil, fmt.Errorf("spec.providerSpec.value.instanceType: unknown instance type %q (known: %s; or set cpu and memory)",
-			out.InstanceType, instanceTypeNames())
+			out.InstanceType, strings.Join(instanceTypeNames(), ", "))
 	}
 	return out, nil
 }

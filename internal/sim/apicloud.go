@@ -343,12 +343,18 @@ var (
 
 const nameAlphabet = "bcdfghjklmnpqrstvwxz2456789"
 
-func generateName(spec InstanceSpec) string {
+// RandomSuffix is five characters of the kind Kubernetes' generateName
+// adds (no vowels, no look-alike digits).
+func RandomSuffix() string {
 	b := make([]byte, 5)
 	for i := range b {
 		b[i] = nameAlphabet[rand.IntN(len(nameAlphabet))]
 	}
-	return spec.Role + "-" + spec.Zone + "-" + string(b)
+	return string(b)
+}
+
+func generateName(spec InstanceSpec) string {
+	return spec.Role + "-" + spec.Zone + "-" + RandomSuffix()
 }
 
 func instanceToConfigMap(inst *Instance) (*corev1.ConfigMap, error) {
