@@ -24,6 +24,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/cli"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,6 +50,26 @@ func grant(t *testing.T, ns, name string, rules []rbacv1.PolicyRule, subjects ..
 		RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name}, Subjects: subjects}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The RBAC authorizer reads roles and bindings from its informers:
+	// wait until it has both, or the first request may be refused.
+	r := rules[0]
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: r.Verbs[0], Group: r.APIGroups[0], Resource: r.Resources[0]}}}
+	switch s := subjects[0]; s.Kind {
+	case "User":
+		sar.Spec.User = s.Name
+	case "Group":
+		sar.Spec.User, sar.Spec.Groups = "someone", []string{s.Name}
+	default:
+		sar.Spec.User = "system:serviceaccount:" + s.Namespace + ":" + s.Name
+	}
+	if res, sub, ok := strings.Cut(r.Resources[0], "/"); ok {
+		sar.Spec.ResourceAttributes.Resource, sar.Spec.ResourceAttributes.Subresource = res, sub
+	}
+	eventually(t, 30*time.Second, func() (bool, string) {
+		got, err := env.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		return err == nil && got.Status.Allowed, fmt.Sprintf("role %s not in force yet (%v)", name, err)
+	})
 }
 
 // PodNodeConstraints: without pods/binding, no nodeName and no nodeSelector
