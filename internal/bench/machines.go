@@ -7,6 +7,8 @@ import (
 	"os"
 	"time"
 
+	nodeutil "github.com/capstan-dev/capstan/internal/nodes"
+
 	machinev1 "github.com/openshift/api/machine/v1beta1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -106,7 +108,7 @@ func Machines(ctx context.Context, o MachinesOptions, log io.Writer) (*MachinesR
 		}
 		ready := map[string]bool{}
 		for i := range nodes.Items {
-			ready[nodes.Items[i].Name] = cluster.NodeReady(&nodes.Items[i])
+			ready[nodes.Items[i].Name] = nodeutil.Ready(&nodes.Items[i])
 		}
 		running := 0
 		for i := range list.Items {

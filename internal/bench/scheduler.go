@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/nodes"
+
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -182,7 +184,7 @@ func waitNodesSchedulable(ctx context.Context, cl *cluster.Cluster, n int, timeo
 				for _, t := range node.Spec.Taints {
 					tainted = tainted || t.Key == corev1.TaintNodeNotReady
 				}
-				if cluster.NodeReady(node) && !tainted {
+				if nodes.Ready(node) && !tainted {
 					ok++
 				}
 			}

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/nodes"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -83,7 +85,7 @@ func Up(ctx context.Context, o UpOptions, log io.Writer) (*UpResult, error) {
 	var nodeOnce, podOnce sync.Once
 	onNode := func(obj any) {
 		n, ok := obj.(*corev1.Node)
-		if !ok || !cluster.NodeReady(n) {
+		if !ok || !nodes.Ready(n) {
 			return
 		}
 		if _, loaded := readyNodes.LoadOrStore(n.Name, true); !loaded && ready.Add(1) == int64(o.Nodes) {

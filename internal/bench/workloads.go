@@ -5,6 +5,8 @@ import (
 	"math"
 	"sort"
 
+	"github.com/capstan-dev/capstan/internal/taints"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -176,22 +178,9 @@ func placementQuality(nodes []*corev1.Node, pods []*corev1.Pod) Quality {
 	return q
 }
 
+// untolerated reports whether the node has a NoSchedule or NoExecute taint
+// the pod does not tolerate.
 func untolerated(p *corev1.Pod, n *corev1.Node) bool {
-	for _, t := range n.Spec.Taints {
-		if t.Effect == corev1.TaintEffectPreferNoSchedule {
-			continue
-		}
-		ok := false
-		for _, tol := range p.Spec.Tolerations {
-			if (tol.Key == "" || tol.Key == t.Key) && (tol.Effect == "" || tol.Effect == t.Effect) &&
-				(tol.Operator == corev1.TolerationOpExists || tol.Value == t.Value) {
-				ok = true
-				break
-			}
-		}
-		if !ok {
-			return true
-		}
-	}
-	return false
+	_, found := taints.FirstUntolerated(n.Spec.Taints, p.Spec.Tolerations, corev1.TaintEffectNoSchedule, corev1.TaintEffectNoExecute)
+	return found
 }

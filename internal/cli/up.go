@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/nodes"
+
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -141,14 +143,14 @@ func (o *upOptions) run(c *cobra.Command) error {
 		}
 		return err
 	}
-	nodes, err := cl.Sim.Nodes()
+	simNodes, err := cl.Sim.Nodes()
 	if err != nil {
 		return err
 	}
 	masters, workers, faulted := 0, 0, 0
-	for _, n := range nodes {
-		switch _, master := n.Labels[sim.LabelRoleMaster]; {
-		case !cluster.NodeReady(n):
+	for _, n := range simNodes {
+		switch master := nodes.IsControlPlane(n); {
+		case !nodes.Ready(n):
 			faulted++
 		case master:
 			masters++

@@ -12,11 +12,12 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
+	"github.com/capstan-dev/capstan/internal/nodes"
+	"github.com/capstan-dev/capstan/internal/waitfor"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -268,50 +269,42 @@ func (c *Cluster) WaitBootNodesReady(ctx context.Context, timeout time.Duration)
 // nodes an injected fault keeps from being Ready (a stopped kubelet,
 // Ready=False): those are waited for only until they exist.
 func WaitNodesReady(ctx context.Context, client kubernetes.Interface, names []string, timeout time.Duration) error {
-	var notReady []string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+	err := waitfor.Poll(ctx, 200*time.Millisecond, timeout, waitfor.Simple(func(ctx context.Context) (bool, string) {
 		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 		if err != nil {
-			return false, nil
+			return false, fmt.Sprintf("listing nodes: %v", err)
 		}
 		ready := map[string]bool{}
 		for i := range list.Items {
 			n := &list.Items[i]
-			ready[n.Name] = NodeReady(n) || sim.FaultKeepsNotReady(n)
+			ready[n.Name] = nodes.Ready(n) || sim.FaultKeepsNotReady(n)
 		}
-		notReady = notReady[:0]
+		var notReady []string
 		for _, n := range names {
 			if !ready[n] {
 				notReady = append(notReady, n)
 			}
 		}
-		return len(notReady) == 0, nil
-	})
-	if err != nil {
 		sort.Strings(notReady)
-		return fmt.Errorf("nodes not Ready after %s: %s", timeout, strings.Join(notReady, ", "))
+		return len(notReady) == 0, "not Ready: " + strings.Join(notReady, ", ")
+	}))
+	if err != nil {
+		return fmt.Errorf("waiting for nodes: %w", err)
 	}
 	return nil
-}
-
-// NodeReady reports whether the node's Ready condition is True.
-func NodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // WaitForServiceAccount waits until the service-account controller made the
 // default ServiceAccount of ns; pods cannot be created before.
 func WaitForServiceAccount(ctx context.Context, client kubernetes.Interface, ns string, timeout time.Duration) error {
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+	return waitfor.Poll(ctx, 100*time.Millisecond, timeout, func(ctx context.Context) (bool, string, error) {
 		_, err := client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return false, nil
+		switch {
+		case apierrors.IsNotFound(err):
+			return false, "no default service account in " + ns, nil
+		case err != nil:
+			return false, err.Error(), nil
 		}
-		return err == nil, nil
+		return true, "", nil
 	})
 }

@@ -8,12 +8,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/nodes"
+	"github.com/capstan-dev/capstan/internal/waitfor"
+
 	machinev1 "github.com/openshift/api/machine/v1beta1"
 	machineclient "github.com/openshift/client-go/machine/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/machine"
@@ -149,22 +151,22 @@ func (c *Cluster) WaitMachinesReady(ctx context.Context, want int, timeout time.
 	if err != nil {
 		return err
 	}
-	var pending []string
-	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		list, err := mc.MachineV1beta1().Machines(c.opts.MachineAPI.Namespace).List(ctx, metav1.ListOptions{LabelSelector: machine.ClusterIDLabel})
+	ns := c.opts.MachineAPI.Namespace
+	err = waitfor.Poll(ctx, 250*time.Millisecond, timeout, waitfor.Simple(func(ctx context.Context) (bool, string) {
+		list, err := mc.MachineV1beta1().Machines(ns).List(ctx, metav1.ListOptions{LabelSelector: machine.ClusterIDLabel})
 		if err != nil {
-			return false, nil
+			return false, fmt.Sprintf("listing machines: %v", err)
 		}
-		nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		nodeList, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 		if err != nil {
-			return false, nil
+			return false, fmt.Sprintf("listing nodes: %v", err)
 		}
 		ready := map[string]bool{}
-		for i := range nodes.Items {
-			n := &nodes.Items[i]
-			ready[n.Name] = NodeReady(n) || sim.FaultKeepsNotReady(n)
+		for i := range nodeList.Items {
+			n := &nodeList.Items[i]
+			ready[n.Name] = nodes.Ready(n) || sim.FaultKeepsNotReady(n)
 		}
-		pending = pending[:0]
+		var pending []string
 		count := 0
 		for i := range list.Items {
 			m := &list.Items[i]
@@ -180,14 +182,11 @@ func (c *Cluster) WaitMachinesReady(ctx context.Context, want int, timeout time.
 		if count < want {
 			pending = append(pending, fmt.Sprintf("%d of %d machines created", count, want))
 		}
-		return len(pending) == 0, nil
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
 		sort.Strings(pending)
-		return fmt.Errorf("machines not Running with Ready nodes after %s: %s", timeout, strings.Join(pending, ", "))
+		return len(pending) == 0, "waiting for " + strings.Join(pending, ", ")
+	}))
+	if err != nil {
+		return fmt.Errorf("machines not Running with Ready nodes: %w", err)
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/capstan-dev/capstan/internal/nodes"
+
 	machinev1 "github.com/openshift/api/machine/v1beta1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -120,7 +122,7 @@ func (d *drainReconciler) drainNode(ctx context.Context, m *machinev1.Machine) e
 		Out:    &klogWriter{log: log},
 		ErrOut: errOut,
 	}
-	if nodeUnreachable(node) {
+	if nodes.Unreachable(node) {
 		log.Info("Node is unreachable: draining ignores grace periods; disruption budgets still hold", "node", node.Name)
 		drainer.SkipWaitForDeleteTimeoutSeconds = skipWaitForDeleteTimeoutSeconds
 		drainer.GracePeriodSeconds = 1
@@ -144,35 +146,20 @@ func (d *drainReconciler) drainNode(ctx context.Context, m *machinev1.Machine) e
 // control-plane node may be mid-drain. A node already cordoned continues
 // its own drain.
 func (d *drainReconciler) drainAllowed(ctx context.Context, node *corev1.Node) error {
-	if node.Spec.Unschedulable || !isControlPlaneNode(node) {
+	if node.Spec.Unschedulable || !nodes.IsControlPlane(node) {
 		return nil
 	}
-	nodes := &corev1.NodeList{}
-	if err := d.client.List(ctx, nodes); err != nil {
+	list := &corev1.NodeList{}
+	if err := d.client.List(ctx, list); err != nil {
 		return fmt.Errorf("listing control plane nodes: %w", err)
 	}
-	for i := range nodes.Items {
-		other := &nodes.Items[i]
-		if other.Name != node.Name && isControlPlaneNode(other) && other.Spec.Unschedulable {
+	for i := range list.Items {
+		other := &list.Items[i]
+		if other.Name != node.Name && nodes.IsControlPlane(other) && other.Spec.Unschedulable {
 			return &errDrainNotPermitted{other: other.Name}
 		}
 	}
 	return nil
-}
-
-func isControlPlaneNode(n *corev1.Node) bool {
-	_, cp := n.Labels[nodeControlPlaneLabel]
-	_, master := n.Labels[nodeMasterLabel]
-	return cp || master
-}
-
-func nodeUnreachable(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionUnknown
-		}
-	}
-	return false
 }
 
 // klogWriter passes the drain helper's output to the log, remembering

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/nodes"
+
 	machinev1 "github.com/openshift/api/machine/v1beta1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -237,7 +239,7 @@ func (r *machineSetReconciler) updateStatus(ctx context.Context, ms *machinev1.M
 		if node == nil {
 			continue
 		}
-		ready := readyCondition(node)
+		ready := nodes.Condition(node, corev1.NodeReady)
 		if ready == nil || ready.Status != corev1.ConditionTrue {
 			continue
 		}
@@ -274,15 +276,6 @@ func (r *machineSetReconciler) nodeOf(ctx context.Context, m *machinev1.Machine)
 		return nil, nil
 	}
 	return node, err
-}
-
-func readyCondition(n *corev1.Node) *corev1.NodeCondition {
-	for i := range n.Status.Conditions {
-		if n.Status.Conditions[i].Type == corev1.NodeReady {
-			return &n.Status.Conditions[i]
-		}
-	}
-	return nil
 }
 
 // machineSetsForMachine maps a machine to its controlling MachineSet, or,

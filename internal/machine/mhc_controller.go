@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/nodes"
+
 	machinev1 "github.com/openshift/api/machine/v1beta1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -210,12 +212,7 @@ func needsRemediation(mhc *machinev1.MachineHealthCheck, t healthTarget, startup
 	}
 	var next time.Duration
 	for _, c := range mhc.Spec.UnhealthyConditions {
-		var cond *corev1.NodeCondition
-		for i := range t.node.Status.Conditions {
-			if t.node.Status.Conditions[i].Type == c.Type {
-				cond = &t.node.Status.Conditions[i]
-			}
-		}
+		cond := nodes.Condition(t.node, c.Type)
 		if cond == nil || cond.Status != c.Status {
 			continue
 		}

@@ -19,15 +19,13 @@ const (
 	// InstanceStateAnnotation is the cloud's state of the instance.
 	InstanceStateAnnotation = "machine.openshift.io/instance-state"
 
-	ClusterIDLabel        = machinev1.MachineClusterIDLabel
-	MachineRoleLabel      = "machine.openshift.io/cluster-api-machine-role"
-	MachineTypeLabel      = "machine.openshift.io/cluster-api-machine-type"
-	MachineSetLabel       = "machine.openshift.io/cluster-api-machineset"
-	InstanceTypeLabel     = "machine.openshift.io/instance-type"
-	RegionLabel           = "machine.openshift.io/region"
-	ZoneLabel             = "machine.openshift.io/zone"
-	nodeMasterLabel       = "node-role.kubernetes.io/master"
-	nodeControlPlaneLabel = "node-role.kubernetes.io/control-plane"
+	ClusterIDLabel    = machinev1.MachineClusterIDLabel
+	MachineRoleLabel  = "machine.openshift.io/cluster-api-machine-role"
+	MachineTypeLabel  = "machine.openshift.io/cluster-api-machine-type"
+	MachineSetLabel   = "machine.openshift.io/cluster-api-machineset"
+	InstanceTypeLabel = "machine.openshift.io/instance-type"
+	RegionLabel       = "machine.openshift.io/region"
+	ZoneLabel         = "machine.openshift.io/zone"
 )
 
 // Event reasons, as the OpenShift machine controllers name them.

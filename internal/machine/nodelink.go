@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/capstan-dev/capstan/internal/taints"
+
 	machinev1 "github.com/openshift/api/machine/v1beta1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -133,7 +135,7 @@ func (r *nodeLinkReconciler) linkNode(ctx context.Context, node *corev1.Node, m 
 		node.Labels[k] = v
 	}
 	for _, t := range m.Spec.Taints {
-		if !hasTaint(node.Spec.Taints, t) {
+		if !taints.Has(node.Spec.Taints, t.Key, t.Effect) {
 			node.Spec.Taints = append(node.Spec.Taints, t)
 		}
 	}
@@ -145,17 +147,6 @@ func (r *nodeLinkReconciler) linkNode(ctx context.Context, node *corev1.Node, m 
 		return fmt.Errorf("linking node %s to machine %s: %w", node.Name, name, err)
 	}
 	return nil
-}
-
-// hasTaint matches taints by key and effect, as the kubelet's taint
-// registration does.
-func hasTaint(taints []corev1.Taint, t corev1.Taint) bool {
-	for _, x := range taints {
-		if x.Key == t.Key && x.Effect == t.Effect {
-			return true
-		}
-	}
-	return false
 }
 
 // nodesForMachine maps a machine event to the node(s) to relink.

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/nodes"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -47,9 +49,9 @@ const (
 	LabelHostname     = "kubernetes.io/hostname"
 	LabelOS           = "kubernetes.io/os"
 	LabelArch         = "kubernetes.io/arch"
-	LabelRoleMaster   = "node-role.kubernetes.io/master"
-	LabelRoleCP       = "node-role.kubernetes.io/control-plane"
-	LabelRoleWorker   = "node-role.kubernetes.io/worker"
+	LabelRoleMaster   = nodes.LabelRoleMaster
+	LabelRoleCP       = nodes.LabelRoleControlPlane
+	LabelRoleWorker   = nodes.LabelRoleWorker
 	ResourceGPU       = corev1.ResourceName("nvidia.com/gpu")
 )
 

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/nodes"
+	taintutil "github.com/capstan-dev/capstan/internal/taints"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -136,7 +139,7 @@ func (s *Simulator) registerNode(ctx context.Context, inst *Instance) error {
 	if spec.Role == "master" {
 		lbls[LabelRoleMaster] = ""
 		lbls[LabelRoleCP] = ""
-		if !hasTaint(taints, LabelRoleMaster, corev1.TaintEffectNoSchedule) {
+		if !taintutil.Has(taints, LabelRoleMaster, corev1.TaintEffectNoSchedule) {
 			taints = append(taints, corev1.Taint{Key: LabelRoleMaster, Effect: corev1.TaintEffectNoSchedule})
 		}
 	} else {
@@ -184,15 +187,6 @@ func (s *Simulator) registerNode(ctx context.Context, inst *Instance) error {
 	return nil
 }
 
-func hasTaint(taints []corev1.Taint, key string, effect corev1.TaintEffect) bool {
-	for _, t := range taints {
-		if t.Key == key && t.Effect == effect {
-			return true
-		}
-	}
-	return false
-}
-
 // nodeStatus computes the status the kubelet of inst reports now, keeping
 // transition times of conditions whose status did not change.
 func (s *Simulator) nodeStatus(inst *Instance, node *corev1.Node, now time.Time) *corev1.NodeStatus {
@@ -221,7 +215,7 @@ func (s *Simulator) nodeStatus(inst *Instance, node *corev1.Node, now time.Time)
 		text := conditionText[t][status]
 		c := corev1.NodeCondition{Type: t, Status: status, Reason: text[0], Message: text[1],
 			LastHeartbeatTime: nowTime, LastTransitionTime: nowTime}
-		if old := findCondition(node.Status.Conditions, t); old != nil && old.Status == status {
+		if old := nodes.FindCondition(node.Status.Conditions, t); old != nil && old.Status == status {
 			c.LastTransitionTime = old.LastTransitionTime
 		}
 		conds = append(conds, c)
@@ -261,17 +255,8 @@ func InjectedConditions(node *corev1.Node) map[corev1.NodeConditionType]corev1.C
 	return out
 }
 
-func findCondition(conds []corev1.NodeCondition, t corev1.NodeConditionType) *corev1.NodeCondition {
-	for i := range conds {
-		if conds[i].Type == t {
-			return &conds[i]
-		}
-	}
-	return nil
-}
-
 func heartbeatAge(node *corev1.Node, now time.Time) time.Duration {
-	if c := findCondition(node.Status.Conditions, corev1.NodeReady); c != nil {
+	if c := nodes.Condition(node, corev1.NodeReady); c != nil {
 		return now.Sub(c.LastHeartbeatTime.Time)
 	}
 	return time.Duration(1 << 62)

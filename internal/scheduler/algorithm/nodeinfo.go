@@ -4,6 +4,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/capstan-dev/capstan/internal/nodes"
 )
 
 // PodInfo is a pod with everything the predicates and priorities compute
@@ -171,11 +173,11 @@ func (ni *NodeInfo) SetNode(node *corev1.Node) {
 	ni.Node = node
 	ni.Allocatable = resourceFromList(node.Status.Allocatable)
 	ni.ZoneKey = zoneKey(node)
-	ni.Ready = nodeCondition(node, corev1.NodeReady) == corev1.ConditionTrue
-	ni.MemoryPressure = nodeCondition(node, corev1.NodeMemoryPressure) == corev1.ConditionTrue
-	ni.DiskPressure = nodeCondition(node, corev1.NodeDiskPressure) == corev1.ConditionTrue
-	ni.PIDPressure = nodeCondition(node, corev1.NodePIDPressure) == corev1.ConditionTrue
-	ni.NetworkUnavailable = nodeCondition(node, corev1.NodeNetworkUnavailable) == corev1.ConditionTrue
+	ni.Ready = nodes.Ready(node)
+	ni.MemoryPressure = nodes.ConditionStatus(node, corev1.NodeMemoryPressure) == corev1.ConditionTrue
+	ni.DiskPressure = nodes.ConditionStatus(node, corev1.NodeDiskPressure) == corev1.ConditionTrue
+	ni.PIDPressure = nodes.ConditionStatus(node, corev1.NodePIDPressure) == corev1.ConditionTrue
+	ni.NetworkUnavailable = nodes.ConditionStatus(node, corev1.NodeNetworkUnavailable) == corev1.ConditionTrue
 	ni.HasZoneLabels = false
 	for _, k := range zoneLabelKeys {
 		if _, ok := node.Labels[k]; ok {

@@ -4,15 +4,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-func nodeCondition(n *corev1.Node, t corev1.NodeConditionType) corev1.ConditionStatus {
-	for i := range n.Status.Conditions {
-		if n.Status.Conditions[i].Type == t {
-			return n.Status.Conditions[i].Status
-		}
-	}
-	return ""
-}
-
 func isBestEffort(pod *corev1.Pod) bool {
 	for _, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
 		for i := range cs {

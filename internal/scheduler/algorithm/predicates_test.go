@@ -4,8 +4,12 @@ import (
 	"strings"
 	"testing"
 
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/klog/v2"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/scheduler/policy"
@@ -122,10 +126,18 @@ func TestTolerations(t *testing.T) {
 		{"exists any effect", corev1.Toleration{Key: "key1", Operator: corev1.TolerationOpExists}, true},
 		{"wrong effect", corev1.Toleration{Key: "key1", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}, false},
 		{"tolerate everything", corev1.Toleration{Operator: corev1.TolerationOpExists}, true},
+		{"empty key with Equal matches any key with that value", corev1.Toleration{Operator: corev1.TolerationOpEqual, Value: "value1"}, true},
+		{"comparison operators are off", corev1.Toleration{Key: "key1", Operator: "Gt", Value: "0"}, false},
+		{"unknown operator", corev1.Toleration{Key: "key1", Operator: "Matches", Value: "value1"}, false},
 	}
 	for _, tc := range cases {
-		if got := tolerates([]corev1.Toleration{tc.tol}, &taint); got != tc.ok {
-			t.Errorf("%s: tolerates=%v want %v", tc.name, got, tc.ok)
+		// The predicate answers exactly what upstream's helper does.
+		upstream := corev1helpers.TolerationsTolerateTaint(klog.Background(), []corev1.Toleration{tc.tol}, &taint, false)
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{taint}}}
+		pod := &corev1.Pod{Spec: corev1.PodSpec{Tolerations: []corev1.Toleration{tc.tol}}}
+		got := podToleratesNodeTaints{name: "PodToleratesNodeTaints"}.Filter(nil, NewPodInfo(pod), NewNodeInfo(node)) == nil
+		if got != tc.ok || got != upstream {
+			t.Errorf("%s: tolerated=%v, upstream %v, want %v", tc.name, got, upstream, tc.ok)
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 
+	"github.com/capstan-dev/capstan/internal/taints"
+
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -24,7 +26,7 @@ func (taintTolerationPriority) Score(_ *CycleState, pi *PodInfo, nodes []*NodeIn
 		var n int64
 		for j := range ni.Node.Spec.Taints {
 			t := &ni.Node.Spec.Taints[j]
-			if t.Effect == corev1.TaintEffectPreferNoSchedule && !tolerates(tols, t) {
+			if t.Effect == corev1.TaintEffectPreferNoSchedule && !taints.Tolerated(tols, t) {
 				n++
 			}
 		}
