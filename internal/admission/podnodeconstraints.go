@@ -11,13 +11,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/strictyaml"
+
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/yaml"
 )
 
 // PodNodeConstraintsConfig is OpenShift's configuration of the plugin.
@@ -38,7 +39,7 @@ func DefaultPodNodeConstraintsConfig() *PodNodeConstraintsConfig {
 // ParsePodNodeConstraintsConfig reads and checks a configuration file.
 func ParsePodNodeConstraintsConfig(raw []byte) (*PodNodeConstraintsConfig, error) {
 	c := &PodNodeConstraintsConfig{}
-	if err := yaml.UnmarshalStrict(raw, c); err != nil {
+	if err := strictyaml.Decode(raw, c); err != nil {
 		return nil, fmt.Errorf("does not parse: %w", err)
 	}
 	if c.Kind != "" && c.Kind != "PodNodeConstraintsConfig" {

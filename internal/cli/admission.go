@@ -17,8 +17,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -66,16 +64,9 @@ func newAdmissionServeCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("serving certificate: %w", err)
 			}
-			var client kubernetes.Interface
-			if cf.kubeconfig == "" {
-				if rc, ierr := rest.InClusterConfig(); ierr == nil {
-					client, err = kubernetes.NewForConfig(rc)
-				} else {
-					client, _, err = cf.client()
-				}
-			} else {
-				client, _, err = cf.client()
-			}
+			// In a pod without --kubeconfig, client-go's rules find the
+			// in-cluster configuration.
+			client, _, err := cf.client()
 			if err != nil {
 				return err
 			}

@@ -23,13 +23,17 @@ func (f *clientFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.dataDir, "data-dir", defaultDataDir(), "data dir of the capstan cluster to use when --kubeconfig is not given")
 }
 
-// resolve picks the kubeconfig: the flag, else the capstan cluster's, else
-// the usual client-go rules ($KUBECONFIG, ~/.kube/config, in-cluster).
-func (f *clientFlags) path() string {
-	if f.kubeconfig != "" {
-		return f.kubeconfig
+// path is the kubeconfig these flags name (see resolveKubeconfig).
+func (f *clientFlags) path() string { return resolveKubeconfig(f.kubeconfig, f.dataDir) }
+
+// resolveKubeconfig is the one place that picks a kubeconfig: the explicit
+// one, else the capstan cluster's in dataDir; "" leaves the choice to the
+// usual client-go rules ($KUBECONFIG, ~/.kube/config, in-cluster).
+func resolveKubeconfig(explicit, dataDir string) string {
+	if explicit != "" {
+		return explicit
 	}
-	p := filepath.Join(f.dataDir, "kubeconfig")
+	p := filepath.Join(dataDir, "kubeconfig")
 	if _, err := os.Stat(p); err == nil {
 		return p
 	}

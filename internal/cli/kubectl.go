@@ -2,7 +2,6 @@ package cli
 
 import (
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -24,8 +23,7 @@ falling back to $KUBECONFIG when no capstan cluster is there.`,
 				return c.Help()
 			}
 			if !hasKubeconfigFlag(args) {
-				p := filepath.Join(defaultDataDir(), "kubeconfig")
-				if _, err := os.Stat(p); err == nil {
+				if p := resolveKubeconfig("", defaultDataDir()); p != "" {
 					args = append([]string{"--kubeconfig=" + p}, args...)
 				}
 			}

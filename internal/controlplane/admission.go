@@ -9,11 +9,14 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/capstan-dev/capstan/internal/strictyaml"
+
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/capstan-dev/capstan/internal/admission"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
+
+	"github.com/capstan-dev/capstan/internal/admission"
 )
 
 // Admission configuration lives in DATA_DIR/admission. The plugin files are
@@ -123,7 +126,7 @@ func (d *DataDir) EffectiveAdmissionFile(name string) string {
 // pairs (what the plugin accepts) and applies the overrides.
 func renderPodNodeSelector(raw []byte, o AdmissionOverrides) ([]byte, error) {
 	var f podNodeSelectorFile
-	if err := yaml.UnmarshalStrict(raw, &f); err != nil {
+	if err := strictyaml.Decode(raw, &f); err != nil {
 		return nil, fmt.Errorf("does not parse: %w", err)
 	}
 	if f.PodNodeSelectorPluginConfig == nil {
@@ -166,7 +169,7 @@ type podTolerationRestrictionFile struct {
 
 func renderPodTolerationRestriction(raw []byte) ([]byte, error) {
 	var f podTolerationRestrictionFile
-	if err := yaml.UnmarshalStrict(raw, &f); err != nil {
+	if err := strictyaml.Decode(raw, &f); err != nil {
 		return nil, fmt.Errorf("does not parse: %w", err)
 	}
 	if f.Kind != "Configuration" || f.APIVersion != "podtolerationrestriction.admission.k8s.io/v1alpha1" {

@@ -9,13 +9,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/strictyaml"
+
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
 )
 
 // crdFiles are the OpenShift CRD manifests, copied verbatim from the
@@ -37,7 +38,7 @@ func OpenShiftCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 			return nil, err
 		}
 		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := yaml.UnmarshalStrict(raw, crd); err != nil {
+		if err := strictyaml.Decode(raw, crd); err != nil {
 			return nil, fmt.Errorf("decoding %s: %w", name, err)
 		}
 		out = append(out, crd)

@@ -175,9 +175,10 @@ func (r *machineReconciler) nodesOf(ctx context.Context, m *machinev1.Machine) (
 		return []string{ref.Name}, nil
 	}
 	id := ptr.Deref(m.Spec.ProviderID, "")
-	key := m.Namespace + "/" + m.Name
+	key := client.ObjectKeyFromObject(m)
 	belongs := func(n *corev1.Node) bool {
-		return n.Annotations[MachineAnnotation] == key || id != "" && n.Spec.ProviderID == id
+		named, ok := MachineOfNode(n)
+		return ok && named == key || id != "" && n.Spec.ProviderID == id
 	}
 	var names []string
 	add := func(n *corev1.Node) {
@@ -185,7 +186,7 @@ func (r *machineReconciler) nodesOf(ctx context.Context, m *machinev1.Machine) (
 			names = append(names, n.Name)
 		}
 	}
-	for field, value := range map[string]string{nodeProviderIDIndex: id, nodeMachineIndex: key} {
+	for field, value := range map[string]string{nodeProviderIDIndex: id, nodeMachineIndex: key.String()} {
 		if value == "" {
 			continue
 		}

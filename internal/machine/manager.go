@@ -3,7 +3,6 @@ package machine
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -184,11 +182,11 @@ func addControllers(mgr manager.Manager, cfg *rest.Config, opts *Options) error 
 // machineRequestOfNode maps a node to its machine (the nodelink
 // annotation): a node that goes away may mean an instance that did.
 func machineRequestOfNode(_ context.Context, o client.Object) []reconcile.Request {
-	ns, name, ok := strings.Cut(o.GetAnnotations()[MachineAnnotation], "/")
-	if !ok || ns == "" || name == "" {
+	key, ok := MachineOfNode(o)
+	if !ok {
 		return nil
 	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
+	return []reconcile.Request{{NamespacedName: key}}
 }
 
 // drainRateLimiter backs failed drains off exponentially, like OpenShift's

@@ -1,6 +1,12 @@
 package machine
 
-import machinev1 "github.com/openshift/api/machine/v1beta1"
+import (
+	"strings"
+
+	machinev1 "github.com/openshift/api/machine/v1beta1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
 
 // Namespace is where the Machine API objects live, as in OpenShift.
 const Namespace = "openshift-machine-api"
@@ -40,3 +46,16 @@ const (
 	EventCreated        = "Create"
 	EventFailedDelete   = "FailedDelete"
 )
+
+// MachineOfNode reads the machine.openshift.io/machine annotation of a
+// node: the namespace and name of its Machine, and whether it names one.
+func MachineOfNode(node metav1.Object) (types.NamespacedName, bool) {
+	ns, name, ok := strings.Cut(node.GetAnnotations()[MachineAnnotation], "/")
+	if !ok || ns == "" || name == "" {
+		return types.NamespacedName{}, false
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, true
+}
+
+// machineAnnotationValue is what nodelink writes for machine m.
+func machineAnnotationValue(m metav1.Object) string { return m.GetNamespace() + "/" + m.GetName() }

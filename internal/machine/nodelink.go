@@ -3,7 +3,6 @@ package machine
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/capstan-dev/capstan/internal/taints"
 
@@ -50,8 +49,8 @@ func indexNodeProviderID(o client.Object) []string {
 }
 
 func indexNodeMachine(o client.Object) []string {
-	if v := o.GetAnnotations()[MachineAnnotation]; v != "" {
-		return []string{v}
+	if key, ok := MachineOfNode(o); ok {
+		return []string{key.String()}
 	}
 	return nil
 }
@@ -119,7 +118,7 @@ func (r *nodeLinkReconciler) machineFor(ctx context.Context, node *corev1.Node) 
 // linkNode adds the annotation, labels and taints the node lacks.
 func (r *nodeLinkReconciler) linkNode(ctx context.Context, node *corev1.Node, m *machinev1.Machine) error {
 	base := node.DeepCopy()
-	name := m.Namespace + "/" + m.Name
+	name := machineAnnotationValue(m)
 	if node.Annotations == nil {
 		node.Annotations = map[string]string{}
 	}
@@ -173,12 +172,12 @@ func (r *nodeLinkReconciler) nodesForMachine(ctx context.Context, o client.Objec
 // machineOfNode returns the machine a node's machine.openshift.io/machine
 // annotation names, or nil.
 func machineOfNode(ctx context.Context, c client.Reader, node client.Object) *machinev1.Machine {
-	ns, name, ok := strings.Cut(node.GetAnnotations()[MachineAnnotation], "/")
-	if !ok || ns == "" || name == "" {
+	key, ok := MachineOfNode(node)
+	if !ok {
 		return nil
 	}
 	m := &machinev1.Machine{}
-	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, m); err != nil {
+	if err := c.Get(ctx, key, m); err != nil {
 		return nil
 	}
 	return m

@@ -1,12 +1,13 @@
 package machine
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/capstan-dev/capstan/internal/strictyaml"
 
 	machinev1 "github.com/openshift/api/machine/v1beta1"
 	corev1 "k8s.io/api/core/v1"
@@ -87,10 +88,8 @@ func ParseProviderSpec(ps machinev1.ProviderSpec) (*ProviderSpec, error) {
 	if ps.Value == nil || len(ps.Value.Raw) == 0 {
 		return nil, errors.New("spec.providerSpec.value must be set")
 	}
-	dec := json.NewDecoder(bytes.NewReader(ps.Value.Raw))
-	dec.DisallowUnknownFields()
 	out := &ProviderSpec{}
-	if err := dec.Decode(out); err != nil {
+	if err := strictyaml.Decode(ps.Value.Raw, out); err != nil {
 		return nil, fmt.Errorf("spec.providerSpec.value: %w", err)
 	}
 	if out.Kind != ProviderSpecKind || out.APIVersion != ProviderSpecAPIVersion {
@@ -135,6 +134,6 @@ func instanceSpec(m *machinev1.Machine, ps *ProviderSpec) sim.InstanceSpec {
 		}
 	}
 	spec.Taints = append([]corev1.Taint(nil), m.Spec.Taints...)
-	spec.Annotations = map[string]string{MachineAnnotation: m.Namespace + "/" + m.Name}
+	spec.Annotations = map[string]string{MachineAnnotation: machineAnnotationValue(m)}
 	return spec
 }

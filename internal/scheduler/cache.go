@@ -153,5 +153,5 @@ func (c *nodeCache) unassume(pod *corev1.Pod) {
 // snapshotLocked returns a snapshot reading the cache; valid while the lock
 // is held.
 func (c *nodeCache) snapshotLocked(l algorithm.Listers) *algorithm.Snapshot {
-	return algorithm.NewSharedSnapshot(c.list, c.index, c.pods, l)
+	return algorithm.NewSharedSnapshot(c.list, c.pods, l)
 }

@@ -251,23 +251,6 @@ func (c *APICloud) ListInstances(ctx context.Context) ([]*Instance, error) {
 	return out, nil
 }
 
-// ReapTerminated removes instances whose termination time has passed. The
-// simulator calls it periodically.
-func (c *APICloud) ReapTerminated(ctx context.Context, cms []*corev1.ConfigMap) error {
-	for _, cm := range cms {
-		inst, err := instanceFromConfigMap(cm)
-		if err != nil {
-			continue
-		}
-		if c.expired(inst) {
-			if err := c.remove(ctx, cm, inst); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
 func (c *APICloud) expired(inst *Instance) bool {
 	return inst.TerminateAt != nil && !c.opts.Clock.Now().Before(*inst.TerminateAt)
 }

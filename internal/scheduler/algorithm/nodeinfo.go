@@ -236,29 +236,6 @@ func (ni *NodeInfo) RemovePod(pod *corev1.Pod) *PodInfo {
 	return pi
 }
 
-// Clone copies the NodeInfo so that a copy can change independently; the
-// node and pod objects themselves are shared and never modified.
-func (ni *NodeInfo) Clone() *NodeInfo {
-	c := *ni
-	c.Pods = append([]*PodInfo(nil), ni.Pods...)
-	c.PodsWithAffinity = append([]*PodInfo(nil), ni.PodsWithAffinity...)
-	c.PodsWithRequiredAntiAffinity = append([]*PodInfo(nil), ni.PodsWithRequiredAntiAffinity...)
-	c.Requested.Scalar = cloneScalar(ni.Requested.Scalar)
-	c.UsedPorts = ni.UsedPorts.clone()
-	return &c
-}
-
-func cloneScalar(m map[corev1.ResourceName]int64) map[corev1.ResourceName]int64 {
-	if m == nil {
-		return nil
-	}
-	out := make(map[corev1.ResourceName]int64, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
-}
-
 func removeAt(s []*PodInfo, i int) []*PodInfo {
 	s[i] = s[len(s)-1]
 	s[len(s)-1] = nil
@@ -322,17 +299,6 @@ func (hp hostPorts) remove(pod *corev1.Pod) {
 			hp[p]--
 		}
 	}
-}
-
-func (hp hostPorts) clone() hostPorts {
-	if hp == nil {
-		return nil
-	}
-	out := make(hostPorts, len(hp))
-	for k, v := range hp {
-		out[k] = v
-	}
-	return out
 }
 
 // conflicts reports whether p collides with a port in use: same protocol

@@ -192,7 +192,7 @@ func TestPodIndexAgreesWithFullScan(t *testing.T) {
 				}
 			}
 		}
-		shared := NewSharedSnapshot(nodes, nil, idx, Listers{})
+		shared := NewSharedSnapshot(nodes, idx, Listers{})
 		fresh := NewSnapshot(nodes, Listers{})
 		if shared.Pods.Len() != len(placed) || fresh.Pods.Len() != len(placed) {
 			t.Fatalf("round %d: index holds %d/%d pods, want %d", round, shared.Pods.Len(), fresh.Pods.Len(), len(placed))

@@ -28,8 +28,7 @@ type Listers struct {
 // Snapshot is an immutable view of the cluster that one scheduling
 // decision reads.
 type Snapshot struct {
-	Nodes  []*NodeInfo
-	byName map[string]*NodeInfo
+	Nodes []*NodeInfo
 	// Pods indexes the pods on the nodes for inter-pod affinity.
 	Pods *PodIndex
 	Listers
@@ -40,18 +39,14 @@ type Snapshot struct {
 
 // NewSnapshot indexes nodes and their pods.
 func NewSnapshot(nodes []*NodeInfo, l Listers) *Snapshot {
-	s := &Snapshot{Nodes: nodes, byName: make(map[string]*NodeInfo, len(nodes)), Pods: NewPodIndex(), Listers: l, nsLabels: map[string]labelsSet{}}
+	s := &Snapshot{Nodes: nodes, Pods: NewPodIndex(), Listers: l, nsLabels: map[string]labelsSet{}}
 	for _, n := range nodes {
-		s.byName[n.Node.Name] = n
 		for _, p := range n.Pods {
 			s.Pods.Add(p, n)
 		}
 	}
 	return s
 }
-
-// Node returns a node's info, or nil.
-func (s *Snapshot) Node(name string) *NodeInfo { return s.byName[name] }
 
 // NamespaceLabels returns the labels of a namespace (empty when unknown).
 func (s *Snapshot) NamespaceLabels(ns string) labels.Set {

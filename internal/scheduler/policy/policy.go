@@ -6,14 +6,12 @@ package policy
 
 import (
 	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 
-	"sigs.k8s.io/yaml"
+	"github.com/capstan-dev/capstan/internal/strictyaml"
 )
 
 // Policy is the scheduler Policy file. Both shapes of the documentation are
@@ -116,18 +114,9 @@ func Load(path string) (*Policy, error) {
 // Parse decodes a Policy from JSON or YAML, rejecting unknown fields, and
 // validates it.
 func Parse(raw []byte) (*Policy, error) {
-	if len(bytes.TrimSpace(raw)) == 0 {
-		return nil, errors.New("the file is empty")
-	}
-	js, err := yaml.YAMLToJSON(raw)
-	if err != nil {
-		return nil, fmt.Errorf("not valid JSON or YAML: %w", err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.DisallowUnknownFields()
 	p := &Policy{}
-	if err := dec.Decode(p); err != nil {
-		return nil, fmt.Errorf("decoding: %w", err)
+	if err := strictyaml.Decode(raw, p); err != nil {
+		return nil, err
 	}
 	if err := p.Validate(); err != nil {
 		return nil, err

@@ -1,9 +1,7 @@
 package policy
 
 import (
-	"errors"
 	"fmt"
-	"sort"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -166,23 +164,4 @@ func suggest(name string, known []string) string {
 		}
 	}
 	return ""
-}
-
-// IsValidationError reports whether err came from Validate.
-func IsValidationError(err error) bool {
-	var ve *ValidationError
-	return errors.As(err, &ve)
-}
-
-// SortedNames returns the names of a policy's entries, for messages.
-func SortedNames(p *Policy) []string {
-	var out []string
-	for _, pr := range p.Predicates {
-		out = append(out, pr.Name)
-	}
-	for _, pr := range p.Priorities {
-		out = append(out, pr.Name)
-	}
-	sort.Strings(out)
-	return out
 }
