@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -26,8 +27,22 @@ type nodeCache struct {
 	podNode map[types.UID]string
 	// pods indexes the accounted pods for inter-pod affinity.
 	pods *algorithm.PodIndex
-	// assumed are pods bound by this scheduler and not yet observed bound.
-	assumed map[types.UID]bool
+	// assumed are pods this scheduler placed and has not yet observed
+	// bound.
+	assumed map[types.UID]*assumption
+}
+
+// assumedPodExpiry is how long after its binding finished an assumed pod
+// that never shows up bound is kept, as the legacy scheduler did (its
+// cache TTL): then its resources are given back.
+const assumedPodExpiry = 15 * time.Minute
+
+// assumption is a pod the scheduler placed before the API confirmed it.
+type assumption struct {
+	pod *corev1.Pod
+	// deadline is set when the binding finished: the pod is forgotten
+	// then if the informer has not shown it bound.
+	deadline time.Time
 }
 
 func newNodeCache() *nodeCache {
@@ -36,7 +51,7 @@ func newNodeCache() *nodeCache {
 		index:   map[string]*algorithm.NodeInfo{},
 		podNode: map[types.UID]string{},
 		pods:    algorithm.NewPodIndex(),
-		assumed: map[types.UID]bool{},
+		assumed: map[types.UID]*assumption{},
 	}
 }
 
@@ -105,12 +120,16 @@ func (c *nodeCache) addLocked(pi *algorithm.PodInfo, nodeName string) {
 	c.podNode[pi.Pod.UID] = nodeName
 }
 
-// forgetPod removes a pod that is gone (or no longer holds resources).
-func (c *nodeCache) forgetPod(pod *corev1.Pod) {
+// forgetPod removes a pod that is gone (or no longer holds resources),
+// whatever the cache knew of it: observed bound, assumed, or nothing. It
+// reports whether the pod held a place.
+func (c *nodeCache) forgetPod(pod *corev1.Pod) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	_, held := c.podNode[pod.UID]
 	c.removeLocked(pod)
 	delete(c.assumed, pod.UID)
+	return held
 }
 
 func (c *nodeCache) removeLocked(pod *corev1.Pod) {
@@ -137,17 +156,44 @@ func (c *nodeCache) assumeLocked(pod *corev1.Pod, nodeName string) {
 	assumed.Spec.NodeName = nodeName
 	c.removeLocked(assumed)
 	c.addLocked(algorithm.NewPodInfo(assumed), nodeName)
-	c.assumed[pod.UID] = true
+	c.assumed[pod.UID] = &assumption{pod: assumed}
 }
 
 // unassume drops an assumption whose binding failed.
 func (c *nodeCache) unassume(pod *corev1.Pod) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.assumed[pod.UID] {
+	if c.assumed[pod.UID] != nil {
 		c.removeLocked(pod)
 		delete(c.assumed, pod.UID)
 	}
+}
+
+// finishBinding starts the expiry of an assumption whose binding the API
+// accepted: if the pod is not seen bound by the deadline, it expires.
+func (c *nodeCache) finishBinding(pod *corev1.Pod, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if a := c.assumed[pod.UID]; a != nil {
+		a.deadline = now.Add(assumedPodExpiry)
+	}
+}
+
+// expireAssumed forgets the assumed pods whose binding finished more than
+// assumedPodExpiry ago without the pod showing up bound, and returns them.
+func (c *nodeCache) expireAssumed(now time.Time) []*corev1.Pod {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*corev1.Pod
+	for uid, a := range c.assumed {
+		if a.deadline.IsZero() || now.Before(a.deadline) {
+			continue
+		}
+		c.removeLocked(a.pod)
+		delete(c.assumed, uid)
+		out = append(out, a.pod)
+	}
+	return out
 }
 
 // snapshotLocked returns a snapshot reading the cache; valid while the lock

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/utils/clock"
 )
 
@@ -20,7 +21,16 @@ const (
 	unschedulableFlush = time.Minute
 )
 
-// queuedPod is a pending pod with its scheduling history.
+// Clock is what the scheduler needs of time: now, tickers and timers. A
+// fake clock makes its backoffs and expiries testable.
+type Clock interface {
+	clock.WithTicker
+	AfterFunc(d time.Duration, f func()) clock.Timer
+}
+
+// queuedPod is a pending pod with its scheduling history. Every field is
+// guarded by the queue's mutex: the scheduler works on the pod Pop
+// returned, never on this struct.
 type queuedPod struct {
 	pod       *corev1.Pod
 	key       string
@@ -28,20 +38,26 @@ type queuedPod struct {
 	enqueued  time.Time
 	parkedAt  time.Time
 	heapIndex int
+	// While the pod is in flight (popped, not yet Done or Requeued):
+	// gone says it was deleted or bound by someone else meanwhile, and
+	// changed that its spec changed, so a failure is retried at once
+	// rather than parked.
+	gone, changed bool
 }
 
 // schedulingQueue holds the pods waiting for this scheduler: an active heap
 // (highest priority first, then oldest), pods backing off after a failure,
-// and unschedulable pods parked until a cluster event might help them.
+// and unschedulable pods parked until a cluster event might help them. A
+// popped pod is in flight until the scheduler calls Done or Requeue.
 type schedulingQueue struct {
-	clock clock.Clock
+	clock Clock
 
 	mu            sync.Mutex
 	cond          *sync.Cond
 	active        podHeap
 	known         map[string]*queuedPod // every queued pod, wherever it is
 	unschedulable map[string]*queuedPod
-	backingOff    map[string]*time.Timer
+	backingOff    map[string]clock.Timer
 	inFlight      map[string]*queuedPod
 	// cycle counts pops; moveCycle is the cycle of the last cluster
 	// event. A pod that fails after an event that happened while it was
@@ -50,9 +66,9 @@ type schedulingQueue struct {
 	closed           bool
 }
 
-func newSchedulingQueue(c clock.Clock) *schedulingQueue {
+func newSchedulingQueue(c Clock) *schedulingQueue {
 	q := &schedulingQueue{clock: c, known: map[string]*queuedPod{}, unschedulable: map[string]*queuedPod{},
-		backingOff: map[string]*time.Timer{}, inFlight: map[string]*queuedPod{}}
+		backingOff: map[string]clock.Timer{}, inFlight: map[string]*queuedPod{}}
 	q.cond = sync.NewCond(&q.mu)
 	return q
 }
@@ -64,11 +80,18 @@ func podKey(pod *corev1.Pod) string {
 
 // Add queues a new pending pod or refreshes a queued one. A parked pod
 // whose spec or labels changed (reactivate) is tried again; one whose
-// status alone changed (the scheduler's own condition) stays parked.
+// status alone changed (the scheduler's own condition) stays parked. A pod
+// in flight keeps the newer object for its next attempt.
 func (q *schedulingQueue) Add(pod *corev1.Pod, reactivate bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	key := podKey(pod)
+	if f, ok := q.inFlight[key]; ok {
+		f.pod = pod
+		f.gone = false
+		f.changed = f.changed || reactivate
+		return
+	}
 	if qp, ok := q.known[key]; ok {
 		qp.pod = pod
 		if _, parked := q.unschedulable[key]; parked && reactivate {
@@ -77,10 +100,6 @@ func (q *schedulingQueue) Add(pod *corev1.Pod, reactivate bool) {
 		} else if qp.heapIndex >= 0 {
 			heap.Fix(&q.active, qp.heapIndex)
 		}
-		return
-	}
-	if f, ok := q.inFlight[key]; ok {
-		f.pod = pod
 		return
 	}
 	qp := &queuedPod{pod: pod, key: key, enqueued: q.clock.Now(), heapIndex: -1}
@@ -93,11 +112,16 @@ func (q *schedulingQueue) pushLocked(qp *queuedPod) {
 	q.cond.Signal()
 }
 
-// Delete forgets a pod (deleted, or scheduled by someone else).
+// Delete forgets a pod that was deleted or that someone bound: queued, it
+// leaves the queue; in flight, it will not come back when its attempt
+// ends.
 func (q *schedulingQueue) Delete(pod *corev1.Pod) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	key := podKey(pod)
+	if f, ok := q.inFlight[key]; ok && f.pod.UID == pod.UID {
+		f.gone = true
+	}
 	qp, ok := q.known[key]
 	if !ok {
 		return
@@ -113,62 +137,84 @@ func (q *schedulingQueue) Delete(pod *corev1.Pod) {
 	}
 }
 
-// Pop blocks until a pod is active and returns it with the cycle it is
-// scheduled in; ok is false once the queue is closed.
-func (q *schedulingQueue) Pop() (qp *queuedPod, cycle int64, ok bool) {
+// Pop blocks until a pod is active and returns it, the pod object to
+// schedule and the cycle it is scheduled in; ok is false once the queue is
+// closed.
+func (q *schedulingQueue) Pop() (qp *queuedPod, pod *corev1.Pod, cycle int64, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for len(q.active) == 0 && !q.closed {
 		q.cond.Wait()
 	}
 	if q.closed {
-		return nil, 0, false
+		return nil, nil, 0, false
 	}
 	qp = heap.Pop(&q.active).(*queuedPod)
 	delete(q.known, qp.key)
+	qp.gone, qp.changed = false, false
 	q.inFlight[qp.key] = qp
 	q.cycle++
-	return qp, q.cycle, true
+	return qp, qp.pod, q.cycle, true
 }
 
-// Done ends the scheduling of a popped pod that succeeded (or is gone).
-func (q *schedulingQueue) Done(qp *queuedPod) {
+// Done ends the attempt of a popped pod that was bound (or is gone). If a
+// new pod of the same name replaced the attempted one meanwhile, the new
+// one is queued.
+func (q *schedulingQueue) Done(qp *queuedPod, attempted *corev1.Pod) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	delete(q.inFlight, qp.key)
-}
-
-// Requeue puts back a pod that could not be scheduled. Unschedulable pods
-// park until a cluster event (MoveAllToActive) unless one already happened
-// during their cycle; errors (a failed binding) back off and retry.
-func (q *schedulingQueue) Requeue(qp *queuedPod, cycle int64, unschedulable bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	delete(q.inFlight, qp.key)
-	if q.closed {
+	if q.inFlight[qp.key] != qp {
 		return
 	}
-	if _, dup := q.known[qp.key]; dup {
-		return
+	delete(q.inFlight, qp.key)
+	if qp.pod.UID != attempted.UID && !qp.gone && !q.closed {
+		fresh := &queuedPod{pod: qp.pod, key: qp.key, enqueued: q.clock.Now(), heapIndex: -1}
+		q.known[qp.key] = fresh
+		q.pushLocked(fresh)
+	}
+}
+
+// Requeue ends the attempt of a popped pod that could not be scheduled and
+// puts it back, unless it went away meanwhile: it reports whether it did.
+// Unschedulable pods park until a cluster event (MoveAllToActive) unless
+// one already happened during their cycle or they changed; errors (a
+// failed binding) back off and retry.
+func (q *schedulingQueue) Requeue(qp *queuedPod, cycle int64, unschedulable bool) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.inFlight[qp.key] != qp {
+		return false
+	}
+	delete(q.inFlight, qp.key)
+	if q.closed || qp.gone {
+		return false
 	}
 	qp.attempts++
 	q.known[qp.key] = qp
-	if unschedulable && q.moveCycle < cycle {
+	if unschedulable && q.moveCycle < cycle && !qp.changed {
 		qp.parkedAt = q.clock.Now()
 		q.unschedulable[qp.key] = qp
-		return
+		return true
 	}
 	q.backoffLocked(qp)
+	return true
+}
+
+// backoff is how long a pod waits after attempts failures.
+func backoff(attempts int) time.Duration {
+	d := initialBackoff
+	for i := 1; i < attempts && d < maxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, maxBackoff)
 }
 
 func (q *schedulingQueue) backoffLocked(qp *queuedPod) {
-	d := initialBackoff
-	for i := 1; i < qp.attempts && d < maxBackoff; i++ {
-		d *= 2
-	}
-	d = min(d, maxBackoff)
 	key := qp.key
-	q.backingOff[key] = time.AfterFunc(d, func() {
+	if t := q.backingOff[key]; t != nil {
+		t.Stop()
+	}
+	q.backingOff[key] = q.clock.AfterFunc(backoff(qp.attempts), func() {
 		q.mu.Lock()
 		defer q.mu.Unlock()
 		delete(q.backingOff, key)
@@ -203,7 +249,8 @@ func (q *schedulingQueue) FlushStale() {
 	}
 }
 
-// Len reports how many pods are queued (active, backing off or parked).
+// Len reports how many pods are queued (active, backing off or parked),
+// not counting those in flight.
 func (q *schedulingQueue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -226,7 +273,7 @@ type podHeap []*queuedPod
 
 func (h podHeap) Len() int { return len(h) }
 func (h podHeap) Less(i, j int) bool {
-	pi, pj := podPriority(h[i].pod), podPriority(h[j].pod)
+	pi, pj := corev1helpers.PodPriority(h[i].pod), corev1helpers.PodPriority(h[j].pod)
 	if pi != pj {
 		return pi > pj
 	}
@@ -248,11 +295,4 @@ func (h *podHeap) Pop() any {
 	*h = old[:len(old)-1]
 	qp.heapIndex = -1
 	return qp
-}
-
-func podPriority(pod *corev1.Pod) int32 {
-	if pod.Spec.Priority != nil {
-		return *pod.Spec.Priority
-	}
-	return 0
 }

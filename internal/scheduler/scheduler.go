@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -45,7 +46,8 @@ type Config struct {
 	Seed uint64
 	// BindWorkers bind in parallel with the next decisions.
 	BindWorkers int
-	Clock       clock.WithTicker
+	// Clock is the real clock unless a test injects one.
+	Clock Clock
 }
 
 // Scheduler is a running Policy scheduler.
@@ -65,6 +67,7 @@ type Scheduler struct {
 
 type bindRequest struct {
 	qp    *queuedPod
+	pod   *corev1.Pod
 	cycle int64
 	node  string
 }
@@ -222,25 +225,30 @@ func (s *Scheduler) podChanged(old, pod *corev1.Pod) {
 	case pod.Spec.NodeName != "":
 		s.queue.Delete(pod)
 		if terminal(pod) {
-			s.cache.forgetPod(pod)
-			s.queue.MoveAllToActive()
+			if s.cache.forgetPod(pod) {
+				s.queue.MoveAllToActive()
+			}
 			return
 		}
 		s.cache.accountPod(pod)
-	case pod.Spec.SchedulerName == s.cfg.Name && pod.DeletionTimestamp == nil && !terminal(pod):
+	case pod.Spec.SchedulerName == s.cfg.Name && pod.DeletionTimestamp == nil && !terminal(pod) && len(pod.Spec.SchedulingGates) == 0:
 		if old != nil && old.ResourceVersion == pod.ResourceVersion {
 			return
 		}
 		s.queue.Add(pod, old == nil || podSchedulingChanged(old, pod))
 	default:
+		// Another scheduler's, being deleted, finished, or held by
+		// scheduling gates (the apiserver reports it SchedulingGated; it
+		// is queued when the last gate goes).
 		s.queue.Delete(pod)
 	}
 }
 
+// podDeleted forgets a deleted pod wherever it is: queued, in flight, or
+// holding a place in the cache (observed bound or only assumed).
 func (s *Scheduler) podDeleted(pod *corev1.Pod) {
 	s.queue.Delete(pod)
-	if pod.Spec.NodeName != "" {
-		s.cache.forgetPod(pod)
+	if s.cache.forgetPod(pod) {
 		// Freed resources, ports or affinity may let a waiting pod in.
 		s.queue.MoveAllToActive()
 	}
@@ -268,14 +276,14 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		}()
 	}
 	go func() {
-		t := s.cfg.Clock.NewTicker(unschedulableFlush / 4)
+		t := s.cfg.Clock.NewTicker(housekeepingPeriod)
 		defer t.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C():
-				s.queue.FlushStale()
+				s.housekeeping(logger)
 			}
 		}
 	}()
@@ -284,21 +292,36 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		s.queue.Close()
 	}()
 	for {
-		qp, cycle, ok := s.queue.Pop()
+		qp, pod, cycle, ok := s.queue.Pop()
 		if !ok {
 			break
 		}
-		s.scheduleOne(ctx, qp, cycle)
+		s.scheduleOne(ctx, qp, pod, cycle)
 	}
 	close(s.binds)
 	wg.Wait()
 	return nil
 }
 
+// housekeepingPeriod is how often parked pods are flushed and expired
+// assumptions dropped (upstream cleans its assumed pods every second).
+const housekeepingPeriod = time.Second
+
+// housekeeping retries pods parked too long and gives back the place of
+// assumed pods whose binding never showed up.
+func (s *Scheduler) housekeeping(logger klog.Logger) {
+	s.queue.FlushStale()
+	if expired := s.cache.expireAssumed(s.cfg.Clock.Now()); len(expired) > 0 {
+		for _, p := range expired {
+			logger.Info("Assumed pod expired: its binding never showed up", "pod", klog.KObj(p), "node", p.Spec.NodeName)
+		}
+		s.queue.MoveAllToActive()
+	}
+}
+
 // scheduleOne decides for one pod and, when a node fits, assumes it there
 // and hands the binding to a bind worker.
-func (s *Scheduler) scheduleOne(ctx context.Context, qp *queuedPod, cycle int64) {
-	pod := qp.pod
+func (s *Scheduler) scheduleOne(ctx context.Context, qp *queuedPod, pod *corev1.Pod, cycle int64) {
 	s.cache.mu.Lock()
 	d := s.algorithm.Schedule(ctx, pod, s.cache.snapshotLocked(s.listers), algorithm.Options{})
 	if d.Feasible() {
@@ -306,17 +329,17 @@ func (s *Scheduler) scheduleOne(ctx context.Context, qp *queuedPod, cycle int64)
 	}
 	s.cache.mu.Unlock()
 	if !d.Feasible() {
-		s.unschedulable(ctx, qp, cycle, d.Summary())
+		s.unschedulable(ctx, qp, pod, cycle, d.Summary())
 		return
 	}
-	s.binds <- bindRequest{qp: qp, cycle: cycle, node: d.Selected}
+	s.binds <- bindRequest{qp: qp, pod: pod, cycle: cycle, node: d.Selected}
 }
 
 // bind posts the binding. A node that vanished since the decision, or a
 // rejected binding, sends the pod back to the queue; a pod already bound
 // (by anyone) is never bound again.
 func (s *Scheduler) bind(ctx context.Context, req bindRequest) {
-	pod := req.qp.pod
+	pod := req.pod
 	logger := klog.FromContext(ctx)
 	if !s.cache.hasNode(req.node) {
 		s.cache.unassume(pod)
@@ -329,33 +352,36 @@ func (s *Scheduler) bind(ctx context.Context, req bindRequest) {
 	}, metav1.CreateOptions{})
 	switch {
 	case err == nil:
-		s.queue.Done(req.qp)
+		s.cache.finishBinding(pod, s.cfg.Clock.Now())
+		s.queue.Done(req.qp, pod)
 		s.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonScheduled, "Successfully assigned %s/%s to %s", pod.Namespace, pod.Name, req.node)
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		// Deleted, recreated or already bound: nothing left to do for this
 		// pod object; the informer brings whatever replaced it.
 		s.cache.unassume(pod)
-		s.queue.Done(req.qp)
+		s.queue.Done(req.qp, pod)
 		logger.V(2).Info("Binding dropped", "pod", klog.KObj(pod), "err", err)
 	default:
 		s.cache.unassume(pod)
 		if ctx.Err() != nil {
 			return
 		}
-		s.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonFailedScheduling, "Binding rejected: %v", err)
-		s.queue.Requeue(req.qp, req.cycle, false)
+		if s.queue.Requeue(req.qp, req.cycle, false) {
+			s.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonFailedScheduling, "Binding rejected: %v", err)
+		}
 	}
 }
 
-// unschedulable records why no node fits and parks the pod until the
-// cluster changes.
-func (s *Scheduler) unschedulable(ctx context.Context, qp *queuedPod, cycle int64, msg string) {
-	pod := qp.pod
+// unschedulable parks the pod until the cluster changes and records why no
+// node fits; a pod deleted or bound elsewhere meanwhile is just dropped.
+func (s *Scheduler) unschedulable(ctx context.Context, qp *queuedPod, pod *corev1.Pod, cycle int64, msg string) {
+	if !s.queue.Requeue(qp, cycle, true) {
+		return
+	}
 	s.recorder.Event(pod, corev1.EventTypeWarning, ReasonFailedScheduling, msg)
-	if err := s.setUnschedulableCondition(ctx, pod, msg); err != nil && !apierrors.IsNotFound(err) {
+	if err := s.setUnschedulableCondition(ctx, pod, msg); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		klog.FromContext(ctx).V(2).Info("Updating PodScheduled condition failed", "pod", klog.KObj(pod), "err", err)
 	}
-	s.queue.Requeue(qp, cycle, true)
 }
 
 func (s *Scheduler) setUnschedulableCondition(ctx context.Context, pod *corev1.Pod, msg string) error {

@@ -1,0 +1,326 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/util/retry"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/capstan-dev/capstan/internal/waitfor"
+)
+
+func testNode(name string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name}},
+		Status: corev1.NodeStatus{
+			Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110")},
+			Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+		}}
+}
+
+func podsOn(c *nodeCache, node string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ni := c.infos[node]; ni != nil {
+		return len(ni.Pods)
+	}
+	return 0
+}
+
+func assume(c *nodeCache, p *corev1.Pod, node string) {
+	c.mu.Lock()
+	c.assumeLocked(p, node)
+	c.mu.Unlock()
+}
+
+func TestCacheAssumeAndConfirm(t *testing.T) {
+	c := newNodeCache()
+	c.setNode(testNode("n"))
+	p := qpod("p", 0)
+	assume(c, p, "n")
+	if got := podsOn(c, "n"); got != 1 {
+		t.Fatalf("%d pods after assume", got)
+	}
+	// The binding failed: the assumption goes.
+	c.unassume(p)
+	if got := podsOn(c, "n"); got != 0 {
+		t.Fatalf("%d pods after unassume", got)
+	}
+	// Assumed, then observed bound: counted once.
+	assume(c, p, "n")
+	bound := p.DeepCopy()
+	bound.Spec.NodeName = "n"
+	c.accountPod(bound)
+	if got := podsOn(c, "n"); got != 1 {
+		t.Fatalf("%d pods after confirmation", got)
+	}
+	c.unassume(p) // no longer an assumption: kept
+	if got := podsOn(c, "n"); got != 1 {
+		t.Fatalf("%d pods after a late unassume", got)
+	}
+	c.removeNode("n")
+	if c.hasNode("n") || len(c.list) != 0 {
+		t.Errorf("node still listed")
+	}
+	c.forgetPod(bound)
+	if _, ok := c.infos["n"]; ok {
+		t.Errorf("placeholder of a deleted node kept")
+	}
+}
+
+// An assumed pod whose binding was accepted but that never shows up bound
+// gives its place back 15 minutes after the binding finished, not before.
+func TestAssumedPodExpires(t *testing.T) {
+	now := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
+	c := newNodeCache()
+	c.setNode(testNode("n"))
+	p := qpod("p", 0)
+	assume(c, p, "n")
+	// Not expiring while the binding is under way, however long it takes.
+	if got := c.expireAssumed(now.Add(time.Hour)); len(got) != 0 {
+		t.Fatalf("expired before the binding finished: %v", got)
+	}
+	c.finishBinding(p, now)
+	if got := c.expireAssumed(now.Add(assumedPodExpiry - time.Second)); len(got) != 0 {
+		t.Fatalf("expired early: %v", got)
+	}
+	got := c.expireAssumed(now.Add(assumedPodExpiry))
+	if len(got) != 1 || got[0].Name != "p" || podsOn(c, "n") != 0 {
+		t.Fatalf("expired %v, %d pods left on the node", got, podsOn(c, "n"))
+	}
+	// A confirmed pod never expires.
+	q := qpod("q", 0)
+	assume(c, q, "n")
+	c.finishBinding(q, now)
+	bound := q.DeepCopy()
+	bound.Spec.NodeName = "n"
+	c.accountPod(bound)
+	if got := c.expireAssumed(now.Add(24 * time.Hour)); len(got) != 0 || podsOn(c, "n") != 1 {
+		t.Fatalf("confirmed pod expired: %v", got)
+	}
+}
+
+func newTestScheduler(t *testing.T, objs ...runtime.Object) (*Scheduler, *fake.Clientset) {
+	t.Helper()
+	client := fake.NewClientset(objs...)
+	s, err := New(client, Config{Seed: 1, Clock: clocktesting.NewFakeClock(time.Now())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, client
+}
+
+// A deleted pod leaves the cache whatever the scheduler last saw of it:
+// here it was only assumed, and its final state is unbound.
+func TestDeletedPodAlwaysLeavesTheCache(t *testing.T) {
+	s, _ := newTestScheduler(t)
+	s.cache.setNode(testNode("n"))
+	p := qpod("p", 0)
+	assume(s.cache, p, "n")
+	s.podDeleted(p) // final state without a node name
+	if got := podsOn(s.cache, "n"); got != 0 {
+		t.Fatalf("%d pods on the node after the deletion", got)
+	}
+	// Observed bound, deleted as a tombstone.
+	bound := qpod("b", 0)
+	bound.Spec.NodeName = "n"
+	s.podChanged(nil, bound)
+	stale := bound.DeepCopy()
+	stale.Spec.NodeName = ""
+	s.podDeleted(stale)
+	if got := podsOn(s.cache, "n"); got != 0 {
+		t.Fatalf("%d pods on the node after a stale deletion", got)
+	}
+}
+
+// A pod bound by someone else while this scheduler is deciding for it
+// leaves the queue for good.
+func TestPodBoundElsewhereWhileInFlight(t *testing.T) {
+	s, _ := newTestScheduler(t)
+	p := qpod("p", 0)
+	p.Spec.SchedulerName = DefaultSchedulerName
+	s.podChanged(nil, p)
+	qp, _, cycle, _ := s.queue.Pop()
+	bound := p.DeepCopy()
+	bound.Spec.NodeName = "elsewhere"
+	bound.ResourceVersion = "2"
+	s.podChanged(p, bound)
+	if s.queue.Requeue(qp, cycle, true) || s.queue.Len() != 0 {
+		t.Fatal("a pod bound elsewhere came back to the queue")
+	}
+}
+
+// Pods with scheduling gates wait, unqueued, until the last gate goes.
+func TestGatedPodsWaitForTheirGates(t *testing.T) {
+	s, _ := newTestScheduler(t)
+	p := qpod("p", 0)
+	p.Spec.SchedulerName = DefaultSchedulerName
+	p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/quota"}}
+	s.podChanged(nil, p)
+	if s.queue.Len() != 0 {
+		t.Fatal("gated pod queued")
+	}
+	open := p.DeepCopy()
+	open.Spec.SchedulingGates = nil
+	open.ResourceVersion = "2"
+	s.podChanged(p, open)
+	if s.queue.Len() != 1 {
+		t.Fatal("pod not queued once its gates were gone")
+	}
+}
+
+// apiserverPods makes the fake clientset keep pods as the apiserver does:
+// every write gets a new resourceVersion, an update of a stale version is
+// a conflict, and pods/binding sets the node once.
+func apiserverPods(client *fake.Clientset) {
+	var mu sync.Mutex
+	rv := 0
+	gvr := corev1.SchemeGroupVersion.WithResource("pods")
+	next := func(p *corev1.Pod) {
+		rv++
+		p.ResourceVersion = fmt.Sprint(rv)
+	}
+	current := func(ns, name string) (*corev1.Pod, error) {
+		obj, err := client.Tracker().Get(gvr, ns, name)
+		if err != nil {
+			return nil, err
+		}
+		return obj.(*corev1.Pod).DeepCopy(), nil
+	}
+	client.PrependReactor("*", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch action.GetVerb() {
+		case "create":
+			a := action.(k8stesting.CreateAction)
+			if action.GetSubresource() == "binding" {
+				b := a.GetObject().(*corev1.Binding)
+				pod, err := current(b.Namespace, b.Name)
+				if err != nil {
+					return true, nil, err
+				}
+				if pod.Spec.NodeName != "" {
+					return true, nil, apierrors.NewConflict(gvr.GroupResource(), b.Name, fmt.Errorf("pod %s is already assigned to node %q", b.Name, pod.Spec.NodeName))
+				}
+				pod.Spec.NodeName = b.Target.Name
+				next(pod)
+				return true, nil, client.Tracker().Update(gvr, pod, b.Namespace)
+			}
+			pod := a.GetObject().(*corev1.Pod).DeepCopy()
+			next(pod)
+			return true, pod, client.Tracker().Create(gvr, pod, a.GetNamespace())
+		case "update":
+			a := action.(k8stesting.UpdateAction)
+			pod := a.GetObject().(*corev1.Pod).DeepCopy()
+			cur, err := current(pod.Namespace, pod.Name)
+			if err != nil {
+				return true, nil, err
+			}
+			if cur.ResourceVersion != pod.ResourceVersion {
+				return true, nil, apierrors.NewConflict(gvr.GroupResource(), pod.Name, fmt.Errorf("the object has been modified"))
+			}
+			next(pod)
+			return true, pod, client.Tracker().Update(gvr, pod, a.GetNamespace())
+		}
+		return false, nil, nil
+	})
+}
+
+// The scheduling loop, its bind workers and the informers' handlers run
+// concurrently while pods are created, changed again and again while they
+// are being scheduled, and deleted: run with -race, this proves the queue
+// and cache are shared safely; every surviving pod ends up bound, and no
+// deleted pod stays queued.
+func TestSchedulerLoopUnderConcurrentChanges(t *testing.T) {
+	client := fake.NewClientset(testNode("small"))
+	apiserverPods(client)
+	s, err := New(client, Config{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if !cache.WaitForCacheSync(ctx.Done(), s.synced...) {
+		t.Fatal("caches did not sync")
+	}
+	const n, changes = 24, 3
+	pods := client.CoreV1().Pods("ns")
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			// Too big for the small node: each change sends the pod
+			// through another attempt.
+			p := qpod(fmt.Sprintf("p%d", i), int32(i%3))
+			p.UID = ""
+			p.Spec.SchedulerName = DefaultSchedulerName
+			p.Spec.Containers = []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("5")}}}}
+			if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				t.Error(err)
+				return
+			}
+			for c := range changes {
+				err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+					got, err := pods.Get(ctx, p.Name, metav1.GetOptions{})
+					if err != nil {
+						return err
+					}
+					got.Labels = map[string]string{"change": fmt.Sprint(c)}
+					_, err = pods.Update(ctx, got, metav1.UpdateOptions{})
+					return err
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+			if i%4 == 0 {
+				if err := pods.Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	big := testNode("big")
+	big.Status.Allocatable[corev1.ResourceCPU] = resource.MustParse("1000")
+	if _, err := client.CoreV1().Nodes().Create(ctx, big, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = waitfor.Poll(ctx, 20*time.Millisecond, 30*time.Second, waitfor.Simple(func(ctx context.Context) (bool, string) {
+		list, err := pods.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		unbound := 0
+		for _, p := range list.Items {
+			if p.Spec.NodeName != "big" {
+				unbound++
+			}
+		}
+		return unbound == 0 && len(list.Items) == n-n/4, fmt.Sprintf("%d of %d pods not on the big node", unbound, len(list.Items))
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nothing is left queued: deleted pods did not come back.
+	if err := waitfor.Poll(ctx, 20*time.Millisecond, 10*time.Second, waitfor.Simple(func(context.Context) (bool, string) {
+		return s.queue.Len() == 0, fmt.Sprintf("%d pods still queued", s.queue.Len())
+	})); err != nil {
+		t.Fatal(err)
+	}
+}
