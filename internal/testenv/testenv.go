@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/capstan-dev/capstan/internal/cluster"
+	"github.com/capstan-dev/capstan/internal/waitfor"
 )
 
 // Timings of a test cluster: a node whose kubelet stops is unreachable
@@ -151,4 +152,17 @@ func (e *Env) Namespace(t TB, prefix string) string {
 		t.Fatalf("namespace %s: default service account never appeared: %v", ns.Name, err)
 	}
 	return ns.Name
+}
+
+// Eventually polls cond every 100ms until it holds, and fails the test with
+// cond's last explanation if it does not within timeout. It is the one way
+// tests wait: on something observable, never on a fixed sleep.
+func Eventually(t TB, timeout time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	err := waitfor.Poll(context.Background(), 100*time.Millisecond, timeout, waitfor.Simple(func(context.Context) (bool, string) {
+		return cond()
+	}))
+	if err != nil {
+		t.Fatalf("condition %v", err)
+	}
 }

@@ -1,32 +1,46 @@
 // Package eviction proves the node lifecycle controller's zone-aware
-// eviction rate limits on a 64-node simulated cluster: a small zone of 4
+// eviction rate limits on a 65-node simulated cluster: a small zone of 5
 // nodes and a large one of 60, with eviction rates raised so the test runs
 // in seconds (primary 2 nodes/s, secondary 0.2 nodes/s).
+//
+// The tests never guess how long the controller takes: they wait for what
+// it reports. The controller runs in this process and publishes, after
+// every pass over the nodes, how many nodes of each zone it counted not
+// Ready (the input of its zone state) and how many passes it completed;
+// the tests wait on those and on the taints it writes.
 package eviction
 
 import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/cluster"
+	"github.com/capstan-dev/capstan/internal/nodes"
 	"github.com/capstan-dev/capstan/internal/sim"
+	"github.com/capstan-dev/capstan/internal/taints"
 	"github.com/capstan-dev/capstan/internal/testenv"
 )
 
 const (
 	smallZone, largeZone = "zone-small", "zone-large"
-	smallNodes           = 4
+	smallNodes           = 5
 	largeNodes           = 60
 	primaryRate          = 2.0
 	secondaryRate        = 0.2
+	// A zone is PartialDisruption once more than 2 of its nodes, and at
+	// least this share, are not Ready.
+	unhealthyThreshold = 0.55
 )
 
 var env *testenv.Env
@@ -37,7 +51,7 @@ func TestMain(m *testing.M) {
 		o.ControlPlane.NodeEvictionRate = primaryRate
 		o.ControlPlane.SecondaryNodeEvictionRate = secondaryRate
 		o.ControlPlane.LargeClusterSizeThreshold = 50
-		o.ControlPlane.UnhealthyZoneThreshold = 0.55
+		o.ControlPlane.UnhealthyZoneThreshold = unhealthyThreshold
 	}})
 	if err != nil {
 		fmt.Println(err)
@@ -99,9 +113,9 @@ func setStopped(t *testing.T, stopped bool, names ...string) {
 	}
 }
 
-// noExecuteTainted returns the nodes among names with the unreachable
-// NoExecute taint.
-func noExecuteTainted(t *testing.T, names []string) []string {
+// nodeStates reads the named nodes: those with the unreachable NoExecute
+// taint, and how many are Unknown.
+func nodeStates(t *testing.T, names []string) (tainted []string, unknown int) {
 	t.Helper()
 	want := map[string]bool{}
 	for _, n := range names {
@@ -111,61 +125,55 @@ func noExecuteTainted(t *testing.T, names []string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
-	for _, n := range list.Items {
+	for i := range list.Items {
+		n := &list.Items[i]
 		if !want[n.Name] {
 			continue
 		}
-		for _, taint := range n.Spec.Taints {
-			if taint.Key == corev1.TaintNodeUnreachable && taint.Effect == corev1.TaintEffectNoExecute {
-				out = append(out, n.Name)
-			}
+		if taints.Has(n.Spec.Taints, corev1.TaintNodeUnreachable, corev1.TaintEffectNoExecute) {
+			tainted = append(tainted, n.Name)
+		}
+		if nodes.Unreachable(n) {
+			unknown++
 		}
 	}
-	return out
+	return tainted, unknown
 }
 
-func unknownCount(t *testing.T, names []string) int {
+// waitZoneUnhealthy waits until the controller's last pass counted n nodes
+// of the zone not Ready.
+func waitZoneUnhealthy(t *testing.T, zone string, n int) {
 	t.Helper()
-	c := 0
-	for _, name := range names {
-		n, err := env.Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, cond := range n.Status.Conditions {
-			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionUnknown {
-				c++
-			}
-		}
-	}
-	return c
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		got, ok := testenv.ZoneUnhealthy(zone)
+		return ok && got == float64(n), fmt.Sprintf("controller counts %v unhealthy nodes in %s (reported: %v), want %d", got, zone, ok, n)
+	})
 }
 
-func eventually(t *testing.T, timeout time.Duration, cond func() (bool, string)) {
+// waitPasses waits until the node lifecycle controller has completed two
+// more passes: one that may have been under way, and a whole one after.
+func waitPasses(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not met within %s: %s", timeout, why)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	start := testenv.NodeHealthPasses()
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		now := testenv.NodeHealthPasses()
+		return now >= start+2, fmt.Sprintf("%d passes since, want 2", now-start)
+	})
 }
 
-// recoverAll restarts every kubelet and waits until no node is tainted.
+// recoverAll restarts every kubelet and waits until no node is tainted or
+// Unknown and the controller counts every zone healthy again.
 func recoverAll(t *testing.T) {
 	t.Helper()
 	all := append(zoneNodes(smallZone), zoneNodes(largeZone)...)
 	setStopped(t, false, all...)
-	eventually(t, time.Minute, func() (bool, string) {
-		tainted := noExecuteTainted(t, all)
-		return len(tainted) == 0 && unknownCount(t, all) == 0, fmt.Sprintf("%d nodes still tainted", len(tainted))
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		tainted, unknown := nodeStates(t, all)
+		return len(tainted) == 0 && unknown == 0, fmt.Sprintf("%d nodes still tainted, %d Unknown", len(tainted), unknown)
 	})
+	for _, z := range []string{smallZone, largeZone} {
+		waitZoneUnhealthy(t, z, 0)
+	}
 }
 
 // evictablePod runs on a node and tolerates unreachability for a second.
@@ -178,61 +186,57 @@ func evictablePod(t *testing.T, ns, node string) string {
 			Tolerations: []corev1.Toleration{{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists,
 				Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](1)}}},
 	}
-	if _, err := env.Client.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return p.Name
+	return env.CreatePod(t, ns, p).Name
 }
 
-func alive(t *testing.T, ns, name string) bool {
-	p, err := env.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
-	return err == nil && p.DeletionTimestamp == nil
-}
-
-// A small zone (4 nodes, under the 50-node threshold): one lost node is
-// tainted at once; with more than 55% lost the zone is PartialDisruption
-// and evictions stop; when the whole zone is lost it is FullDisruption and
-// evictions resume at the normal rate.
+// A small zone (5 nodes, under the 50-node threshold): a lost node is
+// tainted at once; once more than 55% (and more than 2) are lost the zone
+// is PartialDisruption and no further node is tainted; when the whole zone
+// is lost it is FullDisruption and evictions resume at the normal rate.
 func TestSmallZoneDisruption(t *testing.T) {
 	defer recoverAll(t)
 	ns := env.Namespace(t, "small")
-	nodes := zoneNodes(smallZone)
+	zone := zoneNodes(smallZone)
 	pods := map[string]string{}
-	for _, n := range nodes {
+	for _, n := range zone {
 		pods[n] = evictablePod(t, ns, n)
+		env.WaitPodRunning(t, ns, pods[n])
 	}
-	setStopped(t, true, nodes[0])
-	eventually(t, 30*time.Second, func() (bool, string) {
-		got := noExecuteTainted(t, nodes)
-		return len(got) == 1, fmt.Sprintf("tainted %v", got)
+	setStopped(t, true, zone[0])
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		tainted, _ := nodeStates(t, zone)
+		return len(tainted) == 1, fmt.Sprintf("tainted %v", tainted)
 	})
-	eventually(t, 20*time.Second, func() (bool, string) { return !alive(t, ns, pods[nodes[0]]), "pod of the lost node not evicted" })
+	env.WaitPodGone(t, ns, pods[zone[0]], 20*time.Second)
 
-	// 3 of 4 lost: 75% > 55%.
-	setStopped(t, true, nodes[1], nodes[2])
-	eventually(t, 30*time.Second, func() (bool, string) {
-		return unknownCount(t, nodes) == 3, "nodes not yet unknown"
-	})
-	time.Sleep(8 * time.Second)
-	if got := noExecuteTainted(t, nodes[1:3]); len(got) != 0 {
-		t.Errorf("PartialDisruption in a small zone: %v tainted NoExecute, want evictions stopped", got)
+	// 3 of 5 lost: 60% > 55%, PartialDisruption. Whichever of these two
+	// went Unknown first, while the zone was still Normal, may have been
+	// tainted; that is the controller's rule, not a failure.
+	setStopped(t, true, zone[1], zone[2])
+	waitZoneUnhealthy(t, smallZone, 3)
+
+	// A node lost while the zone is PartialDisruption is never tainted:
+	// the controller counts it, and two whole passes later it has still
+	// not been tainted (at the primary rate it would be within 100ms).
+	setStopped(t, true, zone[3])
+	waitZoneUnhealthy(t, smallZone, 4)
+	waitPasses(t)
+	if tainted, _ := nodeStates(t, zone[3:4]); len(tainted) != 0 {
+		t.Errorf("PartialDisruption in a small zone: %v tainted NoExecute, want evictions stopped", tainted)
 	}
-	for _, n := range nodes[1:3] {
-		if !alive(t, ns, pods[n]) {
-			t.Errorf("pod on %s evicted during PartialDisruption", n)
-		}
+	if !env.PodAlive(t, ns, pods[zone[3]]) {
+		t.Errorf("pod on %s evicted during PartialDisruption", zone[3])
 	}
 
 	// The whole zone lost: FullDisruption, evictions at the normal rate
 	// (the other zone is healthy).
-	setStopped(t, true, nodes[3])
-	eventually(t, 30*time.Second, func() (bool, string) {
-		got := noExecuteTainted(t, nodes)
-		return len(got) == smallNodes, fmt.Sprintf("tainted %v", got)
+	setStopped(t, true, zone[4])
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		tainted, _ := nodeStates(t, zone)
+		return len(tainted) == smallNodes, fmt.Sprintf("tainted %v", tainted)
 	})
-	for _, n := range nodes[1:] {
-		name := pods[n]
-		eventually(t, 20*time.Second, func() (bool, string) { return !alive(t, ns, name), name + " not evicted" })
+	for _, n := range zone[1:] {
+		env.WaitPodGone(t, ns, pods[n], 20*time.Second)
 	}
 }
 
@@ -240,31 +244,68 @@ func TestSmallZoneDisruption(t *testing.T) {
 // taints go on at the secondary rate, not the primary one.
 func TestLargeZoneSecondaryRate(t *testing.T) {
 	defer recoverAll(t)
-	nodes := zoneNodes(largeZone)
-	lost := nodes[:40] // 66%
+	lost := zoneNodes(largeZone)[:40] // 66%
 	setStopped(t, true, lost...)
-	eventually(t, 30*time.Second, func() (bool, string) {
-		return unknownCount(t, lost) == len(lost), "nodes not yet unknown"
-	})
+	waitZoneUnhealthy(t, largeZone, len(lost))
+	// From now on the zone's limiter is the secondary one: it allows one
+	// node at once (its burst), one more already on its way, then 0.2
+	// nodes/s. The first three further taints therefore take at least 5s;
+	// at the primary 2 nodes/s they would take about 1s. A slow machine
+	// can only make this longer, never shorter.
 	start := time.Now()
-	time.Sleep(10 * time.Second)
-	first := len(noExecuteTainted(t, lost))
-	elapsed := time.Since(start)
-	// At 0.2 nodes/s about 2-3 nodes in 10s (plus the burst); at the
-	// primary 2 nodes/s it would be all 40 already.
-	maxExpected := int(elapsed.Seconds()*secondaryRate) + 6
-	if first > maxExpected {
-		t.Errorf("%d of %d nodes tainted %s after PartialDisruption, want at most %d at the secondary rate", first, len(lost), elapsed.Round(time.Second), maxExpected)
-	}
-	eventually(t, 30*time.Second, func() (bool, string) {
-		now := len(noExecuteTainted(t, lost))
-		return now > first, fmt.Sprintf("still %d tainted: evictions stopped instead of slowing", now)
+	before, _ := nodeStates(t, lost)
+	const more = 3
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		now, _ := nodeStates(t, lost)
+		return len(now) >= len(before)+more, fmt.Sprintf("%d tainted, %d before: evictions stopped instead of slowing", len(now), len(before))
 	})
+	minimum := time.Duration(float64(more-2) / secondaryRate * float64(time.Second))
+	if elapsed := time.Since(start); elapsed < minimum {
+		t.Errorf("%d more nodes tainted %s after PartialDisruption, faster than the secondary rate allows (at least %s)", more, elapsed.Round(time.Millisecond), minimum)
+	}
+}
+
+// taintRecorder remembers every node that carried the unreachable NoExecute
+// taint at any moment while it ran.
+type taintRecorder struct {
+	mu      sync.Mutex
+	tainted map[string]bool
+	stop    func()
+}
+
+func recordTaints(t *testing.T) *taintRecorder {
+	t.Helper()
+	r := &taintRecorder{tainted: map[string]bool{}}
+	f := informers.NewSharedInformerFactory(env.Client, 0)
+	inf := f.Core().V1().Nodes().Informer()
+	see := func(obj any) {
+		if n, ok := obj.(*corev1.Node); ok && taints.Has(n.Spec.Taints, corev1.TaintNodeUnreachable, corev1.TaintEffectNoExecute) {
+			r.mu.Lock()
+			r.tainted[n.Name] = true
+			r.mu.Unlock()
+		}
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: see, UpdateFunc: func(_, n any) { see(n) }})
+	ctx, cancel := context.WithCancel(context.Background())
+	f.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		t.Fatal("node informer did not sync")
+	}
+	r.stop = func() { cancel(); f.Shutdown() }
+	return r
+}
+
+func (r *taintRecorder) ever(name string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tainted[name]
 }
 
 // Every zone lost: the controller suspects its own connectivity, enters
-// "master disruption mode" and evicts nothing more (nodes caught in the
-// moment before every zone was down may keep a taint).
+// "master disruption mode", takes its taints back off the nodes and evicts
+// nothing more. (A taint already on its way when the mode began, at most
+// one per zone, may land after: the controller writes taints from a
+// separate loop.)
 func TestAllZonesDown(t *testing.T) {
 	defer recoverAll(t)
 	ns := env.Namespace(t, "alldown")
@@ -272,25 +313,37 @@ func TestAllZonesDown(t *testing.T) {
 	pods := map[string]string{}
 	for _, n := range all[10:15] {
 		pods[n] = evictablePod(t, ns, n)
+		env.WaitPodRunning(t, ns, pods[n])
 	}
+	rec := recordTaints(t)
+	defer rec.stop()
 	setStopped(t, true, all...)
-	eventually(t, 60*time.Second, func() (bool, string) {
-		return unknownCount(t, all) == len(all), "not all nodes unknown yet"
+	// Every node Unknown and both zones at 0% health: the pass that saw
+	// this entered master disruption mode; two passes later it is done.
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		_, unknown := nodeStates(t, all)
+		small, _ := testenv.ZoneHealth(smallZone)
+		large, _ := testenv.ZoneHealth(largeZone)
+		return unknown == len(all) && small == 0 && large == 0,
+			fmt.Sprintf("%d/%d Unknown, zone health %v%%/%v%%", unknown, len(all), small, large)
 	})
-	time.Sleep(2 * time.Second)
-	before := noExecuteTainted(t, all)
-	time.Sleep(8 * time.Second)
-	after := noExecuteTainted(t, all)
-	if len(after) > len(before) || len(after) > 3 {
-		t.Errorf("all zones down: %d nodes tainted NoExecute, then %d; want evictions stopped", len(before), len(after))
+	waitPasses(t)
+	tainted, _ := nodeStates(t, all)
+	if len(tainted) > 2 {
+		t.Errorf("master disruption mode left %d nodes tainted (%v), want the taints removed", len(tainted), tainted)
 	}
-	tainted := map[string]bool{}
-	for _, n := range after {
-		tainted[n] = true
+	evictions := testenv.ZoneEvictions(smallZone) + testenv.ZoneEvictions(largeZone)
+	// Two whole passes later nothing more was tainted.
+	waitPasses(t)
+	if now := testenv.ZoneEvictions(smallZone) + testenv.ZoneEvictions(largeZone); now != evictions {
+		t.Errorf("all zones down: %v more nodes tainted NoExecute, want evictions stopped", now-evictions)
+	}
+	if after, _ := nodeStates(t, all); len(after) > len(tainted) {
+		t.Errorf("all zones down: tainted %v, then %v", tainted, after)
 	}
 	for n, pod := range pods {
-		if !tainted[n] && !alive(t, ns, pod) {
-			t.Errorf("pod %s evicted while every zone was down", pod)
+		if !rec.ever(n) && !env.PodAlive(t, ns, pod) {
+			t.Errorf("pod %s evicted from %s, which was never tainted, while every zone was down", pod, n)
 		}
 	}
 }
