@@ -130,6 +130,7 @@ func (r *machineReconciler) reconcileDelete(ctx context.Context, m *machinev1.Ma
 	}
 	if len(m.Spec.LifecycleHooks.PreTerminate) > 0 {
 		log.V(2).Info("Not deleting the instance: lifecycle blocked by pre-terminate hooks", "hooks", m.Spec.LifecycleHooks.PreTerminate)
+		r.recorder.Event(m, corev1.EventTypeNormal, EventTerminateBlocked, "Terminate blocked by pre-terminate hook")
 		return reconcile.Result{}, nil
 	}
 	if err := r.actuator.Delete(ctx, m); err != nil {

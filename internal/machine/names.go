@@ -37,6 +37,10 @@ const (
 // Event reasons, as the OpenShift machine controllers name them.
 const (
 	EventDrainBlocked   = "DrainBlocked"
+	// EventTerminateBlocked is capstan's counterpart of DrainBlocked for
+	// preTerminate hooks (OpenShift only logs it): the machine is drained
+	// and waits for its hooks before its instance is deleted.
+	EventTerminateBlocked = "TerminateBlocked"
 	EventDrainProceeds  = "DrainProceeds"
 	EventDrainSucceeded = "DrainSucceeded"
 	EventDrainRequeued  = "DrainRequeued"

@@ -230,6 +230,7 @@ func (s *Simulator) nodeStatus(inst *Instance, node *corev1.Node, now time.Time)
 			{Type: corev1.NodeHostName, Address: spec.Name},
 		},
 		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: 10250}},
+		Images:          s.nodeImages(node),
 		NodeInfo: corev1.NodeSystemInfo{
 			MachineID:               fmt.Sprintf("%032x", inst.Index+1),
 			SystemUUID:              fmt.Sprintf("%032x", inst.Index+1),
@@ -271,6 +272,7 @@ func statusEquivalent(have, want *corev1.NodeStatus) bool {
 	return equality.Semantic.DeepEqual(have.Capacity, want.Capacity) &&
 		equality.Semantic.DeepEqual(have.Allocatable, want.Allocatable) &&
 		equality.Semantic.DeepEqual(have.Addresses, want.Addresses) &&
+		equality.Semantic.DeepEqual(have.Images, want.Images) &&
 		have.NodeInfo == want.NodeInfo
 }
 

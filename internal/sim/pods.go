@@ -186,6 +186,10 @@ func (s *Simulator) startPod(ctx context.Context, pod *corev1.Pod, inst *Instanc
 	if err != nil {
 		return fmt.Errorf("reporting pod %s/%s running: %w", pod.Namespace, pod.Name, err)
 	}
+	// Its images are on the node now: the node reports them.
+	if s.recordImages(pod) {
+		s.nodeQueue.Add(pod.Spec.NodeName)
+	}
 	return nil
 }
 

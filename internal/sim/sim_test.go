@@ -100,3 +100,23 @@ func TestNodeStatusReflectsInjectedConditions(t *testing.T) {
 		t.Errorf("heartbeat-only difference treated as a change")
 	}
 }
+
+func TestImageNamesAndSizes(t *testing.T) {
+	names := imageNames("registry.example/app:1")
+	if len(names) != 2 || !strings.HasPrefix(names[0], "registry.example/app@sha256:") || names[1] != "registry.example/app:1" {
+		t.Errorf("names %v", names)
+	}
+	if got := imageNames("nginx"); got[1] != "nginx:latest" || !strings.HasPrefix(got[0], "nginx@sha256:") {
+		t.Errorf("untagged image names %v", got)
+	}
+	if got := imageNames("host:5000/app"); got[1] != "host:5000/app:latest" {
+		t.Errorf("registry with a port: %v", got)
+	}
+	if got := imageNames("app@sha256:abc"); len(got) != 1 {
+		t.Errorf("digest reference: %v", got)
+	}
+	a, b := ImageSize("registry.example/app:1"), ImageSize("registry.example/app:2")
+	if a != ImageSize("registry.example/app:1") || a == b || a < 100<<20 || a >= 1<<30 {
+		t.Errorf("sizes %d %d", a, b)
+	}
+}

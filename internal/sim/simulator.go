@@ -83,6 +83,9 @@ type Simulator struct {
 
 	termMu      sync.Mutex
 	terminating map[types.UID]time.Time // pod deletions seen, by pod UID
+
+	imageMu sync.Mutex
+	images  map[string]map[string]bool // images pulled, by node name
 }
 
 const podsByNodeIndex = "spec.nodeName"
@@ -100,6 +103,7 @@ func New(client kubernetes.Interface, opts Options) *Simulator {
 		ips:    map[string]*ipAllocator{},
 
 		terminating: map[types.UID]time.Time{},
+		images:      map[string]map[string]bool{},
 	}
 	s.simFactory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = InstanceLabel }))

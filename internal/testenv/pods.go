@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -55,17 +57,17 @@ func (e *Env) WaitPod(t TB, ns, name string, timeout time.Duration, cond func(*c
 	return got
 }
 
+// PodConditionTrue reports whether the pod's condition of type c is True.
+func PodConditionTrue(p *corev1.Pod, c corev1.PodConditionType) bool {
+	_, cond := podutil.GetPodCondition(&p.Status, c)
+	return cond != nil && cond.Status == corev1.ConditionTrue
+}
+
 // WaitPodRunning waits until the pod is Running and Ready.
 func (e *Env) WaitPodRunning(t TB, ns, name string) *corev1.Pod {
 	t.Helper()
 	return e.WaitPod(t, ns, name, 30*time.Second, func(p *corev1.Pod) (bool, string) {
-		ready := false
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady {
-				ready = c.Status == corev1.ConditionTrue
-			}
-		}
-		return p.Status.Phase == corev1.PodRunning && ready, fmt.Sprintf("pod %s phase %s, conditions %v", name, p.Status.Phase, p.Status.Conditions)
+		return p.Status.Phase == corev1.PodRunning && PodConditionTrue(p, corev1.PodReady), fmt.Sprintf("pod %s phase %s, conditions %v", name, p.Status.Phase, p.Status.Conditions)
 	})
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -112,7 +111,7 @@ func TestDedicatedNodesRecipe(t *testing.T) {
 		name := fmt.Sprintf("other-%d", i)
 		p := simplePod(name, nil)
 		p.Spec.NodeSelector = map[string]string{"e2e": "dedicated"}
-		createPod(t, others, p)
+		env.CreatePod(t, others, p)
 		if n := waitScheduled(t, others, name); n != "shared-1" {
 			t.Errorf("%s on %s: another group's pod on the dedicated node", name, n)
 		}
@@ -136,7 +135,7 @@ func TestSpecialHardwareRecipe(t *testing.T) {
 		name := fmt.Sprintf("plain-%d", i)
 		p := simplePod(name, nil)
 		p.Spec.NodeSelector = map[string]string{"e2e": "hardware"}
-		createPod(t, ns, p)
+		env.CreatePod(t, ns, p)
 		if n := waitScheduled(t, ns, name); n != "plain-1" {
 			t.Errorf("%s without the toleration on %s", name, n)
 		}
@@ -145,33 +144,34 @@ func TestSpecialHardwareRecipe(t *testing.T) {
 	needs.Spec.Tolerations = []corev1.Toleration{{Key: "disktype", Operator: corev1.TolerationOpEqual, Value: "ssd", Effect: corev1.TaintEffectNoSchedule}}
 	needs.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "disktype", Operator: corev1.NodeSelectorOpIn, Values: []string{"ssd"}}}}}}}}
-	createPod(t, ns, needs)
+	env.CreatePod(t, ns, needs)
 	if n := waitScheduled(t, ns, "needs-ssd"); n != "ssd-1" {
 		t.Errorf("needs-ssd on %s", n)
 	}
 
-	// PreferNoSchedule: pods stay off the ssd node while they can.
+	// PreferNoSchedule: the node is used when nothing else fits...
 	// One update swaps the effects, so the scheduler never sees the node
 	// without either.
 	if out := capstanOK(t, "adm", "taint", "nodes", "ssd-1", "disktype:NoSchedule-", "disktype=ssd:PreferNoSchedule", "--kubeconfig", env.Kubeconfig); out != "node/ssd-1 modified\n" {
 		t.Errorf("swap output %q", out)
 	}
-	// Let the scheduler's informer deliver the change.
-	time.Sleep(time.Second)
+	// (this pod is unschedulable until the scheduler sees the swap, and
+	// the swap's node event brings it back: once it is bound, the
+	// scheduler's cache has the PreferNoSchedule taint)
+	only := simplePod("only-ssd-left", nil)
+	only.Spec.NodeSelector = map[string]string{"disktype": "ssd"}
+	env.CreatePod(t, ns, only)
+	if n := waitScheduled(t, ns, "only-ssd-left"); n != "ssd-1" {
+		t.Errorf("only-ssd-left on %s", n)
+	}
+	// ...but pods stay off it while they can.
 	for i := 0; i < 3; i++ {
 		name := fmt.Sprintf("prefer-%d", i)
 		p := simplePod(name, nil)
 		p.Spec.NodeSelector = map[string]string{"e2e": "hardware"}
-		createPod(t, ns, p)
+		env.CreatePod(t, ns, p)
 		if n := waitScheduled(t, ns, name); n != "plain-1" {
 			t.Errorf("%s on %s despite PreferNoSchedule", name, n)
 		}
-	}
-	// ...but use it when nothing else fits.
-	only := simplePod("only-ssd-left", nil)
-	only.Spec.NodeSelector = map[string]string{"disktype": "ssd"}
-	createPod(t, ns, only)
-	if n := waitScheduled(t, ns, "only-ssd-left"); n != "ssd-1" {
-		t.Errorf("only-ssd-left on %s", n)
 	}
 }

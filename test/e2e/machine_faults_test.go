@@ -9,12 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/testenv"
+
 	machinev1 "github.com/openshift/api/machine/v1beta1"
 	machineclient "github.com/openshift/client-go/machine/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -64,7 +67,7 @@ func TestMachineDeletionResumesAfterKill(t *testing.T) {
 		}
 		return m
 	}
-	eventually(t, time.Minute, func() (bool, string) {
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
 		for _, n := range names {
 			if m := get(n); ptr.Deref(m.Status.Phase, "") != machinev1.PhaseRunning {
 				return false, n + " not Running"
@@ -86,7 +89,7 @@ func TestMachineDeletionResumesAfterKill(t *testing.T) {
 	if _, err := kube.PolicyV1().PodDisruptionBudgets("default").Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		got, err := kube.PolicyV1().PodDisruptionBudgets("default").Get(ctx, "guarded", metav1.GetOptions{})
 		return err == nil && got.Status.ObservedGeneration == got.Generation && got.Status.CurrentHealthy == 1, "budget not observed"
 	})
@@ -96,7 +99,7 @@ func TestMachineDeletionResumesAfterKill(t *testing.T) {
 		}
 	}
 	var terminateAt time.Time
-	eventually(t, time.Minute, func() (bool, string) {
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
 		hook, drain := get("kill-hook"), get("kill-drain")
 		c := machineCondition(hook, machinev1.MachineDrainable)
 		if ptr.Deref(hook.Status.Phase, "") != machinev1.PhaseDeleting || c == nil || c.Status != corev1.ConditionFalse {
@@ -118,6 +121,9 @@ func TestMachineDeletionResumesAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-up.done
+	// Events carry whole seconds: anything stamped from this second on
+	// comes from the restarted capstan.
+	restarted := time.Now().Truncate(time.Second)
 	up = startUp(t, args...)
 	up.waitLine(t, "capstan is up", 3*time.Minute)
 
@@ -130,8 +136,19 @@ func TestMachineDeletionResumesAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The hooks still hold: nothing proceeded while capstan was down or
-	// after it came back.
-	time.Sleep(3 * time.Second)
+	// after it came back. The restarted drain controller has looked at
+	// both machines again: it declined to drain kill-hook and tried
+	// kill-drain against its budget.
+	for name, reason := range map[string]string{"kill-hook": machine.EventDrainBlocked, "kill-drain": machine.EventDrainRequeued} {
+		testenv.Eventually(t, time.Minute, func() (bool, string) {
+			for _, e := range eventsOf(t, kube, name, reason) {
+				if !e.LastTimestamp.Time.Before(restarted) {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("no %s event for %s since the restart", reason, name)
+		})
+	}
 	hook := get("kill-hook")
 	if d := machineCondition(hook, machinev1.MachineDrained); d != nil && d.Status == corev1.ConditionTrue {
 		t.Fatalf("kill-hook drained despite its preDrain hook: %+v", d)
@@ -155,11 +172,15 @@ func TestMachineDeletionResumesAfterKill(t *testing.T) {
 		}
 	}
 	update(func(m *machinev1.Machine) { m.Spec.LifecycleHooks.PreDrain = nil })
-	eventually(t, time.Minute, func() (bool, string) {
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
 		d := machineCondition(get("kill-hook"), machinev1.MachineDrained)
 		return d != nil && d.Status == corev1.ConditionTrue, fmt.Sprintf("Drained %+v", d)
 	})
-	time.Sleep(2 * time.Second)
+	// The machine controller looked at the drained machine and kept its
+	// instance for the preTerminate hook.
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		return len(eventsOf(t, kube, "kill-hook", machine.EventTerminateBlocked)) > 0, "no TerminateBlocked event"
+	})
 	if _, err := cloud.GetInstance(ctx, "kill-hook"); err != nil {
 		t.Fatalf("kill-hook instance deleted despite its preTerminate hook: %v", err)
 	}
@@ -167,7 +188,7 @@ func TestMachineDeletionResumesAfterKill(t *testing.T) {
 	if err := kube.PolicyV1().PodDisruptionBudgets("default").Delete(ctx, "guarded", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Minute, func() (bool, string) {
+	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
 		for _, n := range names {
 			if _, err := mc.Get(ctx, n, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return false, n + " still there"
@@ -188,4 +209,15 @@ func TestMachineDeletionResumesAfterKill(t *testing.T) {
 		}
 	}
 	up.stop(t)
+}
+
+// eventsOf lists the events of reason about a Machine.
+func eventsOf(t *testing.T, kube kubernetes.Interface, name, reason string) []corev1.Event {
+	t.Helper()
+	list, err := kube.CoreV1().Events(machine.Namespace).List(context.Background(), metav1.ListOptions{
+		FieldSelector: fields.Set{"involvedObject.name": name, "reason": reason}.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
 }

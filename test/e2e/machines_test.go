@@ -9,6 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/nodes"
+	"github.com/capstan-dev/capstan/internal/taints"
+	"github.com/capstan-dev/capstan/internal/testenv"
+	"github.com/capstan-dev/capstan/internal/waitfor"
+
 	machinev1 "github.com/openshift/api/machine/v1beta1"
 	machineclient "github.com/openshift/client-go/machine/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
@@ -84,15 +89,10 @@ func cleanupMachines(t *testing.T, set string) {
 	api := machines(t).MachineV1beta1()
 	_ = api.MachineSets(machine.Namespace).Delete(ctx, set, metav1.DeleteOptions{})
 	sel := machine.MachineSetLabel + "=" + set
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
+	err := waitfor.Poll(ctx, 200*time.Millisecond, time.Minute, func(ctx context.Context) (bool, string, error) {
 		list, err := api.Machines(machine.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
 		if err != nil {
-			t.Logf("cleanup %s: %v", set, err)
-			return
-		}
-		if len(list.Items) == 0 {
-			break
+			return false, "", err
 		}
 		for i := range list.Items {
 			m := &list.Items[i]
@@ -102,7 +102,11 @@ func cleanupMachines(t *testing.T, set string) {
 			}
 			_ = api.Machines(machine.Namespace).Delete(ctx, m.Name, metav1.DeleteOptions{})
 		}
-		time.Sleep(200 * time.Millisecond)
+		return len(list.Items) == 0, fmt.Sprintf("%d machines left", len(list.Items)), nil
+	})
+	if err != nil {
+		t.Errorf("cleanup %s: %v", set, err)
+		return
 	}
 	nodes, _ := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	for _, n := range nodes.Items {
@@ -138,7 +142,7 @@ func setMachines(t *testing.T, set string) []machinev1.Machine {
 func waitMachinesRunning(t *testing.T, set string, n int) []machinev1.Machine {
 	t.Helper()
 	var out []machinev1.Machine
-	eventually(t, time.Minute, func() (bool, string) {
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
 		out = out[:0]
 		var why []string
 		for _, m := range setMachines(t, set) {
@@ -150,7 +154,7 @@ func waitMachinesRunning(t *testing.T, set string, n int) []machinev1.Machine {
 				why = append(why, fmt.Sprintf("%s: phase %q", m.Name, ptr.Deref(m.Status.Phase, "")))
 				continue
 			}
-			if n, err := env.Client.CoreV1().Nodes().Get(context.Background(), m.Status.NodeRef.Name, metav1.GetOptions{}); err != nil || condition(n, corev1.NodeReady) != corev1.ConditionTrue {
+			if n, err := env.Client.CoreV1().Nodes().Get(context.Background(), m.Status.NodeRef.Name, metav1.GetOptions{}); err != nil || nodes.ConditionStatus(n, corev1.NodeReady) != corev1.ConditionTrue {
 				why = append(why, m.Name+": node not Ready")
 			}
 		}
@@ -173,7 +177,7 @@ func machineCondition(m *machinev1.Machine, ct machinev1.ConditionType) *machine
 
 func waitMachineGone(t *testing.T, name string, timeout time.Duration) {
 	t.Helper()
-	eventually(t, timeout, func() (bool, string) {
+	testenv.Eventually(t, timeout, func() (bool, string) {
 		m, err := machines(t).MachineV1beta1().Machines(machine.Namespace).Get(context.Background(), name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return true, ""
@@ -239,15 +243,15 @@ func TestMachineSetProvisionsLinkedNodes(t *testing.T) {
 		if !slices.Contains(m.Finalizers, machinev1.MachineFinalizer) {
 			t.Errorf("%s: finalizers %v", m.Name, m.Finalizers)
 		}
-		n := getNode(t, m.Status.NodeRef.Name)
+		n := env.GetNode(t, m.Status.NodeRef.Name)
 		if n.Annotations[machine.MachineAnnotation] != machine.Namespace+"/"+m.Name {
 			t.Errorf("node %s: annotation %q", n.Name, n.Annotations[machine.MachineAnnotation])
 		}
-		if _, ok := n.Labels["node-role.kubernetes.io/e2e"]; !ok || !hasTaint(n, e2eTaint.Key, e2eTaint.Effect) {
+		if _, ok := n.Labels["node-role.kubernetes.io/e2e"]; !ok || !taints.Has(n.Spec.Taints, e2eTaint.Key, e2eTaint.Effect) {
 			t.Errorf("node %s: labels %v taints %v", n.Name, n.Labels, n.Spec.Taints)
 		}
 	}
-	eventually(t, 30*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		s, err := machines(t).MachineV1beta1().MachineSets(machine.Namespace).Get(context.Background(), ms.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -271,11 +275,11 @@ func TestMachineDeletionWithoutHooks(t *testing.T) {
 	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, tolerantPod("app", m.Status.NodeRef.Name), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitRunning(t, ns, "app")
+	env.WaitPodRunning(t, ns, "app")
 	// Scaling to zero deletes it; nothing replaces it.
 	capstanOK(t, "kubectl", "--kubeconfig", env.Kubeconfig, "scale", "machineset", ms.Name, "-n", machine.Namespace, "--replicas=0")
 	waitMachineGone(t, m.Name, time.Minute)
-	waitEvicted(t, ns, "app", 10*time.Second)
+	env.WaitPodGone(t, ns, "app", 10*time.Second)
 	evs := machineEvents(t, m.Name)
 	for _, want := range []string{machine.EventDrainProceeds, machine.EventDeleted, machine.EventDrainSucceeded} {
 		if !slices.Contains(evs, want) {
@@ -303,7 +307,7 @@ func TestMachineDeletionHooksExample(t *testing.T) {
 	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, tolerantPod("important", m.Status.NodeRef.Name), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitRunning(t, ns, "important")
+	env.WaitPodRunning(t, ns, "important")
 	if c := machineCondition(&m, machinev1.MachineDrainable); c == nil || c.Status != corev1.ConditionFalse || c.Reason != "HookPresent" {
 		t.Fatalf("Drainable before deletion: %+v", c)
 	}
@@ -311,12 +315,12 @@ func TestMachineDeletionHooksExample(t *testing.T) {
 	if err := api.Delete(ctx, m.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		got := getMachine(t, m.Name)
 		return ptr.Deref(got.Status.Phase, "") == machinev1.PhaseDeleting, fmt.Sprintf("phase %q", ptr.Deref(got.Status.Phase, ""))
 	})
 	// The MachineSet does not count it: a replacement starts at once.
-	eventually(t, 30*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		live := 0
 		for _, x := range setMachines(t, ms.Name) {
 			if x.DeletionTimestamp == nil {
@@ -325,7 +329,11 @@ func TestMachineDeletionHooksExample(t *testing.T) {
 		}
 		return live == 1, fmt.Sprintf("%d replacements", live)
 	})
-	time.Sleep(2 * time.Second)
+	// The drain controller looked at the deleted machine and declined.
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		evs := machineEvents(t, m.Name)
+		return slices.Contains(evs, machine.EventDrainBlocked), fmt.Sprintf("events %v", evs)
+	})
 	held := getMachine(t, m.Name)
 	c := machineCondition(held, machinev1.MachineDrainable)
 	if c == nil || c.Status != corev1.ConditionFalse || c.Message != "Drain operation currently blocked by: [{Name:MigrateImportantApp Owner:my-app-migration-controller}]" || c.Severity != machinev1.ConditionSeverityWarning {
@@ -334,11 +342,8 @@ func TestMachineDeletionHooksExample(t *testing.T) {
 	if d := machineCondition(held, machinev1.MachineDrained); d != nil && d.Status == corev1.ConditionTrue {
 		t.Fatalf("drained despite the preDrain hook: %+v", d)
 	}
-	if getNode(t, m.Status.NodeRef.Name).Spec.Unschedulable || !podAlive(t, ns, "important") {
+	if env.GetNode(t, m.Status.NodeRef.Name).Spec.Unschedulable || !env.PodAlive(t, ns, "important") {
 		t.Fatal("node cordoned or pod evicted while the preDrain hook holds")
-	}
-	if !slices.Contains(machineEvents(t, m.Name), machine.EventDrainBlocked) {
-		t.Errorf("no DrainBlocked event: %v", machineEvents(t, m.Name))
 	}
 	removeHook := func(point, name string) {
 		t.Helper()
@@ -357,28 +362,35 @@ func TestMachineDeletionHooksExample(t *testing.T) {
 		}
 	}
 	removeHook("preDrain", "MigrateImportantApp")
-	waitEvicted(t, ns, "important", 30*time.Second)
-	eventually(t, 30*time.Second, func() (bool, string) {
+	env.WaitPodGone(t, ns, "important", 30*time.Second)
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		got := getMachine(t, m.Name)
 		d := machineCondition(got, machinev1.MachineDrained)
 		return d != nil && d.Status == corev1.ConditionTrue, fmt.Sprintf("Drained %+v", d)
 	})
-	if !getNode(t, m.Status.NodeRef.Name).Spec.Unschedulable {
+	if !env.GetNode(t, m.Status.NodeRef.Name).Spec.Unschedulable {
 		t.Error("drained node not cordoned")
 	}
 	remaining := []string{"BackupFileSystem", "CloudProviderSpecialCase", "WaitForStorageDetach"}
 	owners := map[string]string{"BackupFileSystem": "my-backup-controller", "CloudProviderSpecialCase": "my-custom-storage-detach-controller", "WaitForStorageDetach": "my-custom-storage-detach-controller"}
+	// The machine controller looked at the drained machine and kept its
+	// instance for the hooks.
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		evs := machineEvents(t, m.Name)
+		return slices.Contains(evs, machine.EventTerminateBlocked), fmt.Sprintf("events %v", evs)
+	})
 	for len(remaining) > 0 {
-		time.Sleep(time.Second)
-		got := getMachine(t, m.Name)
 		var parts []string
 		for _, h := range remaining {
 			parts = append(parts, fmt.Sprintf("{Name:%s Owner:%s}", h, owners[h]))
 		}
+		// The condition says which hooks the machine controller saw on
+		// its last look, the one that decided to keep the instance.
 		want := "Terminate operation currently blocked by: [" + strings.Join(parts, " ") + "]"
-		if c := machineCondition(got, machinev1.MachineTerminable); c == nil || c.Status != corev1.ConditionFalse || c.Message != want {
-			t.Fatalf("Terminable with %v: %+v", remaining, c)
-		}
+		testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+			c := machineCondition(getMachine(t, m.Name), machinev1.MachineTerminable)
+			return c != nil && c.Status == corev1.ConditionFalse && c.Message == want, fmt.Sprintf("Terminable with %v: %+v", remaining, c)
+		})
 		if _, err := env.Cloud.GetInstance(ctx, m.Name); err != nil {
 			t.Fatalf("instance gone while %v hold it: %v", remaining, err)
 		}
@@ -466,7 +478,7 @@ func TestDrainBlockedByPodDisruptionBudget(t *testing.T) {
 	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitRunning(t, ns, "guarded")
+	env.WaitPodRunning(t, ns, "guarded")
 	pdb := &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Name: "guarded"},
 		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)),
@@ -475,14 +487,14 @@ func TestDrainBlockedByPodDisruptionBudget(t *testing.T) {
 	if _, err := env.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		got, err := env.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "guarded", metav1.GetOptions{})
 		return err == nil && got.Status.ObservedGeneration == got.Generation && got.Status.CurrentHealthy == 1, "disruption controller has not seen the budget"
 	})
 	if err := machines(t).MachineV1beta1().Machines(machine.Namespace).Delete(ctx, m.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, func() (bool, string) {
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
 		got := getMachine(t, m.Name)
 		d := machineCondition(got, machinev1.MachineDrained)
 		return d != nil && d.Status == corev1.ConditionFalse && d.Reason == machinev1.MachineDrainError &&
@@ -492,7 +504,7 @@ func TestDrainBlockedByPodDisruptionBudget(t *testing.T) {
 	if !slices.Contains(machineEvents(t, m.Name), machine.EventDrainRequeued) {
 		t.Errorf("no DrainRequeued event: %v", machineEvents(t, m.Name))
 	}
-	if !podAlive(t, ns, "guarded") {
+	if !env.PodAlive(t, ns, "guarded") {
 		t.Fatal("pod evicted against its budget")
 	}
 	if _, err := env.Cloud.GetInstance(ctx, m.Name); err != nil {
@@ -514,9 +526,18 @@ func TestScaleDownTriggers(t *testing.T) {
 		t.Helper()
 		capstanOK(t, "kubectl", "--kubeconfig", env.Kubeconfig, "scale", "machineset", ms.Name, "-n", machine.Namespace, fmt.Sprintf("--replicas=%d", n))
 	}
-	// Creation times have a resolution of a second: the first machine is
-	// older than the next ones.
-	time.Sleep(1100 * time.Millisecond)
+	// Creation times have a resolution of a second: the next machines are
+	// created once the apiserver stamps new objects later than the first.
+	first := getMachine(t, oldest).CreationTimestamp
+	testenv.Eventually(t, 10*time.Second, func() (bool, string) {
+		cm, err := env.Client.CoreV1().ConfigMaps(machine.Namespace).Create(context.Background(),
+			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-clock-"}}, metav1.CreateOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		_ = env.Client.CoreV1().ConfigMaps(machine.Namespace).Delete(context.Background(), cm.Name, metav1.DeleteOptions{})
+		return cm.CreationTimestamp.After(first.Time), fmt.Sprintf("apiserver stamps %s, the first machine %s", cm.CreationTimestamp, first)
+	})
 	scale(3)
 	got := waitMachinesRunning(t, ms.Name, 3)
 	ctx := context.Background()
@@ -560,7 +581,7 @@ func TestMachineHealthCheckRemediation(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = mhcAPI.Delete(context.Background(), mhc.Name, metav1.DeleteOptions{}) })
-	eventually(t, 30*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		h, err := mhcAPI.Get(ctx, mhc.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -572,7 +593,7 @@ func TestMachineHealthCheckRemediation(t *testing.T) {
 	for _, m := range got {
 		capstanOK(t, "sim", "--kubeconfig", env.Kubeconfig, "node", "stop", m.Status.NodeRef.Name)
 	}
-	eventually(t, 30*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		h, err := mhcAPI.Get(ctx, mhc.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -620,7 +641,7 @@ func TestExampleHookControllers(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	m := waitMachinesRunning(t, ms.Name, 1)[0]
-	eventually(t, 30*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		got := getMachine(t, m.Name)
 		return len(got.Spec.LifecycleHooks.PreDrain) == 1 && len(got.Spec.LifecycleHooks.PreTerminate) == 2, fmt.Sprintf("hooks %+v", got.Spec.LifecycleHooks)
 	})
@@ -637,7 +658,7 @@ func TestExampleHookControllers(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Proactive replacement: the drain waits for the replacement.
-	eventually(t, time.Minute, func() (bool, string) {
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
 		got := getMachine(t, m.Name)
 		d := machineCondition(got, machinev1.MachineDrained)
 		return d != nil && d.Status == corev1.ConditionTrue, fmt.Sprintf("Drained %+v", d)
@@ -647,15 +668,21 @@ func TestExampleHookControllers(t *testing.T) {
 		t.Fatal("no replacement")
 	}
 	drainedAt := machineCondition(getMachine(t, m.Name), machinev1.MachineDrained).LastTransitionTime.Time
-	if n := getNode(t, repl.Status.NodeRef.Name); condition(n, corev1.NodeReady) != corev1.ConditionTrue || n.CreationTimestamp.After(drainedAt.Add(time.Second)) {
+	if n := env.GetNode(t, repl.Status.NodeRef.Name); nodes.ConditionStatus(n, corev1.NodeReady) != corev1.ConditionTrue || n.CreationTimestamp.After(drainedAt.Add(time.Second)) {
 		t.Errorf("drained at %v before the replacement node %s (created %v) was Ready", drainedAt, n.Name, n.CreationTimestamp)
 	}
-	// Log flush delay holds at least 3s after the drain; storage detach
-	// holds until the attachment goes.
-	time.Sleep(4 * time.Second)
-	got := getMachine(t, m.Name)
-	if names := hookNames(got.Spec.LifecycleHooks.PreTerminate); !slices.Equal(names, []string{"WaitForStorageDetach"}) {
-		t.Fatalf("preTerminate hooks 4s after the drain: %v", names)
+	// Log flush delay lets go of its hook at least 3s after the drain (the
+	// drain time is rounded down to the second: the gap measured can only
+	// be longer); storage detach holds until the attachment goes.
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		names := hookNames(getMachine(t, m.Name).Spec.LifecycleHooks.PreTerminate)
+		return slices.Equal(names, []string{"WaitForStorageDetach"}), fmt.Sprintf("preTerminate hooks %v", names)
+	})
+	if held := time.Since(drainedAt); held < 3*time.Second {
+		t.Errorf("log flush hook removed %s after the drain, before its 3s", held)
+	}
+	if _, err := env.Cloud.GetInstance(ctx, m.Name); err != nil {
+		t.Fatalf("instance gone while WaitForStorageDetach holds it: %v", err)
 	}
 	if err := env.Client.StorageV1().VolumeAttachments().Delete(ctx, va.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -703,7 +730,7 @@ func TestControlPlaneNodesDrainOneAtATime(t *testing.T) {
 			waitMachineGone(t, n, time.Minute)
 		})
 	}
-	eventually(t, time.Minute, func() (bool, string) {
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
 		for _, n := range names {
 			if m := getMachine(t, n); ptr.Deref(m.Status.Phase, "") != machinev1.PhaseRunning {
 				return false, n + " not Running"
@@ -711,7 +738,7 @@ func TestControlPlaneNodesDrainOneAtATime(t *testing.T) {
 		}
 		return true, ""
 	})
-	if n := getNode(t, "e2e-cp-a"); !isMaster(n) {
+	if n := env.GetNode(t, "e2e-cp-a"); !isMaster(n) {
 		t.Fatalf("node of a master machine lacks the control-plane role: %v", n.Labels)
 	}
 	ns := env.Namespace(t, "cp")
@@ -721,31 +748,31 @@ func TestControlPlaneNodesDrainOneAtATime(t *testing.T) {
 	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitRunning(t, ns, "guarded")
+	env.WaitPodRunning(t, ns, "guarded")
 	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "guarded"}, Spec: policyv1.PodDisruptionBudgetSpec{
 		MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "guarded"}}}}
 	if _, err := env.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		got, err := env.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "guarded", metav1.GetOptions{})
 		return err == nil && got.Status.ObservedGeneration == got.Generation && got.Status.CurrentHealthy == 1, "budget not observed"
 	})
 	if err := api.Delete(ctx, "e2e-cp-a", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, func() (bool, string) {
-		return getNode(t, "e2e-cp-a").Spec.Unschedulable, "e2e-cp-a not cordoned"
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		return env.GetNode(t, "e2e-cp-a").Spec.Unschedulable, "e2e-cp-a not cordoned"
 	})
 	if err := api.Delete(ctx, "e2e-cp-b", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		d := machineCondition(getMachine(t, "e2e-cp-b"), machinev1.MachineDrained)
 		return d != nil && d.Reason == machinev1.MachineDrainError && strings.Contains(d.Message, "control plane node e2e-cp-a is already cordoned"),
 			fmt.Sprintf("e2e-cp-b Drained %+v", d)
 	})
-	if getNode(t, "e2e-cp-b").Spec.Unschedulable {
+	if env.GetNode(t, "e2e-cp-b").Spec.Unschedulable {
 		t.Fatal("second control-plane node cordoned while the first drains")
 	}
 	if err := env.Client.PolicyV1().PodDisruptionBudgets(ns).Delete(ctx, "guarded", metav1.DeleteOptions{}); err != nil {
@@ -779,7 +806,7 @@ func TestMachineFailsWhenTheCloudRefuses(t *testing.T) {
 			waitMachineGone(t, n, time.Minute)
 		})
 	}
-	eventually(t, 30*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		m := getMachine(t, "e2e-refused")
 		return ptr.Deref(m.Status.Phase, "") == machinev1.PhaseFailed && ptr.Deref(m.Status.ErrorReason, "") == machinev1.InsufficientResourcesMachineError &&
 				strings.Contains(ptr.Deref(m.Status.ErrorMessage, ""), "no capacity in sim-zone-c"),
@@ -788,12 +815,12 @@ func TestMachineFailsWhenTheCloudRefuses(t *testing.T) {
 	if !slices.Contains(machineEvents(t, "e2e-refused"), machine.EventFailedCreate) {
 		t.Errorf("no FailedCreate event: %v", machineEvents(t, "e2e-refused"))
 	}
-	eventually(t, 30*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		m := getMachine(t, "e2e-vanished")
 		return ptr.Deref(m.Status.Phase, "") == machinev1.PhaseRunning, "e2e-vanished not Running"
 	})
 	capstanOK(t, "sim", "--kubeconfig", env.Kubeconfig, "node", "delete", "e2e-vanished")
-	eventually(t, 30*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		m := getMachine(t, "e2e-vanished")
 		c := machineCondition(m, machinev1.InstanceExistsCondition)
 		return ptr.Deref(m.Status.Phase, "") == machinev1.PhaseFailed && ptr.Deref(m.Status.ErrorMessage, "") == "Can't find created instance." &&
@@ -815,19 +842,19 @@ func TestExcludeNodeDrainingSkipsTheDrain(t *testing.T) {
 	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, tolerantPod("stays", m.Status.NodeRef.Name), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitRunning(t, ns, "stays")
+	env.WaitPodRunning(t, ns, "stays")
 	api := machines(t).MachineV1beta1().Machines(machine.Namespace)
 	if err := api.Delete(ctx, m.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		d := machineCondition(getMachine(t, m.Name), machinev1.MachineDrained)
 		return d != nil && d.Status == corev1.ConditionTrue && d.Message == "Node drain skipped", fmt.Sprintf("Drained %+v", d)
 	})
 	if !slices.Contains(machineEvents(t, m.Name), machine.EventDrainSkipped) {
 		t.Errorf("no DrainSkipped event: %v", machineEvents(t, m.Name))
 	}
-	if getNode(t, m.Status.NodeRef.Name).Spec.Unschedulable || !podAlive(t, ns, "stays") {
+	if env.GetNode(t, m.Status.NodeRef.Name).Spec.Unschedulable || !env.PodAlive(t, ns, "stays") {
 		t.Fatal("node cordoned or pod evicted although draining is excluded")
 	}
 }
@@ -849,7 +876,7 @@ func TestHookCommandsRejectUnknownNames(t *testing.T) {
 func TestMachineSetTaintsRecipe(t *testing.T) {
 	ms := newMachineSet(t, "e2e-recipe", 1, func(ms *machinev1.MachineSet) { ms.Spec.Template.Spec.Taints = nil })
 	first := waitMachinesRunning(t, ms.Name, 1)[0]
-	if n := getNode(t, first.Status.NodeRef.Name); hasTaint(n, "key1", corev1.TaintEffectNoExecute) {
+	if n := env.GetNode(t, first.Status.NodeRef.Name); taints.Has(n.Spec.Taints, "key1", corev1.TaintEffectNoExecute) {
 		t.Fatalf("taint before the recipe: %v", n.Spec.Taints)
 	}
 	ctx := context.Background()
@@ -861,7 +888,7 @@ func TestMachineSetTaintsRecipe(t *testing.T) {
 	waitMachineGone(t, first.Name, time.Minute)
 	capstanOK(t, "kubectl", "--kubeconfig", env.Kubeconfig, "scale", "--replicas=2", "machineset", ms.Name, "-n", machine.Namespace)
 	for _, m := range waitMachinesRunning(t, ms.Name, 2) {
-		n := getNode(t, m.Status.NodeRef.Name)
+		n := env.GetNode(t, m.Status.NodeRef.Name)
 		ok := false
 		for _, tn := range n.Spec.Taints {
 			ok = ok || tn.Key == "key1" && tn.Value == "value1" && tn.Effect == corev1.TaintEffectNoExecute

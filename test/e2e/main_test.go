@@ -10,7 +10,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/capstan-dev/capstan/internal/cli"
 	"github.com/capstan-dev/capstan/internal/testenv"
@@ -57,23 +56,4 @@ func capstanOK(t *testing.T, args ...string) string {
 		t.Fatalf("capstan %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return out
-}
-
-// eventually polls cond until it holds, failing the test with cond's last
-// explanation after timeout.
-func eventually(t *testing.T, timeout time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var why string
-	for {
-		var ok bool
-		ok, why = cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s: %s", timeout, why)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }

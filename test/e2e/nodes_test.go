@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/nodes"
+	"github.com/capstan-dev/capstan/internal/taints"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,52 +19,25 @@ import (
 	"github.com/capstan-dev/capstan/internal/testenv"
 )
 
-func getNode(t *testing.T, name string) *corev1.Node {
-	t.Helper()
-	n, err := env.Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("getting node %s: %v", name, err)
-	}
-	return n
-}
-
-func hasTaint(n *corev1.Node, key string, effect corev1.TaintEffect) bool {
-	for _, t := range n.Spec.Taints {
-		if t.Key == key && t.Effect == effect {
-			return true
-		}
-	}
-	return false
-}
-
-func condition(n *corev1.Node, t corev1.NodeConditionType) corev1.ConditionStatus {
-	for _, c := range n.Status.Conditions {
-		if c.Type == t {
-			return c.Status
-		}
-	}
-	return ""
-}
-
 func TestBootNodesHaveRolesLabelsAndTaints(t *testing.T) {
 	for _, name := range []string{"master-0", "master-1", "master-2"} {
-		n := getNode(t, name)
+		n := env.GetNode(t, name)
 		for _, l := range []string{sim.LabelRoleMaster, sim.LabelRoleCP} {
 			if _, ok := n.Labels[l]; !ok {
 				t.Errorf("%s lacks label %s", name, l)
 			}
 		}
-		if !hasTaint(n, sim.LabelRoleMaster, corev1.TaintEffectNoSchedule) {
+		if !taints.Has(n.Spec.Taints, sim.LabelRoleMaster, corev1.TaintEffectNoSchedule) {
 			t.Errorf("%s lacks taint node-role.kubernetes.io/master:NoSchedule, has %v", name, n.Spec.Taints)
 		}
 	}
 	zones := map[string]bool{}
 	for _, name := range []string{"worker-0", "worker-1", "worker-2"} {
-		n := getNode(t, name)
+		n := env.GetNode(t, name)
 		if _, ok := n.Labels[sim.LabelRoleWorker]; !ok {
 			t.Errorf("%s lacks the worker role label", name)
 		}
-		if hasTaint(n, sim.LabelRoleMaster, corev1.TaintEffectNoSchedule) {
+		if taints.Has(n.Spec.Taints, sim.LabelRoleMaster, corev1.TaintEffectNoSchedule) {
 			t.Errorf("worker %s carries the master taint", name)
 		}
 		if n.Labels[sim.LabelHostname] != name || n.Labels[sim.LabelRegion] != sim.DefaultRegion {
@@ -77,7 +53,7 @@ func TestBootNodesHaveRolesLabelsAndTaints(t *testing.T) {
 			if ct == corev1.NodeReady {
 				want = corev1.ConditionTrue
 			}
-			if got := condition(n, ct); got != want {
+			if got := nodes.ConditionStatus(n, ct); got != want {
 				t.Errorf("%s condition %s=%s, want %s", name, ct, got, want)
 			}
 		}
@@ -107,7 +83,7 @@ func TestNodeLeasesAreRenewed(t *testing.T) {
 		t.Errorf("lease owner references %v, want the Node", lease.OwnerReferences)
 	}
 	first := lease.Spec.RenewTime.Time
-	eventually(t, 3*testenv.LeaseDuration, func() (bool, string) {
+	testenv.Eventually(t, 3*testenv.LeaseDuration, func() (bool, string) {
 		l, err := env.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, "worker-0", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -123,11 +99,11 @@ func TestStopNodeMakesItUnreachableAndStartRecovers(t *testing.T) {
 		t.Errorf("stop output: %q", out)
 	}
 	// The upstream node lifecycle controller, not capstan, marks the node.
-	eventually(t, 30*time.Second, func() (bool, string) {
-		n := getNode(t, node)
-		ok := condition(n, corev1.NodeReady) == corev1.ConditionUnknown &&
-			hasTaint(n, "node.kubernetes.io/unreachable", corev1.TaintEffectNoExecute)
-		return ok, fmt.Sprintf("Ready=%s taints=%v", condition(n, corev1.NodeReady), n.Spec.Taints)
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		n := env.GetNode(t, node)
+		ok := nodes.ConditionStatus(n, corev1.NodeReady) == corev1.ConditionUnknown &&
+			taints.Has(n.Spec.Taints, "node.kubernetes.io/unreachable", corev1.TaintEffectNoExecute)
+		return ok, fmt.Sprintf("Ready=%s taints=%v", nodes.ConditionStatus(n, corev1.NodeReady), n.Spec.Taints)
 	})
 	out = capstanOK(t, "kubectl", "--kubeconfig", env.Kubeconfig, "get", "node", node)
 	if !strings.Contains(out, "NotReady") {
@@ -135,10 +111,10 @@ func TestStopNodeMakesItUnreachableAndStartRecovers(t *testing.T) {
 	}
 
 	capstanOK(t, "sim", "node", "start", node, "--kubeconfig", env.Kubeconfig)
-	eventually(t, 30*time.Second, func() (bool, string) {
-		n := getNode(t, node)
-		ok := cluster.NodeReady(n) && !hasTaint(n, "node.kubernetes.io/unreachable", corev1.TaintEffectNoExecute)
-		return ok, fmt.Sprintf("Ready=%s taints=%v", condition(n, corev1.NodeReady), n.Spec.Taints)
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		n := env.GetNode(t, node)
+		ok := nodes.Ready(n) && !taints.Has(n.Spec.Taints, "node.kubernetes.io/unreachable", corev1.TaintEffectNoExecute)
+		return ok, fmt.Sprintf("Ready=%s taints=%v", nodes.ConditionStatus(n, corev1.NodeReady), n.Spec.Taints)
 	})
 }
 
@@ -157,29 +133,29 @@ func TestInjectedConditionsDriveTaintsByCondition(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.cond, func(t *testing.T) {
 			capstanOK(t, "sim", "node", "set-condition", node, tc.cond+"=True", "--kubeconfig", env.Kubeconfig)
-			eventually(t, 30*time.Second, func() (bool, string) {
-				n := getNode(t, node)
-				ok := condition(n, corev1.NodeConditionType(tc.cond)) == corev1.ConditionTrue && hasTaint(n, tc.taint, tc.effect)
+			testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+				n := env.GetNode(t, node)
+				ok := nodes.ConditionStatus(n, corev1.NodeConditionType(tc.cond)) == corev1.ConditionTrue && taints.Has(n.Spec.Taints, tc.taint, tc.effect)
 				return ok, fmt.Sprintf("conditions=%v taints=%v", n.Status.Conditions, n.Spec.Taints)
 			})
 			capstanOK(t, "sim", "node", "set-condition", node, tc.cond+"=False", "--kubeconfig", env.Kubeconfig)
-			eventually(t, 30*time.Second, func() (bool, string) {
-				n := getNode(t, node)
-				return !hasTaint(n, tc.taint, tc.effect), fmt.Sprintf("taints=%v", n.Spec.Taints)
+			testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+				n := env.GetNode(t, node)
+				return !taints.Has(n.Spec.Taints, tc.taint, tc.effect), fmt.Sprintf("taints=%v", n.Spec.Taints)
 			})
 		})
 	}
 	t.Run("ReadyFalse", func(t *testing.T) {
 		capstanOK(t, "sim", "node", "set-condition", node, "Ready=False", "--kubeconfig", env.Kubeconfig)
-		eventually(t, 30*time.Second, func() (bool, string) {
-			n := getNode(t, node)
-			ok := condition(n, corev1.NodeReady) == corev1.ConditionFalse && hasTaint(n, "node.kubernetes.io/not-ready", corev1.TaintEffectNoExecute)
+		testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+			n := env.GetNode(t, node)
+			ok := nodes.ConditionStatus(n, corev1.NodeReady) == corev1.ConditionFalse && taints.Has(n.Spec.Taints, "node.kubernetes.io/not-ready", corev1.TaintEffectNoExecute)
 			return ok, fmt.Sprintf("taints=%v", n.Spec.Taints)
 		})
 		capstanOK(t, "sim", "node", "set-condition", node, "Ready=True", "--kubeconfig", env.Kubeconfig)
-		eventually(t, 30*time.Second, func() (bool, string) {
-			n := getNode(t, node)
-			return cluster.NodeReady(n) && !hasTaint(n, "node.kubernetes.io/not-ready", corev1.TaintEffectNoExecute), fmt.Sprintf("taints=%v", n.Spec.Taints)
+		testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+			n := env.GetNode(t, node)
+			return nodes.Ready(n) && !taints.Has(n.Spec.Taints, "node.kubernetes.io/not-ready", corev1.TaintEffectNoExecute), fmt.Sprintf("taints=%v", n.Spec.Taints)
 		})
 	})
 }
@@ -195,7 +171,7 @@ func TestSimNodeAddRegistersRequestedNode(t *testing.T) {
 	if err := cluster.WaitNodesReady(context.Background(), env.Client, []string{"gpu-0"}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	n := getNode(t, "gpu-0")
+	n := env.GetNode(t, "gpu-0")
 	want := map[corev1.ResourceName]string{corev1.ResourceCPU: "8", corev1.ResourceMemory: "32Gi", sim.ResourceGPU: "2", "example.com/dongle": "3", corev1.ResourcePods: "250"}
 	for r, q := range want {
 		got := n.Status.Capacity[r]
@@ -209,7 +185,7 @@ func TestSimNodeAddRegistersRequestedNode(t *testing.T) {
 	if n.Labels[sim.LabelZone] != "z1" || n.Labels["disktype"] != "ssd" {
 		t.Errorf("labels %v", n.Labels)
 	}
-	if !hasTaint(n, "dedicated", corev1.TaintEffectNoSchedule) {
+	if !taints.Has(n.Spec.Taints, "dedicated", corev1.TaintEffectNoSchedule) {
 		t.Errorf("taints %v", n.Spec.Taints)
 	}
 	if !strings.HasPrefix(n.Spec.ProviderID, sim.ProviderIDPrefix) {
@@ -220,7 +196,7 @@ func TestSimNodeAddRegistersRequestedNode(t *testing.T) {
 	if !strings.Contains(out, "instance/gpu-0 deleted") {
 		t.Errorf("delete output %q", out)
 	}
-	eventually(t, 30*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		_, err := env.Client.CoreV1().Nodes().Get(context.Background(), "gpu-0", metav1.GetOptions{})
 		return err != nil, "node gpu-0 still exists"
 	})

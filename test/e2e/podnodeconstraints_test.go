@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/testenv"
+
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -66,7 +68,7 @@ func grant(t *testing.T, ns, name string, rules []rbacv1.PolicyRule, subjects ..
 	if res, sub, ok := strings.Cut(r.Resources[0], "/"); ok {
 		sar.Spec.ResourceAttributes.Resource, sar.Spec.ResourceAttributes.Subresource = res, sub
 	}
-	eventually(t, 30*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		got, err := env.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
 		return err == nil && got.Status.Allowed, fmt.Sprintf("role %s not in force yet (%v)", name, err)
 	})
@@ -226,7 +228,7 @@ func TestAdmissionManifestsAndServe(t *testing.T) {
 	}
 	body, _ := json.Marshal(review)
 	var resp *http.Response
-	eventually(t, 10*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 10*time.Second, func() (bool, string) {
 		var err error
 		resp, err = httpClient.Post(fmt.Sprintf("https://127.0.0.1:%d%s", port, "/validate-podnodeconstraints"), "application/json", bytes.NewReader(body))
 		return err == nil, fmt.Sprint(err)

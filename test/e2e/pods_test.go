@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/capstan-dev/capstan/internal/testenv"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,37 +29,14 @@ func boundPod(name, node string) *corev1.Pod {
 	}
 }
 
-func waitRunning(t *testing.T, ns, name string) *corev1.Pod {
-	t.Helper()
-	var pod *corev1.Pod
-	eventually(t, 30*time.Second, func() (bool, string) {
-		p, err := env.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		pod = p
-		return p.Status.Phase == corev1.PodRunning && podConditionTrue(p, corev1.PodReady), fmt.Sprintf("phase %s conditions %v", p.Status.Phase, p.Status.Conditions)
-	})
-	return pod
-}
-
-func podConditionTrue(p *corev1.Pod, t corev1.PodConditionType) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == t {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 func TestPodBoundToNodeRuns(t *testing.T) {
 	ns := env.Namespace(t, "run")
 	ctx := context.Background()
 	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, boundPod("web", "worker-0"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pod := waitRunning(t, ns, "web")
-	node := getNode(t, "worker-0")
+	pod := env.WaitPodRunning(t, ns, "web")
+	node := env.GetNode(t, "worker-0")
 	if pod.Status.HostIP != node.Status.Addresses[0].Address {
 		t.Errorf("hostIP %s, want the node's %s", pod.Status.HostIP, node.Status.Addresses[0].Address)
 	}
@@ -68,7 +48,7 @@ func TestPodBoundToNodeRuns(t *testing.T) {
 		t.Errorf("podIP %s outside node pod CIDR %s", ip, cidr)
 	}
 	for _, c := range []corev1.PodConditionType{corev1.PodScheduled, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady} {
-		if !podConditionTrue(pod, c) {
+		if !testenv.PodConditionTrue(pod, c) {
 			t.Errorf("condition %s not True: %v", c, pod.Status.Conditions)
 		}
 	}
@@ -84,11 +64,22 @@ func TestPodBoundToNodeRuns(t *testing.T) {
 		t.Errorf("init container statuses %v", pod.Status.InitContainerStatuses)
 	}
 
+	// The node reports the images of the pods that ran there, with their
+	// sizes, so that ImageLocalityPriority has something to weigh.
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		for _, img := range env.GetNode(t, "worker-0").Status.Images {
+			if slices.Contains(img.Names, "registry.example/app:1") && img.SizeBytes == sim.ImageSize("registry.example/app:1") {
+				return true, ""
+			}
+		}
+		return false, "worker-0 does not report registry.example/app:1"
+	})
+
 	// A second pod on the node gets another address.
 	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, boundPod("web2", "worker-0"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if p2 := waitRunning(t, ns, "web2"); p2.Status.PodIP == pod.Status.PodIP {
+	if p2 := env.WaitPodRunning(t, ns, "web2"); p2.Status.PodIP == pod.Status.PodIP {
 		t.Errorf("two pods share podIP %s", p2.Status.PodIP)
 	}
 }
@@ -101,7 +92,10 @@ func TestPodWithoutNodeStaysPending(t *testing.T) {
 	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second)
+	// The simulated kubelets see pods through one informer, in order: once
+	// a pod created after it is running, they have seen this one.
+	env.CreatePod(t, ns, boundPod("after", "worker-0"))
+	env.WaitPodRunning(t, ns, "after")
 	got, err := env.Client.CoreV1().Pods(ns).Get(ctx, "unscheduled", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +117,7 @@ func TestGracefulDeletionHonoursGracePeriod(t *testing.T) {
 		if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		waitRunning(t, ns, p.Name)
+		env.WaitPodRunning(t, ns, p.Name)
 	}
 	deleted := time.Now()
 	for _, name := range []string{"slow", "fast"} {
@@ -138,7 +132,7 @@ func TestGracefulDeletionHonoursGracePeriod(t *testing.T) {
 		}
 	}
 	// A container that exits on SIGTERM goes at once, long grace or not.
-	eventually(t, 10*time.Second, gone("fast"))
+	testenv.Eventually(t, 10*time.Second, gone("fast"))
 	// One that ignores SIGTERM is terminating until its grace period ends.
 	if time.Since(deleted) < 3*time.Second {
 		p, err := env.Client.CoreV1().Pods(ns).Get(ctx, "slow", metav1.GetOptions{})
@@ -149,7 +143,7 @@ func TestGracefulDeletionHonoursGracePeriod(t *testing.T) {
 			t.Errorf("pod slow is not terminating")
 		}
 	}
-	eventually(t, 20*time.Second, gone("slow"))
+	testenv.Eventually(t, 20*time.Second, gone("slow"))
 	if elapsed := time.Since(deleted); elapsed < 4*time.Second {
 		t.Errorf("pod slow removed after %s, before its grace period of 4s", elapsed)
 	}
@@ -161,17 +155,17 @@ func TestPodsOfStoppedNodeRecoverReadiness(t *testing.T) {
 	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, boundPod("survivor", "worker-2"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitRunning(t, ns, "survivor")
+	env.WaitPodRunning(t, ns, "survivor")
 	capstanOK(t, "sim", "node", "stop", "worker-2", "--kubeconfig", env.Kubeconfig)
 	t.Cleanup(func() { capstan(t, "sim", "node", "start", "worker-2", "--kubeconfig", env.Kubeconfig) })
 	// The node lifecycle controller marks the pods of a lost node not ready.
-	eventually(t, 30*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		p, err := env.Client.CoreV1().Pods(ns).Get(ctx, "survivor", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
-		return !podConditionTrue(p, corev1.PodReady), "pod still Ready"
+		return !testenv.PodConditionTrue(p, corev1.PodReady), "pod still Ready"
 	})
 	capstanOK(t, "sim", "node", "start", "worker-2", "--kubeconfig", env.Kubeconfig)
-	waitRunning(t, ns, "survivor")
+	env.WaitPodRunning(t, ns, "survivor")
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -19,7 +18,7 @@ func TestSchedulerPicksUpPendingPodsOnStart(t *testing.T) {
 		for i := from; i < to; i++ {
 			p := simplePod(fmt.Sprintf("p-%d", i), nil)
 			p.Spec.SchedulerName = "late-scheduler"
-			createPod(t, ns, p)
+			env.CreatePod(t, ns, p)
 		}
 	}
 	create(0, 5)
@@ -39,7 +38,10 @@ func TestSchedulerPicksUpPendingPodsOnStart(t *testing.T) {
 	}
 	stop()
 	create(5, 10)
-	time.Sleep(time.Second)
+	// Pods created after them are scheduled by the default scheduler: the
+	// apiserver has delivered every pod event that came before.
+	env.CreatePod(t, ns, simplePod("marker", nil))
+	waitScheduled(t, ns, "marker")
 	for i := 5; i < 10; i++ {
 		p, _ := env.Client.CoreV1().Pods(ns).Get(ctx, fmt.Sprintf("p-%d", i), metav1.GetOptions{})
 		if p.Spec.NodeName != "" {
@@ -77,7 +79,7 @@ func TestLeaderElectedSchedulers(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		p := simplePod(fmt.Sprintf("ha-%d", i), nil)
 		p.Spec.SchedulerName = "ha-scheduler"
-		createPod(t, ns, p)
+		env.CreatePod(t, ns, p)
 	}
 	for i := 0; i < 4; i++ {
 		waitScheduled(t, ns, fmt.Sprintf("ha-%d", i))

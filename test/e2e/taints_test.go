@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/taints"
+	"github.com/capstan-dev/capstan/internal/testenv"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
@@ -25,10 +27,10 @@ func TestAdmTaintMatchesOc(t *testing.T) {
 	if out := run("nodes", "adm-node1", "key1=value1:NoSchedule", "key1=value1:NoExecute", "key2=value2:NoSchedule"); out != "node/adm-node1 tainted\n" {
 		t.Errorf("add: %q", out)
 	}
-	n := getNode(t, "adm-node1")
+	n := env.GetNode(t, "adm-node1")
 	for _, want := range []corev1.Taint{{Key: "key1", Value: "value1", Effect: corev1.TaintEffectNoSchedule},
 		{Key: "key1", Value: "value1", Effect: corev1.TaintEffectNoExecute}, {Key: "key2", Value: "value2", Effect: corev1.TaintEffectNoSchedule}} {
-		if !hasTaint(n, want.Key, want.Effect) {
+		if !taints.Has(n.Spec.Taints, want.Key, want.Effect) {
 			t.Errorf("missing %v in %v", want, n.Spec.Taints)
 		}
 	}
@@ -42,12 +44,12 @@ func TestAdmTaintMatchesOc(t *testing.T) {
 	if out := run("nodes", "adm-node1", "key1:NoExecute-"); out != "node/adm-node1 untainted\n" {
 		t.Errorf("remove one effect: %q", out)
 	}
-	n = getNode(t, "adm-node1")
-	if hasTaint(n, "key1", corev1.TaintEffectNoExecute) || !hasTaint(n, "key1", corev1.TaintEffectNoSchedule) {
+	n = env.GetNode(t, "adm-node1")
+	if taints.Has(n.Spec.Taints, "key1", corev1.TaintEffectNoExecute) || !taints.Has(n.Spec.Taints, "key1", corev1.TaintEffectNoSchedule) {
 		t.Errorf("after key1:NoExecute-: %v", n.Spec.Taints)
 	}
 	run("nodes", "adm-node1", "key1-", "key2-")
-	if n = getNode(t, "adm-node1"); hasTaint(n, "key1", corev1.TaintEffectNoSchedule) || hasTaint(n, "key2", corev1.TaintEffectNoSchedule) {
+	if n = env.GetNode(t, "adm-node1"); taints.Has(n.Spec.Taints, "key1", corev1.TaintEffectNoSchedule) || taints.Has(n.Spec.Taints, "key2", corev1.TaintEffectNoSchedule) {
 		t.Errorf("after key1- key2-: %v", n.Spec.Taints)
 	}
 	if out := run("nodes", "-l", "e2e=adm", "dedicated=groupName:NoSchedule"); out != "node/adm-node1 tainted\nnode/adm-node2 tainted\n" {
@@ -63,36 +65,18 @@ func TestAdmTaintMatchesOc(t *testing.T) {
 		"key1=" + strings.Repeat("v", 64) + ":NoSchedule": "value is 64 characters long, the limit is 63",
 		"key1=value1":                                     "effect missing",
 	} {
-		before := getNode(t, "adm-node2").ResourceVersion
+		before := env.GetNode(t, "adm-node2").ResourceVersion
 		_, err := capstan(t, append([]string{"adm", "taint", "nodes", "adm-node2", "ok=fine:NoSchedule", arg}, kc...)...)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", arg, err, want)
 		}
-		if after := getNode(t, "adm-node2").ResourceVersion; after != before {
+		if after := env.GetNode(t, "adm-node2").ResourceVersion; after != before {
 			t.Errorf("%s: the node was changed despite the invalid taint", arg)
 		}
 	}
 	if _, err := capstan(t, append([]string{"adm", "taint", "nodes", "adm-node2", "nope-"}, kc...)...); err == nil || !strings.Contains(err.Error(), `taint "nope" not found`) {
 		t.Errorf("removing a missing taint: %v", err)
 	}
-}
-
-// podState reports whether a pod still exists and has not been evicted.
-func podAlive(t *testing.T, ns, name string) bool {
-	t.Helper()
-	p, err := env.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return false
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p.DeletionTimestamp == nil
-}
-
-func waitEvicted(t *testing.T, ns, name string, timeout time.Duration) {
-	t.Helper()
-	eventually(t, timeout, func() (bool, string) { return !podAlive(t, ns, name), "pod " + name + " still running" })
 }
 
 // 7.7.1.1 and 7.7.1.4: NoExecute taints evict pods that do not tolerate
@@ -108,8 +92,8 @@ func TestNoExecuteTaintEvictions(t *testing.T) {
 		p := simplePod(name, nil)
 		p.Spec.NodeName = "noexec-node"
 		p.Spec.Tolerations = tols
-		createPod(t, ns, p)
-		waitRunning(t, ns, name)
+		env.CreatePod(t, ns, p)
+		env.WaitPodRunning(t, ns, name)
 	}
 	mk("intolerant", nil)
 	mk("for-3s", tol(ptr.To[int64](3)))
@@ -118,40 +102,56 @@ func TestNoExecuteTaintEvictions(t *testing.T) {
 	tainted := time.Now()
 	capstanOK(t, "adm", "taint", "nodes", "noexec-node", "key1=value1:NoExecute", "--kubeconfig", env.Kubeconfig)
 
-	waitEvicted(t, ns, "intolerant", 10*time.Second)
-	if !podAlive(t, ns, "for-3s") {
+	env.WaitPodGone(t, ns, "intolerant", 10*time.Second)
+	if !env.PodAlive(t, ns, "for-3s") {
 		t.Errorf("for-3s evicted after %s, before its 3s", time.Since(tainted))
 	}
-	waitEvicted(t, ns, "for-3s", 20*time.Second)
+	env.WaitPodGone(t, ns, "for-3s", 20*time.Second)
 	if d := time.Since(tainted); d < 3*time.Second {
 		t.Errorf("for-3s evicted after %s", d)
 	}
-	time.Sleep(2 * time.Second)
+	// The controller decided on every pod of the node when the taint came
+	// (it evicted intolerant at once): the two that tolerate it for ever
+	// are never scheduled for eviction.
 	for _, name := range []string{"forever", "tolerate-all"} {
-		if !podAlive(t, ns, name) {
+		if !env.PodAlive(t, ns, name) {
 			t.Errorf("%s was evicted", name)
 		}
 	}
 
 	// The 3600-second example at test speed: the taint goes before the
-	// toleration runs out, and the pod stays.
+	// toleration runs out, and the pod stays. A second taint, key2, stays
+	// on: for-10s tolerates it for ever, witness for 12s, so once witness
+	// is evicted, for-10s's 10 seconds have run out too. brief, gone after
+	// a second, shows the controller saw the taints before key1 goes.
 	capstanOK(t, "adm", "taint", "nodes", "noexec-node", "key1-", "--kubeconfig", env.Kubeconfig)
-	mk("for-6s", tol(ptr.To[int64](6)))
-	capstanOK(t, "adm", "taint", "nodes", "noexec-node", "key1=value1:NoExecute", "--kubeconfig", env.Kubeconfig)
-	time.Sleep(2 * time.Second)
-	capstanOK(t, "adm", "taint", "nodes", "noexec-node", "key1-", "--kubeconfig", env.Kubeconfig)
-	time.Sleep(7 * time.Second)
-	if !podAlive(t, ns, "for-6s") {
-		t.Errorf("for-6s evicted although the taint was removed before its 6s ran out")
+	key2 := func(seconds *int64) corev1.Toleration {
+		return corev1.Toleration{Key: "key2", Operator: corev1.TolerationOpEqual, Value: "value2", Effect: corev1.TaintEffectNoExecute, TolerationSeconds: seconds}
 	}
+	mk("for-10s", append(tol(ptr.To[int64](10)), key2(nil)))
+	mk("witness", append(tol(nil), key2(ptr.To[int64](12))))
+	mk("brief", append(tol(ptr.To[int64](1)), key2(nil)))
+	capstanOK(t, "adm", "taint", "nodes", "noexec-node", "key1=value1:NoExecute", "key2=value2:NoExecute", "--kubeconfig", env.Kubeconfig)
+	env.WaitPodGone(t, ns, "brief", 20*time.Second)
+	capstanOK(t, "adm", "taint", "nodes", "noexec-node", "key1-", "--kubeconfig", env.Kubeconfig)
+	env.WaitPodGone(t, ns, "witness", 30*time.Second)
+	if !env.PodAlive(t, ns, "for-10s") {
+		t.Errorf("for-10s evicted although the taint was removed before its 10s ran out")
+	}
+	// forever tolerates key1 only: key2 evicted it at once.
+	if env.PodAlive(t, ns, "forever") {
+		t.Error("forever survived key2, which it does not tolerate")
+	}
+	capstanOK(t, "adm", "taint", "nodes", "noexec-node", "key2-", "--kubeconfig", env.Kubeconfig)
 
-	// Other taints tolerate-all also survives.
+	// Other taints: tolerate-all survives them; a pod tolerating nothing
+	// goes at once, decided in the same pass.
+	mk("intolerant-2", nil)
 	capstanOK(t, "adm", "taint", "nodes", "noexec-node", "a=b:NoExecute", "c=d:NoSchedule", "--kubeconfig", env.Kubeconfig)
-	time.Sleep(3 * time.Second)
-	if !podAlive(t, ns, "tolerate-all") {
+	env.WaitPodGone(t, ns, "intolerant-2", 10*time.Second)
+	if !env.PodAlive(t, ns, "tolerate-all") {
 		t.Errorf("tolerate-all evicted")
 	}
-	waitEvicted(t, ns, "forever", 10*time.Second) // it tolerates key1 only
 }
 
 // 7.7.1.4: unreachable nodes are tainted NoExecute by the node lifecycle
@@ -166,10 +166,10 @@ func TestUnreachableNodeEvictions(t *testing.T) {
 	short.Spec.NodeName = "unreach-node"
 	short.Spec.Tolerations = []corev1.Toleration{{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists,
 		Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](2)}}
-	createPod(t, ns, short)
+	env.CreatePod(t, ns, short)
 	defaulted := simplePod("defaulted", nil)
 	defaulted.Spec.NodeName = "unreach-node"
-	createPod(t, ns, defaulted)
+	env.CreatePod(t, ns, defaulted)
 	// DefaultTolerationSeconds gave it 300s for not-ready and unreachable;
 	// the pod that set its own unreachable toleration keeps it.
 	got, err := env.Client.CoreV1().Pods(ns).Get(context.Background(), "defaulted", metav1.GetOptions{})
@@ -204,7 +204,7 @@ func TestUnreachableNodeEvictions(t *testing.T) {
 		t.Fatal(err)
 	}
 	var dsPod string
-	eventually(t, 30*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		pods, _ := env.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=agent"})
 		for _, p := range pods.Items {
 			if p.Status.Phase == corev1.PodRunning {
@@ -214,21 +214,22 @@ func TestUnreachableNodeEvictions(t *testing.T) {
 		}
 		return false, "daemon pod not running"
 	})
-	waitRunning(t, ns, "short")
-	waitRunning(t, ns, "defaulted")
+	env.WaitPodRunning(t, ns, "short")
+	env.WaitPodRunning(t, ns, "defaulted")
 
 	capstanOK(t, "sim", "node", "stop", "unreach-node", "--kubeconfig", env.Kubeconfig)
 	t.Cleanup(func() { capstan(t, "sim", "node", "start", "unreach-node", "--kubeconfig", env.Kubeconfig) })
-	eventually(t, 30*time.Second, func() (bool, string) {
-		n := getNode(t, "unreach-node")
-		return hasTaint(n, corev1.TaintNodeUnreachable, corev1.TaintEffectNoExecute), fmt.Sprintf("taints %v", n.Spec.Taints)
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		n := env.GetNode(t, "unreach-node")
+		return taints.Has(n.Spec.Taints, corev1.TaintNodeUnreachable, corev1.TaintEffectNoExecute), fmt.Sprintf("taints %v", n.Spec.Taints)
 	})
-	waitEvicted(t, ns, "short", 20*time.Second)
-	time.Sleep(3 * time.Second)
-	if !podAlive(t, ns, "defaulted") {
+	env.WaitPodGone(t, ns, "short", 20*time.Second)
+	// The controller decided on every pod of the node when the taint came:
+	// short after its 2s, defaulted after 300s, the daemon pod never.
+	if !env.PodAlive(t, ns, "defaulted") {
 		t.Errorf("pod with the default 300s toleration evicted within seconds")
 	}
-	if !podAlive(t, ns, dsPod) {
+	if !env.PodAlive(t, ns, dsPod) {
 		t.Errorf("daemon pod %s evicted from an unreachable node", dsPod)
 	}
 	p, _ := env.Client.CoreV1().Pods(ns).Get(context.Background(), dsPod, metav1.GetOptions{})
@@ -251,39 +252,29 @@ func TestSchedulerAvoidsNodesTaintedByCondition(t *testing.T) {
 	addNode(t, "cond-bad", map[string]string{"e2e": "bycond"})
 	for _, cond := range []string{"MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable"} {
 		capstanOK(t, "sim", "node", "set-condition", "cond-bad", cond+"=True", "--kubeconfig", env.Kubeconfig)
+		// Wait until the scheduler's cache has the taint by condition.
+		schedulerSees(t, ns, "cond-bad", false, "untolerated taint")
 		for i := 0; i < 3; i++ {
 			name := fmt.Sprintf("%s-%d", strings.ToLower(cond), i)
 			p := simplePod(name, nil)
 			p.Spec.NodeSelector = map[string]string{"e2e": "bycond"}
-			// Wait for the taint first: the scheduler reads taints.
-			eventually(t, 30*time.Second, func() (bool, string) {
-				n := getNode(t, "cond-bad")
-				return len(n.Spec.Taints) > 0, "no taint yet"
-			})
-			if i == 0 {
-				// Let the scheduler's informer deliver the new taint.
-				time.Sleep(time.Second)
-			}
-			createPod(t, ns, p)
+			env.CreatePod(t, ns, p)
 			if node := waitScheduled(t, ns, name); node != "cond-ok" {
 				t.Errorf("%s: pod on %s, which has %s", name, node, cond)
 			}
 		}
 		capstanOK(t, "sim", "node", "set-condition", "cond-bad", cond+"=False", "--kubeconfig", env.Kubeconfig)
-		eventually(t, 30*time.Second, func() (bool, string) {
-			n := getNode(t, "cond-bad")
+		testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+			n := env.GetNode(t, "cond-bad")
 			return len(n.Spec.Taints) == 0, fmt.Sprintf("taints %v", n.Spec.Taints)
 		})
+		schedulerSees(t, ns, "cond-bad", true, "")
 	}
 	capstanOK(t, "kubectl", "--kubeconfig", env.Kubeconfig, "cordon", "cond-bad")
-	eventually(t, 30*time.Second, func() (bool, string) {
-		n := getNode(t, "cond-bad")
-		return hasTaint(n, corev1.TaintNodeUnschedulable, corev1.TaintEffectNoSchedule), fmt.Sprintf("taints %v", n.Spec.Taints)
-	})
-	time.Sleep(time.Second)
+	schedulerSees(t, ns, "cond-bad", false, "untolerated taint {node.kubernetes.io/unschedulable: }")
 	p := simplePod("cordoned", nil)
 	p.Spec.NodeSelector = map[string]string{"e2e": "bycond"}
-	createPod(t, ns, p)
+	env.CreatePod(t, ns, p)
 	if node := waitScheduled(t, ns, "cordoned"); node != "cond-ok" {
 		t.Errorf("pod on cordoned %s", node)
 	}

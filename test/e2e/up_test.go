@@ -15,6 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/nodes"
+
+	"github.com/capstan-dev/capstan/internal/testenv"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -269,16 +273,16 @@ func TestUpStopsCleanlyAndResumesTheSameCluster(t *testing.T) {
 	if err != nil || cm.Data["k"] != "v" {
 		t.Fatalf("configmap after restart: %v %v", cm, err)
 	}
-	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(nodes.Items) != 3 {
-		t.Errorf("%d nodes after restart, want the same 3", len(nodes.Items))
+	if len(list.Items) != 3 {
+		t.Errorf("%d nodes after restart, want the same 3", len(list.Items))
 	}
-	for i := range nodes.Items {
-		if !cluster.NodeReady(&nodes.Items[i]) {
-			t.Errorf("node %s not Ready after restart", nodes.Items[i].Name)
+	for i := range list.Items {
+		if !nodes.Ready(&list.Items[i]) {
+			t.Errorf("node %s not Ready after restart", list.Items[i].Name)
 		}
 	}
 	waitPodRunning(t, client, "default", "kept")
@@ -287,12 +291,12 @@ func TestUpStopsCleanlyAndResumesTheSameCluster(t *testing.T) {
 
 func waitPodRunning(t *testing.T, client kubernetes.Interface, ns, name string) {
 	t.Helper()
-	eventually(t, time.Minute, func() (bool, string) {
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
 		p, err := client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
-		return p.Status.Phase == corev1.PodRunning && podConditionTrue(p, corev1.PodReady), string(p.Status.Phase)
+		return p.Status.Phase == corev1.PodRunning && testenv.PodConditionTrue(p, corev1.PodReady), string(p.Status.Phase)
 	})
 }
 

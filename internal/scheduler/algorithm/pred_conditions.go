@@ -4,7 +4,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
+// isBestEffort reports the BestEffort QoS class: the one the apiserver
+// recorded, else computed as it does (no requests or limits anywhere,
+// pod-level resources included).
 func isBestEffort(pod *corev1.Pod) bool {
+	if pod.Status.QOSClass != "" {
+		return pod.Status.QOSClass == corev1.PodQOSBestEffort
+	}
+	if r := pod.Spec.Resources; r != nil && (len(r.Requests) > 0 || len(r.Limits) > 0) {
+		return false
+	}
 	for _, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
 		for i := range cs {
 			if len(cs[i].Resources.Requests) > 0 || len(cs[i].Resources.Limits) > 0 {

@@ -78,10 +78,11 @@ func (nodePreferAvoidPods) Score(_ *CycleState, pi *PodInfo, nodes []*NodeInfo, 
 
 type metav1OwnerRef struct{ kind, uid string }
 
-// Image sizes between which ImageLocalityPriority scales its score.
+// Image sizes between which ImageLocalityPriority scales its score: the
+// legacy priority's fixed thresholds, whatever the number of containers.
 const (
-	minImgSize             int64 = 23 * 1024 * 1024
-	maxImgSizePerContainer int64 = 1000 * 1024 * 1024
+	minImgSize int64 = 23 * 1024 * 1024
+	maxImgSize int64 = 1000 * 1024 * 1024
 )
 
 // imageLocality favours nodes that already have the pod's images, by their
@@ -109,7 +110,6 @@ func (imageLocality) Score(cs *CycleState, pi *PodInfo, nodes []*NodeInfo, score
 			spread[img] = float64(n) / float64(total)
 		}
 	}
-	maxSize := maxImgSizePerContainer * int64(len(images))
 	for i, ni := range nodes {
 		var sum int64
 		for _, img := range images {
@@ -117,12 +117,8 @@ func (imageLocality) Score(cs *CycleState, pi *PodInfo, nodes []*NodeInfo, score
 				sum += int64(float64(size) * spread[img])
 			}
 		}
-		sum = min(max(sum, minImgSize), maxSize)
-		if maxSize <= minImgSize {
-			scores[i] = 0
-			continue
-		}
-		scores[i] = MaxPriority * (sum - minImgSize) / (maxSize - minImgSize)
+		sum = min(max(sum, minImgSize), maxImgSize)
+		scores[i] = MaxPriority * (sum - minImgSize) / (maxImgSize - minImgSize)
 	}
 }
 

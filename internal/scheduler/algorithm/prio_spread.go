@@ -74,8 +74,9 @@ func (p *selectorSpread) Score(cs *CycleState, pi *PodInfo, nodes []*NodeInfo, s
 	}
 }
 
-// countMatching counts the live pods of ns on a node matched by any
-// selector.
+// countMatching counts the live pods of ns on a node matched by every
+// selector, as the legacy SelectorSpread did: a pod of the same service but
+// another replica set is not a sibling.
 func countMatching(ni *NodeInfo, ns string, sels []labels.Selector) int64 {
 	var n int64
 	for _, p := range ni.Pods {
@@ -83,11 +84,15 @@ func countMatching(ni *NodeInfo, ns string, sels []labels.Selector) int64 {
 			continue
 		}
 		l := labels.Set(p.Pod.Labels)
+		all := true
 		for _, s := range sels {
-			if s.Matches(l) {
-				n++
+			if !s.Matches(l) {
+				all = false
 				break
 			}
+		}
+		if all {
+			n++
 		}
 	}
 	return n

@@ -3,6 +3,9 @@ package algorithm
 import (
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -205,3 +208,26 @@ func TestPreferAvoidPods(t *testing.T) {
 }
 
 var _ = labels.Everything
+
+// SelectorSpread counts, as the legacy implementation did, only the pods
+// matching every selector the new pod belongs to: here the pod is in the
+// service web (app=web) and the replica set web-v2 (app=web, version=v2).
+// Pods of the old replica set (version=v1) on a1 are not its siblings; with
+// "any selector" they would be, and a1 would score 0 instead of 10.
+func TestSelectorSpreadCountsPodsMatchingEverySelector(t *testing.T) {
+	nodes := []*corev1.Node{node("a1", nil), node("b1", nil)}
+	v1 := map[string]string{"app": "web", "version": "v1"}
+	v2 := map[string]string{"app": "web", "version": "v2"}
+	existing := []*corev1.Pod{onNode(pod("old-1", v1), "a1"), onNode(pod("old-2", v1), "a1"), onNode(pod("new-1", v2), "b1")}
+	rsIdx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	_ = rsIdx.Add(&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "web-v2", Namespace: "default"},
+		Spec: appsv1.ReplicaSetSpec{Selector: &metav1.LabelSelector{MatchLabels: v2}}})
+	l := Listers{Services: serviceLister(service("web", map[string]string{"app": "web"})), ReplicaSets: appslisters.NewReplicaSetLister(rsIdx)}
+	a := mustAlgorithm(t, policyOf(nil, prios("SelectorSpreadPriority")))
+	d := a.Schedule(t.Context(), pod("new-2", v2), snapshot(nodes, existing, l), Options{Explain: true})
+	for n, want := range map[string]int64{"a1": 10, "b1": 0} {
+		if got := scoreOf(d, n, "SelectorSpreadPriority"); got != want {
+			t.Errorf("SelectorSpread %s = %d, want %d", n, got, want)
+		}
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	resourcehelper "k8s.io/component-helpers/resource"
 )
 
 // Default requests the priorities assume for containers that request
@@ -86,62 +88,44 @@ func isScalarResource(name corev1.ResourceName) bool {
 		strings.HasPrefix(string(name), "attachable-volumes-")
 }
 
-// podRequests computes what a pod asks for: the larger of the sum of its
-// regular containers (restartable init containers included) and each
-// init container, plus its overhead. nonZero applies the default requests
-// to containers that set none, for the scoring functions.
+// podRequests computes what a pod asks for, with upstream's helper
+// (k8s.io/component-helpers/resource), as kube-scheduler does: the larger
+// of its regular and restartable init ("sidecar") containers together and
+// each plain init container with the sidecars started before it, or its
+// pod-level requests where set, plus its overhead. nonZero applies the
+// default requests where neither the containers nor the pod set one, for
+// the scoring functions.
 func podRequests(pod *corev1.Pod) (req Resource, nonZeroCPU, nonZeroMem int64) {
-	for i := range pod.Spec.Containers {
-		c := &pod.Spec.Containers[i]
-		r := resourceFromList(c.Resources.Requests)
-		req.Add(&r)
-		cpu, mem := nonZero(c.Resources.Requests)
-		nonZeroCPU += cpu
-		nonZeroMem += mem
+	opts := resourcehelper.PodResourcesOptions{
+		// In-place resize is GA: a resized pod holds what its status says.
+		UseStatusResources: true,
+		// Pod-level resources are on by default (beta) upstream.
+		SkipPodLevelResources: false,
 	}
-	var sidecars Resource
-	for i := range pod.Spec.InitContainers {
-		c := &pod.Spec.InitContainers[i]
-		r := resourceFromList(c.Resources.Requests)
-		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-			req.Add(&r)
-			sidecars.Add(&r)
-			continue
-		}
-		// A plain init container runs alone (with the sidecars before it).
-		r.Add(&sidecars)
-		maxInto(&req, &r)
-		cpu, mem := nonZero(c.Resources.Requests)
-		nonZeroCPU, nonZeroMem = max(nonZeroCPU, cpu), max(nonZeroMem, mem)
+	requests := resourcehelper.PodRequests(pod, opts)
+	nonZero := requests
+	if defaults := nonMissingRequests(pod, requests); len(defaults) > 0 {
+		opts.NonMissingContainerRequests = defaults
+		nonZero = resourcehelper.PodRequests(pod, opts)
 	}
-	if pod.Spec.Overhead != nil {
-		o := resourceFromList(pod.Spec.Overhead)
-		req.Add(&o)
-		nonZeroCPU += o.MilliCPU
-		nonZeroMem += o.Memory
-	}
-	return req, nonZeroCPU, nonZeroMem
+	return resourceFromList(requests), nonZero.Cpu().MilliValue(), nonZero.Memory().Value()
 }
 
-func maxInto(dst, src *Resource) {
-	dst.MilliCPU = max(dst.MilliCPU, src.MilliCPU)
-	dst.Memory = max(dst.Memory, src.Memory)
-	dst.EphemeralStorage = max(dst.EphemeralStorage, src.EphemeralStorage)
-	for k, v := range src.Scalar {
-		if dst.Scalar == nil {
-			dst.Scalar = map[corev1.ResourceName]int64{}
-		}
-		dst.Scalar[k] = max(dst.Scalar[k], v)
+// nonMissingRequests are the defaults the scoring functions assume: for
+// every container without its own, unless the pod sets the resource at
+// pod level.
+func nonMissingRequests(pod *corev1.Pod, requests corev1.ResourceList) corev1.ResourceList {
+	cpu := *resource.NewMilliQuantity(DefaultMilliCPURequest, resource.DecimalSI)
+	mem := *resource.NewQuantity(DefaultMemoryRequest, resource.DecimalSI)
+	if !resourcehelper.IsPodLevelRequestsSet(pod) {
+		return corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem}
 	}
-}
-
-func nonZero(rl corev1.ResourceList) (cpu, mem int64) {
-	cpu, mem = DefaultMilliCPURequest, DefaultMemoryRequest
-	if q, ok := rl[corev1.ResourceCPU]; ok {
-		cpu = q.MilliValue()
+	out := corev1.ResourceList{}
+	if _, ok := requests[corev1.ResourceCPU]; !ok {
+		out[corev1.ResourceCPU] = cpu
 	}
-	if q, ok := rl[corev1.ResourceMemory]; ok {
-		mem = q.Value()
+	if _, ok := requests[corev1.ResourceMemory]; !ok {
+		out[corev1.ResourceMemory] = mem
 	}
-	return cpu, mem
+	return out
 }

@@ -190,6 +190,17 @@ func TestImageLocality(t *testing.T) {
 	if got := scoreOf(d, "lacks", "ImageLocalityPriority"); got != 0 {
 		t.Errorf("lacks: %d", got)
 	}
+	// Two containers, two images of 800MiB on the only node: 1600MiB is
+	// capped at the legacy fixed 1000MiB, a full score; a cap per
+	// container (2000MiB) would give 7.
+	both := withImage("both", 800*1024*1024, "registry.example/a:1")
+	both.Status.Images = append(both.Status.Images, corev1.ContainerImage{Names: []string{"registry.example/b:1"}, SizeBytes: 800 * 1024 * 1024})
+	two := pod("two", nil)
+	two.Spec.Containers = []corev1.Container{{Name: "a", Image: "registry.example/a:1"}, {Name: "b", Image: "registry.example/b:1"}}
+	d = mustAlgorithm(t, policyOf(nil, prios("ImageLocalityPriority"))).Schedule(t.Context(), two, snapshot([]*corev1.Node{both}, nil, Listers{}), Options{Explain: true})
+	if got := scoreOf(d, "both", "ImageLocalityPriority"); got != MaxPriority {
+		t.Errorf("two large images: %d, want %d", got, MaxPriority)
+	}
 	if normalizeImage("nginx") != "nginx:latest" || normalizeImage("host:5000/nginx") != "host:5000/nginx:latest" || normalizeImage("a@sha256:x") != "a@sha256:x" {
 		t.Errorf("normalizeImage")
 	}
