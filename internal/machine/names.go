@@ -36,19 +36,19 @@ const (
 
 // Event reasons, as the OpenShift machine controllers name them.
 const (
-	EventDrainBlocked   = "DrainBlocked"
+	EventDrainBlocked = "DrainBlocked"
 	// EventTerminateBlocked is capstan's counterpart of DrainBlocked for
 	// preTerminate hooks (OpenShift only logs it): the machine is drained
 	// and waits for its hooks before its instance is deleted.
 	EventTerminateBlocked = "TerminateBlocked"
-	EventDrainProceeds  = "DrainProceeds"
-	EventDrainSucceeded = "DrainSucceeded"
-	EventDrainRequeued  = "DrainRequeued"
-	EventDrainSkipped   = "DrainSkipped"
-	EventDeleted        = "Deleted"
-	EventFailedCreate   = "FailedCreate"
-	EventCreated        = "Create"
-	EventFailedDelete   = "FailedDelete"
+	EventDrainProceeds    = "DrainProceeds"
+	EventDrainSucceeded   = "DrainSucceeded"
+	EventDrainRequeued    = "DrainRequeued"
+	EventDrainSkipped     = "DrainSkipped"
+	EventDeleted          = "Deleted"
+	EventFailedCreate     = "FailedCreate"
+	EventCreated          = "Create"
+	EventFailedDelete     = "FailedDelete"
 )
 
 // MachineOfNode reads the machine.openshift.io/machine annotation of a
