@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/capstan-dev/capstan/internal/scheduler/algorithm"
 	"github.com/capstan-dev/capstan/internal/scheduler/policy"
@@ -182,6 +181,18 @@ func printDecision(out io.Writer, pod *corev1.Pod, alg *algorithm.Algorithm, d *
 	default:
 		fmt.Fprintf(out, "Winner: none: %s\n", d.Summary())
 	}
+	for _, b := range d.VolumeBindings {
+		if b.Volume != "" {
+			fmt.Fprintf(out, "Claim %s: gets volume %s\n", algorithm.ClaimKey(b.Claim), b.Volume)
+		} else {
+			fmt.Fprintf(out, "Claim %s: provisioned on %s\n", algorithm.ClaimKey(b.Claim), b.Node)
+		}
+	}
+	if gates := pod.Spec.SchedulingGates; len(gates) > 0 && pod.Spec.NodeName == "" {
+		names := make([]string, len(gates))
+		for i, g := range gates {
+			names[i] = g.Name
+		}
+		fmt.Fprintf(out, "Scheduling gates: %s (the scheduler leaves the pod alone until they are removed)\n", strings.Join(names, ", "))
+	}
 }
-
-var _ = cache.WaitForCacheSync

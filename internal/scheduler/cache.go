@@ -30,6 +30,10 @@ type nodeCache struct {
 	// assumed are pods this scheduler placed and has not yet observed
 	// bound.
 	assumed map[types.UID]*assumption
+	// volumes are volumes reserved by decisions for claims (volume name to
+	// claim namespace/name) until the API shows them bound: the next
+	// decisions never give them to another claim.
+	volumes map[string]string
 }
 
 // assumedPodExpiry is how long after its binding finished an assumed pod
@@ -40,6 +44,8 @@ const assumedPodExpiry = 15 * time.Minute
 // assumption is a pod the scheduler placed before the API confirmed it.
 type assumption struct {
 	pod *corev1.Pod
+	// volumes are those reserved for the pod's claims.
+	volumes []string
 	// deadline is set when the binding finished: the pod is forgotten
 	// then if the informer has not shown it bound.
 	deadline time.Time
@@ -52,6 +58,7 @@ func newNodeCache() *nodeCache {
 		podNode: map[types.UID]string{},
 		pods:    algorithm.NewPodIndex(),
 		assumed: map[types.UID]*assumption{},
+		volumes: map[string]string{},
 	}
 }
 
@@ -109,7 +116,12 @@ func (c *nodeCache) accountPod(pod *corev1.Pod) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.removeLocked(pod)
-	delete(c.assumed, pod.UID)
+	// Observed bound: the assumption is confirmed. Its volumes stay
+	// reserved until the API shows them bound.
+	if a := c.assumed[pod.UID]; a != nil {
+		a.volumes = nil
+		delete(c.assumed, pod.UID)
+	}
 	c.addLocked(algorithm.NewPodInfo(pod), pod.Spec.NodeName)
 }
 
@@ -128,8 +140,20 @@ func (c *nodeCache) forgetPod(pod *corev1.Pod) bool {
 	defer c.mu.Unlock()
 	_, held := c.podNode[pod.UID]
 	c.removeLocked(pod)
-	delete(c.assumed, pod.UID)
+	c.dropAssumptionLocked(pod.UID)
 	return held
+}
+
+// dropAssumptionLocked forgets an assumption and the volumes it reserved.
+func (c *nodeCache) dropAssumptionLocked(uid types.UID) {
+	a := c.assumed[uid]
+	if a == nil {
+		return
+	}
+	for _, v := range a.volumes {
+		delete(c.volumes, v)
+	}
+	delete(c.assumed, uid)
 }
 
 func (c *nodeCache) removeLocked(pod *corev1.Pod) {
@@ -151,12 +175,31 @@ func (c *nodeCache) removeLocked(pod *corev1.Pod) {
 // assumeLocked accounts for a pod on the node the scheduler chose, before
 // the binding is confirmed, so the next decision already sees it. The
 // caller holds the lock (it is still in its decision).
-func (c *nodeCache) assumeLocked(pod *corev1.Pod, nodeName string) {
+func (c *nodeCache) assumeLocked(pod *corev1.Pod, nodeName string, bindings []algorithm.VolumeBinding) {
 	assumed := pod.DeepCopy()
 	assumed.Spec.NodeName = nodeName
 	c.removeLocked(assumed)
+	c.dropAssumptionLocked(pod.UID)
 	c.addLocked(algorithm.NewPodInfo(assumed), nodeName)
-	c.assumed[pod.UID] = &assumption{pod: assumed}
+	a := &assumption{pod: assumed}
+	for _, b := range bindings {
+		if b.Volume != "" {
+			c.volumes[b.Volume] = algorithm.ClaimKey(b.Claim)
+			a.volumes = append(a.volumes, b.Volume)
+		}
+	}
+	c.assumed[pod.UID] = a
+}
+
+// volumeObserved ends the reservation of a volume the API now shows bound
+// to the claim it was reserved for (or to any claim: it is no longer
+// available either way).
+func (c *nodeCache) volumeObserved(pv *corev1.PersistentVolume) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.volumes[pv.Name]; ok && pv.Spec.ClaimRef != nil {
+		delete(c.volumes, pv.Name)
+	}
 }
 
 // unassume drops an assumption whose binding failed.
@@ -165,7 +208,7 @@ func (c *nodeCache) unassume(pod *corev1.Pod) {
 	defer c.mu.Unlock()
 	if c.assumed[pod.UID] != nil {
 		c.removeLocked(pod)
-		delete(c.assumed, pod.UID)
+		c.dropAssumptionLocked(pod.UID)
 	}
 }
 
@@ -190,7 +233,7 @@ func (c *nodeCache) expireAssumed(now time.Time) []*corev1.Pod {
 			continue
 		}
 		c.removeLocked(a.pod)
-		delete(c.assumed, uid)
+		c.dropAssumptionLocked(uid)
 		out = append(out, a.pod)
 	}
 	return out
@@ -199,5 +242,7 @@ func (c *nodeCache) expireAssumed(now time.Time) []*corev1.Pod {
 // snapshotLocked returns a snapshot reading the cache; valid while the lock
 // is held.
 func (c *nodeCache) snapshotLocked(l algorithm.Listers) *algorithm.Snapshot {
-	return algorithm.NewSharedSnapshot(c.list, c.pods, l)
+	snap := algorithm.NewSharedSnapshot(c.list, c.pods, l)
+	snap.AssumedVolumes = c.volumes
+	return snap
 }

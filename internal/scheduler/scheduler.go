@@ -46,6 +46,10 @@ type Config struct {
 	Seed uint64
 	// BindWorkers bind in parallel with the next decisions.
 	BindWorkers int
+	// VolumeBindTimeout bounds the wait for a pod's claims to be bound
+	// (by the persistent volume controller, or a provisioner) before the
+	// pod is; upstream's default is 10 minutes.
+	VolumeBindTimeout time.Duration
 	// Clock is the real clock unless a test injects one.
 	Clock Clock
 }
@@ -63,13 +67,17 @@ type Scheduler struct {
 	recorder  record.EventRecorder
 	events    record.EventBroadcaster
 	binds     chan bindRequest
+	// volumeBinds counts bindings waiting for their claims, which run
+	// beside the bind workers so that a slow provisioner holds none.
+	volumeBinds sync.WaitGroup
 }
 
 type bindRequest struct {
-	qp    *queuedPod
-	pod   *corev1.Pod
-	cycle int64
-	node  string
+	qp      *queuedPod
+	pod     *corev1.Pod
+	cycle   int64
+	node    string
+	volumes []algorithm.VolumeBinding
 }
 
 // New builds a scheduler; Run starts it.
@@ -82,6 +90,9 @@ func New(client kubernetes.Interface, cfg Config) (*Scheduler, error) {
 	}
 	if cfg.BindWorkers <= 0 {
 		cfg.BindWorkers = 16
+	}
+	if cfg.VolumeBindTimeout <= 0 {
+		cfg.VolumeBindTimeout = 10 * time.Minute
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
@@ -125,6 +136,10 @@ func (s *Scheduler) setupInformers() {
 		UpdateFunc: func(any, any) { s.queue.MoveAllToActive() },
 		DeleteFunc: func(any) { s.queue.MoveAllToActive() },
 	}
+	_, _ = f.Core().V1().PersistentVolumes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { s.cache.volumeObserved(obj.(*corev1.PersistentVolume)) },
+		UpdateFunc: func(_, obj any) { s.cache.volumeObserved(obj.(*corev1.PersistentVolume)) },
+	})
 	for _, inf := range []cache.SharedIndexInformer{
 		f.Core().V1().Services().Informer(), f.Core().V1().PersistentVolumeClaims().Informer(),
 		f.Core().V1().PersistentVolumes().Informer(), f.Storage().V1().StorageClasses().Informer(),
@@ -300,6 +315,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	close(s.binds)
 	wg.Wait()
+	s.volumeBinds.Wait()
 	return nil
 }
 
@@ -325,14 +341,23 @@ func (s *Scheduler) scheduleOne(ctx context.Context, qp *queuedPod, pod *corev1.
 	s.cache.mu.Lock()
 	d := s.algorithm.Schedule(ctx, pod, s.cache.snapshotLocked(s.listers), algorithm.Options{})
 	if d.Feasible() {
-		s.cache.assumeLocked(pod, d.Selected)
+		s.cache.assumeLocked(pod, d.Selected, d.VolumeBindings)
 	}
 	s.cache.mu.Unlock()
 	if !d.Feasible() {
 		s.unschedulable(ctx, qp, pod, cycle, d.Summary())
 		return
 	}
-	s.binds <- bindRequest{qp: qp, pod: pod, cycle: cycle, node: d.Selected}
+	req := bindRequest{qp: qp, pod: pod, cycle: cycle, node: d.Selected, volumes: d.VolumeBindings}
+	if len(req.volumes) > 0 {
+		s.volumeBinds.Add(1)
+		go func() {
+			defer s.volumeBinds.Done()
+			s.bind(ctx, req)
+		}()
+		return
+	}
+	s.binds <- req
 }
 
 // bind posts the binding. A node that vanished since the decision, or a
@@ -345,6 +370,18 @@ func (s *Scheduler) bind(ctx context.Context, req bindRequest) {
 		s.cache.unassume(pod)
 		s.queue.Requeue(req.qp, req.cycle, false)
 		return
+	}
+	if len(req.volumes) > 0 {
+		if err := s.bindVolumes(ctx, pod, req.volumes); err != nil {
+			s.cache.unassume(pod)
+			if ctx.Err() != nil {
+				return
+			}
+			if s.queue.Requeue(req.qp, req.cycle, false) {
+				s.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonFailedScheduling, "Binding volumes: %v", err)
+			}
+			return
+		}
 	}
 	err := s.client.CoreV1().Pods(pod.Namespace).Bind(ctx, &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},

@@ -3,9 +3,12 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/capstan-dev/capstan/internal/scheduler/algorithm"
 
 	"k8s.io/client-go/util/retry"
 
@@ -41,7 +44,7 @@ func podsOn(c *nodeCache, node string) int {
 
 func assume(c *nodeCache, p *corev1.Pod, node string) {
 	c.mu.Lock()
-	c.assumeLocked(p, node)
+	c.assumeLocked(p, node, nil)
 	c.mu.Unlock()
 }
 
@@ -109,6 +112,44 @@ func TestAssumedPodExpires(t *testing.T) {
 	c.accountPod(bound)
 	if got := c.expireAssumed(now.Add(24 * time.Hour)); len(got) != 0 || podsOn(c, "n") != 1 {
 		t.Fatalf("confirmed pod expired: %v", got)
+	}
+}
+
+// Volumes a decision reserved stay out of the next decisions' reach until
+// the API shows them bound, or the decision is given up.
+func TestCacheReservesVolumes(t *testing.T) {
+	c := newNodeCache()
+	c.setNode(testNode("n"))
+	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "data"}}
+	reserved := func() map[string]string {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return maps.Clone(c.snapshotLocked(algorithm.Listers{}).AssumedVolumes)
+	}
+	p := qpod("p", 0)
+	c.mu.Lock()
+	c.assumeLocked(p, "n", []algorithm.VolumeBinding{{Claim: claim, Volume: "pv-1", Node: "n"}})
+	c.mu.Unlock()
+	if got := reserved(); got["pv-1"] != "ns/data" {
+		t.Fatalf("reserved %v", got)
+	}
+	c.unassume(p) // the binding failed
+	if got := reserved(); len(got) != 0 {
+		t.Fatalf("reserved after unassume: %v", got)
+	}
+	c.mu.Lock()
+	c.assumeLocked(p, "n", []algorithm.VolumeBinding{{Claim: claim, Volume: "pv-1", Node: "n"}})
+	c.mu.Unlock()
+	bound := p.DeepCopy()
+	bound.Spec.NodeName = "n"
+	c.accountPod(bound)
+	if got := reserved(); got["pv-1"] != "ns/data" {
+		t.Fatalf("reservation dropped before the volume showed bound: %v", got)
+	}
+	c.volumeObserved(&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-1"},
+		Spec: corev1.PersistentVolumeSpec{ClaimRef: &corev1.ObjectReference{Namespace: "ns", Name: "data"}}})
+	if got := reserved(); len(got) != 0 {
+		t.Fatalf("reserved after the volume showed bound: %v", got)
 	}
 }
 

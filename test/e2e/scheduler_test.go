@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	storagev1 "k8s.io/api/storage/v1"
+
 	"github.com/capstan-dev/capstan/internal/taints"
 	"github.com/capstan-dev/capstan/internal/testenv"
 
@@ -689,5 +691,71 @@ func TestInvalidPolicyStopsTheScheduler(t *testing.T) {
 			!strings.Contains(err.Error(), `priority 1 ("LeastRequestedPriority"): weight 0 must be positive`) {
 			t.Errorf("capstan %v: %v", args, err)
 		}
+	}
+}
+
+// WaitForFirstConsumer claims are bound by the decision that places their
+// pod: two pods created together, each with its own claim, and one
+// volume: exactly one pod gets it (the persistent volume controller binds
+// its claim before the pod is bound), the other is told no volume is left.
+func TestWaitForFirstConsumerClaimsNeverShareAVolume(t *testing.T) {
+	ns := env.Namespace(t, "volbind")
+	ctx := context.Background()
+	class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "e2e-local-" + ns}, Provisioner: "kubernetes.io/no-provisioner",
+		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer)}
+	if _, err := env.Client.StorageV1().StorageClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Client.StorageV1().StorageClasses().Delete(context.Background(), class.Name, metav1.DeleteOptions{})
+	})
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "e2e-pv-" + ns},
+		Spec: corev1.PersistentVolumeSpec{StorageClassName: class.Name,
+			Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/mnt/e2e"}}}}
+	if _, err := env.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Client.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{})
+	})
+	for _, name := range []string{"claim-a", "claim-b"} {
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeClaimSpec{
+			StorageClassName: ptr.To(class.Name), AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+		if _, err := env.Client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"a", "b"} {
+		p := simplePod("pod-"+name, nil)
+		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "claim-" + name}}}}
+		env.CreatePod(t, ns, p)
+	}
+	var winner, loser string
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		a, b := env.GetPod(t, ns, "pod-a"), env.GetPod(t, ns, "pod-b")
+		switch {
+		case a.Spec.NodeName != "" && b.Spec.NodeName != "":
+			t.Fatalf("both pods placed with one volume: %s and %s", a.Spec.NodeName, b.Spec.NodeName)
+		case a.Spec.NodeName != "":
+			winner, loser = "a", "b"
+		case b.Spec.NodeName != "":
+			winner, loser = "b", "a"
+		}
+		return winner != "", "neither pod placed"
+	})
+	claim, err := env.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "claim-"+winner, metav1.GetOptions{})
+	if err != nil || claim.Status.Phase != corev1.ClaimBound || claim.Spec.VolumeName != pv.Name {
+		t.Fatalf("claim of the placed pod: %v %+v", err, claim.Status)
+	}
+	if msg := waitFailedScheduling(t, ns, "pod-"+loser); !strings.Contains(msg, "didn't find available persistent volumes to bind") {
+		t.Errorf("the other pod: %q", msg)
+	}
+	got, err := env.Client.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+	if err != nil || got.Spec.ClaimRef == nil || got.Spec.ClaimRef.Name != "claim-"+winner || got.Annotations["pv.kubernetes.io/bound-by-controller"] != "yes" {
+		t.Fatalf("volume claimRef %+v annotations %v (%v)", got.Spec.ClaimRef, got.Annotations, err)
 	}
 }

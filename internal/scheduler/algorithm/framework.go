@@ -109,6 +109,9 @@ type Decision struct {
 	Selected string
 	// Ties is how many nodes shared the best total.
 	Ties int
+	// VolumeBindings are the unbound claims of the pod and what they get
+	// on the selected node: the scheduler binds them with the pod.
+	VolumeBindings []VolumeBinding
 }
 
 // Feasible reports whether some node fits.

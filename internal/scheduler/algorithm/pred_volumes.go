@@ -4,7 +4,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 )
 
@@ -221,38 +220,20 @@ func (p *maxVolumeCount) Filter(cs *CycleState, pi *PodInfo, ni *NodeInfo) []str
 
 // checkVolumeBinding: a bound claim's volume must be reachable from the
 // node (its node affinity); an unbound claim of a WaitForFirstConsumer
-// class needs an available volume that would fit it there; an unbound claim
-// of an Immediate class must be bound first.
+// class needs a volume that would fit it there and that no other decision
+// reserved, or a provisioner that can create one there; an unbound claim
+// of an Immediate class must be bound first. The decision records what to
+// bind (Decision.VolumeBindings).
 type checkVolumeBinding struct{}
 
 func (checkVolumeBinding) Name() string { return "CheckVolumeBinding" }
 
 func (checkVolumeBinding) Filter(cs *CycleState, pi *PodInfo, ni *NodeInfo) []string {
-	s := cs.Snapshot
-	for i := range pi.Pod.Spec.Volumes {
-		pvc, pv, found := claimedVolume(s, pi.Pod.Namespace, &pi.Pod.Spec.Volumes[i])
-		if !found {
-			return []string{ReasonPVCNotFound}
-		}
-		if pvc == nil {
-			continue
-		}
-		if pv != nil {
-			if !pvReachable(pv, ni.Node) {
-				return []string{ReasonVolumeNodeAffinityConflict}
-			}
-			continue
-		}
-		if pvc.Spec.VolumeName != "" {
-			// Bound to a volume that does not exist (yet).
-			return []string{ReasonVolumeBindConflict}
-		}
-		if !waitForFirstConsumer(s, pvc) {
-			return []string{ReasonUnboundImmediatePVC}
-		}
-		if !availableVolumeFits(s, pvc, ni.Node) {
-			return []string{ReasonVolumeBindConflict}
-		}
+	if !pi.HasClaims {
+		return nil
+	}
+	if _, reason := bindClaims(cs.Snapshot, pi.Pod, ni.Node); reason != "" {
+		return []string{reason}
 	}
 	return nil
 }
@@ -270,50 +251,6 @@ func storageClassName(pvc *corev1.PersistentVolumeClaim) string {
 		return *pvc.Spec.StorageClassName
 	}
 	return ""
-}
-
-func waitForFirstConsumer(s *Snapshot, pvc *corev1.PersistentVolumeClaim) bool {
-	name := storageClassName(pvc)
-	if name == "" || s.StorageClasses == nil {
-		return false
-	}
-	sc, err := s.StorageClasses.Get(name)
-	return err == nil && sc.VolumeBindingMode != nil && *sc.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer
-}
-
-// availableVolumeFits looks for an unclaimed (or pre-bound to this claim)
-// volume of the claim's class, large enough, with the access modes asked,
-// reachable from the node.
-func availableVolumeFits(s *Snapshot, pvc *corev1.PersistentVolumeClaim, node *corev1.Node) bool {
-	if s.PersistentVolumes == nil {
-		return false
-	}
-	pvs, err := s.PersistentVolumes.List(everything)
-	if err != nil {
-		return false
-	}
-	want := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
-	for _, pv := range pvs {
-		if pv.Status.Phase != corev1.VolumeAvailable && pv.Status.Phase != "" {
-			continue
-		}
-		if ref := pv.Spec.ClaimRef; ref != nil && (ref.Namespace != pvc.Namespace || ref.Name != pvc.Name) {
-			continue
-		}
-		if pv.Spec.StorageClassName != storageClassName(pvc) {
-			continue
-		}
-		if have, ok := pv.Spec.Capacity[corev1.ResourceStorage]; !ok || have.Cmp(want) < 0 {
-			continue
-		}
-		if !hasAccessModes(pv.Spec.AccessModes, pvc.Spec.AccessModes) {
-			continue
-		}
-		if pvReachable(pv, node) {
-			return true
-		}
-	}
-	return false
 }
 
 func hasAccessModes(have, want []corev1.PersistentVolumeAccessMode) bool {

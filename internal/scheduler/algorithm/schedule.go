@@ -81,7 +81,68 @@ func (a *Algorithm) Schedule(ctx context.Context, pod *corev1.Pod, snap *Snapsho
 	}
 	a.score(cs, pi, feasible, d)
 	a.selectHost(d, opts.Explain)
+	if pi.HasClaims {
+		placeClaims(snap, pod, feasible, d)
+	}
 	return d
+}
+
+// placeClaims binds the pod's unbound claims on the selected node, in the
+// same decision, so that no other decision can count on the same volumes
+// (Decision.VolumeBindings). A Policy without CheckVolumeBinding did not
+// look at volumes when filtering: if the selected node cannot bind them,
+// the next best node that can is taken, and with none the pod does not
+// fit, as the legacy scheduler failed a pod whose volumes it could not
+// assume.
+func placeClaims(snap *Snapshot, pod *corev1.Pod, feasible []*NodeInfo, d *Decision) {
+	infos := make(map[string]*NodeInfo, len(feasible))
+	for _, ni := range feasible {
+		infos[ni.Node.Name] = ni
+	}
+	order := make([]NodeScore, len(d.Scored))
+	copy(order, d.Scored)
+	sort.SliceStable(order, func(i, j int) bool {
+		if (order[i].Node == d.Selected) != (order[j].Node == d.Selected) {
+			return order[i].Node == d.Selected
+		}
+		if order[i].Total != order[j].Total {
+			return order[i].Total > order[j].Total
+		}
+		return order[i].Node < order[j].Node
+	})
+	failed := map[string]bool{}
+	for _, ns := range order {
+		bindings, reason := bindClaims(snap, pod, infos[ns.Node].Node)
+		if reason == "" {
+			if ns.Node != d.Selected {
+				d.Selected, d.Ties = ns.Node, 1
+			}
+			d.VolumeBindings = bindings
+			break
+		}
+		failed[ns.Node] = true
+		d.Filtered[ns.Node] = &Failure{Predicate: "CheckVolumeBinding", Reasons: []string{reason}}
+	}
+	if len(failed) == 0 {
+		return
+	}
+	kept := d.Scored[:0]
+	for _, ns := range d.Scored {
+		if !failed[ns.Node] {
+			kept = append(kept, ns)
+		}
+	}
+	d.Scored = kept
+	if len(kept) == 0 {
+		d.Selected, d.Ties = "", 0
+		return
+	}
+	// Keep the winner first for readers of Scored[0].
+	for i := range d.Scored {
+		if d.Scored[i].Node == d.Selected {
+			d.Scored[0], d.Scored[i] = d.Scored[i], d.Scored[0]
+		}
+	}
 }
 
 // filter runs the predicates over the nodes in parallel, starting where

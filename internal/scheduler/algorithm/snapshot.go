@@ -31,6 +31,10 @@ type Snapshot struct {
 	Nodes []*NodeInfo
 	// Pods indexes the pods on the nodes for inter-pod affinity.
 	Pods *PodIndex
+	// AssumedVolumes are volumes decisions reserved for claims (volume
+	// name to claim namespace/name) that the API does not show bound yet:
+	// no other claim gets them.
+	AssumedVolumes map[string]string
 	Listers
 
 	nsMu     sync.Mutex

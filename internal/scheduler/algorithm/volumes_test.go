@@ -106,6 +106,59 @@ func TestCheckVolumeBinding(t *testing.T) {
 	}
 }
 
+// A WaitForFirstConsumer claim gets a volume in the decision that places
+// its pod: the smallest that fits, pre-bound ones first, and a volume
+// another decision reserved is never given to a second claim. A class with
+// a provisioner provisions on the selected node instead.
+func TestVolumeBindingDecisions(t *testing.T) {
+	host := func(n string) *corev1.Node { return node(n, map[string]string{"kubernetes.io/hostname": n}) }
+	nodes := []*corev1.Node{host("a")}
+	local := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "local"}, Provisioner: "kubernetes.io/no-provisioner",
+		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer)}
+	dynamic := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "dynamic"}, Provisioner: "csi.example.com",
+		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer),
+		AllowedTopologies: []corev1.TopologySelectorTerm{{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{{Key: "kubernetes.io/hostname", Values: []string{"a"}}}}}}
+	big := localPV("pv-big", "", "local", nil)
+	big.Spec.Capacity[corev1.ResourceStorage] = resource.MustParse("50Gi")
+	small := localPV("pv-small", "", "local", nil)
+	l := volumeListers(
+		[]*corev1.PersistentVolumeClaim{pvc("one", "", "local"), pvc("two", "", "local"), pvc("three", "", "local"), pvc("made", "", "dynamic")},
+		[]*corev1.PersistentVolume{big, small}, []*storagev1.StorageClass{local, dynamic})
+	a := mustAlgorithm(t, policyOf(preds("CheckVolumeBinding"), nil))
+
+	snap := snapshot(nodes, nil, l)
+	d := a.Schedule(t.Context(), withClaim(pod("p1", nil), "one"), snap, Options{})
+	if len(d.VolumeBindings) != 1 || d.VolumeBindings[0].Volume != "pv-small" || d.VolumeBindings[0].Node != "a" {
+		t.Fatalf("first claim: bindings %+v, want pv-small (the smallest that fits)", d.VolumeBindings)
+	}
+	// The scheduler reserves it; the next decision, before the API shows
+	// the volume bound, gets the other one, and a third finds none.
+	snap.AssumedVolumes = map[string]string{"pv-small": "default/one"}
+	d = a.Schedule(t.Context(), withClaim(pod("p2", nil), "two"), snap, Options{})
+	if len(d.VolumeBindings) != 1 || d.VolumeBindings[0].Volume != "pv-big" {
+		t.Fatalf("second claim: bindings %+v, want pv-big", d.VolumeBindings)
+	}
+	snap.AssumedVolumes["pv-big"] = "default/two"
+	d = a.Schedule(t.Context(), withClaim(pod("p3", nil), "three"), snap, Options{Explain: true})
+	if d.Feasible() || d.Filtered["a"].Reasons[0] != ReasonVolumeBindConflict {
+		t.Fatalf("third claim with both volumes reserved: %+v", d.Filtered["a"])
+	}
+	// Two claims of one pod never share a volume.
+	d = a.Schedule(t.Context(), withClaim(withClaim(pod("p4", nil), "one"), "two"), snapshot(nodes, nil, l), Options{})
+	if len(d.VolumeBindings) != 2 || d.VolumeBindings[0].Volume == d.VolumeBindings[1].Volume {
+		t.Fatalf("two claims of one pod: %+v", d.VolumeBindings)
+	}
+	// A provisioner that can reach the node: provision there.
+	d = a.Schedule(t.Context(), withClaim(pod("p5", nil), "made"), snapshot(nodes, nil, l), Options{})
+	if len(d.VolumeBindings) != 1 || d.VolumeBindings[0].Volume != "" || d.VolumeBindings[0].Node != "a" {
+		t.Fatalf("dynamic claim: %+v", d.VolumeBindings)
+	}
+	d = a.Schedule(t.Context(), withClaim(pod("p6", nil), "made"), snapshot([]*corev1.Node{host("b")}, nil, l), Options{Explain: true})
+	if d.Feasible() || d.Filtered["b"].Reasons[0] != ReasonVolumeBindConflict {
+		t.Fatalf("dynamic claim outside the class's topology: %+v", d.Filtered["b"])
+	}
+}
+
 func TestNoVolumeZoneConflict(t *testing.T) {
 	nodes := []*corev1.Node{
 		node("z1", map[string]string{corev1.LabelTopologyZone: "z1"}),
@@ -203,5 +256,33 @@ func TestImageLocality(t *testing.T) {
 	}
 	if normalizeImage("nginx") != "nginx:latest" || normalizeImage("host:5000/nginx") != "host:5000/nginx:latest" || normalizeImage("a@sha256:x") != "a@sha256:x" {
 		t.Errorf("normalizeImage")
+	}
+}
+
+// Without CheckVolumeBinding in the Policy, volumes are still bound in the
+// decision: a node whose claims cannot be bound is passed over for the
+// next best that can, and with none the pod does not fit.
+func TestVolumeBindingWithoutThePredicate(t *testing.T) {
+	host := func(n string) *corev1.Node { return node(n, map[string]string{"kubernetes.io/hostname": n}) }
+	local := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "local"}, Provisioner: "kubernetes.io/no-provisioner",
+		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer)}
+	l := volumeListers([]*corev1.PersistentVolumeClaim{pvc("one", "", "local"), pvc("two", "", "local")},
+		[]*corev1.PersistentVolume{localPV("pv-b", "b", "local", nil)}, []*storagev1.StorageClass{local})
+	// "a" scores higher (MostRequested favours the node with a pod), but
+	// only "b" reaches the volume.
+	existing := []*corev1.Pod{onNode(withRequests(pod("busy", nil), "1", "1Gi"), "a")}
+	a := mustAlgorithm(t, policyOf(nil, prios("MostRequestedPriority")))
+	snap := snapshot([]*corev1.Node{host("a"), host("b")}, existing, l)
+	d := a.Schedule(t.Context(), withClaim(pod("p1", nil), "one"), snap, Options{})
+	if d.Selected != "b" || len(d.VolumeBindings) != 1 || d.VolumeBindings[0].Volume != "pv-b" {
+		t.Fatalf("selected %q bindings %+v, want b with pv-b", d.Selected, d.VolumeBindings)
+	}
+	if f := d.Filtered["a"]; f == nil || f.Predicate != "CheckVolumeBinding" {
+		t.Fatalf("a, the better scored node, was not passed over for its volumes: %+v", f)
+	}
+	snap.AssumedVolumes = map[string]string{"pv-b": "default/one"}
+	d = a.Schedule(t.Context(), withClaim(pod("p2", nil), "two"), snap, Options{})
+	if d.Feasible() || d.Filtered["a"].Reasons[0] != ReasonVolumeBindConflict || d.Filtered["b"].Reasons[0] != ReasonVolumeBindConflict {
+		t.Fatalf("second claim, no volume left: selected %q filtered %+v", d.Selected, d.Filtered)
 	}
 }
