@@ -37,10 +37,16 @@ func (e *errDrainNotPermitted) Error() string {
 // drains are retried with exponential backoff (the controller's rate
 // limiter).
 type drainReconciler struct {
-	client   client.Client
+	client client.Client
+	// reader reads the API directly, past the cache.
+	reader   client.Reader
 	kube     kubernetes.Interface
 	recorder record.EventRecorder
 	opts     *Options
+	// controlPlane serialises the check that no other control-plane node
+	// is being drained with the cordon that starts a drain, so that
+	// concurrent reconciles never drain two at once.
+	controlPlane sync.Mutex
 }
 
 func (d *drainReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -51,33 +57,41 @@ func (d *drainReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	if m.DeletionTimestamp.IsZero() || phaseOf(m) != machinev1.PhaseDeleting || conditionTrue(m.Status.Conditions, machinev1.MachineDrained) {
 		return reconcile.Result{}, nil
 	}
-	base := m.DeepCopy()
-	now := metav1.NewTime(timeNow())
+	if hooks := m.Spec.LifecycleHooks.PreDrain; len(hooks) > 0 {
+		klog.FromContext(ctx).V(2).Info("Not draining: lifecycle blocked by pre-drain hooks", "machine", klog.KObj(m), "hooks", hooks)
+		d.recorder.Event(m, corev1.EventTypeNormal, EventDrainBlocked, "Drain blocked by pre-drain hook")
+		return reconcile.Result{}, nil
+	}
 	done := trueCondition(machinev1.MachineDrained, "Drain finished successfully")
-	if _, excluded := m.Annotations[ExcludeNodeDrainingAnnotation]; excluded || m.Status.NodeRef == nil {
+	// A machine deleted before nodelink linked its node still owns that
+	// node: find it (by provider ID first) rather than skip its drain.
+	var nodeNames []string
+	if _, excluded := m.Annotations[ExcludeNodeDrainingAnnotation]; !excluded {
+		var err error
+		if nodeNames, err = nodesOfMachine(ctx, d.client, d.reader, m); err != nil {
+			return reconcile.Result{}, fmt.Errorf("finding the node of machine %s: %w", m.Name, err)
+		}
+	}
+	if len(nodeNames) == 0 {
 		d.recorder.Event(m, corev1.EventTypeNormal, EventDrainSkipped, "Node drain skipped")
 		done.Message = "Node drain skipped"
 	} else {
-		if hooks := m.Spec.LifecycleHooks.PreDrain; len(hooks) > 0 {
-			klog.FromContext(ctx).V(2).Info("Not draining: lifecycle blocked by pre-drain hooks", "machine", klog.KObj(m), "hooks", hooks)
-			d.recorder.Event(m, corev1.EventTypeNormal, EventDrainBlocked, "Drain blocked by pre-drain hook")
-			return reconcile.Result{}, nil
-		}
 		d.recorder.Event(m, corev1.EventTypeNormal, EventDrainProceeds, "Node drain proceeds")
-		if err := d.drainNode(ctx, m); err != nil {
-			m.Status.Conditions = setCondition(m.Status.Conditions, falseCondition(machinev1.MachineDrained, machinev1.MachineDrainError,
-				machinev1.ConditionSeverityWarning, "could not drain machine: %v", err), now)
-			d.recorder.Eventf(m, corev1.EventTypeNormal, EventDrainRequeued, "Node drain requeued: %v", err)
-			if perr := d.client.Status().Patch(ctx, m, optimisticMerge(base)); perr != nil && !apierrors.IsNotFound(perr) {
-				klog.FromContext(ctx).Error(perr, "Recording the drain failure", "machine", klog.KObj(m))
+		for _, name := range nodeNames {
+			if err := d.drainNode(ctx, m, name); err != nil {
+				drained := falseCondition(machinev1.MachineDrained, machinev1.MachineDrainError,
+					machinev1.ConditionSeverityWarning, "could not drain machine: %v", err)
+				d.recorder.Eventf(m, corev1.EventTypeNormal, EventDrainRequeued, "Node drain requeued: %v", err)
+				if perr := writeMachineStatus(ctx, d.client, m, machineFacts{drained: &drained}); perr != nil && !apierrors.IsNotFound(perr) {
+					klog.FromContext(ctx).Error(perr, "Recording the drain failure", "machine", klog.KObj(m))
+				}
+				// An error, not a requeue: the rate limiter backs off.
+				return reconcile.Result{}, err
 			}
-			// An error, not a requeue: the rate limiter backs off.
-			return reconcile.Result{}, err
 		}
 		d.recorder.Event(m, corev1.EventTypeNormal, EventDrainSucceeded, "Node drain succeeded")
 	}
-	m.Status.Conditions = setCondition(m.Status.Conditions, done, now)
-	if err := d.client.Status().Patch(ctx, m, optimisticMerge(base)); err != nil {
+	if err := writeMachineStatus(ctx, d.client, m, machineFacts{drained: &done}); err != nil {
 		return reconcile.Result{}, fmt.Errorf("recording the drain of machine %s: %w", m.Name, err)
 	}
 	return reconcile.Result{}, nil
@@ -86,18 +100,15 @@ func (d *drainReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 // drainNode cordons the machine's Node and evicts its pods through the
 // Eviction API, so PodDisruptionBudgets hold it back; DaemonSet pods stay,
 // emptyDir data goes.
-func (d *drainReconciler) drainNode(ctx context.Context, m *machinev1.Machine) error {
+func (d *drainReconciler) drainNode(ctx context.Context, m *machinev1.Machine, nodeName string) error {
 	log := klog.FromContext(ctx).WithValues("machine", klog.KObj(m))
-	node, err := d.kube.CoreV1().Nodes().Get(ctx, m.Status.NodeRef.Name, metav1.GetOptions{})
+	node, err := d.kube.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		log.Info("Node of the machine is already gone", "node", m.Status.NodeRef.Name)
+		log.Info("Node of the machine is already gone", "node", nodeName)
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("unable to get node %q: %w", m.Status.NodeRef.Name, err)
-	}
-	if err := d.drainAllowed(ctx, node); err != nil {
-		return err
+		return fmt.Errorf("unable to get node %q: %w", nodeName, err)
 	}
 	errOut := &klogWriter{log: log, isErr: true}
 	drainer := &drain.Helper{
@@ -127,8 +138,8 @@ func (d *drainReconciler) drainNode(ctx context.Context, m *machinev1.Machine) e
 		drainer.SkipWaitForDeleteTimeoutSeconds = skipWaitForDeleteTimeoutSeconds
 		drainer.GracePeriodSeconds = 1
 	}
-	if err := drain.RunCordonOrUncordon(drainer, node, true); err != nil {
-		return fmt.Errorf("cordoning node %s: %w", node.Name, err)
+	if err := d.cordon(ctx, drainer, node); err != nil {
+		return err
 	}
 	if err := drain.RunNodeDrain(drainer, node.Name); err != nil {
 		// A timeout says little by itself; why the pods did not go does.
@@ -142,24 +153,42 @@ func (d *drainReconciler) drainNode(ctx context.Context, m *machinev1.Machine) e
 	return nil
 }
 
-// drainAllowed lets control-plane nodes drain one at a time: a cordoned
-// control-plane node may be mid-drain. A node already cordoned continues
-// its own drain.
-func (d *drainReconciler) drainAllowed(ctx context.Context, node *corev1.Node) error {
-	if node.Spec.Unschedulable || !nodes.IsControlPlane(node) {
-		return nil
-	}
-	list := &corev1.NodeList{}
-	if err := d.client.List(ctx, list); err != nil {
-		return fmt.Errorf("listing control plane nodes: %w", err)
-	}
-	for i := range list.Items {
-		other := &list.Items[i]
-		if other.Name != node.Name && nodes.IsControlPlane(other) && other.Spec.Unschedulable {
-			return &errDrainNotPermitted{other: other.Name}
+// cordon starts the drain of a node. Control-plane nodes drain one at a
+// time: a cordoned control-plane node may be mid-drain, so another is not
+// cordoned meanwhile (a node already cordoned continues its own drain).
+// The check reads the API, not the cache, and it and the cordon happen
+// under one lock, so two reconciles never both pass it.
+func (d *drainReconciler) cordon(ctx context.Context, drainer *drain.Helper, node *corev1.Node) error {
+	if nodes.IsControlPlane(node) && !node.Spec.Unschedulable {
+		d.controlPlane.Lock()
+		defer d.controlPlane.Unlock()
+		if other, err := d.cordonedControlPlaneNode(ctx, node.Name); err != nil {
+			return err
+		} else if other != "" {
+			return &errDrainNotPermitted{other: other}
 		}
 	}
+	if err := drain.RunCordonOrUncordon(drainer, node, true); err != nil {
+		return fmt.Errorf("cordoning node %s: %w", node.Name, err)
+	}
 	return nil
+}
+
+// cordonedControlPlaneNode names a cordoned control-plane node other than
+// self, read from the API.
+func (d *drainReconciler) cordonedControlPlaneNode(ctx context.Context, self string) (string, error) {
+	for _, role := range []string{nodes.LabelRoleControlPlane, nodes.LabelRoleMaster} {
+		list, err := d.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: role})
+		if err != nil {
+			return "", fmt.Errorf("listing control plane nodes: %w", err)
+		}
+		for i := range list.Items {
+			if n := &list.Items[i]; n.Name != self && n.Spec.Unschedulable {
+				return n.Name, nil
+			}
+		}
+	}
+	return "", nil
 }
 
 // klogWriter passes the drain helper's output to the log, remembering

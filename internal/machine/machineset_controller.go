@@ -102,11 +102,11 @@ func (r *machineSetReconciler) syncReplicas(ctx context.Context, ms *machinev1.M
 	switch diff := len(machines) - want; {
 	case diff < 0:
 		log.Info("Too few replicas, creating machines", "want", want, "have", len(machines), "creating", -diff)
-		created, err := r.createMachines(ctx, ms, -diff)
-		if err != nil {
-			return err
-		}
-		return r.waitInCache(ctx, created, func(m *machinev1.Machine, err error) bool { return err == nil })
+		created, createErr := r.createMachines(ctx, ms, -diff)
+		// Even when some creations failed, wait until the cache shows the
+		// ones that succeeded: the retry must count them, or it creates
+		// them again and the MachineSet overshoots.
+		return errors.Join(createErr, r.waitInCache(ctx, created, func(m *machinev1.Machine, err error) bool { return err == nil }))
 	case diff > 0:
 		prio, err := deletePriorityFor(ms)
 		if err != nil {

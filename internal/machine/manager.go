@@ -154,7 +154,7 @@ func addControllers(mgr manager.Manager, cfg *rest.Config, opts *Options) error 
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Concurrency}).Complete(machines); err != nil {
 		return err
 	}
-	drains := &drainReconciler{client: c, kube: kube, recorder: mgr.GetEventRecorderFor("machine-drain-controller"), opts: opts}
+	drains := &drainReconciler{client: c, reader: mgr.GetAPIReader(), kube: kube, recorder: mgr.GetEventRecorderFor("machine-drain-controller"), opts: opts}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("machine-drain-controller").For(&machinev1.Machine{}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Concurrency, RateLimiter: drainRateLimiter(opts)}).Complete(drains); err != nil {
 		return err

@@ -3,12 +3,14 @@ package machine
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/capstan-dev/capstan/internal/taints"
 
 	machinev1 "github.com/openshift/api/machine/v1beta1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -79,9 +81,7 @@ func (r *nodeLinkReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	}
 	ref := &corev1.ObjectReference{Kind: "Node", Name: node.Name, UID: node.UID}
 	if m.DeletionTimestamp.IsZero() && !equality.Semantic.DeepEqual(m.Status.NodeRef, ref) {
-		base := m.DeepCopy()
-		m.Status.NodeRef = ref
-		if err := r.client.Status().Patch(ctx, m, optimisticMerge(base)); err != nil {
+		if err := writeMachineStatus(ctx, r.client, m, machineFacts{nodeRef: ref}); err != nil {
 			return reconcile.Result{}, fmt.Errorf("setting nodeRef of machine %s: %w", m.Name, err)
 		}
 		klog.FromContext(ctx).V(2).Info("Linked node to machine", "node", node.Name, "machine", klog.KObj(m))
@@ -181,4 +181,63 @@ func machineOfNode(ctx context.Context, c client.Reader, node client.Object) *ma
 		return nil
 	}
 	return m
+}
+
+// nodesOfMachine names the machine's node: its nodeRef, or, for a machine deleted
+// before nodelink linked it (its provider ID perhaps not even recorded),
+// the nodes that registered for it: by provider ID or machine annotation
+// in the cache, and, since the cache may lag a node that registered just
+// now, read from the API under the machine's name and hostnames.
+func nodesOfMachine(ctx context.Context, cached, direct client.Reader, m *machinev1.Machine) ([]string, error) {
+	if ref := m.Status.NodeRef; ref != nil {
+		return []string{ref.Name}, nil
+	}
+	id := ptr.Deref(m.Spec.ProviderID, "")
+	key := client.ObjectKeyFromObject(m)
+	belongs := func(n *corev1.Node) bool {
+		named, ok := MachineOfNode(n)
+		return ok && named == key || id != "" && n.Spec.ProviderID == id
+	}
+	var names []string
+	add := func(n *corev1.Node) {
+		if belongs(n) && !slices.Contains(names, n.Name) {
+			names = append(names, n.Name)
+		}
+	}
+	// By provider ID first: the cloud's name for the instance is the
+	// surest link; then by the annotation nodelink writes.
+	for _, f := range [][2]string{{nodeProviderIDIndex, id}, {nodeMachineIndex, key.String()}} {
+		field, value := f[0], f[1]
+		if value == "" {
+			continue
+		}
+		list := &corev1.NodeList{}
+		if err := cached.List(ctx, list, client.MatchingFields{field: value}); err != nil {
+			return nil, err
+		}
+		for i := range list.Items {
+			add(&list.Items[i])
+		}
+	}
+	candidates := []string{m.Name}
+	for _, a := range m.Status.Addresses {
+		if a.Type == corev1.NodeHostName || a.Type == corev1.NodeInternalDNS {
+			candidates = append(candidates, a.Address)
+		}
+	}
+	for _, name := range candidates {
+		if slices.Contains(names, name) {
+			continue
+		}
+		node := &corev1.Node{}
+		err := direct.Get(ctx, client.ObjectKey{Name: name}, node)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		add(node)
+	}
+	return names, nil
 }

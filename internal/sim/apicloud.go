@@ -57,8 +57,9 @@ type APICloud struct {
 
 	mu       sync.Mutex
 	failures []*FailureRule
-	// used maps instance indexes to names; loaded from the API on first use.
-	used map[int]string
+	// used are the indexes this process knows to be claimed (loaded from
+	// the API on first use); the API, not this map, is the authority.
+	used map[int]bool
 }
 
 var _ Cloud = (*APICloud)(nil)
@@ -144,11 +145,11 @@ func (c *APICloud) CreateInstance(ctx context.Context, spec InstanceSpec) (*Inst
 	}
 	cm, err := instanceToConfigMap(inst)
 	if err != nil {
-		c.releaseIndex(idx)
+		_ = c.releaseIndex(ctx, idx, spec.Name)
 		return nil, err
 	}
 	if _, err := c.client.CoreV1().ConfigMaps(Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
-		c.releaseIndex(idx)
+		_ = c.releaseIndex(ctx, idx, spec.Name)
 		if apierrors.IsAlreadyExists(err) {
 			return nil, &InstanceError{Reason: ReasonAlreadyExists, Message: fmt.Sprintf("an instance named %s already exists", spec.Name)}
 		}
@@ -204,8 +205,7 @@ func (c *APICloud) remove(ctx context.Context, cm *corev1.ConfigMap, inst *Insta
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("removing instance %s: %w", cm.Name, err)
 	}
-	c.releaseIndex(inst.Index)
-	return nil
+	return c.releaseIndex(ctx, inst.Index, inst.Name())
 }
 
 // GetInstance returns a live instance.
@@ -255,36 +255,174 @@ func (c *APICloud) expired(inst *Instance) bool {
 	return inst.TerminateAt != nil && !c.opts.Clock.Now().Before(*inst.TerminateAt)
 }
 
+// Instance indexes (which derive addresses and pod ranges) are claimed
+// through the API, so that every process serving the cloud — capstan up
+// and a `capstan sim node add` beside it — hands out each one once: a
+// ConfigMap named after the index is created for the instance, and that
+// creation is the claim.
+const (
+	// IndexClaimLabel marks the ConfigMaps that claim instance indexes.
+	IndexClaimLabel = "sim.capstan.dev/index-claim"
+	indexClaimInstanceKey = "instance"
+	// staleClaimAge is how old a claim whose instance does not exist must
+	// be before it is taken back: its creator died between the two
+	// creations (which are milliseconds apart).
+	staleClaimAge = time.Minute
+)
+
+func indexClaimName(idx int) string { return fmt.Sprintf("instance-index-%05d", idx) }
+
+// claimIndex claims the lowest free index for instance name. The indexes
+// this process knows to be held are skipped without asking the API; one
+// released by another process is found again when this one next loads
+// them (at start, or when every index looks taken).
 func (c *APICloud) claimIndex(ctx context.Context, name string) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.used == nil {
-		list, err := c.client.CoreV1().ConfigMaps(Namespace).List(ctx, metav1.ListOptions{LabelSelector: InstanceLabel})
-		if err != nil {
-			return 0, fmt.Errorf("listing instances: %w", err)
-		}
-		c.used = map[int]string{}
-		for i := range list.Items {
-			if inst, err := instanceFromConfigMap(&list.Items[i]); err == nil {
-				c.used[inst.Index] = inst.Name()
-			}
+		if err := c.loadIndexesLocked(ctx); err != nil {
+			return 0, err
 		}
 	}
+	cms := c.client.CoreV1().ConfigMaps(Namespace)
+	reloaded := false
 	for i := 0; i < maxInstances; i++ {
-		if _, taken := c.used[i]; !taken {
-			c.used[i] = name
-			return i, nil
+		if i == maxInstances-1 && c.used[i] && !reloaded {
+			// Every index looks taken: some may have been released by
+			// other processes since this one looked. Look again.
+			if err := c.loadIndexesLocked(ctx); err != nil {
+				return 0, err
+			}
+			reloaded, i = true, -1
+			continue
 		}
+		if c.used[i] {
+			continue
+		}
+		claim := &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: indexClaimName(i), Namespace: Namespace, Labels: map[string]string{IndexClaimLabel: "true"}},
+			Data:       map[string]string{indexClaimInstanceKey: name},
+		}
+		_, err := cms.Create(ctx, claim, metav1.CreateOptions{})
+		switch {
+		case err == nil:
+			c.used[i] = true
+			return i, nil
+		case !apierrors.IsAlreadyExists(err):
+			return 0, fmt.Errorf("claiming instance index %d: %w", i, err)
+		}
+		reclaimed, err := c.reclaimStaleLocked(ctx, i)
+		if err != nil {
+			return 0, err
+		}
+		if reclaimed {
+			i-- // try this index again
+			continue
+		}
+		c.used[i] = true // claimed by someone else
 	}
 	return 0, &InstanceError{Reason: ReasonInsufficientCapacity, Message: fmt.Sprintf("the simulated cloud holds at most %d instances", maxInstances)}
 }
 
-func (c *APICloud) releaseIndex(idx int) {
+// loadIndexesLocked reads which indexes are held by existing instances,
+// and claims those of instances created before claims existed (a data dir
+// of an older capstan). Claims without their instance are not counted:
+// claimIndex tries them, and takes them back once stale.
+func (c *APICloud) loadIndexesLocked(ctx context.Context) error {
+	cms := c.client.CoreV1().ConfigMaps(Namespace)
+	claims, err := cms.List(ctx, metav1.ListOptions{LabelSelector: IndexClaimLabel})
+	if err != nil {
+		return fmt.Errorf("listing instance index claims: %w", err)
+	}
+	claimed := map[int]bool{}
+	for _, cm := range claims.Items {
+		var idx int
+		if _, err := fmt.Sscanf(cm.Name, "instance-index-%d", &idx); err == nil {
+			claimed[idx] = true
+		}
+	}
+	insts, err := cms.List(ctx, metav1.ListOptions{LabelSelector: InstanceLabel})
+	if err != nil {
+		return fmt.Errorf("listing instances: %w", err)
+	}
+	used := map[int]bool{}
+	for i := range insts.Items {
+		inst, err := instanceFromConfigMap(&insts.Items[i])
+		if err != nil {
+			continue
+		}
+		used[inst.Index] = true
+		if claimed[inst.Index] {
+			continue
+		}
+		claim := &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: indexClaimName(inst.Index), Namespace: Namespace, Labels: map[string]string{IndexClaimLabel: "true"}},
+			Data:       map[string]string{indexClaimInstanceKey: inst.Name()},
+		}
+		if _, err := cms.Create(ctx, claim, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("claiming the index of instance %s: %w", inst.Name(), err)
+		}
+	}
+	c.used = used
+	return nil
+}
+
+// reclaimStaleLocked deletes the claim of index idx if its instance does
+// not exist and the claim is older than staleClaimAge.
+func (c *APICloud) reclaimStaleLocked(ctx context.Context, idx int) (bool, error) {
+	cms := c.client.CoreV1().ConfigMaps(Namespace)
+	claim, err := cms.Get(ctx, indexClaimName(idx), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true, nil // released meanwhile
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading the claim of instance index %d: %w", idx, err)
+	}
+	if c.opts.Clock.Since(claim.CreationTimestamp.Time) < staleClaimAge {
+		return false, nil
+	}
+	inst, err := cms.Get(ctx, claim.Data[indexClaimInstanceKey], metav1.GetOptions{})
+	if err == nil {
+		if i, err := instanceFromConfigMap(inst); err != nil || i.Index == idx {
+			return false, nil
+		}
+	} else if !apierrors.IsNotFound(err) {
+		return false, fmt.Errorf("reading instance %s: %w", claim.Data[indexClaimInstanceKey], err)
+	}
+	uid := claim.UID
+	err = cms.Delete(ctx, claim.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return false, fmt.Errorf("taking back stale instance index %d: %w", idx, err)
+	}
+	return true, nil
+}
+
+// releaseIndex gives back the index of instance name once the instance is
+// gone; a claim that is no longer this instance's (released already, and
+// claimed again) is left alone.
+func (c *APICloud) releaseIndex(ctx context.Context, idx int, name string) error {
+	cms := c.client.CoreV1().ConfigMaps(Namespace)
+	claim, err := cms.Get(ctx, indexClaimName(idx), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading the claim of instance index %d: %w", idx, err)
+	}
+	if claim.Data[indexClaimInstanceKey] != name {
+		return nil
+	}
+	uid := claim.UID
+	err = cms.Delete(ctx, claim.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("releasing instance index %d: %w", idx, err)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.used != nil {
 		delete(c.used, idx)
 	}
+	return nil
 }
 
 // nodeIP is 10.0.0.0/16 plus the index (skipping .0).

@@ -1,0 +1,229 @@
+package machine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	goruntime "runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+
+	machinev1 "github.com/openshift/api/machine/v1beta1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/kubectl/pkg/drain"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/capstan-dev/capstan/internal/nodes"
+)
+
+func controlPlaneNode(name string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{nodes.LabelRoleMaster: "", nodes.LabelRoleControlPlane: ""}}}
+}
+
+// slowNodeLists lets the node lists of concurrent drains overlap: each
+// list, once answered, waits until another list was answered too (or half
+// a second passed: the other drain may be waiting its turn).
+type slowNodeLists struct {
+	kubernetes.Interface
+	listed *atomic.Int32
+}
+
+func (k slowNodeLists) CoreV1() corev1client.CoreV1Interface {
+	return slowCore{CoreV1Interface: k.Interface.CoreV1(), listed: k.listed}
+}
+
+type slowCore struct {
+	corev1client.CoreV1Interface
+	listed *atomic.Int32
+}
+
+func (c slowCore) Nodes() corev1client.NodeInterface {
+	return slowNodes{NodeInterface: c.CoreV1Interface.Nodes(), listed: c.listed}
+}
+
+type slowNodes struct {
+	corev1client.NodeInterface
+	listed *atomic.Int32
+}
+
+func (n slowNodes) List(ctx context.Context, opts metav1.ListOptions) (*corev1.NodeList, error) {
+	list, err := n.NodeInterface.List(ctx, opts)
+	n.listed.Add(1)
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for n.listed.Load() < 2 && time.Now().Before(deadline) {
+		goruntime.Gosched()
+	}
+	return list, err
+}
+
+// Two drains of control-plane nodes start at once (concurrent
+// reconciles): exactly one may cordon its node; the other is refused
+// until the first is done, even when both look at the nodes before either
+// cordons.
+func TestControlPlaneNodesDrainOneAtATime(t *testing.T) {
+	kube := kubefake.NewClientset(controlPlaneNode("master-0"), controlPlaneNode("master-1"), controlPlaneNode("master-2"))
+	d := &drainReconciler{kube: slowNodeLists{Interface: kube, listed: &atomic.Int32{}}, opts: &Options{}}
+	var wg sync.WaitGroup
+	var cordoned, refused atomic.Int32
+	for _, name := range []string{"master-0", "master-1"} {
+		wg.Go(func() {
+			node, err := kube.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			helper := &drain.Helper{Ctx: context.Background(), Client: kube}
+			var notPermitted *errDrainNotPermitted
+			switch err := d.cordon(context.Background(), helper, node); {
+			case err == nil:
+				cordoned.Add(1)
+			case errors.As(err, &notPermitted):
+				refused.Add(1)
+			default:
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if cordoned.Load() != 1 || refused.Load() != 1 {
+		t.Fatalf("%d control-plane nodes cordoned, %d refused; want one of each", cordoned.Load(), refused.Load())
+	}
+}
+
+func newFakeClient(objs ...client.Object) client.WithWatch {
+	return fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(objs...).
+		WithStatusSubresource(&machinev1.Machine{}, &machinev1.MachineSet{}).
+		WithIndex(&corev1.Node{}, nodeProviderIDIndex, indexNodeProviderID).
+		WithIndex(&corev1.Node{}, nodeMachineIndex, indexNodeMachine).
+		Build()
+}
+
+// A machine deleted before nodelink linked its node is not deleted without
+// draining the node it owns: the drain finds the node by provider ID.
+func TestUnlinkedNodeIsDrained(t *testing.T) {
+	m := testMachine("m")
+	m.Spec.ProviderID = ptr.To("capstan://sim-zone-a/m-instance")
+	m.Finalizers = []string{machinev1.MachineFinalizer}
+	m.DeletionTimestamp = ptr.To(metav1.Now())
+	m.Status.Phase = ptr.To(machinev1.PhaseDeleting)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "m-instance"}, Spec: corev1.NodeSpec{ProviderID: "capstan://sim-zone-a/m-instance"}}
+	c := newFakeClient(m, node)
+	kube := kubefake.NewClientset(node.DeepCopy())
+	d := &drainReconciler{client: c, reader: c, kube: kube, recorder: record.NewFakeRecorder(10), opts: &Options{DrainTimeout: time.Second}}
+	if _, err := d.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: Namespace, Name: "m"}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := kube.CoreV1().Nodes().Get(context.Background(), "m-instance", metav1.GetOptions{})
+	if err != nil || !got.Spec.Unschedulable {
+		t.Fatalf("the machine's unlinked node was not drained (cordoned): %v %v", err, got.Spec.Unschedulable)
+	}
+	after := &machinev1.Machine{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(m), after); err != nil {
+		t.Fatal(err)
+	}
+	if d := getCondition(after.Status.Conditions, machinev1.MachineDrained); d == nil || d.Status != corev1.ConditionTrue || d.Message != "Drain finished successfully" {
+		t.Fatalf("Drained %+v, want a real drain, not a skipped one", d)
+	}
+}
+
+// laggingClient creates through the API but shows what it created only
+// once someone waits for it (a Get), as an informer cache catches up: a
+// List right after creating misses the new machines.
+type laggingClient struct {
+	client.WithWatch
+	mu     sync.Mutex
+	hidden map[types.NamespacedName]bool
+	// failEvery makes every n-th creation fail.
+	failEvery, creates int
+}
+
+func (l *laggingClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	l.mu.Lock()
+	l.creates++
+	fail := l.failEvery > 0 && l.creates%l.failEvery == 0
+	l.mu.Unlock()
+	if fail {
+		return apierrors.NewServiceUnavailable("injected: the apiserver is busy")
+	}
+	if m, ok := obj.(*machinev1.Machine); ok && m.Name == "" && m.GenerateName != "" {
+		m.Name = fmt.Sprintf("%s%d", m.GenerateName, l.creates)
+	}
+	if err := l.WithWatch.Create(ctx, obj, opts...); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.hidden[client.ObjectKeyFromObject(obj)] = true
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *laggingClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	l.mu.Lock()
+	hidden := l.hidden[key]
+	delete(l.hidden, key) // shown from the next look on
+	l.mu.Unlock()
+	if hidden {
+		return apierrors.NewNotFound(machinev1.Resource("machines"), key.Name)
+	}
+	return l.WithWatch.Get(ctx, key, obj, opts...)
+}
+
+func (l *laggingClient) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if err := l.WithWatch.List(ctx, list, opts...); err != nil {
+		return err
+	}
+	ml, ok := list.(*machinev1.MachineList)
+	if !ok {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	kept := ml.Items[:0]
+	for _, m := range ml.Items {
+		if !l.hidden[client.ObjectKeyFromObject(&m)] {
+			kept = append(kept, m)
+		}
+	}
+	ml.Items = kept
+	return nil
+}
+
+// Some creations fail: the retry creates only what is missing, never
+// again the machines the cache had not shown yet.
+func TestMachineSetDoesNotOvershootWhenCreatesFail(t *testing.T) {
+	ms := &machinev1.MachineSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "workers", Namespace: Namespace, UID: "ms-uid"},
+		Spec: machinev1.MachineSetSpec{Replicas: ptr.To[int32](5),
+			Selector: metav1.LabelSelector{MatchLabels: map[string]string{MachineSetLabel: "workers"}},
+			Template: machinev1.MachineTemplateSpec{ObjectMeta: machinev1.ObjectMeta{Labels: map[string]string{MachineSetLabel: "workers"}},
+				Spec: testMachine("t").Spec}},
+	}
+	lc := &laggingClient{WithWatch: newFakeClient(ms), hidden: map[types.NamespacedName]bool{}, failEvery: 2}
+	r := &machineSetReconciler{client: lc, recorder: record.NewFakeRecorder(100), opts: &Options{Concurrency: 1}}
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ms)}
+	for attempt := 0; attempt < 10; attempt++ {
+		if _, err := r.Reconcile(context.Background(), req); err == nil {
+			break
+		}
+	}
+	list := &machinev1.MachineList{}
+	if err := lc.WithWatch.List(context.Background(), list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 5 {
+		t.Fatalf("%d machines for 5 replicas", len(list.Items))
+	}
+}

@@ -1,0 +1,126 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	k8stesting "k8s.io/client-go/testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// apiserverClient is a fake clientset that stamps creation times, as the
+// apiserver does: the cloud tells fresh index claims from stale ones by
+// them.
+func apiserverClient(objs ...runtime.Object) *fake.Clientset {
+	client := fake.NewClientset(objs...)
+	client.PrependReactor("create", "*", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if o, ok := action.(k8stesting.CreateAction).GetObject().(metav1.Object); ok && o.GetCreationTimestamp().Time.IsZero() {
+			o.SetCreationTimestamp(metav1.Now())
+		}
+		return false, nil, nil
+	})
+	return client
+}
+
+func spec(name string) InstanceSpec {
+	return InstanceSpec{Name: name, CPU: resource.MustParse("1"), Memory: resource.MustParse("1Gi"), Pods: 10}
+}
+
+// Two processes serving one cloud (capstan up, and `capstan sim node add`
+// beside it) create instances at the same time: every instance gets its
+// own index, so no address or pod range is handed out twice.
+func TestTwoCloudsNeverShareAnIndex(t *testing.T) {
+	client := apiserverClient()
+	ctx := context.Background()
+	clouds := []*APICloud{NewAPICloud(client, CloudOptions{}), NewAPICloud(client, CloudOptions{})}
+	// Both have looked at the (empty) cloud before either creates.
+	for _, c := range clouds {
+		if _, err := c.ListInstances(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	ips := map[string]string{}
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Go(func() {
+			inst, err := clouds[i%2].CreateInstance(ctx, spec(fmt.Sprintf("n-%02d", i)))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if other, dup := ips[inst.InternalIP]; dup {
+				t.Errorf("%s and %s share %s", other, inst.Name(), inst.InternalIP)
+			}
+			ips[inst.InternalIP] = inst.Name()
+		})
+	}
+	wg.Wait()
+	// A deleted instance gives its index back: to the cloud that deleted
+	// it, and to any that looks afresh.
+	first, err := clouds[0].GetInstance(ctx, "n-00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := clouds[0].DeleteInstance(ctx, "n-00"); err != nil {
+		t.Fatal(err)
+	}
+	inst, err := clouds[0].CreateInstance(ctx, spec("again"))
+	if err != nil || inst.Index != first.Index {
+		t.Fatalf("new instance: %v, %v; want the freed index %d", inst, err, first.Index)
+	}
+	if err := clouds[0].DeleteInstance(ctx, "again"); err != nil {
+		t.Fatal(err)
+	}
+	inst, err = NewAPICloud(client, CloudOptions{}).CreateInstance(ctx, spec("fresh"))
+	if err != nil || inst.Index != first.Index {
+		t.Fatalf("instance of a new process: %v, %v; want the freed index %d", inst, err, first.Index)
+	}
+}
+
+// A claim left by a process that died before creating its instance is
+// taken back once it is old enough, never before.
+func TestStaleIndexClaimsAreTakenBack(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
+	claim := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: indexClaimName(0), Namespace: Namespace,
+		Labels: map[string]string{IndexClaimLabel: "true"}, CreationTimestamp: metav1.NewTime(now)},
+		Data: map[string]string{indexClaimInstanceKey: "never-created"}}
+	client := apiserverClient(claim)
+	clock := clocktesting.NewFakeClock(now.Add(10 * time.Second))
+	inst, err := NewAPICloud(client, CloudOptions{Clock: clock}).CreateInstance(ctx, spec("young"))
+	if err != nil || inst.Index != 1 {
+		t.Fatalf("with a fresh claim on 0: index %v, %v; want 1", inst, err)
+	}
+	clock.Step(staleClaimAge)
+	inst, err = NewAPICloud(client, CloudOptions{Clock: clock}).CreateInstance(ctx, spec("later"))
+	if err != nil || inst.Index != 0 {
+		t.Fatalf("with a stale claim on 0: index %v, %v; want 0", inst, err)
+	}
+}
+
+// Instances of a data dir from before index claims keep their indexes.
+func TestInstancesWithoutClaimsKeepTheirIndexes(t *testing.T) {
+	ctx := context.Background()
+	old := &Instance{Spec: spec("old").withDefaults(), Index: 0, InternalIP: nodeIP(0).String(), PodCIDR: podCIDR(0).String()}
+	cm, err := instanceToConfigMap(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := apiserverClient(cm)
+	inst, err := NewAPICloud(client, CloudOptions{}).CreateInstance(ctx, spec("new"))
+	if err != nil || inst.Index == 0 {
+		t.Fatalf("new instance: %v, %v; want an index other than the old instance's 0", inst, err)
+	}
+}
