@@ -262,7 +262,7 @@ func (c *APICloud) expired(inst *Instance) bool {
 // creation is the claim.
 const (
 	// IndexClaimLabel marks the ConfigMaps that claim instance indexes.
-	IndexClaimLabel = "sim.capstan.dev/index-claim"
+	IndexClaimLabel       = "sim.capstan.dev/index-claim"
 	indexClaimInstanceKey = "instance"
 	// staleClaimAge is how old a claim whose instance does not exist must
 	// be before it is taken back: its creator died between the two
