@@ -227,3 +227,127 @@ func TestMachineSetDoesNotOvershootWhenCreatesFail(t *testing.T) {
 		t.Fatalf("%d machines for 5 replicas", len(list.Items))
 	}
 }
+
+// fakeActuator keeps instances in memory.
+type fakeActuator struct {
+	mu        sync.Mutex
+	instances map[string]bool
+	refuse    error
+}
+
+func (a *fakeActuator) Create(_ context.Context, m *machinev1.Machine) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.refuse != nil {
+		return a.refuse
+	}
+	a.instances[m.Name] = true
+	return nil
+}
+
+func (a *fakeActuator) Exists(_ context.Context, m *machinev1.Machine) (bool, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.instances[m.Name], nil
+}
+
+func (a *fakeActuator) Update(_ context.Context, m *machinev1.Machine) error {
+	m.Spec.ProviderID = ptr.To("capstan://sim-zone-a/" + m.Name)
+	m.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.10"}}
+	return nil
+}
+
+func (a *fakeActuator) Delete(_ context.Context, m *machinev1.Machine) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.instances, m.Name)
+	return nil
+}
+
+// A machine's status follows its lifecycle through the one status
+// function: Provisioning, Provisioned with its addresses, Running once its
+// node is linked, Failed when its instance vanishes, with the conditions
+// OpenShift sets at each step.
+func TestMachineStatusThroughItsLifecycle(t *testing.T) {
+	ctx := context.Background()
+	m := testMachine("m")
+	c := newFakeClient(m)
+	act := &fakeActuator{instances: map[string]bool{}}
+	r := &machineReconciler{client: c, reader: c, actuator: act, recorder: record.NewFakeRecorder(100), opts: &Options{InstancePollInterval: time.Second}}
+	key := client.ObjectKeyFromObject(m)
+	reconcileAndGet := func() *machinev1.Machine {
+		t.Helper()
+		if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: key}); err != nil {
+			t.Fatal(err)
+		}
+		got := &machinev1.Machine{}
+		if err := c.Get(ctx, key, got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	reconcileAndGet() // finalizer
+	got := reconcileAndGet()
+	if phaseOf(got) != machinev1.PhaseProvisioning {
+		t.Fatalf("phase %q, want Provisioning", phaseOf(got))
+	}
+	if ic := getCondition(got.Status.Conditions, machinev1.InstanceExistsCondition); ic == nil || ic.Reason != machinev1.InstanceNotCreatedReason {
+		t.Errorf("InstanceExists %+v, want False/InstanceNotCreated", ic)
+	}
+	reconcileAndGet() // creates the instance; providerID and labels first
+	got = reconcileAndGet()
+	if phaseOf(got) != machinev1.PhaseProvisioned || len(got.Status.Addresses) != 1 || !conditionTrue(got.Status.Conditions, machinev1.InstanceExistsCondition) {
+		t.Fatalf("phase %q addresses %v conditions %+v, want Provisioned with an address", phaseOf(got), got.Status.Addresses, got.Status.Conditions)
+	}
+	// nodelink links the node.
+	if err := writeMachineStatus(ctx, c, got.DeepCopy(), got, machineFacts{nodeRef: &corev1.ObjectReference{Kind: "Node", Name: "n"}}); err != nil {
+		t.Fatal(err)
+	}
+	got = reconcileAndGet()
+	if phaseOf(got) != machinev1.PhaseRunning || !conditionTrue(got.Status.Conditions, machinev1.MachineDrainable) || !conditionTrue(got.Status.Conditions, machinev1.MachineTerminable) {
+		t.Fatalf("phase %q conditions %+v, want Running", phaseOf(got), got.Status.Conditions)
+	}
+	// The instance is deleted behind the Machine API's back.
+	act.Delete(ctx, got)
+	got = reconcileAndGet()
+	if phaseOf(got) != machinev1.PhaseFailed || ptr.Deref(got.Status.ErrorMessage, "") != msgCantFindInstance {
+		t.Fatalf("phase %q error %q, want Failed: %s", phaseOf(got), ptr.Deref(got.Status.ErrorMessage, ""), msgCantFindInstance)
+	}
+	if ic := getCondition(got.Status.Conditions, machinev1.InstanceExistsCondition); ic == nil || ic.Reason != machinev1.InstanceMissingReason {
+		t.Errorf("InstanceExists %+v, want False/InstanceMissing", ic)
+	}
+	// Deleted, it says Deleting and keeps saying why it failed.
+	if err := c.Delete(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: key}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, key, got); err != nil {
+		t.Fatal(err)
+	}
+	if phaseOf(got) != machinev1.PhaseDeleting || ptr.Deref(got.Status.ErrorMessage, "") != msgCantFindInstance {
+		t.Fatalf("phase %q error %q, want Deleting, still saying why it failed", phaseOf(got), ptr.Deref(got.Status.ErrorMessage, ""))
+	}
+}
+
+// A cloud refusing the configuration fails the machine with the reason.
+func TestMachineFailsWhenTheCloudRefuses(t *testing.T) {
+	ctx := context.Background()
+	m := testMachine("m")
+	m.Finalizers = []string{machinev1.MachineFinalizer}
+	m.Status.Phase = ptr.To(machinev1.PhaseProvisioning)
+	c := newFakeClient(m)
+	act := &fakeActuator{instances: map[string]bool{}, refuse: &MachineError{Reason: machinev1.InvalidConfigurationMachineError, Message: "no such zone"}}
+	r := &machineReconciler{client: c, reader: c, actuator: act, recorder: record.NewFakeRecorder(100), opts: &Options{}}
+	if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(m)}); err != nil {
+		t.Fatal(err)
+	}
+	got := &machinev1.Machine{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(m), got); err != nil {
+		t.Fatal(err)
+	}
+	if phaseOf(got) != machinev1.PhaseFailed || ptr.Deref(got.Status.ErrorReason, "") != machinev1.InvalidConfigurationMachineError || ptr.Deref(got.Status.ErrorMessage, "") != "no such zone" {
+		t.Fatalf("phase %q reason %q message %q", phaseOf(got), ptr.Deref(got.Status.ErrorReason, ""), ptr.Deref(got.Status.ErrorMessage, ""))
+	}
+}

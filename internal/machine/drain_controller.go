@@ -82,7 +82,7 @@ func (d *drainReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 				drained := falseCondition(machinev1.MachineDrained, machinev1.MachineDrainError,
 					machinev1.ConditionSeverityWarning, "could not drain machine: %v", err)
 				d.recorder.Eventf(m, corev1.EventTypeNormal, EventDrainRequeued, "Node drain requeued: %v", err)
-				if perr := writeMachineStatus(ctx, d.client, m, machineFacts{drained: &drained}); perr != nil && !apierrors.IsNotFound(perr) {
+				if perr := writeMachineStatus(ctx, d.client, m.DeepCopy(), m, machineFacts{drained: &drained}); perr != nil && !apierrors.IsNotFound(perr) {
 					klog.FromContext(ctx).Error(perr, "Recording the drain failure", "machine", klog.KObj(m))
 				}
 				// An error, not a requeue: the rate limiter backs off.
@@ -91,7 +91,7 @@ func (d *drainReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		}
 		d.recorder.Event(m, corev1.EventTypeNormal, EventDrainSucceeded, "Node drain succeeded")
 	}
-	if err := writeMachineStatus(ctx, d.client, m, machineFacts{drained: &done}); err != nil {
+	if err := writeMachineStatus(ctx, d.client, m.DeepCopy(), m, machineFacts{drained: &done}); err != nil {
 		return reconcile.Result{}, fmt.Errorf("recording the drain of machine %s: %w", m.Name, err)
 	}
 	return reconcile.Result{}, nil

@@ -61,13 +61,13 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	if isProvisioned(m) || phaseOf(m) == "" {
 		// Gone behind the Machine API's back (Failed), or a new machine
 		// (Provisioning before anything is created).
-		return reconcile.Result{}, writeMachineStatus(ctx, r.client, m, machineFacts{instance: instanceAbsent})
+		return reconcile.Result{}, writeMachineStatus(ctx, r.client, m.DeepCopy(), m, machineFacts{instance: instanceAbsent})
 	}
 	if err := r.actuator.Create(ctx, m); err != nil {
 		r.recorder.Eventf(m, corev1.EventTypeWarning, EventFailedCreate, "CreateError: %v", err)
 		var me *MachineError
 		if errors.As(err, &me) && (me.Reason == machinev1.InvalidConfigurationMachineError || me.Reason == machinev1.InsufficientResourcesMachineError) {
-			return reconcile.Result{}, writeMachineStatus(ctx, r.client, m, machineFacts{instance: instanceAbsent, failure: me})
+			return reconcile.Result{}, writeMachineStatus(ctx, r.client, m.DeepCopy(), m, machineFacts{instance: instanceAbsent, failure: me})
 		}
 		return reconcile.Result{}, fmt.Errorf("creating the instance of machine %s: %w", m.Name, err)
 	}
@@ -87,7 +87,7 @@ func (r *machineReconciler) syncInstance(ctx context.Context, m *machinev1.Machi
 		// Spec and metadata first; the status follows on the update event.
 		return reconcile.Result{}, r.client.Patch(ctx, m, optimisticMerge(base))
 	}
-	if err := writeMachineStatus(ctx, r.client, m, machineFacts{instance: instancePresent}); err != nil {
+	if err := writeMachineStatus(ctx, r.client, base, m, machineFacts{instance: instancePresent}); err != nil {
 		return reconcile.Result{}, err
 	}
 	if m.Status.NodeRef == nil {
@@ -104,7 +104,7 @@ func (r *machineReconciler) reconcileDelete(ctx context.Context, m *machinev1.Ma
 	if !controllerutil.ContainsFinalizer(m, machinev1.MachineFinalizer) {
 		return reconcile.Result{}, nil
 	}
-	if err := writeMachineStatus(ctx, r.client, m, machineFacts{}); err != nil {
+	if err := writeMachineStatus(ctx, r.client, m.DeepCopy(), m, machineFacts{}); err != nil {
 		return reconcile.Result{}, err
 	}
 	log := klog.FromContext(ctx).WithValues("machine", klog.KObj(m))

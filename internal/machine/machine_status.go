@@ -105,12 +105,12 @@ func setMachineStatus(m *machinev1.Machine, f machineFacts, now metav1.Time) {
 	setLifecycleHookConditions(m, now)
 }
 
-// writeMachineStatus applies facts and writes the status if it changed.
-// The patch carries the resourceVersion read, so that a concurrent writer
-// (another controller) is never overwritten: a conflict retries the
-// reconcile.
-func writeMachineStatus(ctx context.Context, c client.Client, m *machinev1.Machine, f machineFacts) error {
-	base := m.DeepCopy()
+// writeMachineStatus applies facts to m and writes its status if it
+// differs from base, the machine as read (m may carry more the reconcile
+// learned, such as the addresses the actuator filled in). The patch
+// carries the resourceVersion read, so that a concurrent writer (another
+// controller) is never overwritten: a conflict retries the reconcile.
+func writeMachineStatus(ctx context.Context, c client.Client, base, m *machinev1.Machine, f machineFacts) error {
 	now := metav1.NewTime(timeNow())
 	setMachineStatus(m, f, now)
 	if equality.Semantic.DeepEqual(base.Status, m.Status) {

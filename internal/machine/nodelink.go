@@ -81,7 +81,7 @@ func (r *nodeLinkReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	}
 	ref := &corev1.ObjectReference{Kind: "Node", Name: node.Name, UID: node.UID}
 	if m.DeletionTimestamp.IsZero() && !equality.Semantic.DeepEqual(m.Status.NodeRef, ref) {
-		if err := writeMachineStatus(ctx, r.client, m, machineFacts{nodeRef: ref}); err != nil {
+		if err := writeMachineStatus(ctx, r.client, m.DeepCopy(), m, machineFacts{nodeRef: ref}); err != nil {
 			return reconcile.Result{}, fmt.Errorf("setting nodeRef of machine %s: %w", m.Name, err)
 		}
 		klog.FromContext(ctx).V(2).Info("Linked node to machine", "node", node.Name, "machine", klog.KObj(m))

@@ -3,8 +3,13 @@ package sim
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
+	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -97,3 +102,62 @@ func FaultKeepsNotReady(node *corev1.Node) bool {
 }
 
 func strPtr(s string) *string { return &s }
+
+// InjectedConditions reads the condition faults annotated on a node; an
+// annotation that is not a valid fault is left out (see InvalidFaults).
+func InjectedConditions(node *corev1.Node) map[corev1.NodeConditionType]corev1.ConditionStatus {
+	out := map[corev1.NodeConditionType]corev1.ConditionStatus{}
+	for k, v := range node.Annotations {
+		if t, ok := strings.CutPrefix(k, ConditionAnnotationPrefix); ok {
+			if ValidateCondition(corev1.NodeConditionType(t), corev1.ConditionStatus(v)) == nil {
+				out[corev1.NodeConditionType(t)] = corev1.ConditionStatus(v)
+			}
+		}
+	}
+	return out
+}
+
+// InvalidAnnotation is an annotation the simulator cannot use: it is
+// ignored, whole, and reported.
+type InvalidAnnotation struct {
+	Key, Value string
+	Err        error
+}
+
+func (a InvalidAnnotation) Error() string {
+	return fmt.Sprintf("annotation %s=%q ignored: %v", a.Key, a.Value, a.Err)
+}
+
+// InvalidFaults lists the fault annotations of a node that are not valid:
+// condition faults of an unknown type or status, and a stopped annotation
+// other than "true".
+func InvalidFaults(node *corev1.Node) []InvalidAnnotation {
+	var out []InvalidAnnotation
+	for k, v := range node.Annotations {
+		if t, ok := strings.CutPrefix(k, ConditionAnnotationPrefix); ok {
+			if err := ValidateCondition(corev1.NodeConditionType(t), corev1.ConditionStatus(v)); err != nil {
+				out = append(out, InvalidAnnotation{Key: k, Value: v, Err: err})
+			}
+		}
+	}
+	if v, ok := node.Annotations[StoppedAnnotation]; ok && v != "true" {
+		out = append(out, InvalidAnnotation{Key: StoppedAnnotation, Value: v, Err: errors.New(`only "true" stops the kubelet; remove the annotation to start it`)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out
+}
+
+// ShutdownDelay reads a pod's shutdown-seconds annotation: how long its
+// simulated containers take to exit after SIGTERM. ok is false without
+// the annotation; an invalid value is an error (and is ignored).
+func ShutdownDelay(pod *corev1.Pod) (d time.Duration, ok bool, err error) {
+	v, ok := pod.Annotations[ShutdownSecondsAnnotation]
+	if !ok {
+		return 0, false, nil
+	}
+	secs, perr := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	if perr != nil || secs < 0 || math.IsInf(secs, 0) || math.IsNaN(secs) {
+		return 0, false, InvalidAnnotation{Key: ShutdownSecondsAnnotation, Value: v, Err: errors.New("want a number of seconds, 0 or more")}
+	}
+	return time.Duration(secs * float64(time.Second)), true, nil
+}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/nodes"
@@ -88,6 +87,9 @@ func (s *Simulator) syncNode(ctx context.Context, name string) error {
 	}
 	if err != nil {
 		return err
+	}
+	for _, bad := range InvalidFaults(node) {
+		s.reportInvalid(node, node.Name, bad)
 	}
 	if node.Annotations[NodeInstanceAnnotation] != inst.Name() || isStopped(node) {
 		return nil
@@ -243,17 +245,6 @@ func (s *Simulator) nodeStatus(inst *Instance, node *corev1.Node, now time.Time)
 			Architecture:            "amd64",
 		},
 	}
-}
-
-// InjectedConditions reads the condition faults annotated on a node.
-func InjectedConditions(node *corev1.Node) map[corev1.NodeConditionType]corev1.ConditionStatus {
-	out := map[corev1.NodeConditionType]corev1.ConditionStatus{}
-	for k, v := range node.Annotations {
-		if t, ok := strings.CutPrefix(k, ConditionAnnotationPrefix); ok {
-			out[corev1.NodeConditionType(t)] = corev1.ConditionStatus(v)
-		}
-	}
-	return out
 }
 
 func heartbeatAge(node *corev1.Node, now time.Time) time.Duration {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -109,10 +108,11 @@ func (s *Simulator) terminatePod(ctx context.Context, key string, pod *corev1.Po
 	if pod.DeletionGracePeriodSeconds != nil {
 		grace = time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
 	}
-	if v, ok := pod.Annotations[ShutdownSecondsAnnotation]; ok {
-		if secs, err := strconv.ParseFloat(v, 64); err == nil && secs >= 0 {
-			grace = min(grace, time.Duration(secs*float64(time.Second)))
-		}
+	switch d, ok, err := ShutdownDelay(pod); {
+	case err != nil:
+		s.reportInvalid(pod, pod.Spec.NodeName, err)
+	case ok:
+		grace = min(grace, d)
 	}
 	exitAt := seen.Add(grace)
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || !podStarted(pod) {

@@ -3,6 +3,7 @@ package sim
 import (
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -118,5 +119,54 @@ func TestImageNamesAndSizes(t *testing.T) {
 	a, b := ImageSize("registry.example/app:1"), ImageSize("registry.example/app:2")
 	if a != ImageSize("registry.example/app:1") || a == b || a < 100<<20 || a >= 1<<30 {
 		t.Errorf("sizes %d %d", a, b)
+	}
+}
+
+// Fault annotations that do not parse are ignored whole, and named.
+func TestInvalidFaultsAreIgnoredAndNamed(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+		ConditionAnnotationPrefix + "MemoryPressure": "True",
+		ConditionAnnotationPrefix + "DiskPressure":   "yes",
+		ConditionAnnotationPrefix + "Sleepy":         "True",
+		ConditionAnnotationPrefix + "Ready":          "Unknown",
+		StoppedAnnotation:                            "1",
+	}}}
+	got := InjectedConditions(node)
+	if len(got) != 1 || got[corev1.NodeMemoryPressure] != corev1.ConditionTrue {
+		t.Errorf("injected %v, want only MemoryPressure=True", got)
+	}
+	var keys []string
+	for _, bad := range InvalidFaults(node) {
+		keys = append(keys, bad.Key)
+		if !strings.Contains(bad.Error(), "ignored") || !strings.Contains(bad.Error(), bad.Value) {
+			t.Errorf("message %q", bad.Error())
+		}
+	}
+	want := []string{ConditionAnnotationPrefix + "DiskPressure", ConditionAnnotationPrefix + "Ready", ConditionAnnotationPrefix + "Sleepy", StoppedAnnotation}
+	if strings.Join(keys, ",") != strings.Join(want, ",") {
+		t.Errorf("invalid %v, want %v", keys, want)
+	}
+	if isStopped(node) {
+		t.Error("a stopped annotation other than \"true\" stopped the kubelet")
+	}
+}
+
+func TestShutdownDelay(t *testing.T) {
+	for v, want := range map[string]any{"2.5": 2500 * time.Millisecond, "0": time.Duration(0), "-1": "0 or more", "soon": "0 or more", "NaN": "0 or more", "+Inf": "0 or more"} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{ShutdownSecondsAnnotation: v}}}
+		d, ok, err := ShutdownDelay(pod)
+		switch w := want.(type) {
+		case time.Duration:
+			if err != nil || !ok || d != w {
+				t.Errorf("%q: %v %v %v, want %v", v, d, ok, err, w)
+			}
+		case string:
+			if err == nil || ok || !strings.Contains(err.Error(), w) {
+				t.Errorf("%q: %v %v %v, want an error", v, d, ok, err)
+			}
+		}
+	}
+	if _, ok, err := ShutdownDelay(&corev1.Pod{}); ok || err != nil {
+		t.Errorf("no annotation: %v %v", ok, err)
 	}
 }

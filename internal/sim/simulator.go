@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -86,6 +88,8 @@ type Simulator struct {
 
 	imageMu sync.Mutex
 	images  map[string]map[string]bool // images pulled, by node name
+
+	events *eventReporter
 }
 
 const podsByNodeIndex = "spec.nodeName"
@@ -104,6 +108,7 @@ func New(client kubernetes.Interface, opts Options) *Simulator {
 
 		terminating: map[types.UID]time.Time{},
 		images:      map[string]map[string]bool{},
+		events:      newEventReporter(),
 	}
 	s.simFactory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = InstanceLabel }))
@@ -176,6 +181,8 @@ func (s *Simulator) Run(ctx context.Context) error {
 	if err := EnsureNamespace(ctx, s.client); err != nil {
 		return err
 	}
+	s.events.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.client.CoreV1().Events("")})
+	defer s.events.broadcaster.Shutdown()
 	s.simFactory.Start(ctx.Done())
 	s.leaseFactor.Start(ctx.Done())
 	s.factory.Start(ctx.Done())

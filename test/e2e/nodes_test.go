@@ -13,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/cluster"
 	"github.com/capstan-dev/capstan/internal/sim"
@@ -229,4 +231,49 @@ func TestSimCLIRejectsBadInput(t *testing.T) {
 			t.Errorf("capstan %v: error %q, want it to contain %q", tc.args, err, tc.want)
 		}
 	}
+}
+
+// A fault annotation that does not parse is ignored whole and reported in
+// a Warning event on the node, from its kubelet; a pod's shutdown-seconds
+// that does not parse is reported on the pod and its grace period holds.
+func TestInvalidSimAnnotationsAreReported(t *testing.T) {
+	ctx := context.Background()
+	addNode(t, "bad-fault", map[string]string{"e2e": "badfault"})
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"yes"}}}`, sim.ConditionAnnotationPrefix+"MemoryPressure")
+	if _, err := env.Client.CoreV1().Nodes().Patch(ctx, "bad-fault", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var msg string
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		evs := env.Events(t, "default", "bad-fault", sim.ReasonInvalidAnnotation)
+		if len(evs) == 0 {
+			return false, "no InvalidAnnotation event on the node"
+		}
+		msg = evs[0].Message
+		return evs[0].Type == corev1.EventTypeWarning && evs[0].Source.Host == "bad-fault", fmt.Sprintf("event %+v", evs[0])
+	})
+	if want := `annotation condition.sim.capstan.dev/MemoryPressure="yes" ignored: condition status "yes" for MemoryPressure must be True or False`; msg != want {
+		t.Errorf("event %q, want %q", msg, want)
+	}
+	// The kubelet reported after seeing it: the condition is untouched.
+	if st := nodes.ConditionStatus(env.GetNode(t, "bad-fault"), corev1.NodeMemoryPressure); st != corev1.ConditionFalse {
+		t.Errorf("MemoryPressure %s after an invalid fault, want False", st)
+	}
+
+	ns := env.Namespace(t, "badshutdown")
+	p := boundPod("sloppy", "bad-fault")
+	p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](1)
+	p.Annotations = map[string]string{sim.ShutdownSecondsAnnotation: "soon"}
+	env.CreatePod(t, ns, p)
+	env.WaitPodRunning(t, ns, "sloppy")
+	if err := env.Client.CoreV1().Pods(ns).Delete(ctx, "sloppy", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		evs := env.Events(t, ns, "sloppy", sim.ReasonInvalidAnnotation)
+		return len(evs) > 0 && strings.Contains(evs[0].Message, `sim.capstan.dev/shutdown-seconds="soon" ignored`), fmt.Sprintf("events %v", evs)
+	})
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		return env.GetPod(t, ns, "sloppy") == nil, "pod still there after its 1s grace period"
+	})
 }
