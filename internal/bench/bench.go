@@ -37,6 +37,9 @@ func PeakRSS() (int64, error) {
 	return 0, fmt.Errorf("no VmHWM in /proc/self/status")
 }
 
+// MiB formats bytes as MiB.
+func MiB(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+
 // GiB formats bytes as GiB.
 func GiB(b int64) string { return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30)) }
 

@@ -1,27 +1,31 @@
 package bench
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/nodes"
 
-	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
-	kubescheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
-	kubescheduleroptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 
 	"github.com/capstan-dev/capstan/internal/cluster"
-	"github.com/capstan-dev/capstan/internal/scheduler"
 )
 
 // Schedulers the benchmark compares.
@@ -37,9 +41,15 @@ type SchedulerOptions struct {
 	Nodes, Pods int
 	Parallelism int
 	Timeout     time.Duration
-	// KubeSchedulerQPS, when positive, overrides kube-scheduler's default
-	// client rate limit (50 QPS, burst 100), for a comparison at equal QPS.
-	KubeSchedulerQPS int
+	// QPS and Burst are the scheduler's client rate limit, the same for
+	// both schedulers; QPS <= 0 is unlimited.
+	QPS   float32
+	Burst int
+	// ProcessCommand is the command (argv) that runs a scheduler process
+	// (RunSchedulerProcess); the scheduler flags are appended.
+	ProcessCommand []string
+	// CPUProfile, when set, is passed to the scheduler process.
+	CPUProfile string
 }
 
 // SchedulerResult is the outcome of one run.
@@ -50,22 +60,33 @@ type SchedulerResult struct {
 	Pods          int     `json:"pods"`
 	Seconds       float64 `json:"seconds"`
 	PodsPerSecond float64 `json:"podsPerSecond"`
+	// CPUSeconds is the user and system CPU the scheduler process used
+	// from its sync to the last pod bound (read from its rusage at exit,
+	// less what it used until synced).
+	CPUSeconds     float64 `json:"cpuSeconds"`
+	CPUPer1000Pods float64 `json:"cpuPer1000Pods"`
+	// ClientQPS and ClientBurst are the rate limit the scheduler's client
+	// really had (0: none).
+	ClientQPS   float32 `json:"clientQPS"`
+	ClientBurst int     `json:"clientBurst"`
+	// PeakRSSBytes is the scheduler process's peak resident memory.
+	PeakRSSBytes int64 `json:"peakRSSBytes"`
 	Quality
 }
 
 // RunScheduler starts a fresh control plane with Nodes simulated nodes and
-// no scheduler, starts the chosen scheduler, creates the workload's pods
-// and measures from the first creation until every pod is bound.
+// no scheduler, starts the chosen scheduler in a process of its own, waits
+// until it has synced, then creates the workload's pods and measures until
+// every pod is bound: the time, and the CPU the scheduler process spent.
 func RunScheduler(ctx context.Context, o SchedulerOptions, log io.Writer) (*SchedulerResult, error) {
 	if o.Scheduler != SchedulerCapstan && o.Scheduler != SchedulerKube {
 		return nil, fmt.Errorf("scheduler %q: want %s or %s", o.Scheduler, SchedulerCapstan, SchedulerKube)
 	}
-	known := false
-	for _, w := range Workloads {
-		known = known || w == o.Workload
-	}
-	if !known {
+	if !slices.Contains(Workloads, o.Workload) {
 		return nil, fmt.Errorf("workload %q: want one of %v", o.Workload, Workloads)
+	}
+	if len(o.ProcessCommand) == 0 {
+		return nil, errors.New("no command to run the scheduler process")
 	}
 	dir, err := os.MkdirTemp("", "capstan-bench-sched-")
 	if err != nil {
@@ -102,16 +123,6 @@ func RunScheduler(ctx context.Context, o SchedulerOptions, log io.Writer) (*Sche
 		return nil, err
 	}
 
-	schedCtx, stopScheduler := context.WithCancel(ctx)
-	var schedWG sync.WaitGroup
-	defer func() { stopScheduler(); schedWG.Wait() }()
-	schedErr := make(chan error, 1)
-	schedWG.Add(1)
-	go func() {
-		defer schedWG.Done()
-		schedErr <- runBenchScheduler(schedCtx, o, cl)
-	}()
-
 	var bound atomic.Int64
 	boundSet := sync.Map{}
 	done := make(chan struct{})
@@ -133,6 +144,17 @@ func RunScheduler(ctx context.Context, o SchedulerOptions, log io.Writer) (*Sche
 	defer func() { stopInformers(); f.Shutdown() }()
 	f.WaitForCacheSync(infCtx.Done())
 
+	fmt.Fprintf(log, "[%s/%s] starting the scheduler process ...\n", o.Scheduler, o.Workload)
+	proc, err := startSchedulerProcess(ctx, o, cl.ControlPlane.KubeconfigPath(), log)
+	if err != nil {
+		return nil, err
+	}
+	defer proc.kill()
+	ready, err := proc.waitSynced(o.Timeout)
+	if err != nil {
+		return nil, err
+	}
+
 	fmt.Fprintf(log, "[%s/%s] creating %d pods ...\n", o.Scheduler, o.Workload, o.Pods)
 	start := time.Now()
 	err = parallel(ctx, o.Pods, o.Parallelism, func(i int) error {
@@ -144,7 +166,7 @@ func RunScheduler(ctx context.Context, o SchedulerOptions, log io.Writer) (*Sche
 	}
 	select {
 	case <-done:
-	case err := <-schedErr:
+	case err := <-proc.exited:
 		return nil, fmt.Errorf("%s stopped: %v", o.Scheduler, err)
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -152,8 +174,15 @@ func RunScheduler(ctx context.Context, o SchedulerOptions, log io.Writer) (*Sche
 		return nil, fmt.Errorf("%s bound %d/%d pods within %s", o.Scheduler, bound.Load(), o.Pods, o.Timeout)
 	}
 	elapsed := time.Since(start)
+	usage, err := proc.stop()
+	if err != nil {
+		return nil, err
+	}
+	cpu := rusageCPUSeconds(usage) - ready.StartupCPUSeconds
 	res := &SchedulerResult{Scheduler: o.Scheduler, Workload: o.Workload, Nodes: o.Nodes, Pods: o.Pods,
-		Seconds: elapsed.Seconds(), PodsPerSecond: float64(o.Pods) / elapsed.Seconds()}
+		Seconds: elapsed.Seconds(), PodsPerSecond: float64(o.Pods) / elapsed.Seconds(),
+		CPUSeconds: cpu, CPUPer1000Pods: cpu * 1000 / float64(o.Pods),
+		ClientQPS: ready.ClientQPS, ClientBurst: ready.ClientBurst, PeakRSSBytes: usage.Maxrss * 1024}
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
@@ -168,6 +197,83 @@ func RunScheduler(ctx context.Context, o SchedulerOptions, log io.Writer) (*Sche
 	}
 	res.Quality = placementQuality(nodePtrs, pods)
 	return res, nil
+}
+
+// schedulerProcess is a running scheduler process.
+type schedulerProcess struct {
+	cmd    *exec.Cmd
+	synced chan syncReport
+	exited chan error
+}
+
+func startSchedulerProcess(ctx context.Context, o SchedulerOptions, kubeconfig string, log io.Writer) (*schedulerProcess, error) {
+	args := append(append([]string(nil), o.ProcessCommand[1:]...), "--scheduler", o.Scheduler, "--kubeconfig", kubeconfig,
+		"--qps", strconv.FormatFloat(float64(o.QPS), 'g', -1, 32), "--burst", strconv.Itoa(o.Burst))
+	if o.CPUProfile != "" {
+		args = append(args, "--cpuprofile", o.CPUProfile)
+	}
+	cmd := exec.CommandContext(ctx, o.ProcessCommand[0], args...)
+	cmd.Stderr = io.Discard
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting the %s process: %w", o.Scheduler, err)
+	}
+	p := &schedulerProcess{cmd: cmd, synced: make(chan syncReport, 1), exited: make(chan error, 1)}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if raw, ok := strings.CutPrefix(sc.Text(), syncedPrefix); ok {
+				var r syncReport
+				if json.Unmarshal([]byte(raw), &r) == nil {
+					p.synced <- r
+				}
+				continue
+			}
+			fmt.Fprintf(log, "[%s] %s\n", o.Scheduler, sc.Text())
+		}
+		p.exited <- cmd.Wait()
+	}()
+	return p, nil
+}
+
+func (p *schedulerProcess) waitSynced(timeout time.Duration) (syncReport, error) {
+	select {
+	case r := <-p.synced:
+		return r, nil
+	case err := <-p.exited:
+		return syncReport{}, fmt.Errorf("scheduler process exited before it synced: %v", err)
+	case <-time.After(timeout):
+		return syncReport{}, fmt.Errorf("scheduler process not synced within %s", timeout)
+	}
+}
+
+// stop ends the process with SIGTERM and returns its resource usage.
+func (p *schedulerProcess) stop() (*syscall.Rusage, error) {
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return nil, fmt.Errorf("stopping the scheduler process: %w", err)
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(time.Minute):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+	usage, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	if !ok {
+		return nil, errors.New("no resource usage for the scheduler process")
+	}
+	return usage, nil
+}
+
+// kill ends the process at once (an error path; it may be gone already).
+func (p *schedulerProcess) kill() { _ = p.cmd.Process.Kill() }
+
+// rusageCPUSeconds is the user and system CPU of a finished process.
+func rusageCPUSeconds(ru *syscall.Rusage) float64 {
+	return float64(ru.Utime.Sec) + float64(ru.Utime.Usec)/1e6 + float64(ru.Stime.Sec) + float64(ru.Stime.Usec)/1e6
 }
 
 // waitNodesSchedulable waits until n nodes are Ready without the not-ready
@@ -201,36 +307,4 @@ func waitNodesSchedulable(ctx context.Context, cl *cluster.Cluster, n int, timeo
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-}
-
-func runBenchScheduler(ctx context.Context, o SchedulerOptions, cl *cluster.Cluster) error {
-	if o.Scheduler == SchedulerCapstan {
-		s, err := scheduler.New(cluster.ProtobufClient(cl), scheduler.Config{Name: scheduler.DefaultSchedulerName, Seed: 1})
-		if err != nil {
-			return err
-		}
-		return s.Run(ctx)
-	}
-	// Upstream kube-scheduler in its default configuration, built from its
-	// own options as its command does.
-	opts := kubescheduleroptions.NewOptions()
-	fs := pflag.NewFlagSet("kube-scheduler", pflag.ContinueOnError)
-	for _, f := range opts.Flags.FlagSets {
-		fs.AddFlagSet(f)
-	}
-	args := []string{"--kubeconfig=" + cl.ControlPlane.KubeconfigPath(), "--leader-elect=false", "--secure-port=0"}
-	if o.KubeSchedulerQPS > 0 {
-		args = append(args, fmt.Sprintf("--kube-api-qps=%d", o.KubeSchedulerQPS), fmt.Sprintf("--kube-api-burst=%d", 2*o.KubeSchedulerQPS))
-	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := opts.ComponentGlobalsRegistry.Set(); err != nil {
-		return err
-	}
-	cc, sched, err := kubescheduler.Setup(ctx, opts)
-	if err != nil {
-		return fmt.Errorf("kube-scheduler setup: %w", err)
-	}
-	return kubescheduler.Run(ctx, cc, sched)
 }

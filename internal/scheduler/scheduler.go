@@ -70,6 +70,8 @@ type Scheduler struct {
 	// volumeBinds counts bindings waiting for their claims, which run
 	// beside the bind workers so that a slow provisioner holds none.
 	volumeBinds sync.WaitGroup
+	// cachesSynced is closed once Run's informers have synced.
+	cachesSynced chan struct{}
 }
 
 type bindRequest struct {
@@ -109,12 +111,18 @@ func New(client kubernetes.Interface, cfg Config) (*Scheduler, error) {
 		cache:     newNodeCache(),
 		queue:     newSchedulingQueue(cfg.Clock),
 		binds:     make(chan bindRequest, 1024),
+
+		cachesSynced: make(chan struct{}),
 	}
 	s.events = record.NewBroadcaster()
 	s.recorder = s.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: cfg.Name})
 	s.setupInformers()
 	return s, nil
 }
+
+// Synced is closed once the scheduler's caches have synced and it starts
+// scheduling.
+func (s *Scheduler) Synced() <-chan struct{} { return s.cachesSynced }
 
 // Algorithm returns the decision logic the scheduler uses.
 func (s *Scheduler) Algorithm() *algorithm.Algorithm { return s.algorithm }
@@ -279,6 +287,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), s.synced...) {
 		return fmt.Errorf("scheduler %s: caches did not sync: %w", s.cfg.Name, ctx.Err())
 	}
+	close(s.cachesSynced)
 	logger.Info("Scheduler started", "predicates", s.algorithm.Predicates())
 	var wg sync.WaitGroup
 	for i := 0; i < s.cfg.BindWorkers; i++ {

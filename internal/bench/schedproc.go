@@ -1,0 +1,144 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/flowcontrol"
+	kubescheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	kubescheduleroptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
+
+	"github.com/capstan-dev/capstan/internal/cluster"
+	"github.com/capstan-dev/capstan/internal/scheduler"
+)
+
+// SchedulerProcessOptions run one scheduler for the benchmark, in a process
+// of its own so that its CPU and memory are its own.
+type SchedulerProcessOptions struct {
+	Scheduler  string
+	Kubeconfig string
+	// QPS and Burst are the client's rate limit; QPS <= 0 is unlimited.
+	QPS   float32
+	Burst int
+}
+
+// syncedPrefix starts the line a scheduler process prints once its caches
+// have synced: the benchmark's clock starts then.
+const syncedPrefix = "SYNCED "
+
+// syncReport is what the scheduler process says when it is ready: the
+// rate limit its client really has and the CPU it used to get there.
+type syncReport struct {
+	// ClientQPS is the QPS of the client's rate limiter; 0 means none.
+	ClientQPS   float32 `json:"clientQPS"`
+	ClientBurst int     `json:"clientBurst"`
+	// StartupCPUSeconds is the user and system CPU used until synced.
+	StartupCPUSeconds float64 `json:"startupCPUSeconds"`
+}
+
+// RunSchedulerProcess runs the chosen scheduler against the cluster of
+// Kubeconfig until ctx ends, printing the sync report to out once ready.
+func RunSchedulerProcess(ctx context.Context, o SchedulerProcessOptions, out io.Writer) error {
+	qps := o.QPS
+	if qps <= 0 {
+		qps = -1 // client-go: no rate limiter
+	}
+	switch o.Scheduler {
+	case SchedulerCapstan:
+		cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+		if err != nil {
+			return err
+		}
+		cfg.QPS, cfg.Burst = qps, o.Burst
+		client, err := kubernetes.NewForConfig(cluster.ProtobufConfig(cfg))
+		if err != nil {
+			return err
+		}
+		s, err := scheduler.New(client, scheduler.Config{Name: scheduler.DefaultSchedulerName, Seed: 1})
+		if err != nil {
+			return err
+		}
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		select {
+		case <-s.Synced():
+		case err := <-done:
+			return fmt.Errorf("capstan scheduler stopped before it synced: %v", err)
+		}
+		if err := reportSynced(out, client.CoreV1().RESTClient().GetRateLimiter(), cfg.Burst); err != nil {
+			return err
+		}
+		return <-done
+	case SchedulerKube:
+		// Upstream kube-scheduler in its default configuration, built
+		// from its own options as its command does; only the client rate
+		// limit is set, through the flags a user would use.
+		opts := kubescheduleroptions.NewOptions()
+		fs := pflag.NewFlagSet("kube-scheduler", pflag.ContinueOnError)
+		for _, f := range opts.Flags.FlagSets {
+			fs.AddFlagSet(f)
+		}
+		args := []string{"--kubeconfig=" + o.Kubeconfig, "--leader-elect=false", "--secure-port=0",
+			fmt.Sprintf("--kube-api-qps=%g", qps), fmt.Sprintf("--kube-api-burst=%d", o.Burst)}
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		if err := opts.ComponentGlobalsRegistry.Set(); err != nil {
+			return err
+		}
+		cc, sched, err := kubescheduler.Setup(ctx, opts)
+		if err != nil {
+			return fmt.Errorf("kube-scheduler setup: %w", err)
+		}
+		// Start and sync its informers here, as Run would, to know when
+		// it is ready; Run then finds them started and synced.
+		cc.InformerFactory.Start(ctx.Done())
+		cc.InformerFactory.WaitForCacheSync(ctx.Done())
+		if cc.DynInformerFactory != nil {
+			cc.DynInformerFactory.Start(ctx.Done())
+			cc.DynInformerFactory.WaitForCacheSync(ctx.Done())
+		}
+		if err := sched.WaitForHandlersSync(ctx); err != nil {
+			return fmt.Errorf("kube-scheduler handlers: %w", err)
+		}
+		if err := reportSynced(out, cc.Client.CoreV1().RESTClient().GetRateLimiter(), cc.KubeConfig.Burst); err != nil {
+			return err
+		}
+		return kubescheduler.Run(ctx, cc, sched)
+	}
+	return fmt.Errorf("scheduler %q: want %s or %s", o.Scheduler, SchedulerCapstan, SchedulerKube)
+}
+
+func reportSynced(out io.Writer, limiter flowcontrol.RateLimiter, burst int) error {
+	r := syncReport{StartupCPUSeconds: selfCPUSeconds()}
+	if limiter != nil {
+		r.ClientQPS, r.ClientBurst = limiter.QPS(), burst
+	}
+	raw, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(out, "%s%s\n", syncedPrefix, raw)
+	if f, ok := out.(*os.File); ok {
+		_ = f.Sync()
+	}
+	return err
+}
+
+// selfCPUSeconds is the user and system CPU this process has used.
+func selfCPUSeconds() float64 {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return tvSeconds(ru.Utime) + tvSeconds(ru.Stime)
+}
+
+func tvSeconds(tv unix.Timeval) float64 { return float64(tv.Sec) + float64(tv.Usec)/1e6 }
