@@ -48,8 +48,9 @@ type SchedulerOptions struct {
 	// ProcessCommand is the command (argv) that runs a scheduler process
 	// (RunSchedulerProcess); the scheduler flags are appended.
 	ProcessCommand []string
-	// CPUProfile, when set, is passed to the scheduler process.
-	CPUProfile string
+	// CPUProfile and MemProfile, when set, are passed to the scheduler
+	// process.
+	CPUProfile, MemProfile string
 }
 
 // SchedulerResult is the outcome of one run.
@@ -211,6 +212,9 @@ func startSchedulerProcess(ctx context.Context, o SchedulerOptions, kubeconfig s
 		"--qps", strconv.FormatFloat(float64(o.QPS), 'g', -1, 32), "--burst", strconv.Itoa(o.Burst))
 	if o.CPUProfile != "" {
 		args = append(args, "--cpuprofile", o.CPUProfile)
+	}
+	if o.MemProfile != "" {
+		args = append(args, "--memprofile", o.MemProfile)
 	}
 	cmd := exec.CommandContext(ctx, o.ProcessCommand[0], args...)
 	cmd.Stderr = io.Discard

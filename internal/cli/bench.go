@@ -112,3 +112,17 @@ func newBenchMachinesCommand() *cobra.Command {
 	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up on a phase after this long")
 	return c
 }
+
+// writeHeapProfile writes the live heap to path; an empty path writes
+// nothing.
+func writeHeapProfile(path string) error {
+	if path == "" {
+		return nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return pprof.Lookup("heap").WriteTo(f, 0)
+}

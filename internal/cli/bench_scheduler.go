@@ -132,9 +132,10 @@ default client limit (QPS 50, burst 100). Workloads: ` + strings.Join(bench.Work
 	rf.Float32Var(&o.QPS, "qps", 0, "client QPS of the scheduler (0: unlimited)")
 	rf.IntVar(&o.Burst, "burst", 0, "client burst of the scheduler")
 	rf.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the scheduler process to this file")
+	rf.StringVar(&o.MemProfile, "memprofile", "", "write a heap profile of the scheduler process to this file when it stops")
 
 	var po bench.SchedulerProcessOptions
-	var procProfile string
+	var procProfile, memProfile string
 	proc := &cobra.Command{
 		Use:    "scheduler-proc",
 		Short:  "Run one scheduler for the scheduler benchmark (used by bench scheduler-run)",
@@ -149,6 +150,9 @@ default client limit (QPS 50, burst 100). Workloads: ` + strings.Join(bench.Work
 			}
 			defer stopProfile()
 			err = bench.RunSchedulerProcess(ctx, po, os.Stdout)
+			if werr := writeHeapProfile(memProfile); werr != nil {
+				return werr
+			}
 			if ctx.Err() != nil {
 				return nil // stopped by the benchmark
 			}
@@ -161,6 +165,7 @@ default client limit (QPS 50, burst 100). Workloads: ` + strings.Join(bench.Work
 	pf.Float32Var(&po.QPS, "qps", 0, "client QPS (0: unlimited)")
 	pf.IntVar(&po.Burst, "burst", 0, "client burst")
 	pf.StringVar(&procProfile, "cpuprofile", "", "write a CPU profile of this process to this file")
+	pf.StringVar(&memProfile, "memprofile", "", "write a heap profile of this process to this file when it stops")
 	return []*cobra.Command{c, run, proc}
 }
 

@@ -30,6 +30,8 @@ type nodeCache struct {
 	// assumed are pods this scheduler placed and has not yet observed
 	// bound.
 	assumed map[types.UID]*assumption
+	// labelKeys are the label keys the Policy reads.
+	labelKeys []string
 	// volumes are volumes reserved by decisions for claims (volume name to
 	// claim namespace/name) until the API shows them bound: the next
 	// decisions never give them to another claim.
@@ -51,8 +53,11 @@ type assumption struct {
 	deadline time.Time
 }
 
-func newNodeCache() *nodeCache {
+// newNodeCache makes a cache whose nodes keep at hand their values of the
+// label keys the Policy reads.
+func newNodeCache(labelKeys []string) *nodeCache {
 	return &nodeCache{
+		labelKeys: labelKeys,
 		infos:   map[string]*algorithm.NodeInfo{},
 		index:   map[string]*algorithm.NodeInfo{},
 		podNode: map[types.UID]string{},
@@ -66,6 +71,7 @@ func (c *nodeCache) info(name string) *algorithm.NodeInfo {
 	ni := c.infos[name]
 	if ni == nil {
 		ni = &algorithm.NodeInfo{}
+		ni.UseLabelKeys(c.labelKeys)
 		c.infos[name] = ni
 	}
 	return ni

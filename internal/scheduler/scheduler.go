@@ -108,7 +108,7 @@ func New(client kubernetes.Interface, cfg Config) (*Scheduler, error) {
 		client:    client,
 		algorithm: alg,
 		factory:   informers.NewSharedInformerFactory(client, 0),
-		cache:     newNodeCache(),
+		cache:     newNodeCache(alg.LabelKeys()),
 		queue:     newSchedulingQueue(cfg.Clock),
 		binds:     make(chan bindRequest, 1024),
 

@@ -49,7 +49,7 @@ func assume(c *nodeCache, p *corev1.Pod, node string) {
 }
 
 func TestCacheAssumeAndConfirm(t *testing.T) {
-	c := newNodeCache()
+	c := newNodeCache(nil)
 	c.setNode(testNode("n"))
 	p := qpod("p", 0)
 	assume(c, p, "n")
@@ -87,7 +87,7 @@ func TestCacheAssumeAndConfirm(t *testing.T) {
 // gives its place back 15 minutes after the binding finished, not before.
 func TestAssumedPodExpires(t *testing.T) {
 	now := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
-	c := newNodeCache()
+	c := newNodeCache(nil)
 	c.setNode(testNode("n"))
 	p := qpod("p", 0)
 	assume(c, p, "n")
@@ -118,7 +118,7 @@ func TestAssumedPodExpires(t *testing.T) {
 // Volumes a decision reserved stay out of the next decisions' reach until
 // the API shows them bound, or the decision is given up.
 func TestCacheReservesVolumes(t *testing.T) {
-	c := newNodeCache()
+	c := newNodeCache(nil)
 	c.setNode(testNode("n"))
 	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "data"}}
 	reserved := func() map[string]string {

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -42,10 +41,11 @@ type Priority interface {
 }
 
 // CycleState carries what one scheduling cycle computed once for its pod.
-// Predicates store their pre-computed state under their own name.
+// Predicates store their pre-computed state under their own name, in
+// PreFilter only: PreFilters run one after the other before the nodes are
+// filtered in parallel, so the filters read it without a lock.
 type CycleState struct {
 	Snapshot *Snapshot
-	mu       sync.RWMutex
 	data     map[string]any
 }
 
@@ -54,19 +54,11 @@ func NewCycleState(s *Snapshot) *CycleState {
 	return &CycleState{Snapshot: s, data: map[string]any{}}
 }
 
-// Write stores state under key.
-func (c *CycleState) Write(key string, v any) {
-	c.mu.Lock()
-	c.data[key] = v
-	c.mu.Unlock()
-}
+// Write stores state under key; only PreFilter may call it.
+func (c *CycleState) Write(key string, v any) { c.data[key] = v }
 
 // Read returns the state stored under key.
-func (c *CycleState) Read(key string) any {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.data[key]
-}
+func (c *CycleState) Read(key string) any { return c.data[key] }
 
 // Failure records why a node was filtered out.
 type Failure struct {

@@ -4,6 +4,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
 	"github.com/capstan-dev/capstan/internal/nodes"
 )
@@ -25,6 +26,12 @@ type PodInfo struct {
 	ParseError error
 	// HasClaims: the pod mounts persistent volume claims.
 	HasClaims bool
+	// RequiredNodeAffinity is the pod's nodeSelector and required node
+	// affinity, parsed once; HasNodeSelector says it has either.
+	RequiredNodeAffinity nodeaffinity.RequiredNodeAffinity
+	HasNodeSelector      bool
+	// HostPorts are the host ports the pod binds.
+	HostPorts []hostPort
 	// BestEffort: no container requests or limits anything.
 	BestEffort bool
 }
@@ -52,6 +59,12 @@ func NewPodInfo(pod *corev1.Pod) *PodInfo {
 	pi.Requests, pi.NonZeroCPU, pi.NonZeroMem = podRequests(pod)
 	pi.Requests.Pods = 1
 	pi.BestEffort = isBestEffort(pod)
+	pi.HostPorts = podHostPorts(pod)
+	pi.HasNodeSelector = len(pod.Spec.NodeSelector) > 0 ||
+		pod.Spec.Affinity != nil && pod.Spec.Affinity.NodeAffinity != nil && pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil
+	if pi.HasNodeSelector {
+		pi.RequiredNodeAffinity = nodeaffinity.GetRequiredNodeAffinity(pod)
+	}
 	for i := range pod.Spec.Volumes {
 		if pod.Spec.Volumes[i].PersistentVolumeClaim != nil {
 			pi.HasClaims = true
@@ -148,6 +161,16 @@ type NodeInfo struct {
 	UsedPorts        hostPorts
 	// ImageSizes maps every image name the node reports to its size.
 	ImageSizes map[string]int64
+	// Name, Taints (the NoSchedule and NoExecute ones) and Labels are the
+	// node's, kept here beside what the predicates read first, so that a
+	// decision does not reach into every node object.
+	Name   string
+	Taints []corev1.Taint
+	Labels map[string]string
+	// labelKeys are the label keys the Policy reads (see UseLabelKeys);
+	// labelValues holds the node's values for them, inline.
+	labelKeys   []string
+	labelValues [maxInlineLabels]labelValue
 	// ZoneKey, the condition flags and HasZoneLabels are read off the node
 	// once per change rather than once per pod.
 	ZoneKey                             string
@@ -171,6 +194,17 @@ func NewNodeInfo(node *corev1.Node, pods ...*PodInfo) *NodeInfo {
 // SetNode sets or replaces the node object.
 func (ni *NodeInfo) SetNode(node *corev1.Node) {
 	ni.Node = node
+	ni.Name = node.Name
+	ni.Labels = node.Labels
+	for i, k := range ni.labelKeys {
+		ni.labelValues[i].value, ni.labelValues[i].ok = node.Labels[k]
+	}
+	ni.Taints = ni.Taints[:0]
+	for _, t := range node.Spec.Taints {
+		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+			ni.Taints = append(ni.Taints, t)
+		}
+	}
 	ni.Allocatable = resourceFromList(node.Status.Allocatable)
 	ni.ZoneKey = zoneKey(node)
 	ni.Ready = nodes.Ready(node)
@@ -193,6 +227,33 @@ func (ni *NodeInfo) SetNode(node *corev1.Node) {
 	ni.Generation++
 }
 
+// maxInlineLabels is how many label keys a NodeInfo keeps values of.
+const maxInlineLabels = 4
+
+type labelValue struct {
+	value string
+	ok    bool
+}
+
+// UseLabelKeys makes the NodeInfo keep its node's values of these label
+// keys (those a Policy's configurable predicates and priorities read), so
+// that Label answers them without a map lookup; keys beyond the first few
+// are looked up in the map. Call it before SetNode.
+func (ni *NodeInfo) UseLabelKeys(keys []string) {
+	ni.labelKeys = keys[:min(len(keys), maxInlineLabels)]
+}
+
+// Label returns the node's value of a label.
+func (ni *NodeInfo) Label(key string) (string, bool) {
+	for i, k := range ni.labelKeys {
+		if k == key {
+			return ni.labelValues[i].value, ni.labelValues[i].ok
+		}
+	}
+	v, ok := ni.Labels[key]
+	return v, ok
+}
+
 // AddPod accounts for a pod on the node.
 func (ni *NodeInfo) AddPod(pi *PodInfo) {
 	ni.Pods = append(ni.Pods, pi)
@@ -206,7 +267,7 @@ func (ni *NodeInfo) AddPod(pi *PodInfo) {
 	ni.NonZeroRequested.MilliCPU += pi.NonZeroCPU
 	ni.NonZeroRequested.Memory += pi.NonZeroMem
 	ni.NonZeroRequested.Pods++
-	ni.UsedPorts.add(pi.Pod)
+	ni.UsedPorts.add(pi.HostPorts)
 	ni.Generation++
 }
 
@@ -231,7 +292,7 @@ func (ni *NodeInfo) RemovePod(pod *corev1.Pod) *PodInfo {
 	ni.NonZeroRequested.MilliCPU -= pi.NonZeroCPU
 	ni.NonZeroRequested.Memory -= pi.NonZeroMem
 	ni.NonZeroRequested.Pods--
-	ni.UsedPorts.remove(pi.Pod)
+	ni.UsedPorts.remove(pi.HostPorts)
 	ni.Generation++
 	return pi
 }
@@ -282,8 +343,8 @@ func podHostPorts(pod *corev1.Pod) []hostPort {
 	return out
 }
 
-func (hp *hostPorts) add(pod *corev1.Pod) {
-	for _, p := range podHostPorts(pod) {
+func (hp *hostPorts) add(ports []hostPort) {
+	for _, p := range ports {
 		if *hp == nil {
 			*hp = hostPorts{}
 		}
@@ -291,8 +352,8 @@ func (hp *hostPorts) add(pod *corev1.Pod) {
 	}
 }
 
-func (hp hostPorts) remove(pod *corev1.Pod) {
-	for _, p := range podHostPorts(pod) {
+func (hp hostPorts) remove(ports []hostPort) {
+	for _, p := range ports {
 		if hp[p] <= 1 {
 			delete(hp, p)
 		} else {

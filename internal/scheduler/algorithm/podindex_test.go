@@ -80,19 +80,19 @@ func bruteInterPod(s *Snapshot, pi *PodInfo) *interPodState {
 			}
 			nsl := s.NamespaceLabels(ep.Pod.Namespace)
 			for _, t := range ep.RequiredAntiAffinity {
-				if v, ok := ni.Node.Labels[t.TopologyKey]; ok && t.Matches(pi.Pod, podNS) {
+				if v, ok := ni.Labels[t.TopologyKey]; ok && t.Matches(pi.Pod, podNS) {
 					st.existingAnti[topologyPair{t.TopologyKey, v}]++
 				}
 			}
 			if matchesAllTerms(pi.RequiredAffinity, ep.Pod, nsl) {
 				for _, t := range pi.RequiredAffinity {
-					if v, ok := ni.Node.Labels[t.TopologyKey]; ok {
+					if v, ok := ni.Labels[t.TopologyKey]; ok {
 						st.affinity[topologyPair{t.TopologyKey, v}]++
 					}
 				}
 			}
 			for _, t := range pi.RequiredAntiAffinity {
-				if v, ok := ni.Node.Labels[t.TopologyKey]; ok && t.Matches(ep.Pod, nsl) {
+				if v, ok := ni.Labels[t.TopologyKey]; ok && t.Matches(ep.Pod, nsl) {
 					st.anti[topologyPair{t.TopologyKey, v}]++
 				}
 			}
@@ -108,7 +108,7 @@ func bruteAffinityDomains(s *Snapshot, pi *PodInfo) topologyCounts {
 	d := topologyCounts{}
 	podNS := s.NamespaceLabels(pi.Pod.Namespace)
 	add := func(ni *NodeInfo, key string, w int64) {
-		if v, ok := ni.Node.Labels[key]; ok {
+		if v, ok := ni.Labels[key]; ok {
 			d[topologyPair{key, v}] += w
 		}
 	}
@@ -283,4 +283,24 @@ func BenchmarkInterPodPreFilter(b *testing.B) {
 			bruteInterPod(s, incoming)
 		}
 	})
+}
+
+// A NodeInfo answers the Policy's label keys from its own copy, others from
+// the node's labels, and follows the node when it changes.
+func TestNodeInfoLabels(t *testing.T) {
+	ni := &NodeInfo{}
+	ni.UseLabelKeys([]string{"zone", "region"})
+	ni.SetNode(node("n", map[string]string{"zone": "a", "rack": "r1"}))
+	for key, want := range map[string][2]any{"zone": {"a", true}, "region": {"", false}, "rack": {"r1", true}, "other": {"", false}} {
+		if v, ok := ni.Label(key); v != want[0] || ok != want[1] {
+			t.Errorf("%s: %q %v, want %v", key, v, ok, want)
+		}
+	}
+	ni.SetNode(node("n", map[string]string{"zone": "b", "region": "r"}))
+	if v, _ := ni.Label("zone"); v != "b" {
+		t.Errorf("zone after the update: %q", v)
+	}
+	if v, ok := ni.Label("region"); v != "r" || !ok {
+		t.Errorf("region after the update: %q %v", v, ok)
+	}
 }

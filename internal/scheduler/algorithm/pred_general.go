@@ -2,7 +2,6 @@ package algorithm
 
 import (
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 )
 
 // SystemCriticalPriority is the pod priority from which a pod is critical
@@ -58,7 +57,7 @@ func (podFitsHostPorts) Filter(_ *CycleState, pi *PodInfo, ni *NodeInfo) []strin
 }
 
 func fitsHostPorts(pi *PodInfo, ni *NodeInfo) []string {
-	for _, p := range podHostPorts(pi.Pod) {
+	for _, p := range pi.HostPorts {
 		if ni.UsedPorts.conflicts(p) {
 			return []string{ReasonHostPortsNotFree}
 		}
@@ -76,7 +75,7 @@ func (hostName) Filter(_ *CycleState, pi *PodInfo, ni *NodeInfo) []string {
 }
 
 func fitsHostName(pi *PodInfo, ni *NodeInfo) []string {
-	if pi.Pod.Spec.NodeName != "" && pi.Pod.Spec.NodeName != ni.Node.Name {
+	if pi.Pod.Spec.NodeName != "" && pi.Pod.Spec.NodeName != ni.Name {
 		return []string{ReasonHostNameNotMatch}
 	}
 	return nil
@@ -93,7 +92,10 @@ func (matchNodeSelector) Filter(_ *CycleState, pi *PodInfo, ni *NodeInfo) []stri
 }
 
 func fitsNodeSelector(pi *PodInfo, ni *NodeInfo) []string {
-	ok, err := nodeaffinity.GetRequiredNodeAffinity(pi.Pod).Match(ni.Node)
+	if !pi.HasNodeSelector {
+		return nil
+	}
+	ok, err := pi.RequiredNodeAffinity.Match(ni.Node)
 	if err != nil || !ok {
 		return []string{ReasonNodeSelectorNotMatch}
 	}

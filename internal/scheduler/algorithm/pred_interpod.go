@@ -36,7 +36,7 @@ func (matchInterPodAffinity) PreFilter(cs *CycleState, pi *PodInfo) {
 	st := &interPodState{existingAnti: topologyCounts{}, affinity: topologyCounts{}, anti: topologyCounts{}}
 	podNSLabels := s.NamespaceLabels(pi.Pod.Namespace)
 	s.Pods.forEachMatchingTerm(kindRequiredAntiAffinity, pi.Pod, podNSLabels, func(g *termGroup, ni *NodeInfo, n int) {
-		if v, ok := ni.Node.Labels[g.term.TopologyKey]; ok {
+		if v, ok := ni.Labels[g.term.TopologyKey]; ok {
 			st.existingAnti[topologyPair{g.term.TopologyKey, v}] += int64(n)
 		}
 	})
@@ -46,7 +46,7 @@ func (matchInterPodAffinity) PreFilter(cs *CycleState, pi *PodInfo) {
 				return
 			}
 			for i := range pi.RequiredAffinity {
-				if v, ok := ni.Node.Labels[pi.RequiredAffinity[i].TopologyKey]; ok {
+				if v, ok := ni.Labels[pi.RequiredAffinity[i].TopologyKey]; ok {
 					st.affinity[topologyPair{pi.RequiredAffinity[i].TopologyKey, v}]++
 				}
 			}
@@ -59,7 +59,7 @@ func (matchInterPodAffinity) PreFilter(cs *CycleState, pi *PodInfo) {
 			if ep.Pod.UID == pi.Pod.UID {
 				return
 			}
-			if v, ok := ni.Node.Labels[t.TopologyKey]; ok && t.Matches(ep.Pod, s.NamespaceLabels(ep.Pod.Namespace)) {
+			if v, ok := ni.Labels[t.TopologyKey]; ok && t.Matches(ep.Pod, s.NamespaceLabels(ep.Pod.Namespace)) {
 				st.anti[topologyPair{t.TopologyKey, v}]++
 			}
 		})
@@ -87,7 +87,7 @@ func (matchInterPodAffinity) Filter(cs *CycleState, pi *PodInfo, ni *NodeInfo) [
 	if st == nil {
 		return nil
 	}
-	nodeLabels := ni.Node.Labels
+	nodeLabels := ni.Labels
 	if len(st.existingAnti) > 0 {
 		for k, v := range nodeLabels {
 			if st.existingAnti[topologyPair{k, v}] > 0 {

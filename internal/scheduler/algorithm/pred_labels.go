@@ -17,7 +17,7 @@ func (p *labelsPresence) Name() string { return p.name }
 
 func (p *labelsPresence) Filter(_ *CycleState, _ *PodInfo, ni *NodeInfo) []string {
 	for _, l := range p.labels {
-		_, has := ni.Node.Labels[l]
+		_, has := ni.Label(l)
 		if has != p.presence {
 			return []string{ReasonNodeLabelPresenceViolated}
 		}
@@ -90,7 +90,7 @@ func firstServicePeer(s *Snapshot, pod *corev1.Pod) *corev1.Node {
 
 func (p *serviceAffinity) Filter(cs *CycleState, _ *PodInfo, ni *NodeInfo) []string {
 	st, _ := cs.Read(p.name).(*serviceAffinityState)
-	if st == nil || st.selector.Matches(labels.Set(ni.Node.Labels)) {
+	if st == nil || st.selector.Empty() || st.selector.Matches(labels.Set(ni.Labels)) {
 		return nil
 	}
 	return []string{ReasonServiceAffinityViolated}

@@ -17,15 +17,9 @@ type podToleratesNodeTaints struct {
 func (p podToleratesNodeTaints) Name() string { return p.name }
 
 func (p podToleratesNodeTaints) Filter(_ *CycleState, pi *PodInfo, ni *NodeInfo) []string {
-	for i := range ni.Node.Spec.Taints {
-		t := &ni.Node.Spec.Taints[i]
-		switch t.Effect {
-		case corev1.TaintEffectNoExecute:
-		case corev1.TaintEffectNoSchedule:
-			if p.noExecuteOnly {
-				continue
-			}
-		default:
+	for i := range ni.Taints {
+		t := &ni.Taints[i]
+		if p.noExecuteOnly && t.Effect != corev1.TaintEffectNoExecute {
 			continue
 		}
 		if !taints.Tolerated(pi.Pod.Spec.Tolerations, t) {

@@ -105,7 +105,7 @@ func (noVolumeZoneConflict) Filter(cs *CycleState, pi *PodInfo, ni *NodeInfo) []
 			if !ok {
 				continue
 			}
-			have, ok := ni.Node.Labels[k]
+			have, ok := ni.Labels[k]
 			if !ok || !contains(strings.Split(want, "__"), have) {
 				return []string{ReasonVolumeZoneConflict}
 			}

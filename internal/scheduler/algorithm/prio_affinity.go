@@ -78,7 +78,7 @@ func (interPodAffinityPriority) Score(cs *CycleState, pi *PodInfo, nodes []*Node
 	for i, ni := range nodes {
 		var sum int64
 		for k := range keys {
-			if v, ok := ni.Node.Labels[k]; ok {
+			if v, ok := ni.Labels[k]; ok {
 				sum += domains[topologyPair{k, v}]
 			}
 		}

@@ -156,7 +156,7 @@ func (p *labelPreference) Name() string { return p.name }
 
 func (p *labelPreference) Score(_ *CycleState, _ *PodInfo, nodes []*NodeInfo, scores []int64) {
 	for i, ni := range nodes {
-		_, has := ni.Node.Labels[p.label]
+		_, has := ni.Label(p.label)
 		if has == p.presence {
 			scores[i] = MaxPriority
 		} else {

@@ -116,24 +116,26 @@ func (p *serviceAntiAffinity) Score(cs *CycleState, pi *PodInfo, nodes []*NodeIn
 	var total int64
 	byValue := map[string]int64{}
 	counts := make([]int64, len(nodes))
+	values := make([]string, len(nodes))
+	has := make([]bool, len(nodes))
 	for i, ni := range nodes {
+		values[i], has[i] = ni.Label(p.label)
 		if len(sels) > 0 {
 			counts[i] = countMatching(ni, pi.Pod.Namespace, sels)
 		}
 		total += counts[i]
-		if v, ok := ni.Node.Labels[p.label]; ok {
-			byValue[v] += counts[i]
+		if has[i] {
+			byValue[values[i]] += counts[i]
 		}
 	}
-	for i, ni := range nodes {
-		v, ok := ni.Node.Labels[p.label]
+	for i := range nodes {
 		switch {
-		case !ok:
+		case !has[i]:
 			scores[i] = 0
 		case total == 0:
 			scores[i] = MaxPriority
 		default:
-			scores[i] = int64(MaxPriority * float64(total-byValue[v]) / float64(total))
+			scores[i] = int64(MaxPriority * float64(total-byValue[values[i]]) / float64(total))
 		}
 	}
 }

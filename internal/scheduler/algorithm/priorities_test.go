@@ -1,6 +1,9 @@
 package algorithm
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -228,6 +231,31 @@ func TestSelectorSpreadCountsPodsMatchingEverySelector(t *testing.T) {
 	for n, want := range map[string]int64{"a1": 10, "b1": 0} {
 		if got := scoreOf(d, n, "SelectorSpreadPriority"); got != want {
 			t.Errorf("SelectorSpread %s = %d, want %d", n, got, want)
+		}
+	}
+}
+
+// Ties are broken by picking the n-th tied node in name order; finding it
+// without sorting gives the same node a sort would.
+func TestNthByNameMatchesSorting(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 200 {
+		n := 1 + rng.IntN(60)
+		scored := make([]NodeScore, n)
+		tied := make([]int, n)
+		for i := range scored {
+			scored[i].Node = fmt.Sprintf("node-%04d", rng.IntN(10000)*1000+i)
+			tied[i] = i
+		}
+		rng.Shuffle(n, func(i, j int) { tied[i], tied[j] = tied[j], tied[i] })
+		names := make([]string, n)
+		for i, ti := range tied {
+			names[i] = scored[ti].Node
+		}
+		sort.Strings(names)
+		pick := rng.IntN(n)
+		if got := scored[nthByName(scored, tied, pick)].Node; got != names[pick] {
+			t.Fatalf("round %d: pick %d of %v: got %s, want %s", round, pick, names, got, names[pick])
 		}
 	}
 }

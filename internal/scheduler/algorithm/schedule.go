@@ -4,12 +4,12 @@ import (
 	"context"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/util/workqueue"
 
 	"github.com/capstan-dev/capstan/internal/scheduler/policy"
 )
@@ -29,6 +29,8 @@ type Algorithm struct {
 	mu        sync.Mutex
 	rng       *rand.Rand
 	nextStart int
+	// pool keeps filtering buffers between decisions.
+	pool sync.Pool
 }
 
 // New builds the algorithm of a Policy. seed makes tie-breaking
@@ -53,6 +55,36 @@ func (a *Algorithm) Predicates() []string {
 		out[i] = p.Name()
 	}
 	return out
+}
+
+// LabelKeys are the node label keys the Policy's configurable predicates
+// and priorities read (NodeInfo.UseLabelKeys keeps their values at hand).
+func (a *Algorithm) LabelKeys() []string {
+	var keys []string
+	add := func(ks ...string) {
+		for _, k := range ks {
+			if !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	for _, p := range a.predicates {
+		switch p := p.(type) {
+		case *serviceAffinity:
+			add(p.labels...)
+		case *labelsPresence:
+			add(p.labels...)
+		}
+	}
+	for _, wp := range a.priorities {
+		switch p := wp.Priority.(type) {
+		case *serviceAntiAffinity:
+			add(p.label)
+		case *labelPreference:
+			add(p.label)
+		}
+	}
+	return keys
 }
 
 // Priorities returns the weighted priorities.
@@ -160,36 +192,50 @@ func (a *Algorithm) filter(ctx context.Context, cs *CycleState, pi *PodInfo, nod
 	start := a.nextStart % n
 	a.mu.Unlock()
 
-	failures := make([]*Failure, n)
-	fits := make([]bool, n)
-	var found, evaluated atomic.Int64
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	check := func(k int) {
-		if found.Load() >= int64(want) {
-			return
-		}
-		i := (start + k) % n
-		evaluated.Add(1)
-		if f := a.runPredicates(cs, pi, nodes[i], opts.Explain); f != nil {
-			failures[i] = f
-			return
-		}
-		fits[i] = true
-		if found.Add(1) >= int64(want) {
-			cancel()
+	// Results are kept by evaluation order k (node (start+k)%n), in
+	// buffers reused across decisions: only the evaluated prefix is used
+	// and cleared.
+	buf := a.buffers(n)
+	defer a.release(buf)
+	failures, fits := buf.failures, buf.fits
+	var found, evaluated, next atomic.Int64
+	// Workers take the next node by an atomic counter until every node is
+	// checked or enough fit: no per-node channel send, no goroutine per
+	// node.
+	work := func() {
+		for ctx.Err() == nil && found.Load() < int64(want) {
+			k := next.Add(1) - 1
+			if k >= int64(n) {
+				return
+			}
+			i := (start + int(k)) % n
+			evaluated.Add(1)
+			if f := a.runPredicates(cs, pi, nodes[i], opts.Explain); f != nil {
+				failures[k] = f
+				continue
+			}
+			fits[k] = true
+			found.Add(1)
 		}
 	}
-	workqueue.ParallelizeUntil(ctx, max(1, a.Parallelism), n, check)
+	workers := min(max(1, a.Parallelism), (n+minNodesPerWorker-1)/minNodesPerWorker)
+	var wg sync.WaitGroup
+	for range workers - 1 {
+		wg.Go(work)
+	}
+	work()
+	wg.Wait()
 
+	used := min(int(next.Load()), n)
+	buf.used = used
 	var feasible []*NodeInfo
-	for k := 0; k < n; k++ {
+	for k := 0; k < used; k++ {
 		i := (start + k) % n
 		switch {
-		case fits[i]:
+		case fits[k]:
 			feasible = append(feasible, nodes[i])
-		case failures[i] != nil:
-			d.Filtered[nodes[i].Node.Name] = failures[i]
+		case failures[k] != nil:
+			d.Filtered[nodes[i].Name] = failures[k]
 		}
 	}
 	if len(feasible) > want {
@@ -223,6 +269,32 @@ func (a *Algorithm) runPredicates(cs *CycleState, pi *PodInfo, ni *NodeInfo, all
 	return first
 }
 
+// filterBuffers hold one decision's per-node results.
+type filterBuffers struct {
+	failures []*Failure
+	fits     []bool
+	used     int
+}
+
+// buffers returns cleared result buffers for n nodes.
+func (a *Algorithm) buffers(n int) *filterBuffers {
+	if b, ok := a.pool.Get().(*filterBuffers); ok && len(b.fits) >= n {
+		return b
+	}
+	return &filterBuffers{failures: make([]*Failure, n), fits: make([]bool, n)}
+}
+
+// release clears what a decision used and keeps the buffers.
+func (a *Algorithm) release(b *filterBuffers) {
+	clear(b.failures[:b.used])
+	clear(b.fits[:b.used])
+	b.used = 0
+	a.pool.Put(b)
+}
+
+// minNodesPerWorker is the fewest nodes worth another filtering goroutine.
+const minNodesPerWorker = 32
+
 func (a *Algorithm) numFeasibleToFind(n int) int {
 	const minFeasible, minPercentage = 100, 5
 	if n < minFeasible || a.PercentageOfNodesToScore >= 100 {
@@ -239,8 +311,11 @@ func (a *Algorithm) numFeasibleToFind(n int) int {
 // scores.
 func (a *Algorithm) score(cs *CycleState, pi *PodInfo, nodes []*NodeInfo, d *Decision) {
 	d.Scored = make([]NodeScore, len(nodes))
+	// One array holds every node's scores.
+	all := make([]PriorityScore, 0, len(nodes)*len(a.priorities))
 	for i, ni := range nodes {
-		d.Scored[i] = NodeScore{Node: ni.Node.Name, Scores: make([]PriorityScore, 0, len(a.priorities))}
+		d.Scored[i] = NodeScore{Node: ni.Name, Scores: all[len(all) : len(all) : len(all)+len(a.priorities)]}
+		all = all[:len(all)+len(a.priorities)]
 	}
 	if len(a.priorities) == 0 {
 		// No priorities: every feasible node is as good as any other.
@@ -250,9 +325,10 @@ func (a *Algorithm) score(cs *CycleState, pi *PodInfo, nodes []*NodeInfo, d *Dec
 	for _, wp := range a.priorities {
 		clear(scores)
 		wp.Score(cs, pi, nodes, scores)
+		name := wp.Name()
 		for i := range nodes {
 			s := min(max(scores[i], 0), MaxPriority)
-			d.Scored[i].Scores = append(d.Scored[i].Scores, PriorityScore{Priority: wp.Name(), Score: s, Weight: wp.Weight})
+			d.Scored[i].Scores = append(d.Scored[i].Scores, PriorityScore{Priority: name, Score: s, Weight: wp.Weight})
 			d.Scored[i].Total += s * wp.Weight
 		}
 	}
@@ -281,14 +357,58 @@ func (a *Algorithm) selectHost(d *Decision, sortAll bool) {
 			tied = append(tied, i)
 		}
 	}
-	sort.Slice(tied, func(x, y int) bool { return d.Scored[tied[x]].Node < d.Scored[tied[y]].Node })
 	a.mu.Lock()
 	pick := a.rng.IntN(len(tied))
 	a.mu.Unlock()
-	d.Selected, d.Ties = d.Scored[tied[pick]].Node, len(tied)
+	w := nthByName(d.Scored, tied, pick)
+	d.Selected, d.Ties = d.Scored[w].Node, len(tied)
 	if !sortAll {
 		// Keep the winner first for readers of Scored[0].
-		w := tied[pick]
 		d.Scored[0], d.Scored[w] = d.Scored[w], d.Scored[0]
 	}
+}
+
+// nthByName returns the index (into scored) of the tied node that is n-th
+// in name order, without sorting them all: a quickselect over the tied
+// indexes, which it reorders.
+func nthByName(scored []NodeScore, tied []int, n int) int {
+	lo, hi := 0, len(tied)-1
+	for lo < hi {
+		// Median of three as the pivot keeps already ordered input linear.
+		mid := lo + (hi-lo)/2
+		name := func(i int) string { return scored[tied[i]].Node }
+		if name(mid) < name(lo) {
+			tied[mid], tied[lo] = tied[lo], tied[mid]
+		}
+		if name(hi) < name(lo) {
+			tied[hi], tied[lo] = tied[lo], tied[hi]
+		}
+		if name(hi) < name(mid) {
+			tied[hi], tied[mid] = tied[mid], tied[hi]
+		}
+		pivot := name(mid)
+		i, j := lo, hi
+		for i <= j {
+			for name(i) < pivot {
+				i++
+			}
+			for name(j) > pivot {
+				j--
+			}
+			if i <= j {
+				tied[i], tied[j] = tied[j], tied[i]
+				i++
+				j--
+			}
+		}
+		switch {
+		case n <= j:
+			hi = j
+		case n >= i:
+			lo = i
+		default:
+			return tied[n]
+		}
+	}
+	return tied[lo]
 }
