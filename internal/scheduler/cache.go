@@ -58,12 +58,12 @@ type assumption struct {
 func newNodeCache(labelKeys []string) *nodeCache {
 	return &nodeCache{
 		labelKeys: labelKeys,
-		infos:   map[string]*algorithm.NodeInfo{},
-		index:   map[string]*algorithm.NodeInfo{},
-		podNode: map[types.UID]string{},
-		pods:    algorithm.NewPodIndex(),
-		assumed: map[types.UID]*assumption{},
-		volumes: map[string]string{},
+		infos:     map[string]*algorithm.NodeInfo{},
+		index:     map[string]*algorithm.NodeInfo{},
+		podNode:   map[types.UID]string{},
+		pods:      algorithm.NewPodIndex(),
+		assumed:   map[types.UID]*assumption{},
+		volumes:   map[string]string{},
 	}
 }
 
