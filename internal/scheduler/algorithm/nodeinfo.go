@@ -228,7 +228,11 @@ func (ni *NodeInfo) SetNode(node *corev1.Node) {
 }
 
 // maxInlineLabels is how many label keys a NodeInfo keeps values of.
-const maxInlineLabels = 4
+const maxInlineLabels = 8
+
+// TopologyLabelKeys are the keys pod (anti-)affinity and spreading use
+// most: worth keeping at hand on every NodeInfo.
+var TopologyLabelKeys = []string{corev1.LabelHostname, corev1.LabelTopologyZone, corev1.LabelTopologyRegion}
 
 type labelValue struct {
 	value string

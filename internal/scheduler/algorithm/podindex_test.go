@@ -81,19 +81,19 @@ func bruteInterPod(s *Snapshot, pi *PodInfo) *interPodState {
 			nsl := s.NamespaceLabels(ep.Pod.Namespace)
 			for _, t := range ep.RequiredAntiAffinity {
 				if v, ok := ni.Labels[t.TopologyKey]; ok && t.Matches(pi.Pod, podNS) {
-					st.existingAnti[topologyPair{t.TopologyKey, v}]++
+					st.existingAnti.add(t.TopologyKey, v, 1)
 				}
 			}
 			if matchesAllTerms(pi.RequiredAffinity, ep.Pod, nsl) {
 				for _, t := range pi.RequiredAffinity {
 					if v, ok := ni.Labels[t.TopologyKey]; ok {
-						st.affinity[topologyPair{t.TopologyKey, v}]++
+						st.affinity.add(t.TopologyKey, v, 1)
 					}
 				}
 			}
 			for _, t := range pi.RequiredAntiAffinity {
 				if v, ok := ni.Labels[t.TopologyKey]; ok && t.Matches(ep.Pod, nsl) {
-					st.anti[topologyPair{t.TopologyKey, v}]++
+					st.anti.add(t.TopologyKey, v, 1)
 				}
 			}
 		}
@@ -109,7 +109,7 @@ func bruteAffinityDomains(s *Snapshot, pi *PodInfo) topologyCounts {
 	podNS := s.NamespaceLabels(pi.Pod.Namespace)
 	add := func(ni *NodeInfo, key string, w int64) {
 		if v, ok := ni.Labels[key]; ok {
-			d[topologyPair{key, v}] += w
+			d.add(key, v, w)
 		}
 	}
 	for _, ni := range s.Nodes {
@@ -150,9 +150,11 @@ func bruteAffinityDomains(s *Snapshot, pi *PodInfo) topologyCounts {
 
 func dropZeros(c topologyCounts) topologyCounts {
 	out := topologyCounts{}
-	for k, v := range c {
-		if v != 0 {
-			out[k] = v
+	for k, vs := range c {
+		for v, n := range vs {
+			if n != 0 {
+				out.add(k, v, n)
+			}
 		}
 	}
 	return out

@@ -4,10 +4,36 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// topologyPair is a topology domain: a node label key and value.
-type topologyPair struct{ key, value string }
+// topologyCounts counts per topology domain: by node label key, then
+// value. Looking a node up costs one label lookup per key counted, however
+// many labels the node has.
+type topologyCounts map[string]map[string]int64
 
-type topologyCounts map[topologyPair]int64
+func (c topologyCounts) add(key, value string, n int64) {
+	m := c[key]
+	if m == nil {
+		m = map[string]int64{}
+		c[key] = m
+	}
+	m[value] += n
+}
+
+// onNode is the count of the node's domain for key; ok is false when the
+// node has no such label.
+func (c topologyCounts) onNode(ni *NodeInfo, key string) (n int64, ok bool) {
+	v, ok := ni.Label(key)
+	if !ok {
+		return 0, false
+	}
+	return c[key][v], true
+}
+
+// addNode adds n to the node's domain for key, if it has the label.
+func (c topologyCounts) addNode(ni *NodeInfo, key string, n int64) {
+	if v, ok := ni.Label(key); ok {
+		c.add(key, v, n)
+	}
+}
 
 // matchInterPodAffinity enforces required pod affinity and anti-affinity:
 // the pod's own terms, and the anti-affinity terms of pods already running
@@ -36,9 +62,7 @@ func (matchInterPodAffinity) PreFilter(cs *CycleState, pi *PodInfo) {
 	st := &interPodState{existingAnti: topologyCounts{}, affinity: topologyCounts{}, anti: topologyCounts{}}
 	podNSLabels := s.NamespaceLabels(pi.Pod.Namespace)
 	s.Pods.forEachMatchingTerm(kindRequiredAntiAffinity, pi.Pod, podNSLabels, func(g *termGroup, ni *NodeInfo, n int) {
-		if v, ok := ni.Labels[g.term.TopologyKey]; ok {
-			st.existingAnti[topologyPair{g.term.TopologyKey, v}] += int64(n)
-		}
+		st.existingAnti.addNode(ni, g.term.TopologyKey, int64(n))
 	})
 	if len(pi.RequiredAffinity) > 0 {
 		s.Pods.forEachSelected(pi.RequiredAffinity[0].Selector, func(ep *PodInfo, ni *NodeInfo) {
@@ -46,9 +70,7 @@ func (matchInterPodAffinity) PreFilter(cs *CycleState, pi *PodInfo) {
 				return
 			}
 			for i := range pi.RequiredAffinity {
-				if v, ok := ni.Labels[pi.RequiredAffinity[i].TopologyKey]; ok {
-					st.affinity[topologyPair{pi.RequiredAffinity[i].TopologyKey, v}]++
-				}
+				st.affinity.addNode(ni, pi.RequiredAffinity[i].TopologyKey, 1)
 			}
 		})
 		st.selfMatch = matchesAllTerms(pi.RequiredAffinity, pi.Pod, podNSLabels)
@@ -59,8 +81,8 @@ func (matchInterPodAffinity) PreFilter(cs *CycleState, pi *PodInfo) {
 			if ep.Pod.UID == pi.Pod.UID {
 				return
 			}
-			if v, ok := ni.Labels[t.TopologyKey]; ok && t.Matches(ep.Pod, s.NamespaceLabels(ep.Pod.Namespace)) {
-				st.anti[topologyPair{t.TopologyKey, v}]++
+			if t.Matches(ep.Pod, s.NamespaceLabels(ep.Pod.Namespace)) {
+				st.anti.addNode(ni, t.TopologyKey, 1)
 			}
 		})
 	}
@@ -87,22 +109,19 @@ func (matchInterPodAffinity) Filter(cs *CycleState, pi *PodInfo, ni *NodeInfo) [
 	if st == nil {
 		return nil
 	}
-	nodeLabels := ni.Labels
-	if len(st.existingAnti) > 0 {
-		for k, v := range nodeLabels {
-			if st.existingAnti[topologyPair{k, v}] > 0 {
-				return []string{ReasonExistingPodsAntiAffinityNotOK}
-			}
+	for key := range st.existingAnti {
+		if n, _ := st.existingAnti.onNode(ni, key); n > 0 {
+			return []string{ReasonExistingPodsAntiAffinityNotOK}
 		}
 	}
 	if len(pi.RequiredAffinity) > 0 {
 		peers := true
 		for i := range pi.RequiredAffinity {
-			v, ok := nodeLabels[pi.RequiredAffinity[i].TopologyKey]
+			n, ok := st.affinity.onNode(ni, pi.RequiredAffinity[i].TopologyKey)
 			if !ok {
 				return []string{ReasonPodAffinityRulesNotMatch}
 			}
-			if st.affinity[topologyPair{pi.RequiredAffinity[i].TopologyKey, v}] <= 0 {
+			if n <= 0 {
 				peers = false
 			}
 		}
@@ -113,8 +132,7 @@ func (matchInterPodAffinity) Filter(cs *CycleState, pi *PodInfo, ni *NodeInfo) [
 		}
 	}
 	for i := range pi.RequiredAntiAffinity {
-		t := &pi.RequiredAntiAffinity[i]
-		if v, ok := nodeLabels[t.TopologyKey]; ok && st.anti[topologyPair{t.TopologyKey, v}] > 0 {
+		if n, _ := st.anti.onNode(ni, pi.RequiredAntiAffinity[i].TopologyKey); n > 0 {
 			return []string{ReasonPodAntiAffinityRulesNotMatch}
 		}
 	}

@@ -69,18 +69,13 @@ func (interPodAffinityPriority) Score(cs *CycleState, pi *PodInfo, nodes []*Node
 		clear(scores)
 		return
 	}
-	keys := map[string]bool{}
-	for d := range domains {
-		keys[d.key] = true
-	}
 	// The range always includes 0, as the legacy implementation's did.
 	var lo, hi int64
 	for i, ni := range nodes {
 		var sum int64
-		for k := range keys {
-			if v, ok := ni.Labels[k]; ok {
-				sum += domains[topologyPair{k, v}]
-			}
+		for key := range domains {
+			n, _ := domains.onNode(ni, key)
+			sum += n
 		}
 		scores[i] = sum
 		lo, hi = min(lo, sum), max(hi, sum)
@@ -99,18 +94,13 @@ func (interPodAffinityPriority) Score(cs *CycleState, pi *PodInfo, nodes []*Node
 // that select the incoming pod (anti-affinity negative).
 func affinityDomains(s *Snapshot, pi *PodInfo) topologyCounts {
 	domains := topologyCounts{}
-	add := func(nodeLabels map[string]string, key string, w int64) {
-		if v, ok := nodeLabels[key]; ok {
-			domains[topologyPair{key, v}] += w
-		}
-	}
 	// The incoming pod's preferred terms, over the pods they select.
 	incoming := func(terms []WeightedAffinityTerm, sign int64) {
 		for i := range terms {
 			t := &terms[i]
 			s.Pods.forEachSelected(t.Selector, func(ep *PodInfo, ni *NodeInfo) {
 				if ep.Pod.UID != pi.Pod.UID && t.Matches(ep.Pod, s.NamespaceLabels(ep.Pod.Namespace)) {
-					add(ni.Node.Labels, t.TopologyKey, sign*int64(t.Weight))
+					domains.addNode(ni, t.TopologyKey, sign*int64(t.Weight))
 				}
 			})
 		}
@@ -121,7 +111,7 @@ func affinityDomains(s *Snapshot, pi *PodInfo) topologyCounts {
 	podNSLabels := s.NamespaceLabels(pi.Pod.Namespace)
 	existing := func(kind termKind, weight func(*termGroup) int64) {
 		s.Pods.forEachMatchingTerm(kind, pi.Pod, podNSLabels, func(g *termGroup, ni *NodeInfo, n int) {
-			add(ni.Node.Labels, g.term.TopologyKey, weight(g)*int64(n))
+			domains.addNode(ni, g.term.TopologyKey, weight(g)*int64(n))
 		})
 	}
 	existing(kindRequiredAffinity, func(*termGroup) int64 { return hardPodAffinityWeight })

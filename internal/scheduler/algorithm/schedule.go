@@ -57,10 +57,11 @@ func (a *Algorithm) Predicates() []string {
 	return out
 }
 
-// LabelKeys are the node label keys the Policy's configurable predicates
-// and priorities read (NodeInfo.UseLabelKeys keeps their values at hand).
+// LabelKeys are the node label keys decisions read most: the well-known
+// topology keys and those the Policy's configurable predicates and
+// priorities name (NodeInfo.UseLabelKeys keeps their values at hand).
 func (a *Algorithm) LabelKeys() []string {
-	var keys []string
+	keys := slices.Clone(TopologyLabelKeys)
 	add := func(ks ...string) {
 		for _, k := range ks {
 			if !slices.Contains(keys, k) {
