@@ -71,7 +71,7 @@ func randomAffinityPod(r *rand.Rand, i int) *corev1.Pod {
 // bruteInterPod computes the MatchInterPodAffinity state by scanning every
 // pod of every node, the definition the index must agree with.
 func bruteInterPod(s *Snapshot, pi *PodInfo) *interPodState {
-	st := &interPodState{existingAnti: topologyCounts{}, affinity: topologyCounts{}, anti: topologyCounts{}}
+	st := &interPodState{}
 	podNS := s.NamespaceLabels(pi.Pod.Namespace)
 	for _, ni := range s.Nodes {
 		for _, ep := range ni.Pods {
@@ -104,8 +104,8 @@ func bruteInterPod(s *Snapshot, pi *PodInfo) *interPodState {
 
 // bruteAffinityDomains is InterPodAffinityPriority's raw per-domain sums by
 // scanning every pod.
-func bruteAffinityDomains(s *Snapshot, pi *PodInfo) topologyCounts {
-	d := topologyCounts{}
+func bruteAffinityDomains(s *Snapshot, pi *PodInfo) *topologyCounts {
+	d := &topologyCounts{}
 	podNS := s.NamespaceLabels(pi.Pod.Namespace)
 	add := func(ni *NodeInfo, key string, w int64) {
 		if v, ok := ni.Labels[key]; ok {
@@ -148,12 +148,14 @@ func bruteAffinityDomains(s *Snapshot, pi *PodInfo) topologyCounts {
 	return d
 }
 
-func dropZeros(c topologyCounts) topologyCounts {
-	out := topologyCounts{}
-	for k, vs := range c {
-		for v, n := range vs {
+// dropZeros flattens counts to key/value -> count, without zeros, for
+// comparison whatever the order keys were met in.
+func dropZeros(c *topologyCounts) map[[2]string]int64 {
+	out := map[[2]string]int64{}
+	for i, k := range c.keys {
+		for v, n := range c.counts[i] {
 			if n != 0 {
-				out.add(k, v, n)
+				out[[2]string{k, v}] = n
 			}
 		}
 	}
@@ -211,9 +213,16 @@ func TestPodIndexAgreesWithFullScan(t *testing.T) {
 				matchInterPodAffinity{}.PreFilter(cs, pi)
 				got := cs.Read(interPodKey).(*interPodState)
 				want := bruteInterPod(s, pi)
-				got.existingAnti, got.affinity, got.anti = dropZeros(got.existingAnti), dropZeros(got.affinity), dropZeros(got.anti)
-				if !reflect.DeepEqual(got, want) {
-					t.Fatalf("round %d pod %s: PreFilter\n got %+v\nwant %+v", round, pi.Pod.Name, got, want)
+				for _, c := range []struct {
+					name      string
+					got, want *topologyCounts
+				}{{"existing anti-affinity", &got.existingAnti, &want.existingAnti}, {"affinity", &got.affinity, &want.affinity}, {"anti-affinity", &got.anti, &want.anti}} {
+					if g, w := dropZeros(c.got), dropZeros(c.want); !reflect.DeepEqual(g, w) {
+						t.Fatalf("round %d pod %s: PreFilter %s\n got %v\nwant %v", round, pi.Pod.Name, c.name, g, w)
+					}
+				}
+				if got.selfMatch != want.selfMatch {
+					t.Fatalf("round %d pod %s: selfMatch %v, want %v", round, pi.Pod.Name, got.selfMatch, want.selfMatch)
 				}
 				if got, want := dropZeros(affinityDomains(s, pi)), dropZeros(bruteAffinityDomains(s, pi)); !reflect.DeepEqual(got, want) {
 					t.Fatalf("round %d pod %s: priority domains\n got %v\nwant %v", round, pi.Pod.Name, got, want)

@@ -5,31 +5,57 @@ import (
 )
 
 // topologyCounts counts per topology domain: by node label key, then
-// value. Looking a node up costs one label lookup per key counted, however
-// many labels the node has.
-type topologyCounts map[string]map[string]int64
-
-func (c topologyCounts) add(key, value string, n int64) {
-	m := c[key]
-	if m == nil {
-		m = map[string]int64{}
-		c[key] = m
-	}
-	m[value] += n
+// value. The keys are few (the topology keys of the terms counted): they
+// are kept in a list, so a node costs one map lookup per key, by its value.
+type topologyCounts struct {
+	keys   []string
+	counts []map[string]int64
 }
+
+// byKey returns the counts of key, creating them when create.
+func (c *topologyCounts) byKey(key string, create bool) map[string]int64 {
+	for i, k := range c.keys {
+		if k == key {
+			return c.counts[i]
+		}
+	}
+	if !create {
+		return nil
+	}
+	m := map[string]int64{}
+	c.keys = append(c.keys, key)
+	c.counts = append(c.counts, m)
+	return m
+}
+
+func (c *topologyCounts) add(key, value string, n int64) { c.byKey(key, true)[value] += n }
+
+// empty reports whether nothing was counted.
+func (c *topologyCounts) empty() bool { return len(c.keys) == 0 }
 
 // onNode is the count of the node's domain for key; ok is false when the
 // node has no such label.
-func (c topologyCounts) onNode(ni *NodeInfo, key string) (n int64, ok bool) {
+func (c *topologyCounts) onNode(ni *NodeInfo, key string) (n int64, ok bool) {
 	v, ok := ni.Label(key)
 	if !ok {
 		return 0, false
 	}
-	return c[key][v], true
+	return c.byKey(key, false)[v], true
+}
+
+// sumOnNode adds up the counts of the node's domains over every key.
+func (c *topologyCounts) sumOnNode(ni *NodeInfo) int64 {
+	var sum int64
+	for i, k := range c.keys {
+		if v, ok := ni.Label(k); ok {
+			sum += c.counts[i][v]
+		}
+	}
+	return sum
 }
 
 // addNode adds n to the node's domain for key, if it has the label.
-func (c topologyCounts) addNode(ni *NodeInfo, key string, n int64) {
+func (c *topologyCounts) addNode(ni *NodeInfo, key string, n int64) {
 	if v, ok := ni.Label(key); ok {
 		c.add(key, v, n)
 	}
@@ -59,7 +85,7 @@ type interPodState struct {
 
 func (matchInterPodAffinity) PreFilter(cs *CycleState, pi *PodInfo) {
 	s := cs.Snapshot
-	st := &interPodState{existingAnti: topologyCounts{}, affinity: topologyCounts{}, anti: topologyCounts{}}
+	st := &interPodState{}
 	podNSLabels := s.NamespaceLabels(pi.Pod.Namespace)
 	s.Pods.forEachMatchingTerm(kindRequiredAntiAffinity, pi.Pod, podNSLabels, func(g *termGroup, ni *NodeInfo, n int) {
 		st.existingAnti.addNode(ni, g.term.TopologyKey, int64(n))
@@ -109,8 +135,8 @@ func (matchInterPodAffinity) Filter(cs *CycleState, pi *PodInfo, ni *NodeInfo) [
 	if st == nil {
 		return nil
 	}
-	for key := range st.existingAnti {
-		if n, _ := st.existingAnti.onNode(ni, key); n > 0 {
+	for i, key := range st.existingAnti.keys {
+		if v, ok := ni.Label(key); ok && st.existingAnti.counts[i][v] > 0 {
 			return []string{ReasonExistingPodsAntiAffinityNotOK}
 		}
 	}
@@ -127,7 +153,7 @@ func (matchInterPodAffinity) Filter(cs *CycleState, pi *PodInfo, ni *NodeInfo) [
 		}
 		// No peer anywhere yet: the first pod of a group that matches its
 		// own terms may start it.
-		if !peers && !(len(st.affinity) == 0 && st.selfMatch) {
+		if !peers && !(st.affinity.empty() && st.selfMatch) {
 			return []string{ReasonPodAffinityRulesNotMatch}
 		}
 	}

@@ -65,18 +65,14 @@ func (interPodAffinityPriority) Name() string { return "InterPodAffinityPriority
 
 func (interPodAffinityPriority) Score(cs *CycleState, pi *PodInfo, nodes []*NodeInfo, scores []int64) {
 	domains := affinityDomains(cs.Snapshot, pi)
-	if len(domains) == 0 {
+	if domains.empty() {
 		clear(scores)
 		return
 	}
 	// The range always includes 0, as the legacy implementation's did.
 	var lo, hi int64
 	for i, ni := range nodes {
-		var sum int64
-		for key := range domains {
-			n, _ := domains.onNode(ni, key)
-			sum += n
-		}
+		sum := domains.sumOnNode(ni)
 		scores[i] = sum
 		lo, hi = min(lo, sum), max(hi, sum)
 	}
@@ -92,8 +88,8 @@ func (interPodAffinityPriority) Score(cs *CycleState, pi *PodInfo, nodes []*Node
 // affinityDomains sums, per topology domain, the weights of the incoming
 // pod's preferred terms matched by pods there and of the terms of pods there
 // that select the incoming pod (anti-affinity negative).
-func affinityDomains(s *Snapshot, pi *PodInfo) topologyCounts {
-	domains := topologyCounts{}
+func affinityDomains(s *Snapshot, pi *PodInfo) *topologyCounts {
+	domains := &topologyCounts{}
 	// The incoming pod's preferred terms, over the pods they select.
 	incoming := func(terms []WeightedAffinityTerm, sign int64) {
 		for i := range terms {
