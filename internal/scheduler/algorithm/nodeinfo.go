@@ -4,7 +4,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
 	"github.com/capstan-dev/capstan/internal/nodes"
 )
@@ -26,10 +25,10 @@ type PodInfo struct {
 	ParseError error
 	// HasClaims: the pod mounts persistent volume claims.
 	HasClaims bool
-	// RequiredNodeAffinity is the pod's nodeSelector and required node
-	// affinity, parsed once; HasNodeSelector says it has either.
-	RequiredNodeAffinity nodeaffinity.RequiredNodeAffinity
-	HasNodeSelector      bool
+	// nodeSelector is the pod's nodeSelector and required node affinity,
+	// compiled once; hasNodeSelector says it has either.
+	nodeSelector    requiredNodeSelector
+	hasNodeSelector bool
 	// HostPorts are the host ports the pod binds.
 	HostPorts []hostPort
 	// BestEffort: no container requests or limits anything.
@@ -60,11 +59,8 @@ func NewPodInfo(pod *corev1.Pod) *PodInfo {
 	pi.Requests.Pods = 1
 	pi.BestEffort = isBestEffort(pod)
 	pi.HostPorts = podHostPorts(pod)
-	pi.HasNodeSelector = len(pod.Spec.NodeSelector) > 0 ||
-		pod.Spec.Affinity != nil && pod.Spec.Affinity.NodeAffinity != nil && pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil
-	if pi.HasNodeSelector {
-		pi.RequiredNodeAffinity = nodeaffinity.GetRequiredNodeAffinity(pod)
-	}
+	pi.nodeSelector = newRequiredNodeSelector(pod)
+	pi.hasNodeSelector = pi.nodeSelector.set != nil || pi.nodeSelector.affinity
 	for i := range pod.Spec.Volumes {
 		if pod.Spec.Volumes[i].PersistentVolumeClaim != nil {
 			pi.HasClaims = true

@@ -92,11 +92,7 @@ func (matchNodeSelector) Filter(_ *CycleState, pi *PodInfo, ni *NodeInfo) []stri
 }
 
 func fitsNodeSelector(pi *PodInfo, ni *NodeInfo) []string {
-	if !pi.HasNodeSelector {
-		return nil
-	}
-	ok, err := pi.RequiredNodeAffinity.Match(ni.Node)
-	if err != nil || !ok {
+	if pi.hasNodeSelector && !pi.nodeSelector.matches(ni) {
 		return []string{ReasonNodeSelectorNotMatch}
 	}
 	return nil

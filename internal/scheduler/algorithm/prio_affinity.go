@@ -1,9 +1,5 @@
 package algorithm
 
-import (
-	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
-)
-
 // nodeAffinityPriority sums the weights of the preferred node affinity
 // terms a node matches, normalised so the best node scores 10.
 type nodeAffinityPriority struct{}
@@ -11,18 +7,19 @@ type nodeAffinityPriority struct{}
 func (nodeAffinityPriority) Name() string { return "NodeAffinityPriority" }
 
 func (nodeAffinityPriority) Score(_ *CycleState, pi *PodInfo, nodes []*NodeInfo, scores []int64) {
-	a := pi.Pod.Spec.Affinity
-	if a == nil || a.NodeAffinity == nil || len(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution) == 0 {
-		clear(scores)
-		return
-	}
-	terms, err := nodeaffinity.NewPreferredSchedulingTerms(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution)
-	if err != nil {
+	terms, err := preferredTerms(pi.Pod)
+	if err != nil || len(terms) == 0 {
 		clear(scores)
 		return
 	}
 	for i, ni := range nodes {
-		scores[i] = terms.Score(ni.Node)
+		var sum int64
+		for j := range terms {
+			if terms[j].matches(ni) {
+				sum += terms[j].weight
+			}
+		}
+		scores[i] = sum
 	}
 	normalize(scores, false)
 }
