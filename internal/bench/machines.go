@@ -7,6 +7,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/waitfor"
+
 	nodeutil "github.com/capstan-dev/capstan/internal/nodes"
 
 	machinev1 "github.com/openshift/api/machine/v1beta1"
@@ -15,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/cluster"
@@ -97,14 +98,14 @@ func Machines(ctx context.Context, o MachinesOptions, log io.Writer) (*MachinesR
 	if err := scale(o.Replicas); err != nil {
 		return nil, err
 	}
-	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, o.Timeout, false, func(ctx context.Context) (bool, error) {
+	err = waitfor.Poll(ctx, 250*time.Millisecond, o.Timeout, waitfor.Simple(func(ctx context.Context) (bool, string) {
 		list, err := machines.List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 		if err != nil {
-			return false, nil
+			return false, err.Error()
 		}
 		nodes, err := cl.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 		if err != nil {
-			return false, nil
+			return false, err.Error()
 		}
 		ready := map[string]bool{}
 		for i := range nodes.Items {
@@ -117,10 +118,10 @@ func Machines(ctx context.Context, o MachinesOptions, log io.Writer) (*MachinesR
 				running++
 			}
 		}
-		return running == o.Replicas, nil
-	})
+		return running == o.Replicas, fmt.Sprintf("%d of %d machines Running with a Ready node", running, o.Replicas)
+	}))
 	if err != nil {
-		return nil, fmt.Errorf("machines not Running within %s: %w", o.Timeout, err)
+		return nil, fmt.Errorf("scaling up: %w", err)
 	}
 	res.Up = time.Since(start)
 	res.UpPerSecond = float64(o.Replicas) / res.Up.Seconds()
@@ -138,12 +139,15 @@ func Machines(ctx context.Context, o MachinesOptions, log io.Writer) (*MachinesR
 	if err := scale(0); err != nil {
 		return nil, err
 	}
-	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, o.Timeout, false, func(ctx context.Context) (bool, error) {
+	err = waitfor.Poll(ctx, 250*time.Millisecond, o.Timeout, waitfor.Simple(func(ctx context.Context) (bool, string) {
 		list, err := machines.List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-		return err == nil && len(list.Items) == 0, nil
-	})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(list.Items) == 0, fmt.Sprintf("%d machines left", len(list.Items))
+	}))
 	if err != nil {
-		return nil, fmt.Errorf("machines not deleted within %s: %w", o.Timeout, err)
+		return nil, fmt.Errorf("scaling down: %w", err)
 	}
 	res.Down = time.Since(start)
 	res.DownPerSecond = float64(o.Replicas) / res.Down.Seconds()
@@ -186,8 +190,11 @@ func runBenchDeployment(ctx context.Context, cl *cluster.Cluster, pods int, time
 	if _, err := cl.Client.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	return wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, false, func(ctx context.Context) (bool, error) {
+	return waitfor.Poll(ctx, 500*time.Millisecond, timeout, waitfor.Simple(func(ctx context.Context) (bool, string) {
 		got, err := cl.Client.AppsV1().Deployments("default").Get(ctx, "bench", metav1.GetOptions{})
-		return err == nil && got.Status.ReadyReplicas == int32(pods), nil
-	})
+		if err != nil {
+			return false, err.Error()
+		}
+		return got.Status.ReadyReplicas == int32(pods), fmt.Sprintf("%d of %d pods ready", got.Status.ReadyReplicas, pods)
+	}))
 }

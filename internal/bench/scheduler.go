@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +17,9 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/capstan-dev/capstan/internal/taints"
+	"github.com/capstan-dev/capstan/internal/waitfor"
 
 	"github.com/capstan-dev/capstan/internal/nodes"
 
@@ -49,8 +53,9 @@ type SchedulerOptions struct {
 	// (RunSchedulerProcess); the scheduler flags are appended.
 	ProcessCommand []string
 	// CPUProfile and MemProfile, when set, are passed to the scheduler
-	// process.
-	CPUProfile, MemProfile string
+	// process; ControlPlaneProfile profiles the rest of the run (this
+	// process) over the measured window.
+	CPUProfile, MemProfile, ControlPlaneProfile string
 }
 
 // SchedulerResult is the outcome of one run.
@@ -72,6 +77,11 @@ type SchedulerResult struct {
 	ClientBurst int     `json:"clientBurst"`
 	// PeakRSSBytes is the scheduler process's peak resident memory.
 	PeakRSSBytes int64 `json:"peakRSSBytes"`
+	// ControlPlaneCPUSeconds is the CPU the rest of the run (apiserver,
+	// etcd, simulated kubelets, pod creators) used over the same window;
+	// MachineBusy is the share of every core the scheduler and it used.
+	ControlPlaneCPUSeconds float64 `json:"controlPlaneCPUSeconds"`
+	MachineBusy            float64 `json:"machineBusy"`
 	Quality
 }
 
@@ -157,6 +167,16 @@ func RunScheduler(ctx context.Context, o SchedulerOptions, log io.Writer) (*Sche
 	}
 
 	fmt.Fprintf(log, "[%s/%s] creating %d pods ...\n", o.Scheduler, o.Workload, o.Pods)
+	// The rest of the machine's work (apiserver, etcd, simulated kubelets,
+	// the pod creators) happens in this process: its CPU over the same
+	// window says whether the machine, rather than the scheduler, set the
+	// pace.
+	stopProfile, err := StartCPUProfile(o.ControlPlaneProfile)
+	if err != nil {
+		return nil, err
+	}
+	defer stopProfile()
+	controlPlaneStart := selfCPUSeconds()
 	start := time.Now()
 	err = parallel(ctx, o.Pods, o.Parallelism, func(i int) error {
 		_, err := client.CoreV1().Pods("bench").Create(ctx, benchWorkloadPod(o.Workload, i), metav1.CreateOptions{})
@@ -175,6 +195,8 @@ func RunScheduler(ctx context.Context, o SchedulerOptions, log io.Writer) (*Sche
 		return nil, fmt.Errorf("%s bound %d/%d pods within %s", o.Scheduler, bound.Load(), o.Pods, o.Timeout)
 	}
 	elapsed := time.Since(start)
+	controlPlaneCPU := selfCPUSeconds() - controlPlaneStart
+	stopProfile()
 	usage, err := proc.stop()
 	if err != nil {
 		return nil, err
@@ -183,7 +205,9 @@ func RunScheduler(ctx context.Context, o SchedulerOptions, log io.Writer) (*Sche
 	res := &SchedulerResult{Scheduler: o.Scheduler, Workload: o.Workload, Nodes: o.Nodes, Pods: o.Pods,
 		Seconds: elapsed.Seconds(), PodsPerSecond: float64(o.Pods) / elapsed.Seconds(),
 		CPUSeconds: cpu, CPUPer1000Pods: cpu * 1000 / float64(o.Pods),
-		ClientQPS: ready.ClientQPS, ClientBurst: ready.ClientBurst, PeakRSSBytes: usage.Maxrss * 1024}
+		ClientQPS: ready.ClientQPS, ClientBurst: ready.ClientBurst, PeakRSSBytes: usage.Maxrss * 1024,
+		ControlPlaneCPUSeconds: controlPlaneCPU,
+		MachineBusy:            (cpu + controlPlaneCPU) / (elapsed.Seconds() * float64(runtime.NumCPU()))}
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
@@ -283,32 +307,20 @@ func rusageCPUSeconds(ru *syscall.Rusage) float64 {
 // waitNodesSchedulable waits until n nodes are Ready without the not-ready
 // taint the node lifecycle controller lifts.
 func waitNodesSchedulable(ctx context.Context, cl *cluster.Cluster, n int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
+	return waitfor.Poll(ctx, 500*time.Millisecond, timeout, waitfor.Simple(func(ctx context.Context) (bool, string) {
 		list, err := cl.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-		if err == nil {
-			ok := 0
-			for i := range list.Items {
-				node := &list.Items[i]
-				tainted := false
-				for _, t := range node.Spec.Taints {
-					tainted = tainted || t.Key == corev1.TaintNodeNotReady
-				}
-				if nodes.Ready(node) && !tainted {
-					ok++
-				}
-			}
-			if ok >= n {
-				return nil
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%d/%d nodes schedulable after %s", ok, n, timeout)
+		if err != nil {
+			return false, err.Error()
+		}
+		ok := 0
+		for i := range list.Items {
+			node := &list.Items[i]
+			notReady := taints.Has(node.Spec.Taints, corev1.TaintNodeNotReady, corev1.TaintEffectNoSchedule) ||
+				taints.Has(node.Spec.Taints, corev1.TaintNodeNotReady, corev1.TaintEffectNoExecute)
+			if nodes.Ready(node) && !notReady {
+				ok++
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
+		return ok >= n, fmt.Sprintf("%d/%d nodes schedulable", ok, n)
+	}))
 }

@@ -13,7 +13,8 @@ import (
 	"strconv"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
+	"github.com/capstan-dev/capstan/internal/waitfor"
+
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -207,22 +208,20 @@ func (cp *ControlPlane) waitReady(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var lastErr error
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = waitfor.Poll(ctx, 100*time.Millisecond, 3*time.Minute, func(ctx context.Context) (bool, string, error) {
 		select {
 		case err := <-cp.apiDone:
-			return false, fmt.Errorf("kube-apiserver exited while starting: %v (see %s)", err, cp.dataDir.Path("logs", "capstan.log"))
+			return false, "", fmt.Errorf("kube-apiserver exited while starting: %v (see %s)", err, cp.dataDir.Path("logs", "capstan.log"))
 		default:
 		}
 		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		if err != nil {
-			lastErr = fmt.Errorf("%v: %s", err, body)
-			return false, nil
+			return false, fmt.Sprintf("%v: %s", err, body), nil
 		}
-		return true, nil
+		return true, "", nil
 	})
-	if err != nil && lastErr != nil {
-		return fmt.Errorf("kube-apiserver did not become ready: %w (last: %v)", err, lastErr)
+	if err != nil {
+		return fmt.Errorf("kube-apiserver did not become ready: %w", err)
 	}
 	return err
 }

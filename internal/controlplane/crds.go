@@ -9,13 +9,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/waitfor"
+
 	"github.com/capstan-dev/capstan/internal/strictyaml"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 )
 
@@ -75,22 +76,18 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config) error {
 			}
 		}
 	}
-	var pending []string
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		pending = pending[:0]
+	err = waitfor.Poll(ctx, 100*time.Millisecond, time.Minute, waitfor.Simple(func(ctx context.Context) (bool, string) {
+		var pending []string
 		for _, crd := range crds {
 			got, err := api.Get(ctx, crd.Name, metav1.GetOptions{})
-			if err != nil {
-				return false, nil
-			}
-			if !crdEstablished(got) {
+			if err != nil || !crdEstablished(got) {
 				pending = append(pending, crd.Name)
 			}
 		}
-		return len(pending) == 0, nil
-	})
+		return len(pending) == 0, "not established: " + strings.Join(pending, ", ")
+	}))
 	if err != nil {
-		return fmt.Errorf("CRDs not established: %s: %w", strings.Join(pending, ", "), err)
+		return fmt.Errorf("CRDs: %w", err)
 	}
 	return nil
 }
