@@ -7,8 +7,10 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/capstan-dev/capstan/internal/cluster"
 )
@@ -54,4 +56,28 @@ func clusterOptions(dir string, etcdNoFsync bool) cluster.Options {
 	opts.ControlPlaneNodes, opts.Workers = 0, 0
 	opts.BootFromMachines = false
 	return opts
+}
+
+// StartCPUProfile writes a CPU profile of this process to path until the
+// returned function is called (once; later calls do nothing); an empty
+// path profiles nothing.
+func StartCPUProfile(path string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		})
+	}, nil
 }

@@ -34,7 +34,7 @@ func newBenchUpCommand() *cobra.Command {
 		RunE: func(c *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			stopProfile, err := startCPUProfile(cpuProfile)
+			stopProfile, err := bench.StartCPUProfile(cpuProfile)
 			if err != nil {
 				return err
 			}
@@ -62,26 +62,6 @@ func newBenchUpCommand() *cobra.Command {
 	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up on each phase after this long")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	return c
-}
-
-// startCPUProfile writes a CPU profile to path until the returned function
-// is called; an empty path profiles nothing.
-func startCPUProfile(path string) (func(), error) {
-	if path == "" {
-		return func() {}, nil
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		f.Close()
-	}, nil
 }
 
 func newBenchMachinesCommand() *cobra.Command {

@@ -37,7 +37,10 @@ process of its own, with the same client rate limit (--qps and --burst;
 unlimited by default), and the clock starts once it has synced. Printed per
 scheduler: pods/s from the first pod created to the last bound, the CPU
 seconds its process used per 1,000 pods, its peak memory, the rate limit its
-client really had, constraint violations and the spread of pods per node.
+client really had, how busy the machine was over the window (the scheduler
+and the rest of the run together, as a share of every core: near 100%, the
+machine rather than the scheduler set the pace), constraint violations and
+the spread of pods per node.
 --with-kube-scheduler-defaults adds a row for kube-scheduler at its own
 default client limit (QPS 50, burst 100). Workloads: ` + strings.Join(bench.Workloads, ", ") + `, or all.`,
 		Args: cobra.NoArgs,
@@ -133,6 +136,7 @@ default client limit (QPS 50, burst 100). Workloads: ` + strings.Join(bench.Work
 	rf.IntVar(&o.Burst, "burst", 0, "client burst of the scheduler")
 	rf.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the scheduler process to this file")
 	rf.StringVar(&o.MemProfile, "memprofile", "", "write a heap profile of the scheduler process to this file when it stops")
+	rf.StringVar(&o.ControlPlaneProfile, "controlplane-cpuprofile", "", "write a CPU profile of the control plane, simulator and pod creators over the measured window")
 
 	var po bench.SchedulerProcessOptions
 	var procProfile, memProfile string
@@ -144,7 +148,7 @@ default client limit (QPS 50, burst 100). Workloads: ` + strings.Join(bench.Work
 		RunE: func(c *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			stopProfile, err := startCPUProfile(procProfile)
+			stopProfile, err := bench.StartCPUProfile(procProfile)
 			if err != nil {
 				return err
 			}
@@ -216,7 +220,7 @@ func clientLimit(qps float32, burst int) string {
 func printSchedulerResults(out io.Writer, o bench.SchedulerOptions, rows []schedulerRow) {
 	fmt.Fprintf(out, "\nbench scheduler: %d nodes, %d pods; client QPS/burst asked for both: %s\n", o.Nodes, o.Pods, clientLimit(o.QPS, o.Burst))
 	tw := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORKLOAD\tSCHEDULER\tCLIENT QPS/BURST\tPODS/S\tCPU S/1000 PODS\tPEAK RSS\tVIOLATIONS\tPODS/NODE min-max, stddev")
+	fmt.Fprintln(tw, "WORKLOAD\tSCHEDULER\tCLIENT QPS/BURST\tPODS/S\tCPU S/1000 PODS\tPEAK RSS\tMACHINE BUSY\tVIOLATIONS\tPODS/NODE min-max, stddev")
 	var capstanRes *bench.SchedulerResult
 	for _, r := range rows {
 		res := r.res
@@ -224,8 +228,8 @@ func printSchedulerResults(out io.Writer, o bench.SchedulerOptions, rows []sched
 		if r.kubeDefault {
 			name += " (its defaults)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%.2f\t%s\t%d\t%d-%d, %.2f\n", res.Workload, name, clientLimit(res.ClientQPS, res.ClientBurst),
-			res.PodsPerSecond, res.CPUPer1000Pods, bench.MiB(res.PeakRSSBytes), res.Violations, res.MinPerNode, res.MaxPerNode, res.StdDev)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%.2f\t%s\t%.0f%%\t%d\t%d-%d, %.2f\n", res.Workload, name, clientLimit(res.ClientQPS, res.ClientBurst),
+			res.PodsPerSecond, res.CPUPer1000Pods, bench.MiB(res.PeakRSSBytes), 100*res.MachineBusy, res.Violations, res.MinPerNode, res.MaxPerNode, res.StdDev)
 	}
 	tw.Flush()
 	fmt.Fprintln(out, "\nRatios, capstan / kube-scheduler at the same client limit (pods/s: higher is better; CPU per pod: kube-scheduler's over capstan's):")
