@@ -9,8 +9,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// getCondition returns the condition of type t, or nil.
-func getCondition(conds []machinev1.Condition, t machinev1.ConditionType) *machinev1.Condition {
+// GetCondition returns the condition of type t among a machine's (or
+// another Machine API object's) conditions, or nil.
+func GetCondition(conds []machinev1.Condition, t machinev1.ConditionType) *machinev1.Condition {
 	for i := range conds {
 		if conds[i].Type == t {
 			return &conds[i]
@@ -20,7 +21,7 @@ func getCondition(conds []machinev1.Condition, t machinev1.ConditionType) *machi
 }
 
 func conditionTrue(conds []machinev1.Condition, t machinev1.ConditionType) bool {
-	c := getCondition(conds, t)
+	c := GetCondition(conds, t)
 	return c != nil && c.Status == corev1.ConditionTrue
 }
 
@@ -28,7 +29,7 @@ func conditionTrue(conds []machinev1.Condition, t machinev1.ConditionType) bool 
 // status does not change, and keeps the list sorted by type as OpenShift's
 // condition helpers do.
 func setCondition(conds []machinev1.Condition, c machinev1.Condition, now metav1.Time) []machinev1.Condition {
-	if old := getCondition(conds, c.Type); old != nil {
+	if old := GetCondition(conds, c.Type); old != nil {
 		if old.Status == c.Status {
 			c.LastTransitionTime = old.LastTransitionTime
 		} else {

@@ -134,7 +134,7 @@ func TestUnlinkedNodeIsDrained(t *testing.T) {
 	if err := c.Get(context.Background(), client.ObjectKeyFromObject(m), after); err != nil {
 		t.Fatal(err)
 	}
-	if d := getCondition(after.Status.Conditions, machinev1.MachineDrained); d == nil || d.Status != corev1.ConditionTrue || d.Message != "Drain finished successfully" {
+	if d := GetCondition(after.Status.Conditions, machinev1.MachineDrained); d == nil || d.Status != corev1.ConditionTrue || d.Message != "Drain finished successfully" {
 		t.Fatalf("Drained %+v, want a real drain, not a skipped one", d)
 	}
 }
@@ -291,7 +291,7 @@ func TestMachineStatusThroughItsLifecycle(t *testing.T) {
 	if phaseOf(got) != machinev1.PhaseProvisioning {
 		t.Fatalf("phase %q, want Provisioning", phaseOf(got))
 	}
-	if ic := getCondition(got.Status.Conditions, machinev1.InstanceExistsCondition); ic == nil || ic.Reason != machinev1.InstanceNotCreatedReason {
+	if ic := GetCondition(got.Status.Conditions, machinev1.InstanceExistsCondition); ic == nil || ic.Reason != machinev1.InstanceNotCreatedReason {
 		t.Errorf("InstanceExists %+v, want False/InstanceNotCreated", ic)
 	}
 	reconcileAndGet() // creates the instance; providerID and labels first
@@ -313,7 +313,7 @@ func TestMachineStatusThroughItsLifecycle(t *testing.T) {
 	if phaseOf(got) != machinev1.PhaseFailed || ptr.Deref(got.Status.ErrorMessage, "") != msgCantFindInstance {
 		t.Fatalf("phase %q error %q, want Failed: %s", phaseOf(got), ptr.Deref(got.Status.ErrorMessage, ""), msgCantFindInstance)
 	}
-	if ic := getCondition(got.Status.Conditions, machinev1.InstanceExistsCondition); ic == nil || ic.Reason != machinev1.InstanceMissingReason {
+	if ic := GetCondition(got.Status.Conditions, machinev1.InstanceExistsCondition); ic == nil || ic.Reason != machinev1.InstanceMissingReason {
 		t.Errorf("InstanceExists %+v, want False/InstanceMissing", ic)
 	}
 	// Deleted, it says Deleting and keeps saying why it failed.

@@ -218,7 +218,7 @@ func TestLifecycleHookConditions(t *testing.T) {
 	m.Spec.LifecycleHooks.PreDrain = []machinev1.LifecycleHook{preDrain, migrate}
 	later := metav1.NewTime(now.Add(time.Minute))
 	setLifecycleHookConditions(m, later)
-	c := getCondition(m.Status.Conditions, machinev1.MachineDrainable)
+	c := GetCondition(m.Status.Conditions, machinev1.MachineDrainable)
 	want := "Drain operation currently blocked by: [{Name:pre-drain Owner:pre-drain-owner} {Name:MigrateImportantApp Owner:my-app-migration-controller}]"
 	if c.Status != corev1.ConditionFalse || c.Reason != "HookPresent" || c.Severity != machinev1.ConditionSeverityWarning || c.Message != want {
 		t.Errorf("Drainable %+v", c)
@@ -227,7 +227,7 @@ func TestLifecycleHookConditions(t *testing.T) {
 		t.Errorf("transition time %v, want %v", c.LastTransitionTime, later)
 	}
 	// Terminable did not change: its transition time stays.
-	if tc := getCondition(m.Status.Conditions, machinev1.MachineTerminable); !tc.LastTransitionTime.Equal(&now) {
+	if tc := GetCondition(m.Status.Conditions, machinev1.MachineTerminable); !tc.LastTransitionTime.Equal(&now) {
 		t.Errorf("Terminable moved: %v", tc.LastTransitionTime)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/waitfor"
+
 	"github.com/capstan-dev/capstan/internal/nodes"
 
 	machinev1 "github.com/openshift/api/machine/v1beta1"
@@ -18,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -207,13 +208,13 @@ func copyMap(in map[string]string) map[string]string {
 func (r *machineSetReconciler) waitInCache(ctx context.Context, machines []*machinev1.Machine, done func(*machinev1.Machine, error) bool) error {
 	for _, m := range machines {
 		key := client.ObjectKeyFromObject(m)
-		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := waitfor.Poll(ctx, 20*time.Millisecond, 10*time.Second, waitfor.Simple(func(ctx context.Context) (bool, string) {
 			got := &machinev1.Machine{}
 			err := r.client.Get(ctx, key, got)
-			return done(got, err), nil
-		})
+			return done(got, err), "not in the cache yet"
+		}))
 		if err != nil {
-			return fmt.Errorf("machine %s: the cache did not catch up within 10s: %w", m.Name, err)
+			return fmt.Errorf("machine %s: the cache did not catch up: %w", m.Name, err)
 		}
 	}
 	return nil

@@ -424,10 +424,10 @@ func (s *Scheduler) unschedulable(ctx context.Context, qp *queuedPod, pod *corev
 	if !s.queue.Requeue(qp, cycle, true) {
 		return
 	}
-	s.recorder.Event(pod, corev1.EventTypeWarning, ReasonFailedScheduling, msg)
 	if err := s.setUnschedulableCondition(ctx, pod, msg); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		klog.FromContext(ctx).V(2).Info("Updating PodScheduled condition failed", "pod", klog.KObj(pod), "err", err)
 	}
+	s.recorder.Event(pod, corev1.EventTypeWarning, ReasonFailedScheduling, msg)
 }
 
 func (s *Scheduler) setUnschedulableCondition(ctx context.Context, pod *corev1.Pod, msg string) error {

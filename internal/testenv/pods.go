@@ -57,9 +57,15 @@ func (e *Env) WaitPod(t TB, ns, name string, timeout time.Duration, cond func(*c
 	return got
 }
 
+// PodCondition returns the pod's condition of type c, or nil.
+func PodCondition(p *corev1.Pod, c corev1.PodConditionType) *corev1.PodCondition {
+	_, cond := podutil.GetPodCondition(&p.Status, c)
+	return cond
+}
+
 // PodConditionTrue reports whether the pod's condition of type c is True.
 func PodConditionTrue(p *corev1.Pod, c corev1.PodConditionType) bool {
-	_, cond := podutil.GetPodCondition(&p.Status, c)
+	cond := PodCondition(p, c)
 	return cond != nil && cond.Status == corev1.ConditionTrue
 }
 

@@ -167,12 +167,7 @@ func waitMachinesRunning(t *testing.T, set string, n int) []machinev1.Machine {
 }
 
 func machineCondition(m *machinev1.Machine, ct machinev1.ConditionType) *machinev1.Condition {
-	for i := range m.Status.Conditions {
-		if m.Status.Conditions[i].Type == ct {
-			return &m.Status.Conditions[i]
-		}
-	}
-	return nil
+	return machine.GetCondition(m.Status.Conditions, ct)
 }
 
 func waitMachineGone(t *testing.T, name string, timeout time.Duration) {
@@ -598,12 +593,8 @@ func TestMachineHealthCheckRemediation(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		for _, c := range h.Status.Conditions {
-			if c.Type == machinev1.RemediationAllowedCondition && c.Status == corev1.ConditionFalse && c.Reason == machinev1.TooManyUnhealthyReason {
-				return true, ""
-			}
-		}
-		return false, fmt.Sprintf("conditions %+v", h.Status.Conditions)
+		c := machine.GetCondition(h.Status.Conditions, machinev1.RemediationAllowedCondition)
+		return c != nil && c.Status == corev1.ConditionFalse && c.Reason == machinev1.TooManyUnhealthyReason, fmt.Sprintf("conditions %+v", h.Status.Conditions)
 	})
 	evs, _ := env.Client.CoreV1().Events(machine.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=e2e-mhc,reason=RemediationRestricted"})
 	if len(evs.Items) == 0 || !strings.Contains(evs.Items[0].Message, "Remediation restricted due to exceeded number of unhealthy machines (total: 2, unhealthy: 2, maxUnhealthy: 1)") {

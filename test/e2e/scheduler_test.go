@@ -11,6 +11,7 @@ import (
 	"time"
 
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/capstan-dev/capstan/internal/taints"
 	"github.com/capstan-dev/capstan/internal/testenv"
@@ -246,16 +247,10 @@ func TestNodeAffinityExamples(t *testing.T) {
 	if !strings.Contains(msg, "node(s) didn't match node selector") || !strings.HasPrefix(msg, "0/") {
 		t.Errorf("FailedScheduling message %q", msg)
 	}
-	p, _ := env.Client.CoreV1().Pods(ns).Get(context.Background(), "pod-s1-emea", metav1.GetOptions{})
-	cond := false
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-			cond = true
-		}
-	}
-	if !cond {
-		t.Errorf("PodScheduled condition %v", p.Status.Conditions)
-	}
+	env.WaitPod(t, ns, "pod-s1-emea", 30*time.Second, func(p *corev1.Pod) (bool, string) {
+		c := testenv.PodCondition(p, corev1.PodScheduled)
+		return c != nil && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable, fmt.Sprintf("PodScheduled %+v", c)
+	})
 	// A node change, not a timer, brings the pod back: relabel and it goes
 	// (waitScheduled gives up after 30s, before the one-minute flush of
 	// unschedulable pods could retry it).
@@ -758,4 +753,44 @@ func TestWaitForFirstConsumerClaimsNeverShareAVolume(t *testing.T) {
 	if err != nil || got.Spec.ClaimRef == nil || got.Spec.ClaimRef.Name != "claim-"+winner || got.Annotations["pv.kubernetes.io/bound-by-controller"] != "yes" {
 		t.Fatalf("volume claimRef %+v annotations %v (%v)", got.Spec.ClaimRef, got.Annotations, err)
 	}
+}
+
+// A pod with scheduling gates waits, unscheduled and without events, until
+// its last gate is removed; then it is scheduled.
+func TestSchedulingGatesHoldThePod(t *testing.T) {
+	ns := env.Namespace(t, "gates")
+	ctx := context.Background()
+	gated := simplePod("gated", nil)
+	gated.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/quota"}, {Name: "example.com/approval"}}
+	env.CreatePod(t, ns, gated)
+	// A pod created after it is scheduled: the scheduler has seen the
+	// gated one, and left it alone.
+	env.CreatePod(t, ns, simplePod("after", nil))
+	waitScheduled(t, ns, "after")
+	got := env.GetPod(t, ns, "gated")
+	if got.Spec.NodeName != "" || len(env.Events(t, ns, "gated", "")) != 0 {
+		t.Fatalf("gated pod: node %q, events %v", got.Spec.NodeName, env.Events(t, ns, "gated", ""))
+	}
+	if c := testenv.PodCondition(got, corev1.PodScheduled); c == nil || c.Reason != corev1.PodReasonSchedulingGated {
+		t.Errorf("PodScheduled %+v, want reason SchedulingGated", c)
+	}
+	ungate := func(keep []corev1.PodSchedulingGate) {
+		t.Helper()
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			p := env.GetPod(t, ns, "gated")
+			p.Spec.SchedulingGates = keep
+			_, err := env.Client.CoreV1().Pods(ns).Update(ctx, p, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ungate(gated.Spec.SchedulingGates[1:])
+	env.CreatePod(t, ns, simplePod("after-first-gate", nil))
+	waitScheduled(t, ns, "after-first-gate")
+	if n := env.GetPod(t, ns, "gated").Spec.NodeName; n != "" {
+		t.Fatalf("scheduled on %s with a gate left", n)
+	}
+	ungate(nil)
+	waitScheduled(t, ns, "gated")
 }
