@@ -20,17 +20,23 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// crdFiles are the OpenShift CRD manifests, copied verbatim from the
-// github.com/openshift/api module by hack/update-crds.sh.
+// crdFiles are the OpenShift CRD manifests: in crds/, copied verbatim from
+// the github.com/openshift/api module by hack/update-crds.sh; in
+// crds/capstan/, capstan's own definitions of OpenShift APIs that module
+// does not publish (the autoscaler operator's).
 //
-//go:embed crds/*.yaml
+//go:embed crds/*.yaml crds/capstan/*.yaml
 var crdFiles embed.FS
 
-// OpenShiftCRDs decodes the embedded OpenShift CRD manifests, sorted by name.
+// OpenShiftCRDs decodes the embedded CRD manifests, sorted by name.
 func OpenShiftCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
-	names, err := fs.Glob(crdFiles, "crds/*.yaml")
-	if err != nil {
-		return nil, err
+	var names []string
+	for _, pattern := range []string{"crds/*.yaml", "crds/capstan/*.yaml"} {
+		matched, err := fs.Glob(crdFiles, pattern)
+		if err != nil {
+			return nil, err
+		}
+		names = append(names, matched...)
 	}
 	var out []*apiextensionsv1.CustomResourceDefinition
 	for _, name := range names {

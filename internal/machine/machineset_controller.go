@@ -61,6 +61,9 @@ func (r *machineSetReconciler) reconcile(ctx context.Context, ms *machinev1.Mach
 	if selector.Empty() || !selector.Matches(labels.Set(ms.Spec.Template.Labels)) {
 		return reconcile.Result{}, fmt.Errorf("machineset %s: spec.selector does not match spec.template.metadata.labels, it cannot match any machine", ms.Name)
 	}
+	if err := r.stampCapacity(ctx, ms); err != nil {
+		return reconcile.Result{}, err
+	}
 	all := &machinev1.MachineList{}
 	if err := r.client.List(ctx, all, client.InNamespace(ms.Namespace)); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing machines: %w", err)

@@ -116,7 +116,7 @@ func EnsureNamespace(ctx context.Context, client kubernetes.Interface) error {
 
 // CreateInstance launches an instance after validating its spec.
 func (c *APICloud) CreateInstance(ctx context.Context, spec InstanceSpec) (*Instance, error) {
-	spec = spec.withDefaults()
+	spec = spec.WithDefaults()
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
@@ -437,7 +437,9 @@ func podCIDR(idx int) netip.Prefix {
 	return netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(base >> 24), byte(base >> 16), byte(base >> 8), byte(base)}), 23)
 }
 
-func (s InstanceSpec) withDefaults() InstanceSpec {
+// WithDefaults fills in what the cloud defaults: region and zone, an
+// instance type named after the size, 250 pods, the worker role.
+func (s InstanceSpec) WithDefaults() InstanceSpec {
 	if s.Region == "" {
 		s.Region = DefaultRegion
 	}

@@ -113,7 +113,7 @@ func TestStaleIndexClaimsAreTakenBack(t *testing.T) {
 // Instances of a data dir from before index claims keep their indexes.
 func TestInstancesWithoutClaimsKeepTheirIndexes(t *testing.T) {
 	ctx := context.Background()
-	old := &Instance{Spec: spec("old").withDefaults(), Index: 0, InternalIP: nodeIP(0).String(), PodCIDR: podCIDR(0).String()}
+	old := &Instance{Spec: spec("old").WithDefaults(), Index: 0, InternalIP: nodeIP(0).String(), PodCIDR: podCIDR(0).String()}
 	cm, err := instanceToConfigMap(old)
 	if err != nil {
 		t.Fatal(err)

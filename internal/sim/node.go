@@ -125,7 +125,40 @@ func (s *Simulator) registerNode(ctx context.Context, inst *Instance) error {
 	if err != nil {
 		return err
 	}
-	spec := inst.Spec
+	node := NodeObject(inst.Spec)
+	node.Spec.ProviderID = inst.ProviderID
+	node.Spec.PodCIDR = inst.PodCIDR
+	node.Spec.PodCIDRs = []string{inst.PodCIDR}
+	node.Status = *s.nodeStatus(inst, node, s.opts.Clock.Now())
+	created, err := s.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("registering node %s: %w", inst.Name(), err)
+	}
+	// The instance may have been terminated (and whoever terminated it
+	// may have looked for its node) while this registration was on its
+	// way: a kubelet whose machine is gone does not stay registered.
+	if _, err := s.cloud.GetInstance(ctx, inst.Name()); errors.Is(err, ErrInstanceNotFound) {
+		uid := created.UID
+		err := s.client.CoreV1().Nodes().Delete(ctx, created.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("withdrawing node %s of a terminated instance: %w", created.Name, err)
+		}
+		return nil
+	}
+	s.leaseQueue.Add(inst.Name())
+	return nil
+}
+
+// NodeObject is the Node the kubelet of an instance of spec registers,
+// without what only a running instance has (provider ID, addresses,
+// heartbeats): its labels, annotations, taints and resources. The
+// autoscaler builds its template nodes with it, so that what it simulates
+// is what will register.
+func NodeObject(spec InstanceSpec) *corev1.Node {
+	spec = spec.WithDefaults()
 	lbls := map[string]string{
 		LabelHostname:                      spec.Name,
 		LabelOS:                            "linux",
@@ -157,42 +190,16 @@ func (s *Simulator) registerNode(ctx context.Context, inst *Instance) error {
 	for k, v := range spec.Annotations {
 		ann[k] = v
 	}
-	node := &corev1.Node{
+	capacity := Capacity(spec)
+	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Labels: lbls, Annotations: ann},
-		Spec: corev1.NodeSpec{
-			ProviderID: inst.ProviderID,
-			PodCIDR:    inst.PodCIDR,
-			PodCIDRs:   []string{inst.PodCIDR},
-			Taints:     taints,
-		},
+		Spec:       corev1.NodeSpec{Taints: taints},
+		Status:     corev1.NodeStatus{Capacity: capacity, Allocatable: capacity.DeepCopy()},
 	}
-	node.Status = *s.nodeStatus(inst, node, s.opts.Clock.Now())
-	created, err := s.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("registering node %s: %w", spec.Name, err)
-	}
-	// The instance may have been terminated (and whoever terminated it
-	// may have looked for its node) while this registration was on its
-	// way: a kubelet whose machine is gone does not stay registered.
-	if _, err := s.cloud.GetInstance(ctx, inst.Name()); errors.Is(err, ErrInstanceNotFound) {
-		uid := created.UID
-		err := s.client.CoreV1().Nodes().Delete(ctx, created.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return fmt.Errorf("withdrawing node %s of a terminated instance: %w", created.Name, err)
-		}
-		return nil
-	}
-	s.leaseQueue.Add(spec.Name)
-	return nil
 }
 
-// nodeStatus computes the status the kubelet of inst reports now, keeping
-// transition times of conditions whose status did not change.
-func (s *Simulator) nodeStatus(inst *Instance, node *corev1.Node, now time.Time) *corev1.NodeStatus {
-	spec := inst.Spec
+// Capacity is what the kubelet of an instance of spec reports.
+func Capacity(spec InstanceSpec) corev1.ResourceList {
 	capacity := corev1.ResourceList{
 		corev1.ResourceCPU:              spec.CPU,
 		corev1.ResourceMemory:           spec.Memory,
@@ -205,6 +212,14 @@ func (s *Simulator) nodeStatus(inst *Instance, node *corev1.Node, now time.Time)
 	for k, v := range spec.ExtendedResources {
 		capacity[k] = v
 	}
+	return capacity
+}
+
+// nodeStatus computes the status the kubelet of inst reports now, keeping
+// transition times of conditions whose status did not change.
+func (s *Simulator) nodeStatus(inst *Instance, node *corev1.Node, now time.Time) *corev1.NodeStatus {
+	spec := inst.Spec
+	capacity := Capacity(spec)
 	injected := InjectedConditions(node)
 	nowTime := metav1.NewTime(now.Truncate(time.Second))
 	var conds []corev1.NodeCondition

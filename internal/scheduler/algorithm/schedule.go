@@ -101,12 +101,7 @@ type Options struct {
 // Schedule decides where pod goes in snap. It never writes anything.
 func (a *Algorithm) Schedule(ctx context.Context, pod *corev1.Pod, snap *Snapshot, opts Options) *Decision {
 	pi := NewPodInfo(pod)
-	cs := NewCycleState(snap)
-	for _, p := range a.predicates {
-		if pf, ok := p.(PreFilter); ok {
-			pf.PreFilter(cs, pi)
-		}
-	}
+	cs := a.PreFilter(pi, snap)
 	d := &Decision{Pod: pod, NumNodes: len(snap.Nodes), Filtered: map[string]*Failure{}}
 	feasible := a.filter(ctx, cs, pi, snap.Nodes, opts, d)
 	if len(feasible) == 0 {
