@@ -51,8 +51,7 @@ func (c *Cluster) startAdmission(ctx, runCtx context.Context) error {
 		machine.MachineWebhookPath:       machine.MachineReviewer{},
 		machine.MachineSetWebhookPath:    machine.MachineSetReviewer{},
 	})
-	c.webhookDone = make(chan error, 1)
-	go func() { c.webhookDone <- srv.Run(runCtx) }()
+	c.run(runCtx, "admission webhooks", srv.Run)
 	clientConfig := func(path string) admissionregistrationv1.WebhookClientConfig {
 		url := fmt.Sprintf("https://%s%s", l.Addr().String(), path)
 		return admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca.CertPEM}

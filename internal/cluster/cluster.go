@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"github.com/capstan-dev/capstan/internal/autoscaler"
 	"github.com/capstan-dev/capstan/internal/controlplane"
 	"github.com/capstan-dev/capstan/internal/machine"
 	"github.com/capstan-dev/capstan/internal/machine/hooks"
@@ -48,6 +49,9 @@ type Options struct {
 	// Hooks are hook-implementing controllers to run beside the Machine
 	// API (capstan up --hooks).
 	Hooks []*hooks.Hook
+	// Autoscaler configures the cluster autoscaler; nil runs none. It acts
+	// once a ClusterAutoscaler exists.
+	Autoscaler *autoscaler.Options
 	// BootFromMachines boots the nodes from Machines and MachineSets, as
 	// an OpenShift installer does; otherwise EnsureNodes launches
 	// instances master-N and worker-N directly.
@@ -68,6 +72,7 @@ func DefaultOptions() Options {
 		},
 		Scheduler:        &scheduler.Config{Name: scheduler.DefaultSchedulerName},
 		MachineAPI:       ptr.To(machine.DefaultOptions()),
+		Autoscaler:       ptr.To(autoscaler.DefaultOptions()),
 		BootFromMachines: true,
 	}
 }
@@ -95,12 +100,25 @@ type Cluster struct {
 	Client       kubernetes.Interface
 	opts         Options
 
-	cancel      context.CancelFunc
-	simDone     chan error
-	schedDone   chan error
-	webhookDone chan error
-	machineDone chan error
-	hooksDone   chan error
+	cancel  context.CancelFunc
+	simDone chan error
+	// components run beside the simulator until the cluster stops, each
+	// started by run; Stop waits for them in reverse order.
+	components []component
+}
+
+// component is one of the cluster's controllers or servers, running in a
+// goroutine of its own.
+type component struct {
+	name string
+	done chan error
+}
+
+// run starts a component that runs until ctx ends.
+func (c *Cluster) run(ctx context.Context, name string, fn func(context.Context) error) {
+	done := make(chan error, 1)
+	c.components = append(c.components, component{name: name, done: done})
+	go func() { done <- fn(ctx) }()
 }
 
 // Start brings up the control plane and the simulator; it does not boot
@@ -148,8 +166,13 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			c.Stop()
 			return nil, fmt.Errorf("scheduler: %w", err)
 		}
-		c.schedDone = make(chan error, 1)
-		go func() { c.schedDone <- sched.Run(runCtx) }()
+		c.run(runCtx, "scheduler", sched.Run)
+	}
+	if opts.Autoscaler != nil {
+		if err := c.startAutoscaler(ctx, runCtx); err != nil {
+			c.Stop()
+			return nil, fmt.Errorf("autoscaler: %w", err)
+		}
 	}
 	return c, nil
 }
@@ -174,9 +197,15 @@ func (c *Cluster) RESTConfig() *rest.Config { return c.ControlPlane.AdminConfig(
 func (c *Cluster) Stop() error {
 	c.cancel()
 	var errs []error
-	if c.webhookDone != nil {
-		if err := <-c.webhookDone; err != nil {
-			errs = append(errs, err)
+	for i := len(c.components) - 1; i >= 0; i-- {
+		comp := c.components[i]
+		select {
+		case err := <-comp.done:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				errs = append(errs, fmt.Errorf("%s: %w", comp.name, err))
+			}
+		case <-time.After(30 * time.Second):
+			errs = append(errs, fmt.Errorf("%s did not stop within 30s", comp.name))
 		}
 	}
 	select {
@@ -186,19 +215,6 @@ func (c *Cluster) Stop() error {
 		}
 	case <-time.After(30 * time.Second):
 		errs = append(errs, errors.New("simulator did not stop within 30s"))
-	}
-	for name, done := range map[string]chan error{"scheduler": c.schedDone, "machine API": c.machineDone, "hook controllers": c.hooksDone} {
-		if done == nil {
-			continue
-		}
-		select {
-		case err := <-done:
-			if err != nil && !errors.Is(err, context.Canceled) {
-				errs = append(errs, fmt.Errorf("%s: %w", name, err))
-			}
-		case <-time.After(30 * time.Second):
-			errs = append(errs, fmt.Errorf("%s did not stop within 30s", name))
-		}
 	}
 	errs = append(errs, c.ControlPlane.Stop())
 	return errors.Join(errs...)

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/capstan-dev/capstan/internal/autoscaler"
 	"github.com/capstan-dev/capstan/internal/machine"
 	"github.com/capstan-dev/capstan/internal/machine/hooks"
 	"github.com/capstan-dev/capstan/internal/sim"
@@ -35,8 +36,7 @@ func (c *Cluster) startMachineAPI(ctx, runCtx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.machineDone = make(chan error, 1)
-	go func() { c.machineDone <- mgr.Start(runCtx) }()
+	c.run(runCtx, "machine API", mgr.Start)
 	if len(c.opts.Hooks) == 0 {
 		return nil
 	}
@@ -44,8 +44,28 @@ func (c *Cluster) startMachineAPI(ctx, runCtx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("hook controllers: %w", err)
 	}
-	c.hooksDone = make(chan error, 1)
-	go func() { c.hooksDone <- hookMgr.Start(runCtx) }()
+	c.run(runCtx, "hook controllers", hookMgr.Start)
+	return nil
+}
+
+// startAutoscaler runs the cluster autoscaler and the MachineAutoscaler
+// controller on the cluster's Policy.
+func (c *Cluster) startAutoscaler(ctx, runCtx context.Context) error {
+	if c.opts.MachineAPI == nil {
+		return errors.New("the autoscaler scales MachineSets: it needs the Machine API")
+	}
+	opts := *c.opts.Autoscaler
+	if opts.Policy == nil && c.opts.Scheduler != nil {
+		opts.Policy = c.opts.Scheduler.Policy
+	}
+	if err := ensureNamespace(ctx, c, opts.Namespace); err != nil {
+		return err
+	}
+	run, err := autoscaler.NewComponent(c.RESTConfig(), c.Client, opts)
+	if err != nil {
+		return err
+	}
+	c.run(runCtx, "autoscaler", run)
 	return nil
 }
 

@@ -129,16 +129,7 @@ func (s *Scheduler) Algorithm() *algorithm.Algorithm { return s.algorithm }
 
 func (s *Scheduler) setupInformers() {
 	f := s.factory
-	s.listers = algorithm.Listers{
-		Services:               f.Core().V1().Services().Lister(),
-		ReplicationControllers: f.Core().V1().ReplicationControllers().Lister(),
-		ReplicaSets:            f.Apps().V1().ReplicaSets().Lister(),
-		StatefulSets:           f.Apps().V1().StatefulSets().Lister(),
-		PersistentVolumeClaims: f.Core().V1().PersistentVolumeClaims().Lister(),
-		PersistentVolumes:      f.Core().V1().PersistentVolumes().Lister(),
-		StorageClasses:         f.Storage().V1().StorageClasses().Lister(),
-		Namespaces:             f.Core().V1().Namespaces().Lister(),
-	}
+	s.listers, s.synced = algorithm.ListersFrom(f)
 	moveOnChange := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { s.queue.MoveAllToActive() },
 		UpdateFunc: func(any, any) { s.queue.MoveAllToActive() },
@@ -153,13 +144,6 @@ func (s *Scheduler) setupInformers() {
 		f.Core().V1().PersistentVolumes().Informer(), f.Storage().V1().StorageClasses().Informer(),
 	} {
 		_, _ = inf.AddEventHandler(moveOnChange)
-		s.synced = append(s.synced, inf.HasSynced)
-	}
-	for _, inf := range []cache.SharedIndexInformer{
-		f.Core().V1().ReplicationControllers().Informer(), f.Apps().V1().ReplicaSets().Informer(),
-		f.Apps().V1().StatefulSets().Informer(), f.Core().V1().Namespaces().Informer(),
-	} {
-		s.synced = append(s.synced, inf.HasSynced)
 	}
 	nodes := f.Core().V1().Nodes().Informer()
 	_, _ = nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{

@@ -73,6 +73,7 @@ func Start(opts Options) (*Env, error) {
 	co.MachineAPI.DrainBackoffBase = 500 * time.Millisecond
 	co.MachineAPI.DrainBackoffMax = 4 * time.Second
 	co.MachineAPI.InstancePollInterval = 500 * time.Millisecond
+	co.Autoscaler.ScanInterval = time.Second
 	if opts.Configure != nil {
 		opts.Configure(&co)
 	}

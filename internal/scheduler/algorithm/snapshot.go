@@ -6,9 +6,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/client-go/tools/cache"
 )
 
 // Listers give the predicates and priorities read access to the objects
@@ -140,3 +142,28 @@ func (s *Snapshot) firstServiceSelector(pod *corev1.Pod) labels.Selector {
 }
 
 type labelsSet = labels.Set
+
+// ListersFrom are the listers of a shared informer factory, with their
+// informers registered so that starting the factory starts them.
+func ListersFrom(f informers.SharedInformerFactory) (Listers, []cache.InformerSynced) {
+	l := Listers{
+		Services:               f.Core().V1().Services().Lister(),
+		ReplicationControllers: f.Core().V1().ReplicationControllers().Lister(),
+		ReplicaSets:            f.Apps().V1().ReplicaSets().Lister(),
+		StatefulSets:           f.Apps().V1().StatefulSets().Lister(),
+		PersistentVolumeClaims: f.Core().V1().PersistentVolumeClaims().Lister(),
+		PersistentVolumes:      f.Core().V1().PersistentVolumes().Lister(),
+		StorageClasses:         f.Storage().V1().StorageClasses().Lister(),
+		Namespaces:             f.Core().V1().Namespaces().Lister(),
+	}
+	var synced []cache.InformerSynced
+	for _, inf := range []cache.SharedIndexInformer{
+		f.Core().V1().Services().Informer(), f.Core().V1().ReplicationControllers().Informer(),
+		f.Apps().V1().ReplicaSets().Informer(), f.Apps().V1().StatefulSets().Informer(),
+		f.Core().V1().PersistentVolumeClaims().Informer(), f.Core().V1().PersistentVolumes().Informer(),
+		f.Storage().V1().StorageClasses().Informer(), f.Core().V1().Namespaces().Informer(),
+	} {
+		synced = append(synced, inf.HasSynced)
+	}
+	return l, synced
+}

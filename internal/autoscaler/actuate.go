@@ -1,0 +1,143 @@
+package autoscaler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	machinev1 "github.com/openshift/api/machine/v1beta1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/capstan-dev/capstan/internal/machine"
+)
+
+// errSizeChanged means a MachineSet's replicas were not what the decision
+// started from: someone else changed them, and the next loop decides again.
+var errSizeChanged = errors.New("replicas changed since the decision")
+
+// setReplicas moves a MachineSet's replicas from one count to another
+// through its scale subresource, only if they are still from: a decision
+// made on a stale view, or repeated after a restart, changes nothing.
+func (a *Autoscaler) setReplicas(ctx context.Context, ms *machinev1.MachineSet, from, to int) error {
+	scales := a.dynamic.Resource(machineSetResource).Namespace(ms.Namespace)
+	scale, err := scales.Get(ctx, ms.Name, metav1.GetOptions{}, "scale")
+	if err != nil {
+		return fmt.Errorf("reading the scale of machineset %s: %w", ms.Name, err)
+	}
+	cur, _, _ := unstructured.NestedInt64(scale.Object, "spec", "replicas")
+	if int(cur) != from {
+		return fmt.Errorf("machineset %s: %w (%d, not %d)", ms.Name, errSizeChanged, cur, from)
+	}
+	if err := unstructured.SetNestedField(scale.Object, int64(to), "spec", "replicas"); err != nil {
+		return err
+	}
+	if _, err := scales.Update(ctx, scale, metav1.UpdateOptions{}, "scale"); err != nil {
+		if apierrors.IsConflict(err) {
+			return fmt.Errorf("machineset %s: %w", ms.Name, errSizeChanged)
+		}
+		return fmt.Errorf("scaling machineset %s to %d: %w", ms.Name, to, err)
+	}
+	return nil
+}
+
+// executeScaleUp applies a plan's increases and reports whether any was
+// made. A group whose scale fails is backed off.
+func (a *Autoscaler) executeScaleUp(ctx context.Context, st *clusterState, plan *ScaleUpPlan, status *corev1.ObjectReference) bool {
+	log := klog.FromContext(ctx)
+	scaled := false
+	for _, inc := range plan.Increases {
+		g := inc.Group
+		a.recorder.Eventf(status, corev1.EventTypeNormal, ReasonScaledUpGroup, "Scale-up: setting group %s size to %d instead of %d (max: %d)", g.ID, inc.To, inc.From, g.Max)
+		if err := a.setReplicas(ctx, g.Set, inc.From, inc.To); err != nil {
+			if errors.Is(err, errSizeChanged) {
+				log.V(2).Info("Scale-up skipped", "group", g.ID, "err", err)
+				continue
+			}
+			until := a.backoff.fail(g.ID, "cloudProviderError", a.opts.Clock.Now())
+			a.recorder.Eventf(status, corev1.EventTypeWarning, ReasonFailedToScaleUpGroup, "Scale-up failed for group %s: %v (backed off until %s)", g.ID, err, until.Format(time.RFC3339))
+			continue
+		}
+		log.Info("Scaled up", "group", g.ID, "from", inc.From, "to", inc.To, "max", g.Max)
+		a.recorder.Eventf(status, corev1.EventTypeNormal, ReasonScaledUpGroup, "Scale-up: group %s size set to %d instead of %d (max: %d)", g.ID, inc.To, inc.From, g.Max)
+		scaled = true
+	}
+	return scaled
+}
+
+// settleProvisioning handles the machines of earlier scale-ups that will
+// not become nodes: those the cloud refused (phase Failed) and those with
+// no node after maxNodeProvisionTime. Their group is backed off, and the
+// scale-up is undone: the machines are marked for deletion and the
+// MachineSet's replicas lowered by as many, so it deletes those very
+// machines. Everything it goes by is in the API, so a restarted autoscaler
+// settles what its predecessor left. It reports whether it changed a size.
+func (a *Autoscaler) settleProvisioning(ctx context.Context, st *clusterState, status *corev1.ObjectReference) (bool, error) {
+	now := a.opts.Clock.Now()
+	changed := false
+	var errs []error
+	for _, g := range st.groups {
+		var failed, late []*machinev1.Machine
+		for _, m := range g.Machines {
+			if !m.DeletionTimestamp.IsZero() || m.Status.NodeRef != nil {
+				continue
+			}
+			switch {
+			case m.Status.Phase != nil && *m.Status.Phase == machinev1.PhaseFailed:
+				failed = append(failed, m)
+			case now.Sub(m.CreationTimestamp.Time) > st.cfg.MaxNodeProvisionTime:
+				late = append(late, m)
+			}
+		}
+		if len(failed)+len(late) == 0 {
+			continue
+		}
+		if len(failed) > 0 {
+			why := "instance creation failed"
+			if m := failed[0]; m.Status.ErrorMessage != nil {
+				why = *m.Status.ErrorMessage
+			}
+			until := a.backoff.fail(g.ID, "cloudProviderError", now)
+			a.recorder.Eventf(status, corev1.EventTypeWarning, ReasonScaleUpFailed, "Failed adding %d nodes to group %s due to cloudProviderError; source errors: %s (backed off until %s)", len(failed), g.ID, why, until.Format(time.RFC3339))
+		}
+		if len(late) > 0 {
+			until := a.backoff.fail(g.ID, "timeout", now)
+			a.recorder.Eventf(status, corev1.EventTypeWarning, ReasonScaleUpTimedOut, "Nodes added to group %s failed to register within %s (backed off until %s)", g.ID, st.cfg.MaxNodeProvisionTime, until.Format(time.RFC3339))
+		}
+		undo := append(failed, late...)
+		for _, m := range undo {
+			if err := a.markForDeletion(ctx, m); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		to := max(0, g.Target-len(undo))
+		if err := a.setReplicas(ctx, g.Set, g.Target, to); err != nil {
+			if !errors.Is(err, errSizeChanged) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		klog.FromContext(ctx).Info("Undid a failed scale-up", "group", g.ID, "machines", len(undo), "from", g.Target, "to", to)
+		changed = true
+	}
+	return changed, errors.Join(errs...)
+}
+
+// markForDeletion sets the annotation that makes a MachineSet delete this
+// machine first when it shrinks.
+func (a *Autoscaler) markForDeletion(ctx context.Context, m *machinev1.Machine) error {
+	if _, ok := m.Annotations[machine.DeleteMachineAnnotation]; ok {
+		return nil
+	}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, machine.DeleteMachineAnnotation, a.opts.Clock.Now().UTC().Format(time.RFC3339))
+	_, err := a.dynamic.Resource(machineResource).Namespace(m.Namespace).Patch(ctx, m.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("marking machine %s for deletion: %w", m.Name, err)
+	}
+	return nil
+}

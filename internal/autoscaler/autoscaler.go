@@ -1,0 +1,365 @@
+// Package autoscaler is capstan's cluster autoscaler: OpenShift's
+// ClusterAutoscaler and MachineAutoscaler APIs, MachineSets as node groups,
+// and scale-up and scale-down decided with the scheduler's own placement
+// library under the cluster's Policy, so that what it simulates is what
+// the scheduler will do. Every decision says why, in events, in the
+// cluster-autoscaler-status ConfigMap and on the nodes.
+package autoscaler
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	machineclient "github.com/openshift/client-go/machine/clientset/versioned"
+	machineinformers "github.com/openshift/client-go/machine/informers/externalversions"
+	machinelisters "github.com/openshift/client-go/machine/listers/machine/v1beta1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	autoscalingv1 "github.com/capstan-dev/capstan/internal/autoscaler/apis/v1"
+	"github.com/capstan-dev/capstan/internal/machine"
+	"github.com/capstan-dev/capstan/internal/scheduler/algorithm"
+	"github.com/capstan-dev/capstan/internal/scheduler/policy"
+)
+
+// Options configure the autoscaler.
+type Options struct {
+	// Namespace holds the MachineSets, the status ConfigMap and the
+	// priority expander's ConfigMap (openshift-machine-api).
+	Namespace string
+	// ScanInterval is the time between loops when nothing happens.
+	ScanInterval time.Duration
+	// Policy is the scheduler Policy the simulations decide with: the
+	// cluster's own. Nil is the default policy.
+	Policy *policy.Policy
+	// Seed makes the random expander reproducible.
+	Seed uint64
+	// Clock is the real clock unless a test injects one.
+	Clock clock.WithTicker
+}
+
+// DefaultOptions are upstream's: a loop every 10 seconds.
+func DefaultOptions() Options {
+	return Options{Namespace: machine.Namespace, ScanInterval: 10 * time.Second}
+}
+
+// ClusterAutoscalerResource is the ClusterAutoscaler's API resource.
+var ClusterAutoscalerResource = schema.GroupVersionResource{Group: autoscalingv1.GroupName, Version: "v1", Resource: "clusterautoscalers"}
+
+var (
+	machineSetResource = schema.GroupVersionResource{Group: "machine.openshift.io", Version: "v1beta1", Resource: "machinesets"}
+	machineResource    = schema.GroupVersionResource{Group: "machine.openshift.io", Version: "v1beta1", Resource: "machines"}
+)
+
+// Autoscaler is a running cluster autoscaler.
+type Autoscaler struct {
+	opts     Options
+	client   kubernetes.Interface
+	dynamic  dynamic.Interface
+	alg      *algorithm.Algorithm
+	factory  informers.SharedInformerFactory
+	mfactory machineinformers.SharedInformerFactory
+	listers  algorithm.Listers
+	nodes    corelisters.NodeLister
+	pods     corelisters.PodLister
+	sets     machinelisters.MachineSetLister
+	machines machinelisters.MachineLister
+	synced   []cache.InformerSynced
+	events   record.EventBroadcaster
+	recorder record.EventRecorder
+	trigger  chan struct{}
+	rand     *rand.Rand
+
+	backoff  *backoff
+	podNotes *notes
+	cfgNotes *notes
+}
+
+// New sets up an autoscaler on cfg; Run runs it.
+func New(cfg *rest.Config, client kubernetes.Interface, opts Options) (*Autoscaler, error) {
+	if opts.Namespace == "" {
+		return nil, fmt.Errorf("autoscaler: no namespace")
+	}
+	if opts.ScanInterval <= 0 {
+		return nil, fmt.Errorf("autoscaler: scan interval must be positive, got %s", opts.ScanInterval)
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	p := opts.Policy
+	if p == nil {
+		p = policy.Default()
+	}
+	alg, err := algorithm.New(p, opts.Seed)
+	if err != nil {
+		return nil, err
+	}
+	mc, err := machineclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	a := &Autoscaler{
+		opts: opts, client: client, dynamic: dyn, alg: alg,
+		factory:  informers.NewSharedInformerFactory(client, 0),
+		mfactory: machineinformers.NewSharedInformerFactoryWithOptions(mc, 0, machineinformers.WithNamespace(opts.Namespace)),
+		trigger:  make(chan struct{}, 1),
+		rand:     rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
+		backoff:  newBackoff(),
+		podNotes: newNotes(5 * time.Minute),
+		cfgNotes: newNotes(5 * time.Minute),
+	}
+	a.listers, a.synced = algorithm.ListersFrom(a.factory)
+	a.nodes = a.factory.Core().V1().Nodes().Lister()
+	a.pods = a.factory.Core().V1().Pods().Lister()
+	a.sets = a.mfactory.Machine().V1beta1().MachineSets().Lister()
+	a.machines = a.mfactory.Machine().V1beta1().Machines().Lister()
+	podInformer := a.factory.Core().V1().Pods().Informer()
+	_, _ = podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if p, ok := obj.(*corev1.Pod); ok && Unschedulable(p) {
+				a.poke()
+			}
+		},
+		UpdateFunc: func(old, obj any) {
+			o, ok1 := old.(*corev1.Pod)
+			p, ok2 := obj.(*corev1.Pod)
+			if ok1 && ok2 && !Unschedulable(o) && Unschedulable(p) {
+				a.poke()
+			}
+		},
+	})
+	a.synced = append(a.synced, podInformer.HasSynced,
+		a.factory.Core().V1().Nodes().Informer().HasSynced,
+		a.mfactory.Machine().V1beta1().MachineSets().Informer().HasSynced,
+		a.mfactory.Machine().V1beta1().Machines().Informer().HasSynced)
+	a.events = record.NewBroadcaster()
+	a.recorder = a.events.NewRecorder(Scheme(), corev1.EventSource{Component: "cluster-autoscaler"})
+	return a, nil
+}
+
+// poke starts a loop now: a pod just became unschedulable.
+func (a *Autoscaler) poke() {
+	select {
+	case a.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Run runs loops until ctx ends.
+func (a *Autoscaler) Run(ctx context.Context) error {
+	a.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.client.CoreV1().Events("")})
+	defer a.events.Shutdown()
+	a.factory.Start(ctx.Done())
+	a.mfactory.Start(ctx.Done())
+	defer a.factory.Shutdown()
+	defer a.mfactory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), a.synced...) {
+		return ctx.Err()
+	}
+	log := klog.FromContext(ctx)
+	log.Info("Cluster autoscaler started", "namespace", a.opts.Namespace, "scanInterval", a.opts.ScanInterval)
+	for {
+		acted, err := a.RunOnce(ctx)
+		if err != nil && ctx.Err() == nil {
+			log.Error(err, "Autoscaler loop failed")
+		}
+		if acted && err == nil {
+			// Upstream loops again at once after acting: the next decision
+			// starts from the new sizes.
+			continue
+		}
+		t := a.opts.Clock.NewTimer(a.opts.ScanInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-a.trigger:
+			t.Stop()
+		case <-t.C():
+		}
+	}
+}
+
+// RunOnce runs one loop: read the cluster, settle failed scale-ups, scale
+// up for pending pods, scale down unneeded nodes, report. It reports
+// whether it changed a node group's size.
+func (a *Autoscaler) RunOnce(ctx context.Context) (bool, error) {
+	ca, err := a.clusterAutoscaler(ctx)
+	if err != nil || ca == nil {
+		return false, err
+	}
+	cfg, err := ConfigFrom(ca)
+	if err != nil {
+		if a.cfgNotes.changed("config", err.Error(), a.opts.Clock.Now()) {
+			a.recorder.Eventf(ca, corev1.EventTypeWarning, ReasonInvalidConfiguration, "ClusterAutoscaler %s is not applied: %v", ca.Name, err)
+		}
+		return false, nil
+	}
+	st, err := a.readState(&cfg)
+	if err != nil {
+		return false, err
+	}
+	status := a.statusRef(ctx)
+	a.reportBadGroups(st)
+	settled, err := a.settleProvisioning(ctx, st, status)
+	if err != nil || settled {
+		return settled, err
+	}
+	plan, err := a.planScaleUp(ctx, st)
+	if err != nil {
+		return false, err
+	}
+	scaled := a.executeScaleUp(ctx, st, plan, status)
+	a.reportPods(plan)
+	a.writeStatus(ctx, st, plan, 0)
+	return scaled, nil
+}
+
+// clusterAutoscaler returns the ClusterAutoscaler "default", or nil when
+// there is none: without one the autoscaler does nothing, as on OpenShift.
+func (a *Autoscaler) clusterAutoscaler(ctx context.Context) (*autoscalingv1.ClusterAutoscaler, error) {
+	u, err := a.dynamic.Resource(ClusterAutoscalerResource).Get(ctx, autoscalingv1.DefaultName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading ClusterAutoscaler %s: %w", autoscalingv1.DefaultName, err)
+	}
+	ca := &autoscalingv1.ClusterAutoscaler{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, ca); err != nil {
+		return nil, fmt.Errorf("decoding ClusterAutoscaler %s: %w", autoscalingv1.DefaultName, err)
+	}
+	return ca, nil
+}
+
+func (a *Autoscaler) readState(cfg *Config) (*clusterState, error) {
+	nodes, err := a.nodes.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	pods, err := a.pods.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	sets, err := a.sets.MachineSets(a.opts.Namespace).List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	machines, err := a.machines.Machines(a.opts.Namespace).List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	return newClusterState(cfg, nodes, pods, sets, machines), nil
+}
+
+// reportBadGroups says on each MachineSet why its annotations are not
+// used.
+func (a *Autoscaler) reportBadGroups(st *clusterState) {
+	now := a.opts.Clock.Now()
+	for _, b := range st.bad {
+		for _, ms := range st.sets {
+			if groupID(ms) == b.ID && a.cfgNotes.changed(b.ID, b.Err.Error(), now) {
+				a.recorder.Eventf(ms, corev1.EventTypeWarning, ReasonInvalidNodeGroup, "MachineSet %s is not autoscaled: %v", ms.Name, b.Err)
+			}
+		}
+	}
+}
+
+// planScaleUp runs the scale-up decision on the loop's state.
+func (a *Autoscaler) planScaleUp(ctx context.Context, st *clusterState) (*ScaleUpPlan, error) {
+	exp, err := a.expander(ctx, st.cfg)
+	if err != nil {
+		return nil, err
+	}
+	now := a.opts.Clock.Now()
+	return PlanScaleUp(&ScaleUpInput{
+		Config: st.cfg, Algorithm: a.alg, Snapshot: st.snapshot(a.alg, a.listers),
+		Groups: st.groups, Usage: st.usage, Pending: youngPodsLeftOut(st.pending, st.cfg.NewPodScaleUpDelay, now),
+		BackedOff: func(id string) (bool, string) { return a.backoff.backedOff(id, now) },
+		Expander:  exp,
+	}), nil
+}
+
+// youngPodsLeftOut drops pods created less than delay ago.
+func youngPodsLeftOut(pods []*corev1.Pod, delay time.Duration, now time.Time) []*corev1.Pod {
+	if delay <= 0 {
+		return pods
+	}
+	var out []*corev1.Pod
+	for _, p := range pods {
+		if now.Sub(p.CreationTimestamp.Time) >= delay {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// expander builds the loop's expander, reading the priority expander's
+// ConfigMap when the Priority expander is configured.
+func (a *Autoscaler) expander(ctx context.Context, cfg *Config) (*Expander, error) {
+	e := &Expander{Names: cfg.Expanders, Rand: a.rand}
+	for _, n := range cfg.Expanders {
+		if n != "priority" {
+			continue
+		}
+		cm, err := a.client.CoreV1().ConfigMaps(a.opts.Namespace).Get(ctx, PriorityConfigMap, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading ConfigMap %s: %w", PriorityConfigMap, err)
+		}
+		pr, err := ParsePriorities(cm.Data["priorities"])
+		if err != nil {
+			if a.cfgNotes.changed("priorities", err.Error(), a.opts.Clock.Now()) {
+				a.recorder.Eventf(cm, corev1.EventTypeWarning, "PriorityConfigMapInvalid", "Wrong configuration for priority expander: %v. Ignoring update.", err)
+			}
+			break
+		}
+		e.Priorities = pr
+	}
+	return e, nil
+}
+
+// reportPods records each pending pod's verdict in an event, once per
+// change of message and again every few minutes while it holds.
+func (a *Autoscaler) reportPods(plan *ScaleUpPlan) {
+	now := a.opts.Clock.Now()
+	live := map[string]bool{}
+	for uid, v := range plan.Verdicts {
+		live[string(uid)] = true
+		var reason string
+		switch v.Verdict {
+		case VerdictTriggered:
+			reason = ReasonTriggeredScaleUp
+		case VerdictNotTriggered, VerdictExpendable:
+			reason = ReasonNotTriggerScaleUp
+		default:
+			continue
+		}
+		if a.podNotes.changed(string(uid), v.Message, now) {
+			a.recorder.Event(v.Pod, corev1.EventTypeNormal, reason, v.Message)
+		}
+	}
+	a.podNotes.keepOnly(live)
+}

@@ -1,0 +1,75 @@
+package autoscaler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	machinev1 "github.com/openshift/api/machine/v1beta1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	autoscalingv1 "github.com/capstan-dev/capstan/internal/autoscaler/apis/v1"
+	autoscalingv1beta1 "github.com/capstan-dev/capstan/internal/autoscaler/apis/v1beta1"
+)
+
+// LeaderElectionID is the Lease the autoscaler holds, as upstream's.
+const LeaderElectionID = "cluster-autoscaler"
+
+// Scheme knows the built-in, machine.openshift.io and
+// autoscaling.openshift.io types.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = machinev1.Install(s)
+	_ = autoscalingv1.AddToScheme(s)
+	_ = autoscalingv1beta1.AddToScheme(s)
+	return s
+}
+
+var setLoggerOnce sync.Once
+
+// NewComponent sets up the autoscaler and the MachineAutoscaler controller
+// and returns what runs them both until ctx ends (or one fails).
+func NewComponent(cfg *rest.Config, kube kubernetes.Interface, opts Options) (func(context.Context) error, error) {
+	a, err := New(cfg, kube, opts)
+	if err != nil {
+		return nil, err
+	}
+	setLoggerOnce.Do(func() { ctrl.SetLogger(klog.NewKlogr()) })
+	mgr, err := manager.New(cfg, manager.Options{
+		Scheme:                 Scheme(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&machinev1.MachineSet{}:                 {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
+			&autoscalingv1beta1.MachineAutoscaler{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("MachineAutoscaler controller: %w", err)
+	}
+	if err := addMachineAutoscalerController(mgr); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		errs := make(chan error, 2)
+		go func() { errs <- a.Run(ctx) }()
+		go func() { errs <- mgr.Start(ctx) }()
+		first := <-errs
+		cancel()
+		second := <-errs
+		return errors.Join(first, second)
+	}, nil
+}

@@ -1,0 +1,85 @@
+package autoscaler
+
+import (
+	machinev1 "github.com/openshift/api/machine/v1beta1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/capstan-dev/capstan/internal/scheduler/algorithm"
+)
+
+// clusterState is what one loop reads of the cluster, put together once.
+type clusterState struct {
+	cfg      *Config
+	nodes    []*corev1.Node
+	groups   []*NodeGroup
+	bad      []BadGroup
+	sets     []*machinev1.MachineSet
+	machines []*machinev1.Machine
+	// scheduled are the pods bound to a node and not finished.
+	scheduled []*corev1.Pod
+	// pending are the pods the scheduler marked Unschedulable.
+	pending []*corev1.Pod
+	// usage counts registered nodes and the upcoming ones.
+	usage Usage
+}
+
+func newClusterState(cfg *Config, nodes []*corev1.Node, pods []*corev1.Pod, sets []*machinev1.MachineSet, machines []*machinev1.Machine) *clusterState {
+	s := &clusterState{cfg: cfg, nodes: nodes, sets: sets, machines: machines}
+	s.groups, s.bad = NodeGroups(sets, machines, nodes)
+	for _, p := range pods {
+		switch {
+		case p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed:
+		case p.Spec.NodeName != "":
+			s.scheduled = append(s.scheduled, p)
+		case Unschedulable(p):
+			s.pending = append(s.pending, p)
+		}
+	}
+	for _, n := range nodes {
+		s.usage.Add(n, 1)
+	}
+	for _, g := range s.groups {
+		if g.Template != nil {
+			s.usage.Add(g.Template, g.Upcoming())
+		}
+	}
+	return s
+}
+
+// Unschedulable reports whether the scheduler found no node for the pod:
+// not bound, not going away, no node nominated, PodScheduled False with
+// reason Unschedulable.
+func Unschedulable(p *corev1.Pod) bool {
+	if p.Spec.NodeName != "" || p.DeletionTimestamp != nil || p.Status.NominatedNodeName != "" {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled {
+			return c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable
+		}
+	}
+	return false
+}
+
+// expendable reports whether a pod's priority is below the cutoff.
+func (s *clusterState) expendable(p *corev1.Pod) bool {
+	return p.Spec.Priority != nil && *p.Spec.Priority < s.cfg.PriorityCutoff
+}
+
+// snapshot is the registered nodes with their non-expendable pods:
+// expendable pods give way, so they take no room in a simulation.
+func (s *clusterState) snapshot(alg *algorithm.Algorithm, l algorithm.Listers) *algorithm.Snapshot {
+	infos := make([]*algorithm.NodeInfo, 0, len(s.nodes))
+	byName := make(map[string]*algorithm.NodeInfo, len(s.nodes))
+	for _, n := range s.nodes {
+		ni := alg.NewNodeInfoFor(n)
+		infos = append(infos, ni)
+		byName[n.Name] = ni
+	}
+	for _, p := range s.scheduled {
+		if ni := byName[p.Spec.NodeName]; ni != nil && !s.expendable(p) {
+			ni.AddPod(algorithm.NewPodInfo(p))
+		}
+	}
+	return algorithm.NewSnapshot(infos, l)
+}

@@ -1,0 +1,319 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	machinev1 "github.com/openshift/api/machine/v1beta1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/capstan-dev/capstan/internal/autoscaler"
+	"github.com/capstan-dev/capstan/internal/machine"
+	"github.com/capstan-dev/capstan/internal/testenv"
+)
+
+var machineAutoscalers = schema.GroupVersionResource{Group: "autoscaling.openshift.io", Version: "v1beta1", Resource: "machineautoscalers"}
+
+// The ClusterAutoscaler of the chapter (4.7.1), as printed there.
+const chapterClusterAutoscaler = `
+apiVersion: "autoscaling.openshift.io/v1"
+kind: "ClusterAutoscaler"
+metadata:
+  name: "default"
+spec:
+  podPriorityThreshold: -10
+  resourceLimits:
+    maxNodesTotal: 24
+    cores:
+      min: 8
+      max: 128
+    memory:
+      min: 4
+      max: 256
+    gpus:
+      - type: nvidia.com/gpu
+        min: 0
+        max: 16
+      - type: amd.com/gpu
+        min: 0
+        max: 4
+  scaleDown:
+    enabled: true
+    delayAfterAdd: 10m
+    delayAfterDelete: 5m
+    delayAfterFailure: 30s
+    unneededTime: 5m
+`
+
+func unstructuredFrom(t *testing.T, doc string) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// createClusterAutoscaler creates the ClusterAutoscaler "default" from doc
+// and deletes it when the test ends.
+func createClusterAutoscaler(t *testing.T, doc string) {
+	t.Helper()
+	api := env.Dynamic.Resource(autoscaler.ClusterAutoscalerResource)
+	if _, err := api.Create(context.Background(), unstructuredFrom(t, doc), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating the ClusterAutoscaler: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = api.Delete(context.Background(), "default", metav1.DeleteOptions{})
+		testenv.Eventually(t, time.Minute, func() (bool, string) {
+			_, err := api.Get(context.Background(), "default", metav1.GetOptions{})
+			return apierrors.IsNotFound(err), "ClusterAutoscaler default still there"
+		})
+	})
+}
+
+// createMachineAutoscaler makes MachineSet set a node group of min..max and
+// deletes the MachineAutoscaler when the test ends.
+func createMachineAutoscaler(t *testing.T, name, set string, minR, maxR int) {
+	t.Helper()
+	doc := fmt.Sprintf(`
+apiVersion: autoscaling.openshift.io/v1beta1
+kind: MachineAutoscaler
+metadata:
+  name: %s
+  namespace: openshift-machine-api
+spec:
+  minReplicas: %d
+  maxReplicas: %d
+  scaleTargetRef:
+    apiVersion: machine.openshift.io/v1beta1
+    kind: MachineSet
+    name: %s
+`, name, minR, maxR, set)
+	api := env.Dynamic.Resource(machineAutoscalers).Namespace(machine.Namespace)
+	if _, err := api.Create(context.Background(), unstructuredFrom(t, doc), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating MachineAutoscaler %s: %v", name, err)
+	}
+	t.Cleanup(func() { deleteMachineAutoscaler(t, name) })
+}
+
+func deleteMachineAutoscaler(t *testing.T, name string) {
+	api := env.Dynamic.Resource(machineAutoscalers).Namespace(machine.Namespace)
+	_ = api.Delete(context.Background(), name, metav1.DeleteOptions{})
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		_, err := api.Get(context.Background(), name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), "MachineAutoscaler " + name + " still there (finalizer)"
+	})
+}
+
+// The API server refuses what OpenShift's operator refuses, with a message
+// that names the fault; the chapter's ClusterAutoscaler applies unchanged.
+func TestAutoscalerAPIValidation(t *testing.T) {
+	ctx := context.Background()
+	cas := env.Dynamic.Resource(autoscaler.ClusterAutoscalerResource)
+	for _, tc := range []struct {
+		name, doc, want string
+	}{
+		{"second name", `{"apiVersion":"autoscaling.openshift.io/v1","kind":"ClusterAutoscaler","metadata":{"name":"other"},"spec":{}}`,
+			`Name "other" is invalid, only "default" is allowed`},
+		{"bad duration", `{"apiVersion":"autoscaling.openshift.io/v1","kind":"ClusterAutoscaler","metadata":{"name":"default"},"spec":{"scaleDown":{"enabled":true,"delayAfterAdd":"10x"}}}`,
+			`invalid duration "10x"`},
+		{"threshold", `{"apiVersion":"autoscaling.openshift.io/v1","kind":"ClusterAutoscaler","metadata":{"name":"default"},"spec":{"scaleDown":{"enabled":true,"utilizationThreshold":"1.5"}}}`,
+			`invalid utilization threshold "1.5"`},
+		{"cores min above max", `{"apiVersion":"autoscaling.openshift.io/v1","kind":"ClusterAutoscaler","metadata":{"name":"default"},"spec":{"resourceLimits":{"cores":{"min":9,"max":8}}}}`,
+			"max must be greater than or equal to min"},
+	} {
+		_, err := cas.Create(ctx, unstructuredFrom(t, tc.doc), metav1.CreateOptions{})
+		if err == nil {
+			_ = cas.Delete(ctx, "default", metav1.DeleteOptions{})
+			t.Errorf("%s: accepted", tc.name)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %q, want it to say %q", tc.name, err, tc.want)
+		}
+	}
+	mas := env.Dynamic.Resource(machineAutoscalers).Namespace(machine.Namespace)
+	bad := `{"apiVersion":"autoscaling.openshift.io/v1beta1","kind":"MachineAutoscaler","metadata":{"name":"bad"},
+		"spec":{"minReplicas":3,"maxReplicas":1,"scaleTargetRef":{"kind":"MachineSet","name":"x"}}}`
+	if _, err := mas.Create(ctx, unstructuredFrom(t, bad), metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "maxReplicas must be greater than or equal to minReplicas") {
+		t.Errorf("min > max: %v", err)
+	}
+	createClusterAutoscaler(t, chapterClusterAutoscaler)
+	if _, err := cas.Create(ctx, unstructuredFrom(t, chapterClusterAutoscaler), metav1.CreateOptions{}); !apierrors.IsAlreadyExists(err) {
+		t.Errorf("a second ClusterAutoscaler default: %v, want AlreadyExists", err)
+	}
+	got, err := cas.Get(ctx, "default", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _, _ := unstructured.NestedString(got.Object, "spec", "scaleDown", "delayAfterFailure"); v != "30s" {
+		t.Errorf("stored delayAfterFailure %q", v)
+	}
+}
+
+// A MachineAutoscaler writes its bounds onto its MachineSet, rewrites them
+// when they change, refuses a MachineSet another one owns, and takes them
+// off when it is deleted.
+func TestMachineAutoscalerAnnotatesItsMachineSet(t *testing.T) {
+	ctx := context.Background()
+	newMachineSet(t, "ma-target", 0)
+	sets := machines(t).MachineV1beta1().MachineSets(machine.Namespace)
+	annotations := func() map[string]string {
+		ms, err := sets.Get(ctx, "ma-target", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ms.Annotations
+	}
+	createMachineAutoscaler(t, "ma-one", "ma-target", 1, 4)
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		a := annotations()
+		return a[autoscaler.MinSizeAnnotation] == "1" && a[autoscaler.MaxSizeAnnotation] == "4" &&
+			a[autoscaler.TargetOwnerAnnotation] == "openshift-machine-api/ma-one", fmt.Sprintf("annotations %v", a)
+	})
+	// The Machine API stamps the capacity a node of the set will have, for
+	// scale-up from zero.
+	if a := annotations(); a[machine.CPUAnnotation] != "2" || a[machine.MemoryAnnotation] != "8192" {
+		t.Errorf("capacity annotations %v, want vCPU 2 and memoryMb 8192 (capstan.medium)", a)
+	}
+	api := env.Dynamic.Resource(machineAutoscalers).Namespace(machine.Namespace)
+	ma, err := api.Get(ctx, "ma-one", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = unstructured.SetNestedField(ma.Object, int64(6), "spec", "maxReplicas")
+	if _, err := api.Update(ctx, ma, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		a := annotations()
+		return a[autoscaler.MaxSizeAnnotation] == "6", "max-size " + a[autoscaler.MaxSizeAnnotation]
+	})
+	createMachineAutoscaler(t, "ma-two", "ma-target", 0, 2)
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		evs := env.Events(t, machine.Namespace, "ma-two", "FailedSetOwner")
+		return len(evs) > 0 && strings.Contains(evs[0].Message, "owned by openshift-machine-api/ma-one"), "no FailedSetOwner event on ma-two"
+	})
+	if a := annotations(); a[autoscaler.MaxSizeAnnotation] != "6" {
+		t.Errorf("ma-two overwrote ma-one's bounds: %v", a)
+	}
+	deleteMachineAutoscaler(t, "ma-one")
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		a := annotations()
+		_, hasMin := a[autoscaler.MinSizeAnnotation]
+		owner := a[autoscaler.TargetOwnerAnnotation]
+		// ma-two may now take the free MachineSet: either way ma-one's
+		// bounds are gone.
+		return owner != "openshift-machine-api/ma-one" && (!hasMin || owner == "openshift-machine-api/ma-two"), fmt.Sprintf("annotations %v", a)
+	})
+}
+
+// autoscaledPod requests cpu and runs only on the nodes of MachineSet set.
+func autoscaledPod(name, set, cpu string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			NodeSelector:                  map[string]string{"autoscale-e2e": set},
+			Tolerations:                   []corev1.Toleration{{Key: e2eTaint.Key, Operator: corev1.TolerationOpExists}},
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10",
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}},
+		},
+	}
+}
+
+// autoscaledMachineSet is a MachineSet of 4-core machines whose nodes carry
+// the label autoscaledPod selects, scaled between min and max.
+func autoscaledMachineSet(t *testing.T, name string, minR, maxR int) {
+	t.Helper()
+	newMachineSet(t, name, 0, func(ms *machinev1.MachineSet) {
+		ms.Spec.Template.Spec.Labels = map[string]string{"autoscale-e2e": name}
+		ms.Spec.Template.Spec.ProviderSpec.Value = machine.RawProviderSpec(machine.ProviderSpec{InstanceType: "capstan.large", Zone: "sim-zone-b"})
+	})
+	createMachineAutoscaler(t, name, name, minR, maxR)
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		ms, err := machines(t).MachineV1beta1().MachineSets(machine.Namespace).Get(context.Background(), name, metav1.GetOptions{})
+		return err == nil && ms.Annotations[autoscaler.MaxSizeAnnotation] == fmt.Sprint(maxR), "no max-size annotation yet"
+	})
+}
+
+func replicas(t *testing.T, set string) int32 {
+	ms, err := machines(t).MachineV1beta1().MachineSets(machine.Namespace).Get(context.Background(), set, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ptr.Deref(ms.Spec.Replicas, 0)
+}
+
+// eventMessage waits for an event of reason on an object and returns its
+// message.
+func eventMessage(t *testing.T, ns, name, reason, contains string) string {
+	t.Helper()
+	var msg string
+	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+		for _, e := range env.Events(t, ns, name, reason) {
+			if strings.Contains(e.Message, contains) {
+				msg = e.Message
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("no %s event on %s saying %q", reason, name, contains)
+	})
+	return msg
+}
+
+// Pending pods make their MachineSet grow to the nodes first-fit
+// decreasing needs (7: "when pods cannot be scheduled ... the cluster
+// autoscaler increases the size of the cluster"); a pod no new node can
+// take, and a pod beyond the maximum, say why.
+func TestScaleUpFromPendingPods(t *testing.T) {
+	ns := env.Namespace(t, "scale-up")
+	autoscaledMachineSet(t, "as-up", 0, 3)
+	createClusterAutoscaler(t, `{"apiVersion":"autoscaling.openshift.io/v1","kind":"ClusterAutoscaler","metadata":{"name":"default"},"spec":{"scaleDown":{"enabled":false}}}`)
+	for i := range 3 {
+		env.CreatePod(t, ns, autoscaledPod(fmt.Sprintf("web-%d", i), "as-up", "3"))
+	}
+	// The scheduler may report the pods in one loop or several: each loop
+	// grows the group for the pods that fit no registered or upcoming
+	// node, so every pod ends up running, on 3 nodes, one per node.
+	for i := range 3 {
+		env.WaitPodRunning(t, ns, fmt.Sprintf("web-%d", i))
+	}
+	if r := replicas(t, "as-up"); r != 3 {
+		t.Fatalf("as-up has %d replicas, want 3", r)
+	}
+	triggered := 0
+	for i := range 3 {
+		for _, e := range env.Events(t, ns, fmt.Sprintf("web-%d", i), autoscaler.ReasonTriggeredScaleUp) {
+			if strings.HasPrefix(e.Message, "pod triggered scale-up: [{MachineSet/openshift-machine-api/as-up ") {
+				triggered++
+			}
+		}
+	}
+	if triggered == 0 {
+		t.Errorf("no TriggeredScaleUp event naming MachineSet/openshift-machine-api/as-up")
+	}
+	env.CreatePod(t, ns, autoscaledPod("huge", "as-up", "6"))
+	msg := eventMessage(t, ns, "huge", autoscaler.ReasonNotTriggerScaleUp, "scale-up")
+	if msg != "pod didn't trigger scale-up: 1 pod does not fit the template: Insufficient cpu" {
+		t.Errorf("huge pod: %q", msg)
+	}
+	env.CreatePod(t, ns, autoscaledPod("one-more", "as-up", "3"))
+	msg = eventMessage(t, ns, "one-more", autoscaler.ReasonNotTriggerScaleUp, "scale-up")
+	if msg != "pod didn't trigger scale-up: 1 max node group size reached" {
+		t.Errorf("pod beyond the maximum: %q", msg)
+	}
+	if r := replicas(t, "as-up"); r != 3 {
+		t.Errorf("as-up grew beyond its maximum: %d replicas", r)
+	}
+}
