@@ -25,7 +25,10 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	batchlisters "k8s.io/client-go/listers/batch/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -69,26 +72,32 @@ var (
 
 // Autoscaler is a running cluster autoscaler.
 type Autoscaler struct {
-	opts     Options
-	client   kubernetes.Interface
-	dynamic  dynamic.Interface
-	alg      *algorithm.Algorithm
-	factory  informers.SharedInformerFactory
-	mfactory machineinformers.SharedInformerFactory
-	listers  algorithm.Listers
-	nodes    corelisters.NodeLister
-	pods     corelisters.PodLister
-	sets     machinelisters.MachineSetLister
-	machines machinelisters.MachineLister
-	synced   []cache.InformerSynced
-	events   record.EventBroadcaster
-	recorder record.EventRecorder
-	trigger  chan struct{}
-	rand     *rand.Rand
+	opts       Options
+	client     kubernetes.Interface
+	dynamic    dynamic.Interface
+	alg        *algorithm.Algorithm
+	factory    informers.SharedInformerFactory
+	mfactory   machineinformers.SharedInformerFactory
+	listers    algorithm.Listers
+	nodes      corelisters.NodeLister
+	pods       corelisters.PodLister
+	sets       machinelisters.MachineSetLister
+	machines   machinelisters.MachineLister
+	pdbs       policylisters.PodDisruptionBudgetLister
+	jobs       batchlisters.JobLister
+	daemonSets appslisters.DaemonSetLister
+	synced     []cache.InformerSynced
+	events     record.EventBroadcaster
+	recorder   record.EventRecorder
+	trigger    chan struct{}
+	rand       *rand.Rand
 
 	backoff  *backoff
 	podNotes *notes
 	cfgNotes *notes
+	// cleanedUp is set once the first loop has undone the removals a
+	// previous autoscaler left unfinished.
+	cleanedUp bool
 }
 
 // New sets up an autoscaler on cfg; Run runs it.
@@ -133,6 +142,9 @@ func New(cfg *rest.Config, client kubernetes.Interface, opts Options) (*Autoscal
 	a.pods = a.factory.Core().V1().Pods().Lister()
 	a.sets = a.mfactory.Machine().V1beta1().MachineSets().Lister()
 	a.machines = a.mfactory.Machine().V1beta1().Machines().Lister()
+	a.pdbs = a.factory.Policy().V1().PodDisruptionBudgets().Lister()
+	a.jobs = a.factory.Batch().V1().Jobs().Lister()
+	a.daemonSets = a.factory.Apps().V1().DaemonSets().Lister()
 	podInformer := a.factory.Core().V1().Pods().Informer()
 	_, _ = podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
@@ -151,7 +163,10 @@ func New(cfg *rest.Config, client kubernetes.Interface, opts Options) (*Autoscal
 	a.synced = append(a.synced, podInformer.HasSynced,
 		a.factory.Core().V1().Nodes().Informer().HasSynced,
 		a.mfactory.Machine().V1beta1().MachineSets().Informer().HasSynced,
-		a.mfactory.Machine().V1beta1().Machines().Informer().HasSynced)
+		a.mfactory.Machine().V1beta1().Machines().Informer().HasSynced,
+		a.factory.Policy().V1().PodDisruptionBudgets().Informer().HasSynced,
+		a.factory.Batch().V1().Jobs().Informer().HasSynced,
+		a.factory.Apps().V1().DaemonSets().Informer().HasSynced)
 	a.events = record.NewBroadcaster()
 	a.recorder = a.events.NewRecorder(Scheme(), corev1.EventSource{Component: "cluster-autoscaler"})
 	return a, nil
@@ -219,8 +234,12 @@ func (a *Autoscaler) RunOnce(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	status := a.statusRef(ctx)
+	cm, status := a.statusConfigMap(ctx)
 	a.reportBadGroups(st)
+	if !a.cleanedUp {
+		a.cleanUpStaleDeletions(ctx, st)
+		a.cleanedUp = true
+	}
 	settled, err := a.settleProvisioning(ctx, st, status)
 	if err != nil || settled {
 		return settled, err
@@ -231,7 +250,21 @@ func (a *Autoscaler) RunOnce(ctx context.Context) (bool, error) {
 	}
 	scaled := a.executeScaleUp(ctx, st, plan, status)
 	a.reportPods(plan)
-	a.writeStatus(ctx, st, plan, 0)
+	if scaled {
+		now := a.opts.Clock.Now()
+		a.stamp(ctx, lastScaleUpAnnotation, now)
+		a.writeStatus(ctx, st, plan, nil)
+		return true, nil
+	}
+	var down *ScaleDownPlan
+	if cfg.ScaleDownEnabled {
+		if down, err = a.planScaleDown(st, cm); err != nil {
+			return false, err
+		}
+		a.recordNodeVerdicts(ctx, st, down)
+		scaled = a.executeScaleDown(ctx, st, down, status)
+	}
+	a.writeStatus(ctx, st, plan, down)
 	return scaled, nil
 }
 

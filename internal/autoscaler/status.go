@@ -22,9 +22,9 @@ const (
 	statusTimeLayout        = "2006-01-02 15:04:05.999999999 -0700 MST"
 )
 
-// statusRef is the status ConfigMap, created when missing, as the object
-// the autoscaler's own events are about.
-func (a *Autoscaler) statusRef(ctx context.Context) *corev1.ObjectReference {
+// statusConfigMap reads the status ConfigMap, creating it when missing,
+// and returns it with a reference for the autoscaler's own events.
+func (a *Autoscaler) statusConfigMap(ctx context.Context) (*corev1.ConfigMap, *corev1.ObjectReference) {
 	ref := &corev1.ObjectReference{Kind: "ConfigMap", APIVersion: "v1", Namespace: a.opts.Namespace, Name: StatusConfigMap}
 	cms := a.client.CoreV1().ConfigMaps(a.opts.Namespace)
 	cm, err := cms.Get(ctx, StatusConfigMap, metav1.GetOptions{})
@@ -34,10 +34,10 @@ func (a *Autoscaler) statusRef(ctx context.Context) *corev1.ObjectReference {
 	}
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Reading the status ConfigMap")
-		return ref
+		return nil, ref
 	}
 	ref.UID, ref.ResourceVersion = cm.UID, cm.ResourceVersion
-	return ref
+	return cm, ref
 }
 
 // The status document, in upstream's schema (clusterstate/api).
@@ -115,7 +115,7 @@ func countNodes(list []*corev1.Node, upcoming int) nodeCounts {
 }
 
 // writeStatus writes the loop's outcome into the status ConfigMap.
-func (a *Autoscaler) writeStatus(ctx context.Context, st *clusterState, plan *ScaleUpPlan, candidates int) {
+func (a *Autoscaler) writeStatus(ctx context.Context, st *clusterState, plan *ScaleUpPlan, down *ScaleDownPlan) {
 	now := a.opts.Clock.Now()
 	probe := now.UTC().Format(time.RFC3339)
 	upcoming := 0
@@ -125,10 +125,17 @@ func (a *Autoscaler) writeStatus(ctx context.Context, st *clusterState, plan *Sc
 	doc := statusDoc{Time: now.Format(statusTimeLayout), AutoscalerStatus: "Running"}
 	doc.ClusterWide.Health = healthStatus{Status: "Healthy", NodeCounts: countNodes(st.nodes, upcoming), LastProbeTime: probe}
 	doc.ClusterWide.ScaleUp = scaleUpStatus{Status: scaleUpState(plan, upcoming), LastProbeTime: probe}
-	doc.ClusterWide.ScaleDown = scaleDownStatus{Status: "NoCandidates", Candidates: candidates, LastProbeTime: probe}
-	if candidates > 0 {
-		doc.ClusterWide.ScaleDown.Status = "CandidatesPresent"
+	candidates := map[*NodeGroup]int{}
+	total := 0
+	if down != nil {
+		for _, v := range down.Verdicts {
+			if v.Unneeded {
+				candidates[v.Group]++
+				total++
+			}
+		}
 	}
+	doc.ClusterWide.ScaleDown = scaleDownState(total, probe)
 	for _, g := range st.groups {
 		gs := nodeGroupStatus{Name: g.ID}
 		target, minS, maxS := g.Target, g.Min, g.Max
@@ -142,7 +149,7 @@ func (a *Autoscaler) writeStatus(ctx context.Context, st *clusterState, plan *Sc
 			gs.ScaleUp.Status = "Backoff"
 			gs.ScaleUp.BackoffInfo = &backoffInfo{ErrorCode: "scaleUpFailed", ErrorMessage: why}
 		}
-		gs.ScaleDown = scaleDownStatus{Status: "NoCandidates", LastProbeTime: probe}
+		gs.ScaleDown = scaleDownState(candidates[g], probe)
 		doc.NodeGroups = append(doc.NodeGroups, gs)
 	}
 	raw, err := yaml.Marshal(doc)
@@ -154,6 +161,14 @@ func (a *Autoscaler) writeStatus(ctx context.Context, st *clusterState, plan *Sc
 	if _, err := a.client.CoreV1().ConfigMaps(a.opts.Namespace).Patch(ctx, StatusConfigMap, "application/merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
 		klog.FromContext(ctx).Error(err, "Writing the status ConfigMap")
 	}
+}
+
+func scaleDownState(candidates int, probe string) scaleDownStatus {
+	s := scaleDownStatus{Status: "NoCandidates", Candidates: candidates, LastProbeTime: probe}
+	if candidates > 0 {
+		s.Status = "CandidatesPresent"
+	}
+	return s
 }
 
 func scaleUpState(plan *ScaleUpPlan, upcoming int) string {

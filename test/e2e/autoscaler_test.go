@@ -8,6 +8,7 @@ import (
 	"time"
 
 	machinev1 "github.com/openshift/api/machine/v1beta1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -316,4 +317,98 @@ func TestScaleUpFromPendingPods(t *testing.T) {
 	if r := replicas(t, "as-up"); r != 3 {
 		t.Errorf("as-up grew beyond its maximum: %d replicas", r)
 	}
+}
+
+// testSpeedClusterAutoscaler scales down after 2 seconds unneeded, with no
+// cooldowns.
+const testSpeedClusterAutoscaler = `{"apiVersion":"autoscaling.openshift.io/v1","kind":"ClusterAutoscaler","metadata":{"name":"default"},
+"spec":{"scaleDown":{"enabled":true,"delayAfterAdd":"0s","delayAfterDelete":"0s","delayAfterFailure":"0s","unneededTime":"2s"}}}`
+
+// deployment runs replicas pods of cpu on the nodes of MachineSet set.
+func deployment(t *testing.T, ns, name, set, cpu string, replicas int32) {
+	t.Helper()
+	pod := autoscaledPod(name, set, cpu)
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}}, Spec: pod.Spec},
+		},
+	}
+	if _, err := env.Client.AppsV1().Deployments(ns).Create(context.Background(), d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func scaleDeployment(t *testing.T, ns, name string, replicas int32) {
+	t.Helper()
+	s, err := env.Client.AppsV1().Deployments(ns).GetScale(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Spec.Replicas = replicas
+	if _, err := env.Client.AppsV1().Deployments(ns).UpdateScale(context.Background(), name, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runningPods counts the running pods of app.
+func runningPods(t *testing.T, ns, app string) int {
+	list, err := env.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=" + app})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range list.Items {
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// waitReplicas waits until a MachineSet has want replicas and as many
+// nodes.
+func waitReplicas(t *testing.T, set string, want int) {
+	t.Helper()
+	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+		r := replicas(t, set)
+		nodes, err := env.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{LabelSelector: "autoscale-e2e=" + set})
+		if err != nil {
+			return false, err.Error()
+		}
+		return int(r) == want && len(nodes.Items) == want, fmt.Sprintf("%s: %d replicas, %d nodes, want %d", set, r, len(nodes.Items), want)
+	})
+}
+
+// The chapter's HPA sequence with the replicas changed by hand: more
+// replicas, more nodes; fewer replicas, the nodes left empty go after
+// unneededTime, through the Machine API; never below the minimum.
+func TestScaleUpThenDownWithReplicas(t *testing.T) {
+	ns := env.Namespace(t, "up-down")
+	autoscaledMachineSet(t, "as-updown", 1, 3)
+	createClusterAutoscaler(t, testSpeedClusterAutoscaler)
+	deployment(t, ns, "web", "as-updown", "3", 3)
+	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+		n := runningPods(t, ns, "web")
+		return n == 3, fmt.Sprintf("%d of 3 pods running", n)
+	})
+	waitReplicas(t, "as-updown", 3)
+	scaleDeployment(t, ns, "web", 1)
+	waitReplicas(t, "as-updown", 1)
+	if n := runningPods(t, ns, "web"); n != 1 {
+		t.Errorf("%d pods running after the scale-down, want 1", n)
+	}
+	eventMessage(t, machine.Namespace, autoscaler.StatusConfigMap, autoscaler.ReasonScaleDownEmpty, "Scale-down: removing empty node")
+	// At the minimum, an empty node stays and says why.
+	scaleDeployment(t, ns, "web", 0)
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		nodes, err := env.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{LabelSelector: "autoscale-e2e=as-updown"})
+		if err != nil || len(nodes.Items) != 1 {
+			return false, fmt.Sprintf("nodes %v %v", nodes, err)
+		}
+		why := nodes.Items[0].Annotations[autoscaler.ScaleDownStatusAnnotation]
+		return why == "unneeded, but MachineSet as-updown is at its minimum size 1", "scale-down status " + why
+	})
 }

@@ -1,0 +1,335 @@
+package autoscaler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	machinev1 "github.com/openshift/api/machine/v1beta1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/capstan-dev/capstan/internal/machine"
+)
+
+// What the autoscaler keeps in the API so that a restarted autoscaler goes
+// on where its predecessor stopped (upstream keeps them in memory and
+// starts its timers again, kubernetes/autoscaler#7873).
+const (
+	// UnneededSinceAnnotation on a node: when it was first found unneeded.
+	UnneededSinceAnnotation = "autoscaler.capstan.dev/unneeded-since"
+	// ScaleDownStatusAnnotation on a node: why it stays, or that it goes,
+	// as of the last loop.
+	ScaleDownStatusAnnotation = "autoscaler.capstan.dev/scale-down-status"
+	// On the status ConfigMap: when the last scale-up, node deletion and
+	// failed scale-down happened, for the scale-down's cooldowns.
+	lastScaleUpAnnotation      = "autoscaler.capstan.dev/last-scale-up"
+	lastScaleDownAnnotation    = "autoscaler.capstan.dev/last-scale-down"
+	lastScaleDownFailAnnotaton = "autoscaler.capstan.dev/last-scale-down-failure"
+)
+
+// stamp records an activity's time on the status ConfigMap.
+func (a *Autoscaler) stamp(ctx context.Context, key string, t time.Time) {
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, key, t.UTC().Format(time.RFC3339Nano))
+	if _, err := a.client.CoreV1().ConfigMaps(a.opts.Namespace).Patch(ctx, StatusConfigMap, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		klog.FromContext(ctx).Error(err, "Recording activity on the status ConfigMap", "activity", key)
+	}
+}
+
+// stamped reads an activity's time off the status ConfigMap (zero when
+// never).
+func stamped(cm *corev1.ConfigMap, key string) time.Time {
+	if cm == nil {
+		return time.Time{}
+	}
+	t, _ := time.Parse(time.RFC3339Nano, cm.Annotations[key])
+	return t
+}
+
+// cooldown says why scale-down may not remove nodes now, or "".
+func cooldown(cfg *Config, cm *corev1.ConfigMap, now time.Time) string {
+	for _, c := range []struct {
+		key, field string
+		delay      time.Duration
+	}{
+		{lastScaleUpAnnotation, "delayAfterAdd", cfg.DelayAfterAdd},
+		{lastScaleDownAnnotation, "delayAfterDelete", cfg.DelayAfterDelete},
+		{lastScaleDownFailAnnotaton, "delayAfterFailure", cfg.DelayAfterFailure},
+	} {
+		if t := stamped(cm, c.key); !t.IsZero() && now.Before(t.Add(c.delay)) {
+			return fmt.Sprintf("scale-down is in cooldown until %s (%s %s)", t.Add(c.delay).UTC().Format(time.RFC3339), c.field, c.delay)
+		}
+	}
+	return ""
+}
+
+// planScaleDown runs the scale-down decision on the loop's state.
+func (a *Autoscaler) planScaleDown(st *clusterState, cm *corev1.ConfigMap) (*ScaleDownPlan, error) {
+	now := a.opts.Clock.Now()
+	pdbs, err := a.pdbs.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	podsOn := map[string][]*corev1.Pod{}
+	for _, p := range st.scheduled {
+		podsOn[p.Spec.NodeName] = append(podsOn[p.Spec.NodeName], p)
+	}
+	since := map[string]time.Time{}
+	var usage Usage
+	for _, n := range st.nodes {
+		usage.Add(n, 1)
+		if t, err := time.Parse(time.RFC3339, n.Annotations[UnneededSinceAnnotation]); err == nil {
+			since[n.Name] = t
+		}
+	}
+	return PlanScaleDown(&ScaleDownInput{
+		Config: st.cfg, Algorithm: a.alg, Snapshot: st.snapshot(a.alg, a.listers),
+		Groups: st.groups, Pods: podsOn, Usage: usage, PDBs: pdbs,
+		ControllerExists: a.controllerExists, UnneededSince: since, Now: now,
+		Cooldown: cooldown(st.cfg, cm, now),
+	}), nil
+}
+
+// controllerExists looks a pod's controller up in the informers' caches.
+func (a *Autoscaler) controllerExists(ns string, ref *metav1.OwnerReference) bool {
+	var err error
+	switch ref.Kind {
+	case "ReplicaSet":
+		_, err = a.listers.ReplicaSets.ReplicaSets(ns).Get(ref.Name)
+	case "ReplicationController":
+		_, err = a.listers.ReplicationControllers.ReplicationControllers(ns).Get(ref.Name)
+	case "StatefulSet":
+		_, err = a.listers.StatefulSets.StatefulSets(ns).Get(ref.Name)
+	case "Job":
+		_, err = a.jobs.Jobs(ns).Get(ref.Name)
+	case "DaemonSet":
+		_, err = a.daemonSets.DaemonSets(ns).Get(ref.Name)
+	default:
+		return true
+	}
+	return !apierrors.IsNotFound(err)
+}
+
+// recordNodeVerdicts writes on each node why it stays or that it goes,
+// and when it was first found unneeded; only what changed is written.
+func (a *Autoscaler) recordNodeVerdicts(ctx context.Context, st *clusterState, plan *ScaleDownPlan) {
+	for _, n := range st.nodes {
+		v := plan.Verdicts[n.Name]
+		if v == nil {
+			continue
+		}
+		want := map[string]*string{ScaleDownStatusAnnotation: &v.Reason, UnneededSinceAnnotation: nil}
+		if v.Unneeded {
+			s := v.Since.UTC().Format(time.RFC3339)
+			want[UnneededSinceAnnotation] = &s
+		}
+		changed := false
+		for k, val := range want {
+			cur, has := n.Annotations[k]
+			if (val == nil && has) || (val != nil && (!has || cur != *val)) {
+				changed = true
+			}
+		}
+		if !changed {
+			continue
+		}
+		raw, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": want}})
+		if _, err := a.client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, raw, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			klog.FromContext(ctx).Error(err, "Recording the scale-down status of a node", "node", n.Name)
+		}
+	}
+}
+
+// executeScaleDown removes the plan's nodes: each is tainted
+// ToBeDeletedByClusterAutoscaler, its Machine marked for deletion, and its
+// MachineSet's replicas lowered, so that the Machine API drains it, runs
+// its lifecycle hooks and deletes it. It reports whether it removed any.
+func (a *Autoscaler) executeScaleDown(ctx context.Context, st *clusterState, plan *ScaleDownPlan, status *corev1.ObjectReference) bool {
+	now := a.opts.Clock.Now()
+	byGroup := map[*NodeGroup][]*NodeVerdict{}
+	var order []*NodeGroup
+	for _, v := range plan.Remove {
+		if byGroup[v.Group] == nil {
+			order = append(order, v.Group)
+		}
+		byGroup[v.Group] = append(byGroup[v.Group], v)
+	}
+	nodesByName := map[string]*corev1.Node{}
+	for _, n := range st.nodes {
+		nodesByName[n.Name] = n
+	}
+	removed := false
+	for _, g := range order {
+		var marked []*NodeVerdict
+		var machines []*machinev1.Machine
+		var errs []error
+		for _, v := range byGroup[g] {
+			m := machineOfNode(g, v.Node)
+			if m == nil {
+				errs = append(errs, fmt.Errorf("node %s has no machine in %s", v.Node, g.ID))
+				continue
+			}
+			if err := a.taintToBeDeleted(ctx, v.Node, now); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if err := a.markForDeletion(ctx, m); err != nil {
+				errs = append(errs, err)
+				_ = a.untaintToBeDeleted(ctx, v.Node)
+				continue
+			}
+			marked, machines = append(marked, v), append(machines, m)
+		}
+		if len(marked) > 0 {
+			if err := a.setReplicas(ctx, g.Set, g.Target, g.Target-len(marked)); err != nil {
+				errs = append(errs, err)
+				for i, v := range marked {
+					_ = a.untaintToBeDeleted(ctx, v.Node)
+					_ = a.unmarkForDeletion(ctx, machines[i])
+				}
+				marked = nil
+			}
+		}
+		for _, v := range marked {
+			a.recorder.Event(nodesByName[v.Node], corev1.EventTypeNormal, ReasonScaleDown, "marked the node as toBeDeleted/unschedulable")
+			if v.Empty {
+				a.recorder.Eventf(status, corev1.EventTypeNormal, ReasonScaleDownEmpty, "Scale-down: removing empty node %q", v.Node)
+			} else {
+				a.recorder.Eventf(status, corev1.EventTypeNormal, ReasonScaleDown, "Scale-down: removing node %s, utilization: %.2f, pods to reschedule: %s", v.Node, v.Utilization, podNames(v.PodsToMove))
+			}
+			klog.FromContext(ctx).Info("Scaling down", "node", v.Node, "group", g.ID, "empty", v.Empty, "utilization", v.Utilization)
+			removed = true
+		}
+		if err := errors.Join(errs...); err != nil && !errors.Is(err, errSizeChanged) {
+			a.recorder.Eventf(status, corev1.EventTypeWarning, ReasonScaleDownFailed, "Scale-down of %s failed: %v", g.ID, err)
+			a.stamp(ctx, lastScaleDownFailAnnotaton, now)
+		}
+	}
+	if removed {
+		a.stamp(ctx, lastScaleDownAnnotation, now)
+	}
+	return removed
+}
+
+func podNames(pods []*corev1.Pod) string {
+	names := make([]string, len(pods))
+	for i, p := range pods {
+		names[i] = p.Namespace + "/" + p.Name
+	}
+	return strings.Join(names, ",")
+}
+
+func machineOfNode(g *NodeGroup, node string) *machinev1.Machine {
+	for _, m := range g.Machines {
+		if m.Status.NodeRef != nil && m.Status.NodeRef.Name == node && m.DeletionTimestamp.IsZero() {
+			return m
+		}
+	}
+	return nil
+}
+
+// taintToBeDeleted adds the ToBeDeletedByClusterAutoscaler taint (value:
+// the Unix time), keeping the scheduler off the node.
+func (a *Autoscaler) taintToBeDeleted(ctx context.Context, name string, now time.Time) error {
+	return a.updateTaints(ctx, name, func(ts []corev1.Taint) []corev1.Taint {
+		for _, t := range ts {
+			if t.Key == ToBeDeletedTaint {
+				return ts
+			}
+		}
+		return append(ts, corev1.Taint{Key: ToBeDeletedTaint, Value: strconv.FormatInt(now.Unix(), 10), Effect: corev1.TaintEffectNoSchedule})
+	})
+}
+
+func (a *Autoscaler) untaintToBeDeleted(ctx context.Context, name string) error {
+	return a.updateTaints(ctx, name, func(ts []corev1.Taint) []corev1.Taint {
+		var out []corev1.Taint
+		for _, t := range ts {
+			if t.Key != ToBeDeletedTaint {
+				out = append(out, t)
+			}
+		}
+		return out
+	})
+}
+
+// updateTaints rewrites a node's taints, read fresh, retrying on conflict.
+func (a *Autoscaler) updateTaints(ctx context.Context, name string, change func([]corev1.Taint) []corev1.Taint) error {
+	for range 5 {
+		n, err := a.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading node %s: %w", name, err)
+		}
+		n.Spec.Taints = change(n.Spec.Taints)
+		_, err = a.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		if !apierrors.IsConflict(err) {
+			if err != nil {
+				return fmt.Errorf("tainting node %s: %w", name, err)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("tainting node %s: too many conflicts", name)
+}
+
+// unmarkForDeletion takes the delete-machine mark off a machine again.
+func (a *Autoscaler) unmarkForDeletion(ctx context.Context, m *machinev1.Machine) error {
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, machine.DeleteMachineAnnotation)
+	_, err := a.dynamic.Resource(machineResource).Namespace(m.Namespace).Patch(ctx, m.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+// cleanUpStaleDeletions undoes, once at start, the removals a previous
+// autoscaler began and did not finish: a node tainted ToBeDeleted whose
+// MachineSet was not lowered for it gets its taint and its machine's mark
+// taken off. A node whose removal is under way (its machine deleting, or
+// more live machines than replicas) is left to go.
+func (a *Autoscaler) cleanUpStaleDeletions(ctx context.Context, st *clusterState) {
+	for _, n := range st.nodes {
+		if !hasToBeDeletedTaint(n) {
+			continue
+		}
+		var group *NodeGroup
+		var m *machinev1.Machine
+		for _, g := range st.groups {
+			for _, gm := range g.Machines {
+				if gm.Status.NodeRef != nil && gm.Status.NodeRef.Name == n.Name {
+					group, m = g, gm
+				}
+			}
+		}
+		if m != nil && !m.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if group != nil {
+			live := 0
+			for _, gm := range group.Machines {
+				if gm.DeletionTimestamp.IsZero() {
+					live++
+				}
+			}
+			if live > group.Target {
+				continue
+			}
+		}
+		if err := a.untaintToBeDeleted(ctx, n.Name); err != nil {
+			klog.FromContext(ctx).Error(err, "Cleaning up a stale ToBeDeleted taint", "node", n.Name)
+			continue
+		}
+		if m != nil {
+			_ = a.unmarkForDeletion(ctx, m)
+		}
+		a.recorder.Event(n, corev1.EventTypeNormal, ReasonClusterAutoscalerInit, "removed the ToBeDeletedByClusterAutoscaler taint of a scale-down that did not finish")
+	}
+}
