@@ -258,7 +258,7 @@ func (a *Autoscaler) RunOnce(ctx context.Context) (bool, error) {
 	}
 	var down *ScaleDownPlan
 	if cfg.ScaleDownEnabled {
-		if down, err = a.planScaleDown(st, cm); err != nil {
+		if down, err = a.planScaleDown(st, cm, plan); err != nil {
 			return false, err
 		}
 		a.recordNodeVerdicts(ctx, st, down)

@@ -71,15 +71,29 @@ func cooldown(cfg *Config, cm *corev1.ConfigMap, now time.Time) string {
 	return ""
 }
 
-// planScaleDown runs the scale-down decision on the loop's state.
-func (a *Autoscaler) planScaleDown(st *clusterState, cm *corev1.ConfigMap) (*ScaleDownPlan, error) {
+// planScaleDown runs the scale-down decision on the loop's state. The
+// pending pods the scale-up found a registered node for count as on that
+// node: a node about to take a pod is not empty.
+func (a *Autoscaler) planScaleDown(st *clusterState, cm *corev1.ConfigMap, up *ScaleUpPlan) (*ScaleDownPlan, error) {
 	now := a.opts.Clock.Now()
 	pdbs, err := a.pdbs.List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
+	registered := map[string]bool{}
+	for _, n := range st.nodes {
+		registered[n.Name] = true
+	}
+	var arriving []*corev1.Pod
+	for _, v := range up.Verdicts {
+		if v.Verdict == VerdictFits && registered[v.Node] {
+			p := v.Pod.DeepCopy()
+			p.Spec.NodeName = v.Node
+			arriving = append(arriving, p)
+		}
+	}
 	podsOn := map[string][]*corev1.Pod{}
-	for _, p := range st.scheduled {
+	for _, p := range append(st.scheduled[:len(st.scheduled):len(st.scheduled)], arriving...) {
 		podsOn[p.Spec.NodeName] = append(podsOn[p.Spec.NodeName], p)
 	}
 	since := map[string]time.Time{}
@@ -91,7 +105,7 @@ func (a *Autoscaler) planScaleDown(st *clusterState, cm *corev1.ConfigMap) (*Sca
 		}
 	}
 	return PlanScaleDown(&ScaleDownInput{
-		Config: st.cfg, Algorithm: a.alg, Snapshot: st.snapshot(a.alg, a.listers),
+		Config: st.cfg, Algorithm: a.alg, Snapshot: st.snapshot(a.alg, a.listers, arriving...),
 		Groups: st.groups, Pods: podsOn, Usage: usage, PDBs: pdbs,
 		ControllerExists: a.controllerExists, UnneededSince: since, Now: now,
 		Cooldown: cooldown(st.cfg, cm, now),

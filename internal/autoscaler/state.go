@@ -68,7 +68,7 @@ func (s *clusterState) expendable(p *corev1.Pod) bool {
 
 // snapshot is the registered nodes with their non-expendable pods:
 // expendable pods give way, so they take no room in a simulation.
-func (s *clusterState) snapshot(alg *algorithm.Algorithm, l algorithm.Listers) *algorithm.Snapshot {
+func (s *clusterState) snapshot(alg *algorithm.Algorithm, l algorithm.Listers, extra ...*corev1.Pod) *algorithm.Snapshot {
 	infos := make([]*algorithm.NodeInfo, 0, len(s.nodes))
 	byName := make(map[string]*algorithm.NodeInfo, len(s.nodes))
 	for _, n := range s.nodes {
@@ -76,7 +76,7 @@ func (s *clusterState) snapshot(alg *algorithm.Algorithm, l algorithm.Listers) *
 		infos = append(infos, ni)
 		byName[n.Name] = ni
 	}
-	for _, p := range s.scheduled {
+	for _, p := range append(s.scheduled[:len(s.scheduled):len(s.scheduled)], extra...) {
 		if ni := byName[p.Spec.NodeName]; ni != nil && !s.expendable(p) {
 			ni.AddPod(algorithm.NewPodInfo(p))
 		}
