@@ -15,7 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
+	"github.com/capstan-dev/capstan/internal/autoscaler"
 	"github.com/capstan-dev/capstan/internal/scheduler/algorithm"
 	"github.com/capstan-dev/capstan/internal/scheduler/policy"
 )
@@ -47,46 +49,163 @@ evaluated as if it were not yet on its node.`,
 			}
 			ctx, cancel := context.WithTimeout(c.Context(), time.Minute)
 			defer cancel()
-			return explainPod(ctx, c.OutOrStdout(), client, p, ns, name)
+			pending, err := explainPod(ctx, c.OutOrStdout(), client, p, ns, name)
+			if err != nil || !pending {
+				return err
+			}
+			cfg, err := cf.restConfig()
+			if err != nil {
+				return err
+			}
+			return explainPodScaleUp(ctx, c.OutOrStdout(), cfg, client, p, ns, name)
 		},
 	}
 	cf.add(pod.Flags())
 	pod.Flags().StringVar(&policyFile, "policy", "", "scheduler Policy file to evaluate with (default: the default policy)")
-	c.AddCommand(pod)
+	c.AddCommand(pod, newExplainNodeCommand())
 	return c
 }
 
-func explainPod(ctx context.Context, out io.Writer, client kubernetes.Interface, p *policy.Policy, ns, name string) error {
+func newExplainNodeCommand() *cobra.Command {
+	cf := &clientFlags{}
+	var policyFile string
+	c := &cobra.Command{
+		Use:   "node NAME",
+		Short: "Show why the cluster autoscaler removes a node or keeps it",
+		Long: `Runs the cluster autoscaler's scale-down decision on the cluster as it is
+now and prints what it concludes of the node: its utilization, whether it is
+unneeded and since when, the pods that would move, or why it stays.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			p, err := loadPolicy(policyFile)
+			if err != nil {
+				return err
+			}
+			cfg, err := cf.restConfig()
+			if err != nil {
+				return err
+			}
+			client, _, err := cf.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(c.Context(), time.Minute)
+			defer cancel()
+			return explainNode(ctx, c.OutOrStdout(), cfg, client, p, args[0])
+		},
+	}
+	cf.add(c.Flags())
+	c.Flags().StringVar(&policyFile, "policy", "", "scheduler Policy file the cluster's scheduler runs (default: the default policy)")
+	return c
+}
+
+func autoscalerView(ctx context.Context, cfg *rest.Config, client kubernetes.Interface, p *policy.Policy) (*autoscaler.Explanation, error) {
+	opts := autoscaler.DefaultOptions()
+	opts.Policy = p
+	return autoscaler.Explain(ctx, cfg, client, opts)
+}
+
+// explainPodScaleUp prints the autoscaler's view of a pending pod.
+func explainPodScaleUp(ctx context.Context, out io.Writer, cfg *rest.Config, client kubernetes.Interface, p *policy.Policy, ns, name string) error {
+	e, err := autoscalerView(ctx, cfg, client, p)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out)
+	if !e.Configured {
+		fmt.Fprintln(out, "Autoscaler: not configured (no ClusterAutoscaler default)")
+		return nil
+	}
+	for _, v := range e.ScaleUp.Verdicts {
+		if v.Pod.Namespace != ns || v.Pod.Name != name {
+			continue
+		}
+		fmt.Fprintf(out, "Autoscaler: %s\n", v.Message)
+		ids := make([]string, 0, len(v.Groups))
+		for id := range v.Groups {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			fmt.Fprintf(out, "  %s: %s\n", id, v.Groups[id])
+		}
+		return nil
+	}
+	fmt.Fprintln(out, "Autoscaler: the pod is not marked Unschedulable by the scheduler (yet): it does not count for a scale-up")
+	return nil
+}
+
+func explainNode(ctx context.Context, out io.Writer, cfg *rest.Config, client kubernetes.Interface, p *policy.Policy, name string) error {
+	node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("node %s: %w", name, err)
+	}
+	e, err := autoscalerView(ctx, cfg, client, p)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "Node %s\n", name)
+	switch {
+	case !e.Configured:
+		fmt.Fprintln(out, "Autoscaler: not configured (no ClusterAutoscaler default)")
+		return nil
+	case e.ScaleDown == nil:
+		fmt.Fprintln(out, "Scale-down: disabled in the ClusterAutoscaler")
+		return nil
+	}
+	v := e.ScaleDown.Verdicts[name]
+	if v == nil {
+		return fmt.Errorf("node %s is not in the autoscaler's view of the cluster", name)
+	}
+	if v.Group != nil {
+		fmt.Fprintf(out, "Node group: %s\n", v.Group)
+	}
+	fmt.Fprintf(out, "Utilization: %.2f (threshold %g)\n", v.Utilization, e.Config.UtilizationThreshold)
+	if v.Unneeded {
+		fmt.Fprintf(out, "Unneeded since: %s\n", v.Since.UTC().Format(time.RFC3339))
+		var pods []string
+		for _, p := range v.PodsToMove {
+			pods = append(pods, p.Namespace+"/"+p.Name)
+		}
+		if len(pods) > 0 {
+			fmt.Fprintf(out, "Pods to move: %s\n", strings.Join(pods, ", "))
+		}
+	}
+	fmt.Fprintf(out, "Scale-down: %s\n", v.Reason)
+	if rec, ok := node.Annotations[autoscaler.ScaleDownStatusAnnotation]; ok && rec != v.Reason {
+		fmt.Fprintf(out, "Last recorded by the autoscaler: %s\n", rec)
+	}
+	return nil
+}
+
+// explainPod prints the scheduler's decision for a pod and reports whether
+// the pod is pending.
+func explainPod(ctx context.Context, out io.Writer, client kubernetes.Interface, p *policy.Policy, ns, name string) (bool, error) {
 	pod, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("pod %s/%s: %w", ns, name, err)
+		return false, fmt.Errorf("pod %s/%s: %w", ns, name, err)
 	}
 	alg, err := algorithm.New(p, uint64(time.Now().UnixNano()))
 	if err != nil {
-		return err
+		return false, err
 	}
 	alg.PercentageOfNodesToScore = 100
 	snap, err := clusterSnapshot(ctx, client, pod)
 	if err != nil {
-		return err
+		return false, err
 	}
 	candidate := pod.DeepCopy()
 	candidate.Spec.NodeName = ""
 	d := alg.Schedule(ctx, candidate, snap, algorithm.Options{Explain: true})
 	printDecision(out, pod, alg, d)
-	return nil
+	return pod.Spec.NodeName == "" && !d.Feasible(), nil
 }
 
 // clusterSnapshot reads nodes, assigned pods and the objects the priorities
 // consult, leaving out the pod being explained.
 func clusterSnapshot(ctx context.Context, client kubernetes.Interface, skip *corev1.Pod) (*algorithm.Snapshot, error) {
 	f := informers.NewSharedInformerFactory(client, 0)
-	l := algorithm.Listers{
-		Services: f.Core().V1().Services().Lister(), ReplicationControllers: f.Core().V1().ReplicationControllers().Lister(),
-		ReplicaSets: f.Apps().V1().ReplicaSets().Lister(), StatefulSets: f.Apps().V1().StatefulSets().Lister(),
-		PersistentVolumeClaims: f.Core().V1().PersistentVolumeClaims().Lister(), PersistentVolumes: f.Core().V1().PersistentVolumes().Lister(),
-		StorageClasses: f.Storage().V1().StorageClasses().Lister(), Namespaces: f.Core().V1().Namespaces().Lister(),
-	}
+	l, _ := algorithm.ListersFrom(f)
 	nodeLister, podLister := f.Core().V1().Nodes().Lister(), f.Core().V1().Pods().Lister()
 	infCtx, stop := context.WithCancel(ctx)
 	defer func() { stop(); f.Shutdown() }()

@@ -9,12 +9,15 @@ import (
 
 	machinev1 "github.com/openshift/api/machine/v1beta1"
 	appsv1 "k8s.io/api/apps/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -317,6 +320,14 @@ func TestScaleUpFromPendingPods(t *testing.T) {
 	if r := replicas(t, "as-up"); r != 3 {
 		t.Errorf("as-up grew beyond its maximum: %d replicas", r)
 	}
+	// capstan explain pod adds the autoscaler's view, group by group.
+	out := capstanOK(t, "explain", "pod", ns+"/huge", "--kubeconfig", env.Kubeconfig)
+	for _, want := range []string{"Autoscaler: pod didn't trigger scale-up: 1 pod does not fit the template: Insufficient cpu",
+		"  MachineSet/openshift-machine-api/as-up: pod does not fit the template: Insufficient cpu"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("explain pod lacks %q:\n%s", want, out)
+		}
+	}
 }
 
 // testSpeedClusterAutoscaler scales down after 2 seconds unneeded, with no
@@ -411,4 +422,121 @@ func TestScaleUpThenDownWithReplicas(t *testing.T) {
 		why := nodes.Items[0].Annotations[autoscaler.ScaleDownStatusAnnotation]
 		return why == "unneeded, but MachineSet as-updown is at its minimum size 1", "scale-down status " + why
 	})
+}
+
+// Each rule of the chapter that keeps a node from being removed, on a node
+// of its own: the node says why it stays (annotation) and capstan explain
+// node says the same.
+func TestScaleDownBlockersOnNodes(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t, "blockers")
+	const set = "as-block"
+	newMachineSet(t, set, 8, func(ms *machinev1.MachineSet) {
+		ms.Spec.Template.Spec.Labels = map[string]string{"autoscale-e2e": set}
+		ms.Spec.Template.Spec.ProviderSpec.Value = machine.RawProviderSpec(machine.ProviderSpec{InstanceType: "capstan.large", Zone: "sim-zone-c"})
+	})
+	running := waitMachinesRunning(t, set, 8)
+	var nodes []string
+	for _, m := range running {
+		testenv.Eventually(t, time.Minute, func() (bool, string) {
+			m := getMachine(t, m.Name)
+			return m.Status.NodeRef != nil, "machine " + m.Name + " has no node yet"
+		})
+		nodes = append(nodes, getMachine(t, m.Name).Status.NodeRef.Name)
+	}
+	createMachineAutoscaler(t, set, set, 0, 8)
+	// Nodes stay unneeded for an hour before they go: long enough for the
+	// verdicts to be read.
+	createClusterAutoscaler(t, `{"apiVersion":"autoscaling.openshift.io/v1","kind":"ClusterAutoscaler","metadata":{"name":"default"},
+"spec":{"scaleDown":{"enabled":true,"delayAfterAdd":"0s","unneededTime":"1h"}}}`)
+	// Pods are pinned with a label of each node's own: PodNodeConstraints
+	// refuses a controller's pods that select kubernetes.io/hostname.
+	for _, n := range nodes {
+		patch := fmt.Sprintf(`{"metadata":{"labels":{"blocker-e2e":%q}}}`, n)
+		if _, err := env.Client.CoreV1().Nodes().Patch(ctx, n, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	small := func(name, node string) *corev1.Pod {
+		p := autoscaledPod(name, set, "100m")
+		p.Spec.NodeSelector["blocker-e2e"] = node
+		return p
+	}
+	onNodeIn := func(ns, app, node string, mutate func(*corev1.Pod)) {
+		p := small(app, node)
+		if mutate != nil {
+			mutate(p)
+		}
+		d := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: ns},
+			Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(1)),
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": app}, Annotations: p.Annotations}, Spec: p.Spec}},
+		}
+		if _, err := env.Client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	onNode := func(app, node string, mutate func(*corev1.Pod)) { onNodeIn(ns, app, node, mutate) }
+	// The blockers go before the machines, or they would block the drain.
+	t.Cleanup(func() {
+		_ = env.Client.PolicyV1().PodDisruptionBudgets(ns).Delete(ctx, "guarded", metav1.DeleteOptions{})
+		_ = env.Client.AppsV1().Deployments(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+		_ = env.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+		_ = env.Client.AppsV1().Deployments(metav1.NamespaceSystem).Delete(ctx, "blocker-e2e-system", metav1.DeleteOptions{})
+	})
+	// node 0: a pod no controller recreates.
+	bare := small("bare", nodes[0])
+	env.CreatePod(t, ns, bare)
+	// node 1: local storage.
+	onNode("scratch", nodes[1], func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	})
+	// node 2: safe-to-evict "false".
+	onNode("pinned", nodes[2], func(p *corev1.Pod) {
+		p.Annotations = map[string]string{autoscaler.SafeToEvictAnnotation: "false"}
+	})
+	// node 3: a PodDisruptionBudget that allows no disruption.
+	onNode("guarded", nodes[3], nil)
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "guarded"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt(1)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "guarded"}}}}
+	if _, err := env.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// node 4: a pod that fits no other node (it wants this very host).
+	onNode("stuck", nodes[4], nil)
+	// node 5: the scale-down-disabled annotation.
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, autoscaler.ScaleDownDisabledAnnotation)
+	if _, err := env.Client.CoreV1().Nodes().Patch(ctx, nodes[5], types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// node 6: empty, unneeded, waiting for unneededTime.
+	// node 7: a kube-system pod without a PodDisruptionBudget.
+	onNodeIn(metav1.NamespaceSystem, "blocker-e2e-system", nodes[7], nil)
+	for _, tc := range []struct {
+		rule, node, want string
+	}{
+		{"pods without a controller", nodes[0], "pod " + ns + "/bare is not replicated (no controller that recreates it)"},
+		{"local storage", nodes[1], "has local storage (volume scratch)"},
+		{"safe-to-evict false", nodes[2], `is annotated cluster-autoscaler.kubernetes.io/safe-to-evict: "false"`},
+		{"restrictive PDB", nodes[3], "not enough pod disruption budget to move pod " + ns + "/guarded"},
+		{"pods that cannot move", nodes[4], "can go to no other node"},
+		{"scale-down disabled", nodes[5], `node is annotated cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"`},
+		{"unneeded, not long enough", nodes[6], "unneeded for "},
+		{"kube-system pod without a PDB", nodes[7], "non-daemonset, non-mirrored, non-pdb-assigned kube-system pod present: kube-system/blocker-e2e-system-"},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+				got := env.GetNode(t, tc.node).Annotations[autoscaler.ScaleDownStatusAnnotation]
+				return strings.Contains(got, tc.want), fmt.Sprintf("node %s says %q, want %q", tc.node, got, tc.want)
+			})
+			out := capstanOK(t, "explain", "node", tc.node, "--kubeconfig", env.Kubeconfig)
+			if !strings.Contains(out, "Scale-down: ") || !strings.Contains(out, tc.want) {
+				t.Errorf("explain node %s:\n%s", tc.node, out)
+			}
+		})
+	}
+	if r := replicas(t, set); r != 8 {
+		t.Errorf("%s has %d replicas, want all 8 kept", set, r)
+	}
 }
