@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +25,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/autoscaler"
 	"github.com/capstan-dev/capstan/internal/machine"
+	"github.com/capstan-dev/capstan/internal/sim"
 	"github.com/capstan-dev/capstan/internal/testenv"
 )
 
@@ -539,4 +542,168 @@ func TestScaleDownBlockersOnNodes(t *testing.T) {
 	if r := replicas(t, set); r != 8 {
 		t.Errorf("%s has %d replicas, want all 8 kept", set, r)
 	}
+}
+
+// clusterTotals counts the cluster's nodes and cores now.
+func clusterTotals(t *testing.T) (nodes int, cores int64) {
+	list, err := env.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range list.Items {
+		cores += n.Status.Capacity.Cpu().Value()
+	}
+	return len(list.Items), cores
+}
+
+// The chapter's cores example at the test cluster's size: with room in the
+// limit for two more 4-core machines, two are added whatever the pods
+// want, and the pods left say which limit holds them; then maxNodesTotal,
+// which counts every node, control plane included.
+func TestScaleUpWithinClusterLimits(t *testing.T) {
+	ns := env.Namespace(t, "limits")
+	autoscaledMachineSet(t, "as-limits", 0, 10)
+	n, cores := clusterTotals(t)
+	maxCores := cores + 2*4 + 3
+	createClusterAutoscaler(t, fmt.Sprintf(`{"apiVersion":"autoscaling.openshift.io/v1","kind":"ClusterAutoscaler","metadata":{"name":"default"},
+"spec":{"resourceLimits":{"cores":{"min":0,"max":%d}},"scaleDown":{"enabled":false}}}`, maxCores))
+	for i := range 5 {
+		env.CreatePod(t, ns, autoscaledPod(fmt.Sprintf("web-%d", i), "as-limits", "3"))
+	}
+	waitReplicas(t, "as-limits", 2)
+	want := fmt.Sprintf("would exceed cluster cores max %d", maxCores)
+	found := false
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		for i := range 5 {
+			for _, e := range env.Events(t, ns, fmt.Sprintf("web-%d", i), autoscaler.ReasonNotTriggerScaleUp) {
+				found = found || strings.Contains(e.Message, want)
+			}
+		}
+		return found, "no NotTriggerScaleUp saying " + want
+	})
+	if r := replicas(t, "as-limits"); r != 2 {
+		t.Errorf("as-limits has %d replicas beyond the cores limit, want 2", r)
+	}
+	// maxNodesTotal: one node more than the cluster has now.
+	api := env.Dynamic.Resource(autoscaler.ClusterAutoscalerResource)
+	ca, err := api.Get(context.Background(), "default", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = unstructured.SetNestedField(ca.Object, int64(n+3), "spec", "resourceLimits", "maxNodesTotal")
+	_ = unstructured.SetNestedField(ca.Object, int64(1000), "spec", "resourceLimits", "cores", "max")
+	if _, err := api.Update(context.Background(), ca, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitReplicas(t, "as-limits", 3)
+	eventMessage(t, ns, "web-4", autoscaler.ReasonNotTriggerScaleUp, "max total nodes in cluster reached")
+	if r := replicas(t, "as-limits"); r != 3 {
+		t.Errorf("as-limits has %d replicas beyond maxNodesTotal, want 3", r)
+	}
+}
+
+// Pods below the priority cutoff neither trigger a scale-up nor keep a
+// node: the chapter's "best-effort" pods.
+func TestPriorityCutoff(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t, "cutoff")
+	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "e2e-best-effort"}, Value: -20}
+	if _, err := env.Client.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	autoscaledMachineSet(t, "as-cutoff", 0, 2)
+	createClusterAutoscaler(t, testSpeedClusterAutoscaler)
+	p := autoscaledPod("batch", "as-cutoff", "1")
+	p.Spec.PriorityClassName = pc.Name
+	env.CreatePod(t, ns, p)
+	eventMessage(t, ns, "batch", autoscaler.ReasonNotTriggerScaleUp, "pod didn't trigger scale-up: priority -20 below cutoff -10")
+	if r := replicas(t, "as-cutoff"); r != 0 {
+		t.Fatalf("an expendable pod grew the group to %d", r)
+	}
+	// A regular pod brings a node; the expendable one runs beside it; when
+	// the regular pod goes, the expendable one does not keep the node.
+	env.CreatePod(t, ns, autoscaledPod("web", "as-cutoff", "1"))
+	waitReplicas(t, "as-cutoff", 1)
+	env.WaitPodRunning(t, ns, "batch")
+	if err := env.Client.CoreV1().Pods(ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitReplicas(t, "as-cutoff", 0)
+}
+
+// A node group whose machines the cloud refuses is backed off and the
+// next group takes the scale-up.
+func TestScaleUpFailsOverToAnotherGroup(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t, "failover")
+	env.Cloud.InjectFailure(sim.FailureRule{
+		Match: func(s sim.InstanceSpec) bool { return strings.HasPrefix(s.Name, "as-first-") },
+		Err:   &sim.InstanceError{Reason: sim.ReasonInsufficientCapacity, Message: "no capacity for as-first"},
+	})
+	t.Cleanup(env.Cloud.ClearFailures)
+	autoscaledMachineSet(t, "as-first", 0, 2)
+	autoscaledMachineSet(t, "as-second", 0, 2)
+	// Both groups label their nodes for their own name: pods select either.
+	for _, set := range []string{"as-first", "as-second"} {
+		ms, err := machines(t).MachineV1beta1().MachineSets(machine.Namespace).Get(ctx, set, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms.Spec.Template.Spec.Labels["failover-e2e"] = "yes"
+		if _, err := machines(t).MachineV1beta1().MachineSets(machine.Namespace).Update(ctx, ms, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prio := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: autoscaler.PriorityConfigMap, Namespace: machine.Namespace},
+		Data: map[string]string{"priorities": "50:\n- .*/as-first$\n10:\n- .*/as-second$\n"}}
+	if _, err := env.Client.CoreV1().ConfigMaps(machine.Namespace).Create(ctx, prio, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Client.CoreV1().ConfigMaps(machine.Namespace).Delete(context.Background(), autoscaler.PriorityConfigMap, metav1.DeleteOptions{})
+	})
+	createClusterAutoscaler(t, `{"apiVersion":"autoscaling.openshift.io/v1","kind":"ClusterAutoscaler","metadata":{"name":"default"},
+"spec":{"expanders":["Priority"],"scaleDown":{"enabled":false}}}`)
+	p := autoscaledPod("web", "", "1")
+	p.Spec.NodeSelector = map[string]string{"failover-e2e": "yes"}
+	env.CreatePod(t, ns, p)
+	eventMessage(t, machine.Namespace, autoscaler.StatusConfigMap, autoscaler.ReasonScaleUpFailed, "MachineSet/openshift-machine-api/as-first due to cloudProviderError")
+	env.WaitPodRunning(t, ns, "web")
+	waitReplicas(t, "as-second", 1)
+	waitReplicas(t, "as-first", 0)
+}
+
+// A scale-down goes through the Machine API: a preDrain hook on the
+// machine holds the drain, and with it the node, until it is removed.
+func TestScaleDownHeldByPreDrainHook(t *testing.T) {
+	ctx := context.Background()
+	const set = "as-hook"
+	newMachineSet(t, set, 1, func(ms *machinev1.MachineSet) {
+		ms.Spec.Template.Spec.Labels = map[string]string{"autoscale-e2e": set}
+		ms.Spec.Template.Spec.LifecycleHooks = machinev1.LifecycleHooks{PreDrain: []machinev1.LifecycleHook{{Name: "e2e-hold", Owner: "e2e"}}}
+	})
+	running := waitMachinesRunning(t, set, 1)
+	name := running[0].Name
+	createMachineAutoscaler(t, set, set, 0, 1)
+	createClusterAutoscaler(t, testSpeedClusterAutoscaler)
+	// The empty node is unneeded and goes: its machine is deleted, and
+	// waits for the hook.
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		m := getMachine(t, name)
+		c := machineCondition(m, machinev1.MachineDrainable)
+		return m.DeletionTimestamp != nil && c != nil && c.Status == corev1.ConditionFalse, fmt.Sprintf("machine %s: deleting %v, Drainable %+v", name, m.DeletionTimestamp != nil, c)
+	})
+	if r := replicas(t, set); r != 0 {
+		t.Errorf("%s has %d replicas, want 0", set, r)
+	}
+	node := env.GetNode(t, name)
+	if !slices.ContainsFunc(node.Spec.Taints, func(tn corev1.Taint) bool { return tn.Key == autoscaler.ToBeDeletedTaint }) {
+		t.Errorf("node %s is not tainted %s: %v", name, autoscaler.ToBeDeletedTaint, node.Spec.Taints)
+	}
+	m := getMachine(t, name)
+	m.Spec.LifecycleHooks = machinev1.LifecycleHooks{}
+	if _, err := machines(t).MachineV1beta1().Machines(machine.Namespace).Update(ctx, m, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitMachineGone(t, name, time.Minute)
 }
