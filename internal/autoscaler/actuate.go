@@ -60,10 +60,12 @@ func (a *Autoscaler) executeScaleUp(ctx context.Context, st *clusterState, plan 
 				continue
 			}
 			until := a.backoff.fail(g.ID, "cloudProviderError", a.opts.Clock.Now())
+			mFailedScaleUps.WithLabelValues("apiCallError").Inc()
 			a.recorder.Eventf(status, corev1.EventTypeWarning, ReasonFailedToScaleUpGroup, "Scale-up failed for group %s: %v (backed off until %s)", g.ID, err, until.Format(time.RFC3339))
 			continue
 		}
 		log.Info("Scaled up", "group", g.ID, "from", inc.From, "to", inc.To, "max", g.Max)
+		mScaledUp.Add(float64(inc.To - inc.From))
 		a.recorder.Eventf(status, corev1.EventTypeNormal, ReasonScaledUpGroup, "Scale-up: group %s size set to %d instead of %d (max: %d)", g.ID, inc.To, inc.From, g.Max)
 		scaled = true
 	}
@@ -103,10 +105,12 @@ func (a *Autoscaler) settleProvisioning(ctx context.Context, st *clusterState, s
 				why = *m.Status.ErrorMessage
 			}
 			until := a.backoff.fail(g.ID, "cloudProviderError", now)
+			mFailedScaleUps.WithLabelValues("cloudProviderError").Inc()
 			a.recorder.Eventf(status, corev1.EventTypeWarning, ReasonScaleUpFailed, "Failed adding %d nodes to group %s due to cloudProviderError; source errors: %s (backed off until %s)", len(failed), g.ID, why, until.Format(time.RFC3339))
 		}
 		if len(late) > 0 {
 			until := a.backoff.fail(g.ID, "timeout", now)
+			mFailedScaleUps.WithLabelValues("timeout").Inc()
 			a.recorder.Eventf(status, corev1.EventTypeWarning, ReasonScaleUpTimedOut, "Nodes added to group %s failed to register within %s (backed off until %s)", g.ID, st.cfg.MaxNodeProvisionTime, until.Format(time.RFC3339))
 		}
 		undo := append(failed, late...)

@@ -218,7 +218,15 @@ func (a *Autoscaler) Run(ctx context.Context) error {
 // RunOnce runs one loop: read the cluster, settle failed scale-ups, scale
 // up for pending pods, scale down unneeded nodes, report. It reports
 // whether it changed a node group's size.
-func (a *Autoscaler) RunOnce(ctx context.Context) (bool, error) {
+func (a *Autoscaler) RunOnce(ctx context.Context) (acted bool, err error) {
+	start := time.Now()
+	mLastActivity.WithLabelValues("main").Set(float64(start.Unix()))
+	defer func() {
+		observe("main", start)
+		if err != nil {
+			mErrors.WithLabelValues("apiCallError").Inc()
+		}
+	}()
 	ca, err := a.clusterAutoscaler(ctx)
 	if err != nil || ca == nil {
 		return false, err
@@ -244,26 +252,39 @@ func (a *Autoscaler) RunOnce(ctx context.Context) (bool, error) {
 	if err != nil || settled {
 		return settled, err
 	}
+	upStart := time.Now()
 	plan, err := a.planScaleUp(ctx, st)
 	if err != nil {
 		return false, err
 	}
 	scaled := a.executeScaleUp(ctx, st, plan, status)
+	observe("scaleUp", upStart)
 	a.reportPods(plan)
+	now := a.opts.Clock.Now()
 	if scaled {
-		now := a.opts.Clock.Now()
+		mLastActivity.WithLabelValues("scaleUp").Set(float64(now.Unix()))
 		a.stamp(ctx, lastScaleUpAnnotation, now)
+		recordState(st, plan, nil, "")
 		a.writeStatus(ctx, st, plan, nil)
 		return true, nil
 	}
 	var down *ScaleDownPlan
+	cool := ""
 	if cfg.ScaleDownEnabled {
+		downStart := time.Now()
+		cool = cooldown(&cfg, cm, now)
 		if down, err = a.planScaleDown(st, cm, plan); err != nil {
 			return false, err
 		}
+		observe("findUnneeded", downStart)
 		a.recordNodeVerdicts(ctx, st, down)
 		scaled = a.executeScaleDown(ctx, st, down, status)
+		observe("scaleDown", downStart)
+		if scaled {
+			mLastActivity.WithLabelValues("scaleDown").Set(float64(now.Unix()))
+		}
 	}
+	recordState(st, plan, down, cool)
 	a.writeStatus(ctx, st, plan, down)
 	return scaled, nil
 }

@@ -57,30 +57,36 @@ func (u *Usage) Add(n *corev1.Node, count int) {
 	}
 }
 
+// Limited is a limit that binds a scale-up: why, worded for a
+// NotTriggerScaleUp event, and upstream's name for it
+// (skipped_scale_events_count's reason).
+type Limited struct {
+	Why, Code string
+}
+
 // Headroom is how many more nodes like tmpl the limits allow, and when
-// that is fewer than wanted, the limit that binds, worded for a
-// NotTriggerScaleUp event.
-func (c *Config) Headroom(u Usage, tmpl *corev1.Node, wanted int) (int, string) {
+// that is fewer than wanted, the limit that binds.
+func (c *Config) Headroom(u Usage, tmpl *corev1.Node, wanted int) (int, Limited) {
 	s := sizeOf(tmpl)
-	allowed, why := wanted, ""
-	limit := func(n int64, msg string) {
+	allowed, why := wanted, Limited{}
+	limit := func(n int64, l Limited) {
 		if n < int64(allowed) {
-			allowed, why = int(max(n, 0)), msg
+			allowed, why = int(max(n, 0)), l
 		}
 	}
 	if c.MaxNodesTotal > 0 {
-		limit(int64(c.MaxNodesTotal-u.Nodes), "max total nodes in cluster reached")
+		limit(int64(c.MaxNodesTotal-u.Nodes), Limited{"max total nodes in cluster reached", "MaxNodesTotal"})
 	}
 	if s.cores > 0 {
-		limit((c.Cores.Max-u.Cores)/s.cores, fmt.Sprintf("would exceed cluster cores max %d", c.Cores.Max))
+		limit((c.Cores.Max-u.Cores)/s.cores, Limited{fmt.Sprintf("would exceed cluster cores max %d", c.Cores.Max), "CpuResourceLimit"})
 	}
 	if s.memory > 0 {
-		limit(floorDiv(c.MemoryGiB.Max, gib, u.MemoryBytes, s.memory), fmt.Sprintf("would exceed cluster memory max %d GiB", c.MemoryGiB.Max))
+		limit(floorDiv(c.MemoryGiB.Max, gib, u.MemoryBytes, s.memory), Limited{fmt.Sprintf("would exceed cluster memory max %d GiB", c.MemoryGiB.Max), "MemoryResourceLimit"})
 	}
 	if s.gpus > 0 {
 		for _, g := range c.GPUs {
 			if g.Type == s.gpuType {
-				limit((g.Max-u.GPUs[g.Type])/s.gpus, fmt.Sprintf("would exceed cluster %s max %d", g.Type, g.Max))
+				limit((g.Max-u.GPUs[g.Type])/s.gpus, Limited{fmt.Sprintf("would exceed cluster %s max %d", g.Type, g.Max), "GpuResourceLimit"})
 			}
 		}
 	}

@@ -54,8 +54,10 @@ type NodeVerdict struct {
 	// Empty nodes have no pod to move.
 	Empty      bool
 	PodsToMove []*corev1.Pod
-	// Reason says why the node stays, or that it goes.
+	// Reason says why the node stays, or that it goes; Code is upstream's
+	// name for why it stays (unremovable_nodes_count's reason).
 	Reason string
+	Code   string
 	// Blocker is the pod that keeps the node, if one does.
 	Blocker *Blocker
 }
@@ -119,26 +121,26 @@ func PlanScaleDown(in *ScaleDownInput) *ScaleDownPlan {
 		node := ni.Node
 		switch {
 		case v.Group == nil:
-			v.Reason = "node is not in an autoscaled MachineSet (no MachineAutoscaler)"
+			v.Reason, v.Code = "node is not in an autoscaled MachineSet (no MachineAutoscaler)", "NotAutoscaled"
 			continue
 		case node.Annotations[ScaleDownDisabledAnnotation] == "true":
-			v.Reason = "node is annotated " + ScaleDownDisabledAnnotation + ": \"true\""
+			v.Reason, v.Code = "node is annotated "+ScaleDownDisabledAnnotation+": \"true\"", "ScaleDownDisabledAnnotation"
 			continue
 		case hasToBeDeletedTaint(node) || node.DeletionTimestamp != nil:
-			v.Reason = "node is being deleted"
+			v.Reason, v.Code = "node is being deleted", "CurrentlyBeingDeleted"
 			continue
 		case !nodes.Ready(node):
-			v.Reason = "node is not Ready"
+			v.Reason, v.Code = "node is not Ready", "ScaleDownUnreadyDisabled"
 			continue
 		case v.Utilization > in.Config.UtilizationThreshold:
-			v.Reason = fmt.Sprintf("utilization %.2f above the threshold %g", v.Utilization, in.Config.UtilizationThreshold)
+			v.Reason, v.Code = fmt.Sprintf("utilization %.2f above the threshold %g", v.Utilization, in.Config.UtilizationThreshold), "NotUnderutilized"
 			continue
 		}
 		var move []*corev1.Pod
 		for _, p := range in.Pods[ni.Name] {
 			out, b := drain.drainability(p)
 			if b != nil {
-				v.Blocker, v.Reason = b, b.Message
+				v.Blocker, v.Reason, v.Code = b, b.Message, "BlockedByPod"
 				break
 			}
 			if out == drainMove {
@@ -149,11 +151,11 @@ func PlanScaleDown(in *ScaleDownInput) *ScaleDownPlan {
 			continue
 		}
 		if why := in.pdbBudget(drain, move, budget); why != nil {
-			v.Blocker, v.Reason = why, why.Message
+			v.Blocker, v.Reason, v.Code = why, why.Message, "BlockedByPod"
 			continue
 		}
 		if why, ok := in.relocate(ni, move, removed); !ok {
-			v.Reason = why
+			v.Reason, v.Code = why, "NoPlaceToMovePods"
 			continue
 		}
 		for _, p := range move {
@@ -168,24 +170,24 @@ func PlanScaleDown(in *ScaleDownInput) *ScaleDownPlan {
 			v.Since = s
 		}
 		if d := in.Now.Sub(v.Since); d < in.Config.UnneededTime {
-			v.Reason = fmt.Sprintf("unneeded for %s of %s", shortDuration(d), shortDuration(in.Config.UnneededTime))
+			v.Reason, v.Code = fmt.Sprintf("unneeded for %s of %s", shortDuration(d), shortDuration(in.Config.UnneededTime)), "NotUnneededLongEnough"
 			continue
 		}
 		if in.Cooldown != "" {
-			v.Reason = "unneeded, but " + in.Cooldown
+			v.Reason, v.Code = "unneeded, but "+in.Cooldown, "ScaleDownInCooldown"
 			continue
 		}
 		g := v.Group
 		if g.Target-removedPerGroup[g]-1 < g.Min {
-			v.Reason = fmt.Sprintf("unneeded, but MachineSet %s is at its minimum size %d", g.Set.Name, g.Min)
+			v.Reason, v.Code = fmt.Sprintf("unneeded, but MachineSet %s is at its minimum size %d", g.Set.Name, g.Min), "NodeGroupMinSizeReached"
 			continue
 		}
 		if why := in.Config.BelowMinimum(usage, node); why != "" {
-			v.Reason = "unneeded, but removing it " + why
+			v.Reason, v.Code = "unneeded, but removing it "+why, "MinimalResourceLimitExceeded"
 			continue
 		}
 		if !v.Empty && drained {
-			v.Reason = "unneeded; waits for the node being drained"
+			v.Reason, v.Code = "unneeded; waits for the node being drained", "NodeGroupMaxDeletionCountReached"
 			continue
 		}
 		drained = drained || !v.Empty

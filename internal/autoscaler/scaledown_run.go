@@ -214,6 +214,11 @@ func (a *Autoscaler) executeScaleDown(ctx context.Context, st *clusterState, pla
 		}
 		for _, v := range marked {
 			a.recorder.Event(nodesByName[v.Node], corev1.EventTypeNormal, ReasonScaleDown, "marked the node as toBeDeleted/unschedulable")
+			reason := "underutilized"
+			if v.Empty {
+				reason = "empty"
+			}
+			mScaledDown.WithLabelValues(reason).Inc()
 			if v.Empty {
 				a.recorder.Eventf(status, corev1.EventTypeNormal, ReasonScaleDownEmpty, "Scale-down: removing empty node %q", v.Node)
 			} else {

@@ -80,6 +80,9 @@ type ScaleUpPlan struct {
 	// Options are the node groups that could have taken pods, with the
 	// nodes they would have needed.
 	Options []Option
+	// Skipped names the limits (upstream's codes: CpuResourceLimit, ...)
+	// that kept a node group from growing, once per group.
+	Skipped []string
 }
 
 // ScaleUpInfos formats the increases as upstream's events do.
@@ -125,7 +128,7 @@ func PlanScaleUp(in *ScaleUpInput) *ScaleUpPlan {
 		return plan
 	}
 	for _, g := range in.Groups {
-		if opt, ok := in.option(g, classes); ok {
+		if opt, ok := in.option(g, classes, plan); ok {
 			plan.Options = append(plan.Options, opt)
 		}
 	}
@@ -247,7 +250,7 @@ func classKey(pod *corev1.Pod) string {
 // option simulates new nodes of g for the classes: which classes a new
 // node takes (recording why not for the others), and, unless g cannot grow
 // now, how many nodes the pods need (first-fit decreasing).
-func (in *ScaleUpInput) option(g *NodeGroup, classes []*podClass) (Option, bool) {
+func (in *ScaleUpInput) option(g *NodeGroup, classes []*podClass, plan *ScaleUpPlan) (Option, bool) {
 	if g.Template == nil {
 		for _, c := range classes {
 			c.reasons[g.ID] = "cannot simulate a new node: " + g.TemplateErr.Error()
@@ -263,7 +266,8 @@ func (in *ScaleUpInput) option(g *NodeGroup, classes []*podClass) (Option, bool)
 		if off, why := in.BackedOff(g.ID); off {
 			skip = why
 		} else if n, limit := in.Config.Headroom(in.Usage, g.Template, room); n == 0 {
-			skip = limit
+			skip = limit.Why
+			plan.Skipped = append(plan.Skipped, limit.Code)
 		} else {
 			room = n
 		}

@@ -11,14 +11,15 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/autoscaler"
 	"github.com/capstan-dev/capstan/internal/leader"
+	"github.com/capstan-dev/capstan/internal/metrics"
 )
 
 func newAutoscalerCommand() *cobra.Command {
 	cf := &clientFlags{}
 	opts := autoscaler.DefaultOptions()
 	var (
-		policyFile  string
-		leaderElect bool
+		policyFile, metricsAddress string
+		leaderElect                bool
 	)
 	c := &cobra.Command{
 		Use:   "autoscaler",
@@ -51,6 +52,14 @@ onto its MachineSet. capstan up runs both itself.`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if metricsAddress != "" {
+				srv, err := metrics.Listen(metricsAddress, autoscaler.Registry)
+				if err != nil {
+					return err
+				}
+				go func() { _ = srv.Run(ctx) }()
+				fmt.Fprintf(c.OutOrStdout(), "Metrics: http://%s/metrics\n", srv.Addr())
+			}
 			fmt.Fprintf(c.OutOrStdout(), "Cluster autoscaler running on namespace %s; Ctrl-C to stop\n", opts.Namespace)
 			if leaderElect {
 				return leader.Run(ctx, client, leader.Config{Namespace: opts.Namespace, Name: autoscaler.LeaderElectionID}, run)
@@ -65,5 +74,6 @@ onto its MachineSet. capstan up runs both itself.`,
 	fs.StringVar(&policyFile, "policy", "", "the scheduler Policy file the cluster's scheduler runs (default: the default policy)")
 	fs.BoolVar(&leaderElect, "leader-elect", false, "hold the Lease NAMESPACE/"+autoscaler.LeaderElectionID+" before acting")
 	fs.Uint64Var(&opts.Seed, "seed", 0, "seed of the random expander")
+	fs.StringVar(&metricsAddress, "metrics-address", ":8085", "address of the Prometheus metrics endpoint (/metrics); empty: none")
 	return c
 }

@@ -19,7 +19,7 @@ func newBenchCommand() *cobra.Command {
 		Use:   "bench",
 		Short: "Benchmarks on a fresh embedded control plane",
 	}
-	c.AddCommand(newBenchUpCommand(), newBenchMachinesCommand())
+	c.AddCommand(newBenchUpCommand(), newBenchMachinesCommand(), newBenchAutoscalerCommand())
 	c.AddCommand(newBenchSchedulerCommands()...)
 	return c
 }

@@ -67,6 +67,8 @@ the same cluster. Stop it with Ctrl-C (SIGINT) or SIGTERM.`,
 	fs.StringVar(&o.schedulerPolicy, "scheduler-policy", "", "Policy file of the default-scheduler (default: the default policy)")
 	fs.StringVar(&o.clusterNodeSelector, "cluster-default-node-selector", "", "PodNodeSelector: node selector of namespaces without one (overrides admission/podnodeselector.yaml)")
 	fs.StringArrayVar(&o.projectNodeSelectors, "project-node-selector", nil, "PodNodeSelector: NAMESPACE=SELECTOR whitelist of a namespace (repeatable; added to admission/podnodeselector.yaml)")
+	fs.DurationVar(&o.opts.Autoscaler.ScanInterval, "autoscaler-scan-interval", o.opts.Autoscaler.ScanInterval, "time between cluster autoscaler loops when no pod becomes unschedulable")
+	fs.StringVar(&o.opts.MetricsAddress, "metrics-address", "127.0.0.1:8085", "address of the Prometheus metrics endpoint (/metrics: the embedded components' and the autoscaler's cluster_autoscaler_*); empty: none")
 	fs.DurationVar(&o.nodeReadyTimeout, "node-ready-timeout", 5*time.Minute, "how long to wait for the nodes to become Ready")
 	fs.StringSliceVar(&o.hooks, "hooks", nil, "example hook controllers to run: "+strings.Join(hooks.ExampleNames(), ", "))
 	o.hookFlags.add(fs)
@@ -131,7 +133,7 @@ func (o *upOptions) run(c *cobra.Command) error {
 		}
 		fmt.Fprintln(out, "capstan stopped; run `capstan up` again to resume this cluster")
 	}()
-	for _, w := range cl.ControlPlane.Warnings {
+	for _, w := range append(cl.ControlPlane.Warnings, cl.Warnings...) {
 		fmt.Fprintf(c.ErrOrStderr(), "capstan: warning: %s\n", w)
 	}
 	if err := cl.EnsureNodes(ctx); err != nil {
@@ -165,6 +167,9 @@ func (o *upOptions) run(c *cobra.Command) error {
 	}
 	fmt.Fprintf(out, "export KUBECONFIG=%s\n", cl.ControlPlane.KubeconfigPath())
 	fmt.Fprintf(out, "%s, data in %s\n", summary, cl.ControlPlane.DataDir().Root)
+	if cl.MetricsURL != "" {
+		fmt.Fprintf(out, "Metrics: %s\n", cl.MetricsURL)
+	}
 	<-ctx.Done()
 	stop()
 	return nil

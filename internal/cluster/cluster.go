@@ -20,12 +20,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/autoscaler"
 	"github.com/capstan-dev/capstan/internal/controlplane"
 	"github.com/capstan-dev/capstan/internal/machine"
 	"github.com/capstan-dev/capstan/internal/machine/hooks"
+	"github.com/capstan-dev/capstan/internal/metrics"
 	"github.com/capstan-dev/capstan/internal/scheduler"
 	"github.com/capstan-dev/capstan/internal/sim"
 )
@@ -52,6 +54,9 @@ type Options struct {
 	// Autoscaler configures the cluster autoscaler; nil runs none. It acts
 	// once a ClusterAutoscaler exists.
 	Autoscaler *autoscaler.Options
+	// MetricsAddress, when set, serves the Prometheus metrics of the
+	// embedded components and capstan's own at http://ADDRESS/metrics.
+	MetricsAddress string
 	// BootFromMachines boots the nodes from Machines and MachineSets, as
 	// an OpenShift installer does; otherwise EnsureNodes launches
 	// instances master-N and worker-N directly.
@@ -99,6 +104,11 @@ type Cluster struct {
 	Cloud        *sim.APICloud
 	Client       kubernetes.Interface
 	opts         Options
+
+	// MetricsURL is where the metrics are served, when they are.
+	MetricsURL string
+	// Warnings are problems that did not stop the cluster.
+	Warnings []string
 
 	cancel  context.CancelFunc
 	simDone chan error
@@ -172,6 +182,16 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		if err := c.startAutoscaler(ctx, runCtx); err != nil {
 			c.Stop()
 			return nil, fmt.Errorf("autoscaler: %w", err)
+		}
+	}
+	if opts.MetricsAddress != "" {
+		srv, err := metrics.Listen(opts.MetricsAddress, legacyregistry.DefaultGatherer, autoscaler.Registry)
+		if err != nil {
+			// Metrics are an extra: a busy port does not keep the cluster down.
+			c.Warnings = append(c.Warnings, err.Error())
+		} else {
+			c.MetricsURL = "http://" + srv.Addr() + "/metrics"
+			c.run(runCtx, "metrics", srv.Run)
 		}
 	}
 	return c, nil

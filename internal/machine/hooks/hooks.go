@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -151,7 +152,10 @@ func NewManager(cfg *rest.Config, opts Options, hooks ...*Hook) (manager.Manager
 	for _, h := range hooks {
 		r := &reconciler{client: mgr.GetClient(), hook: h}
 		if err := ctrl.NewControllerManagedBy(mgr).Named("hook-" + sanitize(h.Name)).For(&machinev1.Machine{}).
-			WithOptions(controller.Options{MaxConcurrentReconciles: 10}).Complete(r); err != nil {
+			// A process may run the same hook controllers more than once
+			// (capstan hooks run, beside capstan up's): their names need
+			// not be unique process-wide.
+			WithOptions(controller.Options{MaxConcurrentReconciles: 10, SkipNameValidation: ptr.To(true)}).Complete(r); err != nil {
 			return nil, err
 		}
 	}

@@ -1,0 +1,165 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	machinev1 "github.com/openshift/api/machine/v1beta1"
+	machineclient "github.com/openshift/client-go/machine/clientset/versioned"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+
+	"github.com/capstan-dev/capstan/internal/autoscaler"
+	"github.com/capstan-dev/capstan/internal/cluster"
+	"github.com/capstan-dev/capstan/internal/machine"
+	"github.com/capstan-dev/capstan/internal/testenv"
+)
+
+// capstan up killed with SIGKILL in the middle of a scale-up and while
+// nodes wait out unneededTime: after the restart the MachineSet has the
+// replicas decided once (no second scale-up for the same pods), the
+// unneeded timers go on from where they were (kept on the nodes), and the
+// scale-down removes exactly the unneeded nodes.
+func TestAutoscalerSurvivesSIGKILL(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"--data-dir", dir, "--port", strconv.Itoa(freePort(t)), "--nodes", "1", "--control-plane-nodes", "1",
+		"--autoscaler-scan-interval", "1s", "--metrics-address", ""}
+	up := startUp(t, args...)
+	up.waitLine(t, "capstan is up", 3*time.Minute)
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	client := kubernetes.NewForConfigOrDie(cfg)
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	mc := machineclient.NewForConfigOrDie(cfg)
+	sets := mc.MachineV1beta1().MachineSets(machine.Namespace)
+	const set = "as-fault"
+	ms := &machinev1.MachineSet{
+		ObjectMeta: metav1.ObjectMeta{Name: set, Namespace: machine.Namespace},
+		Spec: machinev1.MachineSetSpec{
+			Replicas: ptr.To(int32(0)),
+			Selector: metav1.LabelSelector{MatchLabels: map[string]string{machine.MachineSetLabel: set}},
+			Template: machinev1.MachineTemplateSpec{
+				ObjectMeta: machinev1.ObjectMeta{Labels: map[string]string{machine.MachineSetLabel: set}},
+				Spec: machinev1.MachineSpec{
+					ObjectMeta:   machinev1.ObjectMeta{Labels: map[string]string{"autoscale-e2e": set}},
+					ProviderSpec: machinev1.ProviderSpec{Value: machine.RawProviderSpec(machine.ProviderSpec{InstanceType: "capstan.large", Zone: "sim-zone-c"})},
+				},
+			},
+		},
+	}
+	if _, err := sets.Create(ctx, ms, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range []string{
+		fmt.Sprintf(`{"apiVersion":"autoscaling.openshift.io/v1beta1","kind":"MachineAutoscaler","metadata":{"name":%q,"namespace":"openshift-machine-api"},
+"spec":{"minReplicas":0,"maxReplicas":4,"scaleTargetRef":{"apiVersion":"machine.openshift.io/v1beta1","kind":"MachineSet","name":%q}}}`, set, set),
+	} {
+		if _, err := dyn.Resource(machineAutoscalers).Namespace(machine.Namespace).Create(ctx, unstructuredFrom(t, doc), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := dyn.Resource(autoscaler.ClusterAutoscalerResource).Create(ctx, unstructuredFrom(t, `{"apiVersion":"autoscaling.openshift.io/v1","kind":"ClusterAutoscaler","metadata":{"name":"default"},
+"spec":{"scaleDown":{"enabled":true,"delayAfterAdd":"0s","delayAfterDelete":"0s","unneededTime":"25s"}}}`), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	replicasOf := func() int32 {
+		got, err := sets.Get(ctx, set, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ptr.Deref(got.Spec.Replicas, 0)
+	}
+	liveMachines := func() int {
+		list, err := mc.MachineV1beta1().Machines(machine.Namespace).List(ctx, metav1.ListOptions{LabelSelector: machine.MachineSetLabel + "=" + set})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, m := range list.Items {
+			if m.DeletionTimestamp == nil {
+				n++
+			}
+		}
+		return n
+	}
+	if err := cluster.WaitForServiceAccount(ctx, client, "default", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := client.CoreV1().Pods("default").Create(ctx, autoscaledPodNamed(fmt.Sprintf("fault-%d", i), set), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Killed as soon as the scale-up is written, before its machines are
+	// nodes.
+	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+		r := replicasOf()
+		return r == 3, fmt.Sprintf("%d replicas", r)
+	})
+	up.cmd.Process.Kill()
+	<-up.done
+	up = startUp(t, args...)
+	up.waitLine(t, "capstan is up", 3*time.Minute)
+	for i := range 3 {
+		waitPodRunning(t, client, "default", fmt.Sprintf("fault-%d", i))
+	}
+	if r, n := replicasOf(), liveMachines(); r != 3 || n != 3 {
+		t.Fatalf("after the restart: %d replicas, %d machines, want the 3 decided once", r, n)
+	}
+	// Two nodes emptied: their unneeded timers start; kill; they go on.
+	for i := 1; i < 3; i++ {
+		if err := client.CoreV1().Pods("default").Delete(ctx, fmt.Sprintf("fault-%d", i), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	since := map[string]string{}
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "autoscale-e2e=" + set})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, n := range list.Items {
+			if s, ok := n.Annotations[autoscaler.UnneededSinceAnnotation]; ok {
+				since[n.Name] = s
+			}
+		}
+		return len(since) == 2, fmt.Sprintf("unneeded since: %v", since)
+	})
+	up.cmd.Process.Kill()
+	<-up.done
+	up = startUp(t, args...)
+	up.waitLine(t, "capstan is up", 3*time.Minute)
+	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+		for name, s := range since {
+			n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			removing := err == nil && slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == autoscaler.ToBeDeletedTaint })
+			if err == nil && !removing && n.Annotations[autoscaler.UnneededSinceAnnotation] != s {
+				t.Fatalf("node %s: unneeded since %q after the restart, was %q: the timer restarted", name, n.Annotations[autoscaler.UnneededSinceAnnotation], s)
+			}
+			if err == nil {
+				return false, "node " + name + " still there"
+			}
+		}
+		return replicasOf() == 1 && liveMachines() == 1, fmt.Sprintf("%d replicas, %d machines", replicasOf(), liveMachines())
+	})
+	waitPodRunning(t, client, "default", "fault-0")
+	up.stop(t)
+}
+
+func autoscaledPodNamed(name, set string) *corev1.Pod {
+	p := autoscaledPod(name, set, "3")
+	p.Spec.Tolerations = nil
+	return p
+}
