@@ -1,6 +1,7 @@
 package autoscaler
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -10,41 +11,19 @@ import (
 	autoscalingv1 "github.com/capstan-dev/capstan/internal/autoscaler/apis/v1"
 )
 
-// The ClusterAutoscaler of the chapter (4.7.1), as the documentation
-// prints it.
-const chapterClusterAutoscaler = `
-apiVersion: "autoscaling.openshift.io/v1"
-kind: "ClusterAutoscaler"
-metadata:
-  name: "default"
-spec:
-  podPriorityThreshold: -10
-  resourceLimits:
-    maxNodesTotal: 24
-    cores:
-      min: 8
-      max: 128
-    memory:
-      min: 4
-      max: 256
-    gpus:
-      - type: nvidia.com/gpu
-        min: 0
-        max: 16
-      - type: amd.com/gpu
-        min: 0
-        max: 4
-  scaleDown:
-    enabled: true
-    delayAfterAdd: 10m
-    delayAfterDelete: 5m
-    delayAfterFailure: 30s
-    unneededTime: 5m
-`
+// chapterClusterAutoscaler is the chapter's ClusterAutoscaler (4.7.1), as
+// the documentation prints it; the e2e tests apply the same file.
+func chapterClusterAutoscaler(t *testing.T) []byte {
+	raw, err := os.ReadFile("testdata/chapter-clusterautoscaler.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
 
 func TestConfigFromChapterExample(t *testing.T) {
 	ca := &autoscalingv1.ClusterAutoscaler{}
-	if err := yaml.UnmarshalStrict([]byte(chapterClusterAutoscaler), ca); err != nil {
+	if err := yaml.UnmarshalStrict(chapterClusterAutoscaler(t), ca); err != nil {
 		t.Fatal(err)
 	}
 	c, err := ConfigFrom(ca)

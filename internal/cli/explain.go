@@ -39,25 +39,17 @@ evaluated as if it were not yet on its node.`,
 			if !ok || ns == "" || name == "" {
 				return fmt.Errorf("pod %q is not NAMESPACE/NAME", args[0])
 			}
-			p, err := loadPolicy(policyFile)
-			if err != nil {
-				return err
-			}
-			client, _, err := cf.client()
+			in, err := newExplainInputs(cf, policyFile)
 			if err != nil {
 				return err
 			}
 			ctx, cancel := context.WithTimeout(c.Context(), time.Minute)
 			defer cancel()
-			pending, err := explainPod(ctx, c.OutOrStdout(), client, p, ns, name)
+			pending, err := explainPod(ctx, c.OutOrStdout(), in.client, in.policy, ns, name)
 			if err != nil || !pending {
 				return err
 			}
-			cfg, err := cf.restConfig()
-			if err != nil {
-				return err
-			}
-			return explainPodScaleUp(ctx, c.OutOrStdout(), cfg, client, p, ns, name)
+			return explainPodScaleUp(ctx, c.OutOrStdout(), in.cfg, in.client, in.policy, ns, name)
 		},
 	}
 	cf.add(pod.Flags())
@@ -77,26 +69,42 @@ now and prints what it concludes of the node: its utilization, whether it is
 unneeded and since when, the pods that would move, or why it stays.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			p, err := loadPolicy(policyFile)
-			if err != nil {
-				return err
-			}
-			cfg, err := cf.restConfig()
-			if err != nil {
-				return err
-			}
-			client, _, err := cf.client()
+			in, err := newExplainInputs(cf, policyFile)
 			if err != nil {
 				return err
 			}
 			ctx, cancel := context.WithTimeout(c.Context(), time.Minute)
 			defer cancel()
-			return explainNode(ctx, c.OutOrStdout(), cfg, client, p, args[0])
+			return explainNode(ctx, c.OutOrStdout(), in.cfg, in.client, in.policy, args[0])
 		},
 	}
 	cf.add(c.Flags())
 	c.Flags().StringVar(&policyFile, "policy", "", "scheduler Policy file the cluster's scheduler runs (default: the default policy)")
 	return c
+}
+
+// explainInputs are what an explanation reads with: the Policy and the
+// cluster's clients.
+type explainInputs struct {
+	policy *policy.Policy
+	cfg    *rest.Config
+	client kubernetes.Interface
+}
+
+func newExplainInputs(cf *clientFlags, policyFile string) (*explainInputs, error) {
+	p, err := loadPolicy(policyFile)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := cf.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	client, _, err := cf.client()
+	if err != nil {
+		return nil, err
+	}
+	return &explainInputs{policy: p, cfg: cfg, client: client}, nil
 }
 
 func autoscalerView(ctx context.Context, cfg *rest.Config, client kubernetes.Interface, p *policy.Policy) (*autoscaler.Explanation, error) {

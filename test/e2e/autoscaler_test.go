@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -31,36 +32,15 @@ import (
 
 var machineAutoscalers = schema.GroupVersionResource{Group: "autoscaling.openshift.io", Version: "v1beta1", Resource: "machineautoscalers"}
 
-// The ClusterAutoscaler of the chapter (4.7.1), as printed there.
-const chapterClusterAutoscaler = `
-apiVersion: "autoscaling.openshift.io/v1"
-kind: "ClusterAutoscaler"
-metadata:
-  name: "default"
-spec:
-  podPriorityThreshold: -10
-  resourceLimits:
-    maxNodesTotal: 24
-    cores:
-      min: 8
-      max: 128
-    memory:
-      min: 4
-      max: 256
-    gpus:
-      - type: nvidia.com/gpu
-        min: 0
-        max: 16
-      - type: amd.com/gpu
-        min: 0
-        max: 4
-  scaleDown:
-    enabled: true
-    delayAfterAdd: 10m
-    delayAfterDelete: 5m
-    delayAfterFailure: 30s
-    unneededTime: 5m
-`
+// chapterClusterAutoscaler is the chapter's ClusterAutoscaler (4.7.1), as
+// printed there.
+func chapterClusterAutoscaler(t *testing.T) string {
+	raw, err := os.ReadFile("../../internal/autoscaler/testdata/chapter-clusterautoscaler.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(raw)
+}
 
 func unstructuredFrom(t *testing.T, doc string) *unstructured.Unstructured {
 	t.Helper()
@@ -155,8 +135,8 @@ func TestAutoscalerAPIValidation(t *testing.T) {
 	if _, err := mas.Create(ctx, unstructuredFrom(t, bad), metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "maxReplicas must be greater than or equal to minReplicas") {
 		t.Errorf("min > max: %v", err)
 	}
-	createClusterAutoscaler(t, chapterClusterAutoscaler)
-	if _, err := cas.Create(ctx, unstructuredFrom(t, chapterClusterAutoscaler), metav1.CreateOptions{}); !apierrors.IsAlreadyExists(err) {
+	createClusterAutoscaler(t, chapterClusterAutoscaler(t))
+	if _, err := cas.Create(ctx, unstructuredFrom(t, chapterClusterAutoscaler(t)), metav1.CreateOptions{}); !apierrors.IsAlreadyExists(err) {
 		t.Errorf("a second ClusterAutoscaler default: %v, want AlreadyExists", err)
 	}
 	got, err := cas.Get(ctx, "default", metav1.GetOptions{})
