@@ -746,9 +746,12 @@ func TestWaitForFirstConsumerClaimsNeverShareAVolume(t *testing.T) {
 	if err != nil || claim.Status.Phase != corev1.ClaimBound || claim.Spec.VolumeName != pv.Name {
 		t.Fatalf("claim of the placed pod: %v %+v", err, claim.Status)
 	}
-	if msg := waitFailedScheduling(t, ns, "pod-"+loser); !strings.Contains(msg, "didn't find available persistent volumes to bind") {
-		t.Errorf("the other pod: %q", msg)
-	}
+	// The scheduler may first have seen the pod before its claim ("not
+	// found"); once it sees the claim, it says no volume is left.
+	env.WaitPod(t, ns, "pod-"+loser, time.Minute, func(p *corev1.Pod) (bool, string) {
+		c := testenv.PodCondition(p, corev1.PodScheduled)
+		return c != nil && strings.Contains(c.Message, "didn't find available persistent volumes to bind"), fmt.Sprintf("PodScheduled %+v", c)
+	})
 	got, err := env.Client.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
 	if err != nil || got.Spec.ClaimRef == nil || got.Spec.ClaimRef.Name != "claim-"+winner || got.Annotations["pv.kubernetes.io/bound-by-controller"] != "yes" {
 		t.Fatalf("volume claimRef %+v annotations %v (%v)", got.Spec.ClaimRef, got.Annotations, err)

@@ -144,9 +144,10 @@ func TestNoExecuteTaintEvictions(t *testing.T) {
 	}
 	capstanOK(t, "adm", "taint", "nodes", "noexec-node", "key2-", "--kubeconfig", env.Kubeconfig)
 
-	// Other taints: tolerate-all survives them; a pod tolerating nothing
-	// goes at once, decided in the same pass.
-	mk("intolerant-2", nil)
+	// Other taints: tolerate-all survives them; a pod tolerating none of
+	// them goes at once, decided in the same pass. It tolerates key2, just
+	// removed: the taint controller may not have seen the removal yet.
+	mk("intolerant-2", []corev1.Toleration{key2(nil)})
 	capstanOK(t, "adm", "taint", "nodes", "noexec-node", "a=b:NoExecute", "c=d:NoSchedule", "--kubeconfig", env.Kubeconfig)
 	env.WaitPodGone(t, ns, "intolerant-2", 10*time.Second)
 	if !env.PodAlive(t, ns, "tolerate-all") {
