@@ -52,11 +52,15 @@ func Run(ctx context.Context, client kubernetes.Interface, cfg Config, work func
 		Client:     client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
 	}}
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// done carries work's result; it is written once, by the goroutine
 	// the elector starts, and read here once the elector has returned.
+	// selfStopped records, before that write, whether work returned while
+	// it still led (rather than because leadership ended).
 	done := make(chan error, 1)
+	var selfStopped atomic.Bool
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   cfg.LeaseDuration,
@@ -67,7 +71,9 @@ func Run(ctx context.Context, client kubernetes.Interface, cfg Config, work func
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(lctx context.Context) {
 				klog.FromContext(ctx).Info("Became leader", "lease", klog.KRef(cfg.Namespace, cfg.Name), "identity", cfg.Identity)
-				done <- work(lctx)
+				err := work(lctx)
+				selfStopped.Store(lctx.Err() == nil)
+				done <- err
 				// Work that stops by itself gives the lease up.
 				cancel()
 			},
@@ -77,9 +83,7 @@ func Run(ctx context.Context, client kubernetes.Interface, cfg Config, work func
 	if err != nil {
 		return fmt.Errorf("leader election on %s/%s: %w", cfg.Namespace, cfg.Name, err)
 	}
-	parentLive := func() bool { return ctx.Err() == nil }
 	le.Run(ctx)
-	lost := parentLive()
 	if !lock.acquired.Load() {
 		// Never led: work never started.
 		return nil
@@ -90,7 +94,7 @@ func Run(ctx context.Context, client kubernetes.Interface, cfg Config, work func
 	switch {
 	case workErr != nil:
 		return workErr
-	case lost:
+	case parent.Err() == nil && !selfStopped.Load():
 		return fmt.Errorf("%s/%s: %w", cfg.Namespace, cfg.Name, ErrLost)
 	}
 	return nil
