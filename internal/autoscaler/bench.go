@@ -135,16 +135,8 @@ func (c *BenchCluster) RunScaleDownLoop(cfg *Config) (BenchLoop, error) {
 	}
 	start := time.Now()
 	st := newClusterState(cfg, c.Nodes, c.Pods, c.Sets, c.Machines)
-	podsOn := map[string][]*corev1.Pod{}
-	for _, p := range st.scheduled {
-		podsOn[p.Spec.NodeName] = append(podsOn[p.Spec.NodeName], p)
-	}
-	var usage Usage
-	for _, n := range st.nodes {
-		usage.Add(n, 1)
-	}
 	plan := PlanScaleDown(&ScaleDownInput{
-		Config: cfg, Algorithm: alg, Snapshot: st.snapshot(alg, algorithm.Listers{}), Groups: st.groups, Pods: podsOn, Usage: usage,
+		Config: cfg, Algorithm: alg, Snapshot: st.snapshot(alg, algorithm.Listers{}), Groups: st.groups, Pods: st.podsByNode(), Usage: st.registeredUsage(),
 		ControllerExists: func(string, *metav1.OwnerReference) bool { return true },
 		UnneededSince:    map[string]time.Time{}, Now: time.Now(),
 	})

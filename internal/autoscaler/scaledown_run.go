@@ -92,21 +92,15 @@ func (a *Autoscaler) planScaleDown(st *clusterState, cm *corev1.ConfigMap, up *S
 			arriving = append(arriving, p)
 		}
 	}
-	podsOn := map[string][]*corev1.Pod{}
-	for _, p := range append(st.scheduled[:len(st.scheduled):len(st.scheduled)], arriving...) {
-		podsOn[p.Spec.NodeName] = append(podsOn[p.Spec.NodeName], p)
-	}
 	since := map[string]time.Time{}
-	var usage Usage
 	for _, n := range st.nodes {
-		usage.Add(n, 1)
 		if t, err := time.Parse(time.RFC3339, n.Annotations[UnneededSinceAnnotation]); err == nil {
 			since[n.Name] = t
 		}
 	}
 	return PlanScaleDown(&ScaleDownInput{
 		Config: st.cfg, Algorithm: a.alg, Snapshot: st.snapshot(a.alg, a.listers, arriving...),
-		Groups: st.groups, Pods: podsOn, Usage: usage, PDBs: pdbs,
+		Groups: st.groups, Pods: st.podsByNode(arriving...), Usage: st.registeredUsage(), PDBs: pdbs,
 		ControllerExists: a.controllerExists, UnneededSince: since, Now: now,
 		Cooldown: cooldown(st.cfg, cm, now),
 	}), nil

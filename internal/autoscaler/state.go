@@ -83,3 +83,22 @@ func (s *clusterState) snapshot(alg *algorithm.Algorithm, l algorithm.Listers, e
 	}
 	return algorithm.NewSnapshot(infos, l)
 }
+
+// podsByNode groups the scheduled pods, and extra, by their node.
+func (s *clusterState) podsByNode(extra ...*corev1.Pod) map[string][]*corev1.Pod {
+	out := map[string][]*corev1.Pod{}
+	for _, p := range append(s.scheduled[:len(s.scheduled):len(s.scheduled)], extra...) {
+		out[p.Spec.NodeName] = append(out[p.Spec.NodeName], p)
+	}
+	return out
+}
+
+// registeredUsage is what the registered nodes add up to (s.usage also
+// counts the upcoming ones).
+func (s *clusterState) registeredUsage() Usage {
+	var u Usage
+	for _, n := range s.nodes {
+		u.Add(n, 1)
+	}
+	return u
+}
