@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/utils/ptr"
 
@@ -28,6 +29,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/machine"
 	"github.com/capstan-dev/capstan/internal/machine/hooks"
 	"github.com/capstan-dev/capstan/internal/metrics"
+	"github.com/capstan-dev/capstan/internal/resourcemetrics"
 	"github.com/capstan-dev/capstan/internal/scheduler"
 	"github.com/capstan-dev/capstan/internal/sim"
 )
@@ -54,6 +56,10 @@ type Options struct {
 	// Autoscaler configures the cluster autoscaler; nil runs none. It acts
 	// once a ClusterAutoscaler exists.
 	Autoscaler *autoscaler.Options
+	// ResourceMetrics configures the resource metrics API (metrics.k8s.io,
+	// what metrics-server serves) over the simulated kubelets' usage; nil
+	// serves none.
+	ResourceMetrics *resourcemetrics.Options
 	// MetricsAddress, when set, serves the Prometheus metrics of the
 	// embedded components and capstan's own at http://ADDRESS/metrics.
 	MetricsAddress string
@@ -78,6 +84,7 @@ func DefaultOptions() Options {
 		Scheduler:        &scheduler.Config{Name: scheduler.DefaultSchedulerName},
 		MachineAPI:       ptr.To(machine.DefaultOptions()),
 		Autoscaler:       ptr.To(autoscaler.DefaultOptions()),
+		ResourceMetrics:  ptr.To(resourcemetrics.DefaultOptions()),
 		BootFromMachines: true,
 	}
 }
@@ -128,7 +135,13 @@ type component struct {
 func (c *Cluster) run(ctx context.Context, name string, fn func(context.Context) error) {
 	done := make(chan error, 1)
 	c.components = append(c.components, component{name: name, done: done})
-	go func() { done <- fn(ctx) }()
+	go func() {
+		err := fn(ctx)
+		if err != nil && ctx.Err() == nil {
+			klog.ErrorS(err, "A component of the cluster stopped", "component", name)
+		}
+		done <- err
+	}()
 }
 
 // Start brings up the control plane and the simulator; it does not boot
@@ -183,6 +196,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			c.Stop()
 			return nil, fmt.Errorf("autoscaler: %w", err)
 		}
+	}
+	if opts.ResourceMetrics != nil {
+		mo := *opts.ResourceMetrics
+		c.run(runCtx, "metrics-server", func(ctx context.Context) error {
+			return resourcemetrics.Run(ctx, cp.AdminConfig(), cp.KubeconfigPath(), mo)
+		})
 	}
 	if opts.MetricsAddress != "" {
 		srv, err := metrics.Listen(opts.MetricsAddress, legacyregistry.DefaultGatherer, autoscaler.Registry)

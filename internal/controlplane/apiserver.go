@@ -45,6 +45,15 @@ func (cp *ControlPlane) apiserverFlags(etcdURL string) []string {
 		"--admission-control-config-file=" + d.Path("admission", admissionConfigFile),
 		"--default-not-ready-toleration-seconds=" + strconv.FormatInt(cp.cfg.DefaultNotReadyTolerationSeconds, 10),
 		"--default-unreachable-toleration-seconds=" + strconv.FormatInt(cp.cfg.DefaultUnreachableTolerationSeconds, 10),
+		// Aggregated API servers (the metrics API) learn who is asking
+		// from these headers, set by the aggregator's front-proxy client.
+		"--requestheader-client-ca-file=" + pki + "/front-proxy-ca.crt",
+		"--requestheader-allowed-names=" + FrontProxyClientName,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + pki + "/front-proxy-client.crt",
+		"--proxy-client-key-file=" + pki + "/front-proxy-client.key",
 		"--event-ttl=1h",
 		"--profiling=false",
 	}

@@ -18,6 +18,9 @@ import (
 const (
 	AdminUser             = "capstan-admin"
 	controllerManagerUser = "system:kube-controller-manager"
+	// FrontProxyClientName is the common name of the aggregator's client
+	// certificate (kubeadm's name).
+	FrontProxyClientName = "front-proxy-client"
 )
 
 // ensurePKI creates, or reuses, the cluster CA and every certificate, key
@@ -48,6 +51,17 @@ func (cp *ControlPlane) ensurePKI() error {
 		return err
 	}
 	if err := EnsureKey(filepath.Join(pki, "sa.key"), filepath.Join(pki, "sa.pub")); err != nil {
+		return err
+	}
+	// The aggregator's own identity towards aggregated API servers (the
+	// metrics API): a client certificate of a CA of its own, which those
+	// servers trust only for the requestheader users it vouches for.
+	frontProxy, err := LoadOrCreateCA(filepath.Join(pki, "front-proxy-ca.crt"), filepath.Join(pki, "front-proxy-ca.key"), "front-proxy-ca")
+	if err != nil {
+		return err
+	}
+	if err := frontProxy.EnsureLeaf(filepath.Join(pki, "front-proxy-client.crt"), filepath.Join(pki, "front-proxy-client.key"),
+		LeafSpec{CommonName: FrontProxyClientName, Client: true}); err != nil {
 		return err
 	}
 

@@ -98,7 +98,7 @@ func annotateNode(ctx context.Context, client kubernetes.Interface, name string,
 // FaultKeepsNotReady reports whether an injected fault keeps the node from
 // being Ready.
 func FaultKeepsNotReady(node *corev1.Node) bool {
-	return isStopped(node) || InjectedConditions(node)[corev1.NodeReady] == corev1.ConditionFalse
+	return Stopped(node) || InjectedConditions(node)[corev1.NodeReady] == corev1.ConditionFalse
 }
 
 func strPtr(s string) *string { return &s }

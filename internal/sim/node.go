@@ -91,7 +91,7 @@ func (s *Simulator) syncNode(ctx context.Context, name string) error {
 	for _, bad := range InvalidFaults(node) {
 		s.reportInvalid(node, node.Name, bad)
 	}
-	if node.Annotations[NodeInstanceAnnotation] != inst.Name() || isStopped(node) {
+	if node.Annotations[NodeInstanceAnnotation] != inst.Name() || Stopped(node) {
 		return nil
 	}
 	desired := s.nodeStatus(inst, node, now)

@@ -146,7 +146,7 @@ func TestInvalidFaultsAreIgnoredAndNamed(t *testing.T) {
 	if strings.Join(keys, ",") != strings.Join(want, ",") {
 		t.Errorf("invalid %v, want %v", keys, want)
 	}
-	if isStopped(node) {
+	if Stopped(node) {
 		t.Error("a stopped annotation other than \"true\" stopped the kubelet")
 	}
 }

@@ -262,7 +262,7 @@ func (s *Simulator) nodeChanged(old, obj any) {
 		if annotationsEqual(o, node) && conditionsSame(o.Status.Conditions, node.Status.Conditions) {
 			return
 		}
-		if isStopped(o) && !isStopped(node) {
+		if Stopped(o) && !Stopped(node) {
 			s.kubeletStarted(node.Name)
 		}
 	} else {
@@ -301,7 +301,8 @@ func isSimAnnotation(k string) bool {
 	return k == StoppedAnnotation || strings.HasPrefix(k, ConditionAnnotationPrefix)
 }
 
-func isStopped(node *corev1.Node) bool {
+// Stopped reports whether a node's simulated kubelet is stopped.
+func Stopped(node *corev1.Node) bool {
 	return node.Annotations[StoppedAnnotation] == "true"
 }
 
@@ -327,7 +328,7 @@ func (s *Simulator) kubeletRunning(nodeName string) (*Instance, *corev1.Node, bo
 		return nil, nil, false
 	}
 	node, err := s.nodes.Get(nodeName)
-	if err != nil || node.Annotations[NodeInstanceAnnotation] != inst.Name() || isStopped(node) {
+	if err != nil || node.Annotations[NodeInstanceAnnotation] != inst.Name() || Stopped(node) {
 		return inst, node, false
 	}
 	return inst, node, true

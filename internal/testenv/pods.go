@@ -83,10 +83,14 @@ func (e *Env) WaitPodGone(t TB, ns, name string, timeout time.Duration) {
 	Eventually(t, timeout, func() (bool, string) { return !e.PodAlive(t, ns, name), "pod " + name + " still running" })
 }
 
-// Events lists the events about an object, optionally of one reason.
+// Events lists the events about an object (any object when involved is
+// empty), optionally of one reason.
 func (e *Env) Events(t TB, ns, involved, reason string) []corev1.Event {
 	t.Helper()
-	sel := fields.Set{"involvedObject.name": involved}
+	sel := fields.Set{}
+	if involved != "" {
+		sel["involvedObject.name"] = involved
+	}
 	if reason != "" {
 		sel["reason"] = reason
 	}

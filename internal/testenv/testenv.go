@@ -74,6 +74,11 @@ func Start(opts Options) (*Env, error) {
 	co.MachineAPI.DrainBackoffMax = 4 * time.Second
 	co.MachineAPI.InstancePollInterval = 500 * time.Millisecond
 	co.Autoscaler.ScanInterval = time.Second
+	// The HorizontalPodAutoscaler at test speed: a metrics window, an HPA
+	// sync and a downscale stabilization of seconds.
+	co.ResourceMetrics.Window = time.Second
+	co.ControlPlane.ExtraControllerManagerFlags = append(co.ControlPlane.ExtraControllerManagerFlags,
+		"--horizontal-pod-autoscaler-sync-period=1s", "--horizontal-pod-autoscaler-downscale-stabilization=2s")
 	if opts.Configure != nil {
 		opts.Configure(&co)
 	}
