@@ -372,7 +372,11 @@ func waitReplicas(t *testing.T, set string, want int) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return int(r) == want && len(nodes.Items) == want, fmt.Sprintf("%s: %d replicas, %d nodes, want %d", set, r, len(nodes.Items), want)
+		why := make([]string, 0, len(nodes.Items))
+		for _, n := range nodes.Items {
+			why = append(why, n.Name+": "+n.Annotations[autoscaler.ScaleDownStatusAnnotation])
+		}
+		return int(r) == want && len(nodes.Items) == want, fmt.Sprintf("%s: %d replicas, %d nodes, want %d; nodes say %q", set, r, len(nodes.Items), want, why)
 	})
 }
 
