@@ -13,6 +13,7 @@ import (
 	machineclient "github.com/openshift/client-go/machine/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -24,11 +25,12 @@ import (
 	"github.com/capstan-dev/capstan/internal/testenv"
 )
 
-// capstan up killed with SIGKILL in the middle of a scale-up and while
-// nodes wait out unneededTime: after the restart the MachineSet has the
-// replicas decided once (no second scale-up for the same pods), the
-// unneeded timers go on from where they were (kept on the nodes), and the
-// scale-down removes exactly the unneeded nodes.
+// capstan up killed with SIGKILL in the middle of a scale-up, while nodes
+// wait out unneededTime, and in the middle of their removal: after each
+// restart the MachineSet has the replicas decided once (no second
+// scale-up for the same pods), the unneeded timers go on from where they
+// were (kept on the nodes), a removal under way is neither undone nor
+// done twice, and the scale-down removes exactly the unneeded nodes.
 func TestAutoscalerSurvivesSIGKILL(t *testing.T) {
 	dir := t.TempDir()
 	args := []string{"--data-dir", dir, "--port", strconv.Itoa(freePort(t)), "--nodes", "1", "--control-plane-nodes", "1",
@@ -53,8 +55,11 @@ func TestAutoscalerSurvivesSIGKILL(t *testing.T) {
 			Template: machinev1.MachineTemplateSpec{
 				ObjectMeta: machinev1.ObjectMeta{Labels: map[string]string{machine.MachineSetLabel: set}},
 				Spec: machinev1.MachineSpec{
-					ObjectMeta:   machinev1.ObjectMeta{Labels: map[string]string{"autoscale-e2e": set}},
-					ProviderSpec: machinev1.ProviderSpec{Value: machine.RawProviderSpec(machine.ProviderSpec{InstanceType: "capstan.large", Zone: "sim-zone-c"})},
+					// The hook holds a removal at Deleting, long enough
+					// to kill capstan in the middle of it.
+					LifecycleHooks: machinev1.LifecycleHooks{PreDrain: []machinev1.LifecycleHook{{Name: "e2e-hold", Owner: "e2e"}}},
+					ObjectMeta:     machinev1.ObjectMeta{Labels: map[string]string{"autoscale-e2e": set}},
+					ProviderSpec:   machinev1.ProviderSpec{Value: machine.RawProviderSpec(machine.ProviderSpec{InstanceType: "capstan.large", Zone: "sim-zone-c"})},
 				},
 			},
 		},
@@ -141,14 +146,81 @@ func TestAutoscalerSurvivesSIGKILL(t *testing.T) {
 	<-up.done
 	up = startUp(t, args...)
 	up.waitLine(t, "capstan is up", 3*time.Minute)
+	// The timers go on; the removal is written (replicas lowered, the two
+	// machines deleting) and held by the hook.
+	machineOf := func() map[string]*machinev1.Machine {
+		list, err := mc.MachineV1beta1().Machines(machine.Namespace).List(ctx, metav1.ListOptions{LabelSelector: machine.MachineSetLabel + "=" + set})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]*machinev1.Machine{}
+		for i := range list.Items {
+			if m := &list.Items[i]; m.Status.NodeRef != nil {
+				out[m.Status.NodeRef.Name] = m
+			}
+		}
+		return out
+	}
+	held := map[string]*machinev1.Machine{}
 	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+		byNode := machineOf()
 		for name, s := range since {
 			n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			removing := err == nil && slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == autoscaler.ToBeDeletedTaint })
-			if err == nil && !removing && n.Annotations[autoscaler.UnneededSinceAnnotation] != s {
+			if err != nil {
+				t.Fatalf("node %s: %v (the hook should hold it)", name, err)
+			}
+			removing := slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == autoscaler.ToBeDeletedTaint })
+			if !removing && n.Annotations[autoscaler.UnneededSinceAnnotation] != s {
 				t.Fatalf("node %s: unneeded since %q after the restart, was %q: the timer restarted", name, n.Annotations[autoscaler.UnneededSinceAnnotation], s)
 			}
-			if err == nil {
+			if m := byNode[name]; removing && m != nil && m.DeletionTimestamp != nil {
+				held[name] = m
+			}
+		}
+		return len(held) == 2 && replicasOf() == 1, fmt.Sprintf("%d replicas, machines deleting for %d of the 2 unneeded nodes", replicasOf(), len(held))
+	})
+	// Killed in the middle of the removal.
+	up.cmd.Process.Kill()
+	<-up.done
+	up = startUp(t, args...)
+	up.waitLine(t, "capstan is up", 3*time.Minute)
+	// Two status updates after the restart: at least one whole loop ran,
+	// the start-up clean-up of unfinished removals included.
+	seen := map[string]bool{}
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		cm, err := client.CoreV1().ConfigMaps(machine.Namespace).Get(ctx, autoscaler.StatusConfigMap, metav1.GetOptions{})
+		if err == nil {
+			seen[cm.Annotations["cluster-autoscaler.kubernetes.io/last-updated"]] = true
+		}
+		return len(seen) >= 3, fmt.Sprintf("%d status updates seen", len(seen))
+	})
+	byNode := machineOf()
+	for name, m := range held {
+		now := byNode[name]
+		switch {
+		case now == nil || now.UID != m.UID:
+			t.Errorf("node %s: machine %s gone or replaced during the held removal", name, m.Name)
+		case now.DeletionTimestamp == nil:
+			t.Errorf("node %s: machine %s no longer deleting after the restart", name, m.Name)
+		}
+		n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil || !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == autoscaler.ToBeDeletedTaint }) {
+			t.Errorf("node %s lost its %s taint in the restart (%v): the removal was undone", name, autoscaler.ToBeDeletedTaint, err)
+		}
+	}
+	if r, n := replicasOf(), liveMachines(); r != 1 || n != 1 {
+		t.Fatalf("after a restart in the middle of the removal: %d replicas, %d live machines, want 1 and 1 (nothing removed twice)", r, n)
+	}
+	// The hook released: the two machines go, and nothing else does.
+	for _, m := range held {
+		patch := []byte(`{"spec":{"lifecycleHooks":{"preDrain":null}}}`)
+		if _, err := mc.MachineV1beta1().Machines(machine.Namespace).Patch(ctx, m.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+		for name := range held {
+			if _, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err == nil {
 				return false, "node " + name + " still there"
 			}
 		}
