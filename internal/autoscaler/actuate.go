@@ -85,7 +85,11 @@ func (a *Autoscaler) settleProvisioning(ctx context.Context, st *clusterState, s
 	var errs []error
 	for _, g := range st.groups {
 		var failed, late []*machinev1.Machine
+		live := 0
 		for _, m := range g.Machines {
+			if m.DeletionTimestamp.IsZero() {
+				live++
+			}
 			if !m.DeletionTimestamp.IsZero() || m.Status.NodeRef != nil {
 				continue
 			}
@@ -96,7 +100,10 @@ func (a *Autoscaler) settleProvisioning(ctx context.Context, st *clusterState, s
 				late = append(late, m)
 			}
 		}
-		if len(failed)+len(late) == 0 {
+		// More live machines than replicas: the MachineSet is shrinking
+		// already (an undo of an earlier loop whose machines it has not
+		// deleted yet). Undoing again would lower it twice.
+		if len(failed)+len(late) == 0 || live > g.Target {
 			continue
 		}
 		if len(failed) > 0 {
@@ -120,6 +127,9 @@ func (a *Autoscaler) settleProvisioning(ctx context.Context, st *clusterState, s
 			}
 		}
 		to := max(0, g.Target-len(undo))
+		if to == g.Target {
+			continue
+		}
 		if err := a.setReplicas(ctx, g.Set, g.Target, to); err != nil {
 			if !errors.Is(err, errSizeChanged) {
 				errs = append(errs, err)
