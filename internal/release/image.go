@@ -1,0 +1,323 @@
+package release
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	imagev1 "github.com/openshift/api/image/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// BuildOptions say what goes around the payload in the image.
+type BuildOptions struct {
+	// Created is the image's creation time (and every file's); fixed, the
+	// same payload gives the same digest.
+	Created time.Time
+	// OS and Architecture of the image (default linux/amd64).
+	OS, Architecture string
+}
+
+// Build makes the release image of a payload: one layer holding
+// manifests/ and release-manifests/ (files read-only, as oc writes them),
+// and a config labelled io.openshift.release=<version>.
+func Build(p *Payload, opts BuildOptions) (v1.Image, error) {
+	if opts.OS == "" {
+		opts.OS = "linux"
+	}
+	if opts.Architecture == "" {
+		opts.Architecture = "amd64"
+	}
+	if opts.Created.IsZero() {
+		opts.Created = time.Now()
+	}
+	opts.Created = opts.Created.UTC().Truncate(time.Second)
+	files, err := p.files()
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, dir := range []string{ManifestsDir, ReleaseManifestsDir} {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: dir + "/", Mode: 0o755, ModTime: opts.Created}); err != nil {
+			return nil, err
+		}
+	}
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: n, Mode: 0o444, Size: int64(len(files[n])), ModTime: opts.Created}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(files[n]); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	raw := buf.Bytes()
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil },
+		tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		return nil, err
+	}
+	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
+	img, err = mutate.Append(img, mutate.Addendum{Layer: layer, History: v1.History{
+		Created: v1.Time{Time: opts.Created}, CreatedBy: "capstan adm release new", Comment: "Release image for OpenShift"}})
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cfg = cfg.DeepCopy()
+	cfg.Created = v1.Time{Time: opts.Created}
+	cfg.OS, cfg.Architecture = opts.OS, opts.Architecture
+	cfg.Config.Labels = map[string]string{ReleaseLabel: p.Metadata.Version}
+	return mutate.ConfigFile(img, cfg)
+}
+
+// Ref is where a release image is: a registry reference, or an OCI layout
+// directory written as oci:PATH[:TAG].
+type Ref struct {
+	Registry name.Reference
+	Layout   string
+	Tag      string
+}
+
+// ParseRef reads a release image reference.
+func ParseRef(s string) (Ref, error) {
+	if rest, ok := strings.CutPrefix(s, "oci:"); ok {
+		dir, tag := rest, ""
+		if i := strings.LastIndex(rest, ":"); i > 0 && !strings.Contains(rest[i:], "/") {
+			dir, tag = rest[:i], rest[i+1:]
+		}
+		if dir == "" {
+			return Ref{}, fmt.Errorf("%q: an OCI layout reference is oci:PATH[:TAG]", s)
+		}
+		return Ref{Layout: dir, Tag: tag}, nil
+	}
+	r, err := name.ParseReference(s, name.WeakValidation)
+	if err != nil {
+		return Ref{}, fmt.Errorf("%q is not an image reference: %w", s, err)
+	}
+	return Ref{Registry: r}, nil
+}
+
+func (r Ref) String() string {
+	if r.Registry != nil {
+		return r.Registry.String()
+	}
+	if r.Tag != "" {
+		return "oci:" + r.Layout + ":" + r.Tag
+	}
+	return "oci:" + r.Layout
+}
+
+// refNameAnnotation names an image in an OCI layout's index.
+const refNameAnnotation = "org.opencontainers.image.ref.name"
+
+// Write stores a release image at ref and returns its digest.
+func Write(ctx context.Context, ref Ref, img v1.Image) (v1.Hash, error) {
+	digest, err := img.Digest()
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	if ref.Registry != nil {
+		if err := remote.Write(ref.Registry, img, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
+			return v1.Hash{}, fmt.Errorf("pushing %s: %w", ref, err)
+		}
+		return digest, nil
+	}
+	p, err := layout.FromPath(ref.Layout)
+	if err != nil {
+		if p, err = layout.Write(ref.Layout, empty.Index); err != nil {
+			return v1.Hash{}, fmt.Errorf("creating OCI layout %s: %w", ref.Layout, err)
+		}
+	}
+	var opts []layout.Option
+	if ref.Tag != "" {
+		opts = append(opts, layout.WithAnnotations(map[string]string{refNameAnnotation: ref.Tag}))
+		// One image per tag: a new one replaces the old.
+		if err := p.ReplaceImage(img, matchRefName(ref.Tag), opts...); err != nil {
+			return v1.Hash{}, fmt.Errorf("writing %s: %w", ref, err)
+		}
+		return digest, nil
+	}
+	if err := p.AppendImage(img); err != nil {
+		return v1.Hash{}, fmt.Errorf("writing %s: %w", ref, err)
+	}
+	return digest, nil
+}
+
+func matchRefName(tag string) func(v1.Descriptor) bool {
+	return func(d v1.Descriptor) bool { return d.Annotations[refNameAnnotation] == tag }
+}
+
+// Image is a release image read back.
+type Image struct {
+	Ref      Ref
+	Digest   v1.Hash
+	Config   *v1.ConfigFile
+	Payload  *Payload
+	PullSpec string
+}
+
+// Read fetches a release image and its payload.
+func Read(ctx context.Context, ref Ref) (*Image, error) {
+	var img v1.Image
+	var err error
+	pull := ref.String()
+	if ref.Registry != nil {
+		img, err = remote.Image(ref.Registry, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain))
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", ref, err)
+		}
+	} else {
+		img, err = readLayout(ref)
+		if err != nil {
+			return nil, err
+		}
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return nil, err
+	}
+	if ref.Registry != nil {
+		pull = ref.Registry.Context().Digest(digest.String()).String()
+	} else {
+		pull = "oci:" + ref.Layout + "@" + digest.String()
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("reading the config of %s: %w", ref, err)
+	}
+	p, err := payloadOf(img)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ref, err)
+	}
+	return &Image{Ref: ref, Digest: digest, Config: cfg, Payload: p, PullSpec: pull}, nil
+}
+
+func readLayout(ref Ref) (v1.Image, error) {
+	p, err := layout.FromPath(ref.Layout)
+	if err != nil {
+		return nil, fmt.Errorf("%s is not an OCI layout: %w", ref.Layout, err)
+	}
+	idx, err := p.ImageIndex()
+	if err != nil {
+		return nil, err
+	}
+	m, err := idx.IndexManifest()
+	if err != nil {
+		return nil, err
+	}
+	var found []v1.Descriptor
+	for _, d := range m.Manifests {
+		if ref.Tag == "" || d.Annotations[refNameAnnotation] == ref.Tag || d.Digest.String() == ref.Tag {
+			found = append(found, d)
+		}
+	}
+	switch {
+	case len(found) == 0 && ref.Tag != "":
+		return nil, fmt.Errorf("OCI layout %s has no image %q", ref.Layout, ref.Tag)
+	case len(found) == 0:
+		return nil, fmt.Errorf("OCI layout %s holds no image", ref.Layout)
+	case len(found) > 1:
+		return nil, fmt.Errorf("OCI layout %s holds %d images: name one as oci:%s:TAG", ref.Layout, len(found), ref.Layout)
+	}
+	return idx.Image(found[0].Digest)
+}
+
+// payloadOf reads the payload out of a release image's layers.
+func payloadOf(img v1.Image) (*Payload, error) {
+	layers, err := img.Layers()
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{}
+	for _, l := range layers {
+		rc, err := l.Uncompressed()
+		if err != nil {
+			return nil, err
+		}
+		tr := tar.NewReader(rc)
+		for {
+			h, err := tr.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				rc.Close()
+				return nil, fmt.Errorf("reading a layer: %w", err)
+			}
+			n := path.Clean(strings.TrimPrefix(h.Name, "/"))
+			if h.Typeflag != tar.TypeReg || (!strings.HasPrefix(n, ReleaseManifestsDir+"/") && !strings.HasPrefix(n, ManifestsDir+"/")) {
+				continue
+			}
+			raw, err := io.ReadAll(tr)
+			if err != nil {
+				rc.Close()
+				return nil, err
+			}
+			files[n] = raw
+		}
+		rc.Close()
+	}
+	p := &Payload{Manifests: map[string][]byte{}, CVOManifests: map[string][]byte{}, raw: files}
+	meta, ok := files[ReleaseManifestsDir+"/"+MetadataFile]
+	if !ok {
+		return nil, errors.New("not a release image: no release-manifests/release-metadata")
+	}
+	if err := json.Unmarshal(meta, &p.Metadata); err != nil {
+		return nil, fmt.Errorf("release-metadata: %w", err)
+	}
+	if err := p.Metadata.Validate(); err != nil {
+		return nil, err
+	}
+	refs, ok := files[ReleaseManifestsDir+"/"+ImageReferencesFile]
+	if !ok {
+		return nil, errors.New("not a release image: no release-manifests/image-references")
+	}
+	p.ImageReferences = &imagev1.ImageStream{}
+	if err := yaml.Unmarshal(refs, p.ImageReferences); err != nil {
+		return nil, fmt.Errorf("image-references: %w", err)
+	}
+	if p.ImageReferences.Name != p.Metadata.Version {
+		return nil, fmt.Errorf("version from image-references (%s) differs from release-metadata (%s)", p.ImageReferences.Name, p.Metadata.Version)
+	}
+	for n, raw := range files {
+		dir, file := path.Split(n)
+		switch {
+		case dir == ReleaseManifestsDir+"/" && (file == MetadataFile || file == ImageReferencesFile):
+		case dir == ReleaseManifestsDir+"/":
+			p.Manifests[file] = raw
+		case dir == ManifestsDir+"/":
+			p.CVOManifests[file] = raw
+		}
+	}
+	return p, nil
+}
