@@ -89,16 +89,20 @@ func waitScheduled(t *testing.T, ns, name string) string {
 func waitFailedScheduling(t *testing.T, ns, name string) string {
 	t.Helper()
 	var msg string
-	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
-		evs := env.Events(t, ns, name, scheduler.ReasonFailedScheduling)
-		if len(evs) == 0 {
-			return false, "no FailedScheduling event"
-		}
-		msg = evs[len(evs)-1].Message
-		return true, ""
-	})
 	p, err := env.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		for _, e := range env.Events(t, ns, name, scheduler.ReasonFailedScheduling) {
+			// Only this pod's: an earlier pod of the same name had its own.
+			if e.InvolvedObject.UID == p.UID {
+				msg = e.Message
+			}
+		}
+		return msg != "", "no FailedScheduling event"
+	})
+	if p, err = env.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if p.Spec.NodeName != "" {
@@ -129,7 +133,9 @@ func schedulerSees(t *testing.T, ns, node string, wantBound bool, reason string,
 			got := env.GetPod(t, ns, name)
 			bound = got != nil && got.Spec.NodeName != ""
 			for _, e := range env.Events(t, ns, name, scheduler.ReasonFailedScheduling) {
-				rejected = rejected || strings.Contains(e.Message, reason)
+				// Events outlive their pod: one of an earlier probe of the
+				// same name says nothing about this one.
+				rejected = rejected || (got != nil && e.InvolvedObject.UID == got.UID && strings.Contains(e.Message, reason))
 			}
 			return bound || rejected, fmt.Sprintf("probe %s neither bound nor rejected", name)
 		})
