@@ -1,0 +1,230 @@
+package updateservice
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"mime"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/blang/semver/v4"
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"k8s.io/klog/v2"
+
+	"github.com/capstan-dev/capstan/internal/release"
+)
+
+// GraphPaths are where the graph API answers: Cincinnati's own paths and
+// the api.openshift.com ones the CVO defaults to.
+var GraphPaths = []string{"/graph", "/v1/graph", "/api/upgrades_info/graph", "/api/upgrades_info/v1/graph"}
+
+// Media types the graph is served as.
+const (
+	mediaJSON        = "application/json"
+	mediaCincinnati  = "application/vnd.redhat.cincinnati.v1+json"
+	defaultArch      = "amd64"
+	mandatoryChannel = "channel"
+)
+
+// ReadReleases reads every release image of a repository (a registry
+// repository, or an OCI layout as oci:DIR): its version, previous, next,
+// metadata and digest.
+func ReadReleases(ctx context.Context, repo string) ([]Release, error) {
+	var refs []release.Ref
+	if dir, ok := strings.CutPrefix(repo, "oci:"); ok {
+		p, err := layout.FromPath(dir)
+		if err != nil {
+			return nil, fmt.Errorf("%s is not an OCI layout: %w", dir, err)
+		}
+		idx, err := p.ImageIndex()
+		if err != nil {
+			return nil, err
+		}
+		m, err := idx.IndexManifest()
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range m.Manifests {
+			refs = append(refs, release.Ref{Layout: dir, Tag: d.Digest.String()})
+		}
+	} else {
+		r, err := name.NewRepository(repo, name.WeakValidation)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a repository: %w", repo, err)
+		}
+		tags, err := remote.List(r, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain))
+		if err != nil {
+			return nil, fmt.Errorf("listing %s: %w", repo, err)
+		}
+		for _, t := range tags {
+			refs = append(refs, release.Ref{Registry: r.Tag(t)})
+		}
+	}
+	byDigest := map[string]bool{}
+	var out []Release
+	for _, ref := range refs {
+		img, err := release.Read(ctx, ref)
+		if err != nil {
+			return nil, err
+		}
+		if byDigest[img.Digest.String()] {
+			continue
+		}
+		byDigest[img.Digest.String()] = true
+		m := img.Payload.Metadata
+		r := Release{Payload: img.PullSpec, Digest: img.Digest.String(), Architecture: img.Config.Architecture, Metadata: m.Metadata}
+		if r.Version, err = semver.Parse(m.Version); err != nil {
+			return nil, fmt.Errorf("%s: %w", ref, err)
+		}
+		for _, list := range []struct {
+			in  []string
+			out *[]semver.Version
+		}{{m.Previous, &r.Previous}, {m.Next, &r.Next}} {
+			for _, s := range list.in {
+				v, err := semver.Parse(s)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", ref, err)
+				}
+				*list.out = append(*list.out, v)
+			}
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// Service serves the graph of one repository of releases and one
+// graph-data directory. Both are loaded whole before they are served: a
+// reload that fails keeps what was served before.
+type Service struct {
+	repo, graphData string
+
+	mu       sync.RWMutex
+	releases []Release
+	data     *GraphData
+}
+
+// New loads the releases and the graph data; an error names what is
+// wrong (a malformed graph-data file with its file and line).
+func New(ctx context.Context, repo, graphData string) (*Service, error) {
+	s := &Service{repo: repo, graphData: graphData}
+	if err := s.Reload(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Reload reads the releases and the graph data again.
+func (s *Service) Reload(ctx context.Context) error {
+	data, err := LoadGraphData(s.graphData)
+	if err != nil {
+		return err
+	}
+	releases, err := ReadReleases(ctx, s.repo)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.releases, s.data = releases, data
+	s.mu.Unlock()
+	return nil
+}
+
+// Run reloads every interval until ctx ends, keeping the last good state
+// when a reload fails.
+func (s *Service) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := s.Reload(ctx); err != nil {
+				klog.FromContext(ctx).Error(err, "Reloading the update graph; still serving the previous one")
+			}
+		}
+	}
+}
+
+type apiError struct {
+	Kind  string `json:"kind"`
+	Value string `json:"value"`
+}
+
+func writeError(w http.ResponseWriter, status int, kind, value string) {
+	w.Header().Set("Content-Type", mediaJSON)
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(apiError{Kind: kind, Value: value})
+}
+
+// negotiate picks the response media type from Accept, or "".
+func negotiate(accept string) string {
+	if strings.TrimSpace(accept) == "" {
+		return mediaJSON
+	}
+	for _, part := range strings.Split(accept, ",") {
+		mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		switch mt {
+		case mediaJSON, "*/*", "application/*":
+			return mediaJSON
+		case mediaCincinnati:
+			return mediaCincinnati
+		}
+	}
+	return ""
+}
+
+// ServeHTTP answers the graph API: GET with channel (mandatory), arch
+// (default amd64), and the informational version and id.
+func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Access-Control-Allow-Origin", "*")
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeError(w, http.StatusMethodNotAllowed, "invalid_method", "only GET and HEAD are served")
+		return
+	}
+	known := false
+	for _, p := range GraphPaths {
+		known = known || r.URL.Path == p
+	}
+	if !known {
+		writeError(w, http.StatusNotFound, "does_not_exist", "no such path: "+r.URL.Path)
+		return
+	}
+	media := negotiate(r.Header.Get("Accept"))
+	if media == "" {
+		writeError(w, http.StatusNotAcceptable, "invalid_content_type", "accept "+mediaJSON+" or "+mediaCincinnati)
+		return
+	}
+	q := r.URL.Query()
+	channel := q.Get("channel")
+	if channel == "" {
+		writeError(w, http.StatusBadRequest, "missing_params", "mandatory client parameters missing: "+mandatoryChannel)
+		return
+	}
+	arch := q.Get("arch")
+	if arch == "" {
+		arch = defaultArch
+	}
+	if v := q.Get("version"); v != "" {
+		if _, err := semver.Parse(v); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_params", fmt.Sprintf("version %q: %v", v, err))
+			return
+		}
+	}
+	s.mu.RLock()
+	g := Build(s.releases, s.data, channel, arch)
+	s.mu.RUnlock()
+	w.Header().Set("Content-Type", media)
+	_ = json.NewEncoder(w).Encode(g)
+}
