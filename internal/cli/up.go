@@ -68,6 +68,8 @@ the same cluster. Stop it with Ctrl-C (SIGINT) or SIGTERM.`,
 	fs.StringVar(&o.clusterNodeSelector, "cluster-default-node-selector", "", "PodNodeSelector: node selector of namespaces without one (overrides admission/podnodeselector.yaml)")
 	fs.StringArrayVar(&o.projectNodeSelectors, "project-node-selector", nil, "PodNodeSelector: NAMESPACE=SELECTOR whitelist of a namespace (repeatable; added to admission/podnodeselector.yaml)")
 	fs.DurationVar(&o.opts.Autoscaler.ScanInterval, "autoscaler-scan-interval", o.opts.Autoscaler.ScanInterval, "time between cluster autoscaler loops when no pod becomes unschedulable")
+	fs.StringVar(&o.opts.Releases.Address, "release-address", o.opts.Releases.Address, "address of the release registry (/v2/), update service (/api/upgrades_info/v1/graph) and signature store (/signatures/)")
+	fs.StringVar(&o.opts.Releases.PromQLURL, "promql-url", "", "Prometheus-compatible query endpoint the cluster version operator evaluates PromQL update risks on")
 	fs.StringVar(&o.opts.MetricsAddress, "metrics-address", "127.0.0.1:8085", "address of the Prometheus metrics endpoint (/metrics: the embedded components' and the autoscaler's cluster_autoscaler_*); empty: none")
 	fs.DurationVar(&o.nodeReadyTimeout, "node-ready-timeout", 5*time.Minute, "how long to wait for the nodes to become Ready")
 	fs.StringSliceVar(&o.hooks, "hooks", nil, "example hook controllers to run: "+strings.Join(hooks.ExampleNames(), ", "))
@@ -167,6 +169,9 @@ func (o *upOptions) run(c *cobra.Command) error {
 	}
 	fmt.Fprintf(out, "export KUBECONFIG=%s\n", cl.ControlPlane.KubeconfigPath())
 	fmt.Fprintf(out, "%s, data in %s\n", summary, cl.ControlPlane.DataDir().Root)
+	if cl.ReleasesURL != "" {
+		fmt.Fprintf(out, "Releases: %s/v2/%s (update graph: %s/api/upgrades_info/v1/graph)\n", cl.ReleasesURL, "ocp/release", cl.ReleasesURL)
+	}
 	if cl.MetricsURL != "" {
 		fmt.Fprintf(out, "Metrics: %s\n", cl.MetricsURL)
 	}

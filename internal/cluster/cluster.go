@@ -60,6 +60,9 @@ type Options struct {
 	// what metrics-server serves) over the simulated kubelets' usage; nil
 	// serves none.
 	ResourceMetrics *resourcemetrics.Options
+	// Releases configures the registry, update service and Cluster
+	// Version Operator; nil runs none.
+	Releases *ReleaseOptions
 	// MetricsAddress, when set, serves the Prometheus metrics of the
 	// embedded components and capstan's own at http://ADDRESS/metrics.
 	MetricsAddress string
@@ -85,6 +88,7 @@ func DefaultOptions() Options {
 		MachineAPI:       ptr.To(machine.DefaultOptions()),
 		Autoscaler:       ptr.To(autoscaler.DefaultOptions()),
 		ResourceMetrics:  ptr.To(resourcemetrics.DefaultOptions()),
+		Releases:         ptr.To(DefaultReleaseOptions()),
 		BootFromMachines: true,
 	}
 }
@@ -114,6 +118,9 @@ type Cluster struct {
 
 	// MetricsURL is where the metrics are served, when they are.
 	MetricsURL string
+	// ReleasesURL is where the registry, the update graph and the
+	// signatures are served, when they are.
+	ReleasesURL string
 	// Warnings are problems that did not stop the cluster.
 	Warnings []string
 
@@ -195,6 +202,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		if err := c.startAutoscaler(ctx, runCtx); err != nil {
 			c.Stop()
 			return nil, fmt.Errorf("autoscaler: %w", err)
+		}
+	}
+	if opts.Releases != nil {
+		if err := c.startReleases(ctx, runCtx); err != nil {
+			c.Stop()
+			return nil, fmt.Errorf("releases: %w", err)
 		}
 	}
 	if opts.ResourceMetrics != nil {

@@ -1,0 +1,255 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/ProtonMail/go-crypto/openpgp"
+	"github.com/ProtonMail/go-crypto/openpgp/armor"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	configv1 "github.com/openshift/api/config/v1"
+	configclient "github.com/openshift/client-go/config/clientset/versioned"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/capstan-dev/capstan/internal/cvo"
+	"github.com/capstan-dev/capstan/internal/registry"
+	"github.com/capstan-dev/capstan/internal/release/signature"
+	"github.com/capstan-dev/capstan/internal/updateservice"
+	"github.com/capstan-dev/capstan/internal/updateservice/demo"
+)
+
+// ReleaseOptions configure the release half of capstan up: an OCI
+// registry holding the release images, the signature store, the update
+// service, and the Cluster Version Operator.
+type ReleaseOptions struct {
+	// Address serves the registry (/v2/), the update graph
+	// (/api/upgrades_info/v1/graph) and the signatures (/signatures/).
+	Address string
+	// Channel is the channel of a new cluster (the chapter's fast-4.11).
+	Channel string
+	// InstallVersion is the release a new cluster runs.
+	InstallVersion string
+	// PromQLURL is where the CVO evaluates PromQL risks; empty, they
+	// cannot be evaluated.
+	PromQLURL string
+	// GraphReload is how often the update service reads its releases and
+	// graph data again.
+	GraphReload time.Duration
+	// CVO tunes the operator (timings).
+	CVO cvo.Options
+}
+
+// DefaultReleaseOptions serve on 127.0.0.1:6444 with the demo graph.
+func DefaultReleaseOptions() ReleaseOptions {
+	return ReleaseOptions{Address: "127.0.0.1:6444", Channel: "fast-4.11", InstallVersion: demo.Versions[0],
+		GraphReload: time.Minute, CVO: cvo.DefaultOptions()}
+}
+
+// Where the release server keeps its state in the data dir.
+const (
+	releasesDir       = "releases"
+	releaseRepository = "ocp/release"
+	// VerificationConfigMap is the CVO's verification configuration.
+	VerificationConfigMap = "release-verification"
+)
+
+// startReleases serves the registry, the signatures and the update
+// graph, fills them with the demo releases on a new cluster, and runs the
+// CVO. A busy address is a warning: the rest of the cluster runs.
+func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
+	o := *c.opts.Releases
+	dir := c.ControlPlane.DataDir().Path(releasesDir)
+	reg, err := registry.Open(filepath.Join(dir, "registry"))
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", o.Address)
+	if err != nil {
+		c.Warnings = append(c.Warnings, fmt.Sprintf("releases: %v (no registry, update service or cluster version operator)", err))
+		return nil
+	}
+	host := ln.Addr().String()
+	c.ReleasesURL = "http://" + host
+	mux := http.NewServeMux()
+	mux.Handle("/v2/", reg)
+	sigDir := filepath.Join(dir, "signatures")
+	if err := os.MkdirAll(sigDir, 0o755); err != nil {
+		return err
+	}
+	mux.Handle("/signatures/", http.StripPrefix("/signatures/", http.FileServer(http.Dir(sigDir))))
+	graph := &lateHandler{}
+	for _, p := range updateservice.GraphPaths {
+		mux.Handle(p, graph)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	c.run(runCtx, "release-server", func(ctx context.Context) error {
+		go func() {
+			<-ctx.Done()
+			_ = srv.Close()
+		}()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+
+	repo := host + "/" + releaseRepository
+	key, err := signingKey(filepath.Join(dir, "release-signing-key.asc"))
+	if err != nil {
+		return err
+	}
+	graphData := filepath.Join(dir, "graph-data")
+	if _, err := os.Stat(graphData); errors.Is(err, os.ErrNotExist) {
+		if err := demo.WriteGraphData(graphData); err != nil {
+			return err
+		}
+	}
+	if err := ensureNamespace(ctx, c, signature.Namespace); err != nil {
+		return err
+	}
+	r, _ := name.NewRepository(repo, name.WeakValidation)
+	if tags, err := remote.List(r, remote.WithContext(ctx)); err != nil || len(tags) == 0 {
+		if err := c.publishDemoReleases(ctx, repo, key, sigDir); err != nil {
+			return fmt.Errorf("publishing the demo releases: %w", err)
+		}
+	}
+	if err := c.ensureVerificationConfigMap(ctx, key, "http://"+host+"/signatures"); err != nil {
+		return err
+	}
+	svc, err := updateservice.New(ctx, repo, graphData)
+	if err != nil {
+		return err
+	}
+	graph.set(svc)
+	c.run(runCtx, "update-service", func(ctx context.Context) error {
+		svc.Run(ctx, o.GraphReload)
+		return nil
+	})
+
+	config, err := configclient.NewForConfig(c.RESTConfig())
+	if err != nil {
+		return err
+	}
+	co := o.CVO
+	co.Upstream = "http://" + host + "/api/upgrades_info/v1/graph"
+	co.PromQLURL = o.PromQLURL
+	co.Channel = o.Channel
+	installed, err := remote.Head(r.Tag(o.InstallVersion+"-x86_64"), remote.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("the release %s to install: %w", o.InstallVersion, err)
+	}
+	co.Current = configv1.Release{Version: o.InstallVersion, Image: r.Digest(installed.Digest.String()).String()}
+	op := cvo.New(config, co)
+	c.run(runCtx, "cluster-version-operator", op.Run)
+	return nil
+}
+
+// publishDemoReleases pushes the demo releases and publishes a signature
+// of each, in the signature store and as a ConfigMap.
+func (c *Cluster) publishDemoReleases(ctx context.Context, repo string, key *openpgp.Entity, sigDir string) error {
+	built, err := demo.BuildReleases(ctx, repo)
+	if err != nil {
+		return err
+	}
+	for _, b := range built {
+		sig, err := signature.Sign(key, b.Digest.String(), b.Ref.String(), time.Now())
+		if err != nil {
+			return err
+		}
+		if err := signature.WriteToDir(sigDir, b.Digest.String(), sig); err != nil {
+			return err
+		}
+		cm, err := signature.ConfigMap(b.Digest.String(), sig)
+		if err != nil {
+			return err
+		}
+		if _, err := c.Client.CoreV1().ConfigMaps(signature.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// ensureVerificationConfigMap publishes the key releases are verified
+// with and the store their signatures are in, as the CVO reads them.
+func (c *Cluster) ensureVerificationConfigMap(ctx context.Context, key *openpgp.Entity, store string) error {
+	var pub bytes.Buffer
+	w, err := armor.Encode(&pub, openpgp.PublicKeyType, nil)
+	if err != nil {
+		return err
+	}
+	if err := key.Serialize(w); err != nil {
+		return err
+	}
+	w.Close()
+	want := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: VerificationConfigMap, Namespace: signature.Namespace,
+			Annotations: map[string]string{signature.VerificationConfigMapAnnotation: "true"}},
+		Data: map[string]string{signature.KeyringPrefix + "capstan": pub.String(), signature.StorePrefix + "capstan": store},
+	}
+	cms := c.Client.CoreV1().ConfigMaps(signature.Namespace)
+	cur, err := cms.Get(ctx, VerificationConfigMap, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = cms.Create(ctx, want, metav1.CreateOptions{})
+	case err == nil:
+		cur.Data, cur.Annotations = want.Data, want.Annotations
+		_, err = cms.Update(ctx, cur, metav1.UpdateOptions{})
+	}
+	return err
+}
+
+// signingKey loads the cluster's release signing key, or makes one.
+func signingKey(path string) (*openpgp.Entity, error) {
+	if raw, err := os.ReadFile(path); err == nil {
+		ring, err := signature.ReadKeyring(raw)
+		if err != nil || len(ring) == 0 || ring[0].PrivateKey == nil {
+			return nil, fmt.Errorf("%s is not an OpenPGP private key: %v", path, err)
+		}
+		return ring[0], nil
+	}
+	e, err := openpgp.NewEntity("capstan release signing", "", "release-signing@capstan.dev", nil)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	w, err := armor.Encode(&buf, openpgp.PrivateKeyType, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.SerializePrivate(w, nil); err != nil {
+		return nil, err
+	}
+	w.Close()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	return e, os.WriteFile(path, buf.Bytes(), 0o600)
+}
+
+// lateHandler answers 503 until the update service is loaded.
+type lateHandler struct {
+	h atomic.Pointer[http.Handler]
+}
+
+func (l *lateHandler) set(h http.Handler) { l.h.Store(&h) }
+
+func (l *lateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := l.h.Load()
+	if h == nil {
+		http.Error(w, "the update service is starting", http.StatusServiceUnavailable)
+		return
+	}
+	(*h).ServeHTTP(w, r)
+}

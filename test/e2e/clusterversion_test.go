@@ -1,0 +1,146 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	configv1 "github.com/openshift/api/config/v1"
+	configclient "github.com/openshift/client-go/config/clientset/versioned"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/capstan-dev/capstan/internal/cluster"
+	"github.com/capstan-dev/capstan/internal/cvo"
+	"github.com/capstan-dev/capstan/internal/release"
+	"github.com/capstan-dev/capstan/internal/release/signature"
+	"github.com/capstan-dev/capstan/internal/testenv"
+)
+
+func clusterVersion(t *testing.T) *configv1.ClusterVersion {
+	t.Helper()
+	c, err := configclient.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cv, err := c.ConfigV1().ClusterVersions().Get(context.Background(), cvo.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cv
+}
+
+func retrievedUpdates(cv *configv1.ClusterVersion) string {
+	for _, c := range cv.Status.Conditions {
+		if c.Type == configv1.RetrievedUpdates {
+			return fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
+		}
+	}
+	return "no RetrievedUpdates condition"
+}
+
+func setChannel(t *testing.T, channel string) {
+	t.Helper()
+	c, err := configclient.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := fmt.Sprintf(`{"spec":{"channel":%q}}`, channel)
+	if _, err := c.ConfigV1().ClusterVersions().Patch(context.Background(), cvo.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The chapter's starting point: a cluster at 4.10.22 in fast-4.11 sees
+// 4.10.23 to 4.10.26 recommended and 4.11.0 offered with a known risk; the
+// release images in capstan's registry are signed with the key the
+// cluster's verification ConfigMap names, and the signatures are in both
+// stores. Changing the channel asks the update service again at once.
+func TestClusterVersionRecommendations(t *testing.T) {
+	var cv *configv1.ClusterVersion
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		c, err := configclient.NewForConfig(env.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The CVO creates it on a new cluster.
+		if cv, err = c.ConfigV1().ClusterVersions().Get(context.Background(), cvo.Name, metav1.GetOptions{}); err != nil {
+			return false, err.Error()
+		}
+		return len(cv.Status.AvailableUpdates) == 4 && len(cv.Status.ConditionalUpdates) == 1, "status: " + retrievedUpdates(cv)
+	})
+	if cv.Status.Desired.Version != "4.10.22" || cv.Spec.Channel != "fast-4.11" {
+		t.Fatalf("desired %s in channel %s, want 4.10.22 in fast-4.11", cv.Status.Desired.Version, cv.Spec.Channel)
+	}
+	var got []string
+	for _, r := range cv.Status.AvailableUpdates {
+		got = append(got, r.Version)
+	}
+	if strings.Join(got, ",") != "4.10.26,4.10.25,4.10.24,4.10.23" {
+		t.Errorf("available updates %v", got)
+	}
+	cu := cv.Status.ConditionalUpdates[0]
+	if cu.Release.Version != "4.11.0" || len(cu.Risks) != 1 || cu.Risks[0].Name != "RPMOSTreeTimeout" {
+		t.Errorf("conditional update %+v", cu)
+	}
+	// Without a PromQL endpoint the risk cannot be evaluated.
+	if c := meta.FindStatusCondition(cu.Conditions, cvo.RecommendedCondition); c == nil || c.Status != metav1.ConditionUnknown || c.Reason != cvo.ReasonEvaluationFailed {
+		t.Errorf("Recommended of 4.11.0: %+v", c)
+	}
+	if got := strings.Join(cv.Status.Desired.Channels, ","); got != "candidate-4.10,candidate-4.11,eus-4.10,fast-4.10,fast-4.11,stable-4.10" {
+		t.Errorf("channels of 4.10.22: %s", got)
+	}
+
+	// Every release is signed: verified against the cluster's
+	// configuration, by its HTTP store and by its ConfigMaps.
+	ctx := context.Background()
+	vcm, err := env.Client.CoreV1().ConfigMaps(signature.Namespace).Get(ctx, cluster.VerificationConfigMap, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	verifier, err := signature.FromConfigMap(vcm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, digest, _ := strings.Cut(cv.Status.Desired.Image, "@")
+	if err := verifier.Verify(ctx, digest); err != nil {
+		t.Errorf("the installed release by its HTTP store: %v", err)
+	}
+	inCluster := &signature.Verifier{Keyrings: verifier.Keyrings, Stores: []signature.Store{&signature.ConfigMapStore{Client: env.Client}}}
+	for _, r := range append(cv.Status.AvailableUpdates, cu.Release) {
+		_, d, _ := strings.Cut(r.Image, "@")
+		if err := inCluster.Verify(ctx, d); err != nil {
+			t.Errorf("release %s by its ConfigMap: %v", r.Version, err)
+		}
+	}
+	if err := inCluster.Verify(ctx, "sha256:"+strings.Repeat("0", 64)); !errors.Is(err, signature.ErrNoSignatures) {
+		t.Errorf("an unsigned digest: %v", err)
+	}
+	// And the images are real: what the registry serves is the release.
+	ref, err := release.ParseRef(cv.Status.Desired.Image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := release.Read(ctx, ref)
+	if err != nil || img.Payload.Metadata.Version != "4.10.22" {
+		t.Fatalf("reading the installed release: %v", err)
+	}
+
+	// A channel without the version, then none at all.
+	t.Cleanup(func() { setChannel(t, "fast-4.11") })
+	setChannel(t, "stable-4.12")
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		s := retrievedUpdates(clusterVersion(t))
+		return s == `False VersionNotFound: Unable to retrieve available updates: currently reconciling cluster version 4.10.22 not found in the "stable-4.12" channel`, s
+	})
+	setChannel(t, "")
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		cv := clusterVersion(t)
+		s := retrievedUpdates(cv)
+		return s == "False NoChannel: The update channel has not been configured." && len(cv.Status.AvailableUpdates) == 0, s
+	})
+}
