@@ -144,3 +144,57 @@ func TestClusterVersionRecommendations(t *testing.T) {
 		return s == "False NoChannel: The update channel has not been configured." && len(cv.Status.AvailableUpdates) == 0, s
 	})
 }
+
+// capstan adm upgrade against the live cluster: the chapter's listing,
+// then a requested update written to spec.desiredUpdate as oc writes it,
+// then cancelled.
+func TestAdmUpgrade(t *testing.T) {
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		c, err := configclient.NewForConfig(env.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cv, err := c.ConfigV1().ClusterVersions().Get(context.Background(), cvo.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(cv.Status.AvailableUpdates) == 4 && cv.Spec.Channel == "fast-4.11", "status: " + retrievedUpdates(cv)
+	})
+	out := capstanOK(t, "adm", "upgrade", "--include-not-recommended", "--kubeconfig", env.Kubeconfig)
+	for _, want := range []string{
+		"Cluster version is 4.10.22\n\nUpstream is unset, so the cluster will use an appropriate default.\nChannel: fast-4.11 (available channels: candidate-4.10, candidate-4.11, eus-4.10, fast-4.10, fast-4.11, stable-4.10)\n\nRecommended updates:\n\n  VERSION     IMAGE\n  4.10.26     ",
+		"\nUpdates with known issues:\n\n  Version: 4.11.0\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("capstan adm upgrade --include-not-recommended:\n%s\nlacks:\n%s", out, want)
+		}
+	}
+	out, err := capstan(t, "adm", "upgrade", "--to", "4.11.0", "--kubeconfig", env.Kubeconfig)
+	if err == nil || !strings.Contains(out, "error: the update 4.11.0 is not one of the recommended updates, but is available as a conditional update.") {
+		t.Errorf("--to a conditional update: %v\n%s", err, out)
+	}
+	out = capstanOK(t, "adm", "upgrade", "--to", "4.10.23", "--kubeconfig", env.Kubeconfig)
+	if out != "Requested update to 4.10.23\n" {
+		t.Errorf("--to 4.10.23 said %q", out)
+	}
+	cv := clusterVersion(t)
+	var want string
+	for _, r := range cv.Status.AvailableUpdates {
+		if r.Version == "4.10.23" {
+			want = r.Image
+		}
+	}
+	if u := cv.Spec.DesiredUpdate; u == nil || u.Version != "4.10.23" || u.Image != want || u.Force {
+		t.Fatalf("spec.desiredUpdate %+v, want 4.10.23 %s", u, want)
+	}
+	out = capstanOK(t, "adm", "upgrade", "--clear", "--kubeconfig", env.Kubeconfig)
+	if out != "Cancelled requested upgrade to 4.10.23\n" {
+		t.Errorf("--clear said %q", out)
+	}
+	if cv := clusterVersion(t); cv.Spec.DesiredUpdate != nil {
+		t.Errorf("spec.desiredUpdate after --clear: %+v", cv.Spec.DesiredUpdate)
+	}
+	if out := capstanOK(t, "adm", "upgrade", "--clear", "--kubeconfig", env.Kubeconfig); out != "info: No update in progress\n" {
+		t.Errorf("a second --clear said %q", out)
+	}
+}
