@@ -15,6 +15,8 @@ import (
 	"github.com/capstan-dev/capstan/internal/nodes"
 	"github.com/capstan-dev/capstan/internal/waitfor"
 
+	configclient "github.com/openshift/client-go/config/clientset/versioned"
+	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +28,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/autoscaler"
 	"github.com/capstan-dev/capstan/internal/controlplane"
+	"github.com/capstan-dev/capstan/internal/cvo"
 	"github.com/capstan-dev/capstan/internal/machine"
 	"github.com/capstan-dev/capstan/internal/machine/hooks"
 	"github.com/capstan-dev/capstan/internal/metrics"
@@ -204,6 +207,23 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			return nil, fmt.Errorf("autoscaler: %w", err)
 		}
 	}
+	if opts.MetricsAddress != "" {
+		facts := prometheus.NewRegistry()
+		config, err := configclient.NewForConfig(c.RESTConfig())
+		if err != nil {
+			c.Stop()
+			return nil, err
+		}
+		facts.MustRegister(&cvo.Facts{Client: client, Config: config})
+		srv, err := metrics.Listen(opts.MetricsAddress, legacyregistry.DefaultGatherer, autoscaler.Registry, facts)
+		if err != nil {
+			// Metrics are an extra: a busy port does not keep the cluster down.
+			c.Warnings = append(c.Warnings, err.Error())
+		} else {
+			c.MetricsURL = "http://" + srv.Addr() + "/metrics"
+			c.run(runCtx, "metrics", srv.Run)
+		}
+	}
 	if opts.Releases != nil {
 		if err := c.startReleases(ctx, runCtx); err != nil {
 			c.Stop()
@@ -215,16 +235,6 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		c.run(runCtx, "metrics-server", func(ctx context.Context) error {
 			return resourcemetrics.Run(ctx, cp.AdminConfig(), cp.KubeconfigPath(), mo)
 		})
-	}
-	if opts.MetricsAddress != "" {
-		srv, err := metrics.Listen(opts.MetricsAddress, legacyregistry.DefaultGatherer, autoscaler.Registry)
-		if err != nil {
-			// Metrics are an extra: a busy port does not keep the cluster down.
-			c.Warnings = append(c.Warnings, err.Error())
-		} else {
-			c.MetricsURL = "http://" + srv.Addr() + "/metrics"
-			c.run(runCtx, "metrics", srv.Run)
-		}
 	}
 	return c, nil
 }

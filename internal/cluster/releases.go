@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -144,6 +145,10 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 	co := o.CVO
 	co.Upstream = "http://" + host + "/api/upgrades_info/v1/graph"
 	co.PromQLURL = o.PromQLURL
+	if co.PromQLURL == "" && c.MetricsURL != "" {
+		// capstan's own metrics endpoint answers the queries.
+		co.PromQLURL = strings.TrimSuffix(c.MetricsURL, "/metrics")
+	}
 	co.Channel = o.Channel
 	installed, err := remote.Head(r.Tag(o.InstallVersion+"-x86_64"), remote.WithContext(ctx))
 	if err != nil {

@@ -1,6 +1,7 @@
 // Package metrics serves capstan's Prometheus metrics: the embedded
 // Kubernetes components' (their legacy registry) and capstan's own
-// components', on one /metrics endpoint.
+// components', on one /metrics endpoint, and instant queries over them at
+// /api/v1/query.
 package metrics
 
 import (
@@ -13,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/capstan-dev/capstan/internal/promql"
 )
 
 // Server serves /metrics on a listener.
@@ -29,6 +32,9 @@ func Listen(addr string, gatherers ...prometheus.Gatherer) (*Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers(gatherers), promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	// The same metrics, queried as Prometheus's API answers instant
+	// queries: what the cluster version operator evaluates update risks on.
+	mux.Handle("/api/v1/query", promql.Handler(prometheus.Gatherers(gatherers)))
 	return &Server{l: l, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}, nil
 }
 

@@ -78,6 +78,8 @@ func Start(opts Options) (*Env, error) {
 	// sync and a downscale stabilization of seconds.
 	co.ResourceMetrics.Window = time.Second
 	co.Releases.Address = "127.0.0.1:0"
+	// The metrics endpoint also answers the CVO's PromQL risk queries.
+	co.MetricsAddress = "127.0.0.1:0"
 	co.ControlPlane.ExtraControllerManagerFlags = append(co.ControlPlane.ExtraControllerManagerFlags,
 		"--horizontal-pod-autoscaler-sync-period=1s", "--horizontal-pod-autoscaler-downscale-stabilization=2s")
 	if opts.Configure != nil {
