@@ -44,7 +44,7 @@ func TestHandlerAnswersThePrometheusClient(t *testing.T) {
 			t.Errorf("%s = %v, want %s", q, v, want)
 		}
 	}
-	if v, _, err := api.Query(ctx, "1 + 1", time.Now()); err != nil || v.Type() != model.ValScalar || v.String() != "scalar: 2 @[" + v.(*model.Scalar).Timestamp.String() + "]" {
+	if v, _, err := api.Query(ctx, "1 + 1", time.Now()); err != nil || v.Type() != model.ValScalar || v.String() != "scalar: 2 @["+v.(*model.Scalar).Timestamp.String()+"]" {
 		t.Errorf("1 + 1 = %v, %v", v, err)
 	}
 	if _, _, err := api.Query(ctx, "rate(x[5m])", time.Now()); err == nil || !strings.Contains(err.Error(), `bad_data: function "rate" is not supported`) {
