@@ -145,6 +145,21 @@ func TestClusterVersionRecommendations(t *testing.T) {
 		s := retrievedUpdates(cv)
 		return s == "False NoChannel: The update channel has not been configured." && len(cv.Status.AvailableUpdates) == 0, s
 	})
+	// An upstream nobody answers at.
+	c, err := configclient.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = c.ConfigV1().ClusterVersions().Patch(context.Background(), cvo.Name, types.MergePatchType, []byte(`{"spec":{"upstream":null}}`), metav1.PatchOptions{})
+	})
+	if _, err := c.ConfigV1().ClusterVersions().Patch(ctx, cvo.Name, types.MergePatchType, []byte(`{"spec":{"channel":"fast-4.11","upstream":"http://127.0.0.1:1/graph"}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		s := retrievedUpdates(clusterVersion(t))
+		return strings.HasPrefix(s, `False RemoteFailed: Unable to retrieve available updates: Get "http://127.0.0.1:1/graph?arch=amd64&channel=fast-4.11&id=`), s
+	})
 }
 
 // capstan adm upgrade against the live cluster: the chapter's listing,
