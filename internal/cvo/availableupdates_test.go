@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/capstan-dev/capstan/internal/updateservice"
 	"github.com/capstan-dev/capstan/internal/updateservice/demo"
 )
 
@@ -24,17 +22,7 @@ import (
 // service.
 func graphServer(t *testing.T) (*httptest.Server, []demo.Built) {
 	t.Helper()
-	ctx := context.Background()
-	repo := "oci:" + filepath.Join(t.TempDir(), "releases")
-	built, err := demo.BuildReleases(ctx, repo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data := filepath.Join(t.TempDir(), "graph-data")
-	if err := demo.WriteGraphData(data); err != nil {
-		t.Fatal(err)
-	}
-	svc, err := updateservice.New(ctx, repo, data)
+	svc, built, err := demo.Service(context.Background(), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -370,23 +370,20 @@ func Cleared(original configv1.Update, desired configv1.Release) string {
 		same = original.Version == desired.Version
 	}
 	if same {
-		v := desired.Version
-		if v == "" {
-			v = desired.Image
-		}
-		if v == "" {
-			v = "<unknown>"
-		}
-		return "Cleared the update field, still at " + v
+		return "Cleared the update field, still at " + versionOrImage(desired.Version, desired.Image)
 	}
-	v := original.Version
-	if v == "" {
-		v = original.Image
+	return "Cancelled requested upgrade to " + versionOrImage(original.Version, original.Image)
+}
+
+// versionOrImage names a release by its version, else its image.
+func versionOrImage(version, image string) string {
+	switch {
+	case version != "":
+		return version
+	case image != "":
+		return image
 	}
-	if v == "" {
-		v = "<unknown>"
-	}
-	return "Cancelled requested upgrade to " + v
+	return "<unknown>"
 }
 
 // Channel decides a `oc adm upgrade channel` request: whether to write

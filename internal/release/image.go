@@ -222,21 +222,43 @@ func Read(ctx context.Context, ref Ref) (*Image, error) {
 	return &Image{Ref: ref, Digest: digest, Config: cfg, Payload: p, PullSpec: pull}, nil
 }
 
-func readLayout(ref Ref) (v1.Image, error) {
-	p, err := layout.FromPath(ref.Layout)
+// layoutIndex reads an OCI layout's index and what it lists.
+func layoutIndex(dir string) (v1.ImageIndex, []v1.Descriptor, error) {
+	p, err := layout.FromPath(dir)
 	if err != nil {
-		return nil, fmt.Errorf("%s is not an OCI layout: %w", ref.Layout, err)
+		return nil, nil, fmt.Errorf("%s is not an OCI layout: %w", dir, err)
 	}
 	idx, err := p.ImageIndex()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	m, err := idx.IndexManifest()
+	if err != nil {
+		return nil, nil, err
+	}
+	return idx, m.Manifests, nil
+}
+
+// LayoutRefs lists every image of an OCI layout, by digest.
+func LayoutRefs(dir string) ([]Ref, error) {
+	_, descs, err := layoutIndex(dir)
+	if err != nil {
+		return nil, err
+	}
+	refs := make([]Ref, 0, len(descs))
+	for _, d := range descs {
+		refs = append(refs, Ref{Layout: dir, Tag: d.Digest.String()})
+	}
+	return refs, nil
+}
+
+func readLayout(ref Ref) (v1.Image, error) {
+	idx, descs, err := layoutIndex(ref.Layout)
 	if err != nil {
 		return nil, err
 	}
 	var found []v1.Descriptor
-	for _, d := range m.Manifests {
+	for _, d := range descs {
 		if ref.Tag == "" || d.Annotations[refNameAnnotation] == ref.Tag || d.Digest.String() == ref.Tag {
 			found = append(found, d)
 		}

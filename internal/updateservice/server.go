@@ -13,7 +13,6 @@ import (
 	"github.com/blang/semver/v4"
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"k8s.io/klog/v2"
 
@@ -38,20 +37,9 @@ const (
 func ReadReleases(ctx context.Context, repo string) ([]Release, error) {
 	var refs []release.Ref
 	if dir, ok := strings.CutPrefix(repo, "oci:"); ok {
-		p, err := layout.FromPath(dir)
-		if err != nil {
-			return nil, fmt.Errorf("%s is not an OCI layout: %w", dir, err)
-		}
-		idx, err := p.ImageIndex()
-		if err != nil {
+		var err error
+		if refs, err = release.LayoutRefs(dir); err != nil {
 			return nil, err
-		}
-		m, err := idx.IndexManifest()
-		if err != nil {
-			return nil, err
-		}
-		for _, d := range m.Manifests {
-			refs = append(refs, release.Ref{Layout: dir, Tag: d.Digest.String()})
 		}
 	} else {
 		r, err := name.NewRepository(repo, name.WeakValidation)

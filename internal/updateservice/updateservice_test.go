@@ -18,23 +18,20 @@ import (
 // plus extra graph-data files.
 func demoService(t *testing.T, extra map[string]string) (*updateservice.Service, []demo.Built) {
 	t.Helper()
-	ctx := context.Background()
-	repo := "oci:" + filepath.Join(t.TempDir(), "releases")
-	built, err := demo.BuildReleases(ctx, repo)
+	dir := t.TempDir()
+	s, built, err := demo.Service(context.Background(), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := filepath.Join(t.TempDir(), "graph-data")
-	if err := demo.WriteGraphData(data); err != nil {
-		t.Fatal(err)
+	if len(extra) == 0 {
+		return s, built
 	}
 	for name, content := range extra {
-		if err := os.WriteFile(filepath.Join(data, name), []byte(content), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, "graph-data", name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	s, err := updateservice.New(ctx, repo, data)
-	if err != nil {
+	if err := s.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	return s, built

@@ -16,6 +16,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/capstan-dev/capstan/internal/release"
+	"github.com/capstan-dev/capstan/internal/updateservice"
 )
 
 //go:embed graph-data
@@ -88,4 +89,20 @@ func BuildReleases(ctx context.Context, repo string) ([]Built, error) {
 		out = append(out, Built{Version: v, Ref: ref, Digest: digest})
 	}
 	return out, nil
+}
+
+// Service builds the demo releases into an OCI layout under dir, writes
+// the demo graph data there, and loads an update service over both.
+func Service(ctx context.Context, dir string) (*updateservice.Service, []Built, error) {
+	repo := "oci:" + filepath.Join(dir, "releases")
+	built, err := BuildReleases(ctx, repo)
+	if err != nil {
+		return nil, nil, err
+	}
+	data := filepath.Join(dir, "graph-data")
+	if err := WriteGraphData(data); err != nil {
+		return nil, nil, err
+	}
+	svc, err := updateservice.New(ctx, repo, data)
+	return svc, built, err
 }
