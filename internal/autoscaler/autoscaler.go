@@ -245,8 +245,10 @@ func (a *Autoscaler) RunOnce(ctx context.Context) (acted bool, err error) {
 	cm, status := a.statusConfigMap(ctx)
 	a.reportBadGroups(st)
 	if !a.cleanedUp {
-		a.cleanUpStaleDeletions(ctx, st)
+		a.cleanUpStaleDeletions(ctx, st, 0)
 		a.cleanedUp = true
+	} else {
+		a.cleanUpStaleDeletions(ctx, st, staleDeletionAge)
 	}
 	settled, err := a.settleProvisioning(ctx, st, status)
 	if err != nil || settled {

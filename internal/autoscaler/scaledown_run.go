@@ -303,15 +303,29 @@ func (a *Autoscaler) unmarkForDeletion(ctx context.Context, m *machinev1.Machine
 	return nil
 }
 
-// cleanUpStaleDeletions undoes, once at start, the removals a previous
-// autoscaler began and did not finish: a node tainted ToBeDeleted whose
-// MachineSet was not lowered for it gets its taint and its machine's mark
-// taken off. A node whose removal is under way (its machine deleting, or
-// more live machines than replicas) is left to go.
-func (a *Autoscaler) cleanUpStaleDeletions(ctx context.Context, st *clusterState) {
+// staleDeletionAge is how long a removal may show no progress (its
+// machine not deleting, its MachineSet not shrinking) before a running
+// autoscaler undoes it; at start, any such removal is undone.
+const staleDeletionAge = time.Minute
+
+// cleanUpStaleDeletions undoes the removals that began and did not go on:
+// those a previous autoscaler left (minAge 0, at start), and those whose
+// MachineSet deleted another machine than the one marked. A node tainted
+// ToBeDeleted for at least minAge whose MachineSet was not lowered for it
+// gets its taint and its machine's mark taken off. A node whose removal
+// is under way (its machine deleting, or more live machines than
+// replicas) is left to go.
+func (a *Autoscaler) cleanUpStaleDeletions(ctx context.Context, st *clusterState, minAge time.Duration) {
+	now := a.opts.Clock.Now()
 	for _, n := range st.nodes {
 		if !hasToBeDeletedTaint(n) {
 			continue
+		}
+		if minAge > 0 {
+			since, ok := toBeDeletedSince(n)
+			if !ok || now.Sub(since) < minAge {
+				continue
+			}
 		}
 		var group *NodeGroup
 		var m *machinev1.Machine
@@ -343,6 +357,25 @@ func (a *Autoscaler) cleanUpStaleDeletions(ctx context.Context, st *clusterState
 		if m != nil {
 			_ = a.unmarkForDeletion(ctx, m)
 		}
-		a.recorder.Event(n, corev1.EventTypeNormal, ReasonClusterAutoscalerInit, "removed the ToBeDeletedByClusterAutoscaler taint of a scale-down that did not finish")
+		if minAge == 0 {
+			a.recorder.Event(n, corev1.EventTypeNormal, ReasonClusterAutoscalerInit, "removed the ToBeDeletedByClusterAutoscaler taint of a scale-down that did not finish")
+		} else {
+			a.recorder.Eventf(n, corev1.EventTypeWarning, ReasonScaleDownFailed, "removed the ToBeDeletedByClusterAutoscaler taint: the node's machine was not deleted within %s of its MachineSet being lowered", minAge)
+		}
 	}
+}
+
+// toBeDeletedSince reads when a node was tainted ToBeDeleted (the taint's
+// value, Unix seconds).
+func toBeDeletedSince(n *corev1.Node) (time.Time, bool) {
+	for _, t := range n.Spec.Taints {
+		if t.Key == ToBeDeletedTaint {
+			sec, err := strconv.ParseInt(t.Value, 10, 64)
+			if err != nil {
+				return time.Time{}, false
+			}
+			return time.Unix(sec, 0), true
+		}
+	}
+	return time.Time{}, false
 }

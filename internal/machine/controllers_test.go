@@ -351,3 +351,39 @@ func TestMachineFailsWhenTheCloudRefuses(t *testing.T) {
 		t.Fatalf("phase %q reason %q message %q", phaseOf(got), ptr.Deref(got.Status.ErrorReason, ""), ptr.Deref(got.Status.ErrorMessage, ""))
 	}
 }
+
+// The autoscaler marks a machine, then lowers the replicas: a MachineSet
+// controller whose cache has the new replicas but not yet the mark must
+// still delete the marked machine, not another.
+func TestScaleDownDeletesTheMachineMarkedJustBefore(t *testing.T) {
+	for round := 0; round < 10; round++ {
+		ms := &machinev1.MachineSet{
+			ObjectMeta: metav1.ObjectMeta{Name: "workers", Namespace: Namespace, UID: "ms-uid"},
+			Spec: machinev1.MachineSetSpec{Replicas: ptr.To[int32](2),
+				Selector: metav1.LabelSelector{MatchLabels: map[string]string{MachineSetLabel: "workers"}},
+				Template: machinev1.MachineTemplateSpec{ObjectMeta: machinev1.ObjectMeta{Labels: map[string]string{MachineSetLabel: "workers"}},
+					Spec: testMachine("t").Spec}},
+		}
+		var cached, live []client.Object
+		for _, name := range []string{"workers-a", "workers-b", "workers-c"} {
+			m := testMachine(name)
+			m.Labels = map[string]string{MachineSetLabel: "workers"}
+			m.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(ms, machineSetKind)}
+			cached = append(cached, m.DeepCopy())
+			if name == "workers-b" {
+				m.Annotations = map[string]string{DeleteMachineAnnotation: "2026-11-23T00:00:00Z"}
+			}
+			live = append(live, m)
+		}
+		cache := newFakeClient(append(cached, ms)...)
+		r := &machineSetReconciler{client: cache, reader: newFakeClient(live...), recorder: record.NewFakeRecorder(100), opts: &Options{Concurrency: 1}}
+		if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ms)}); err != nil {
+			t.Fatal(err)
+		}
+		gone := &machinev1.Machine{}
+		err := cache.Get(context.Background(), types.NamespacedName{Namespace: Namespace, Name: "workers-b"}, gone)
+		if !apierrors.IsNotFound(err) && (err != nil || gone.DeletionTimestamp.IsZero()) {
+			t.Fatalf("round %d: the marked machine workers-b was not deleted (%v)", round, err)
+		}
+	}
+}

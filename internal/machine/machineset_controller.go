@@ -33,7 +33,10 @@ var machineSetKind = machinev1.SchemeGroupVersion.WithKind("MachineSet")
 // Machines being deleted do not count: a replacement starts while an old
 // machine is still held by its hooks.
 type machineSetReconciler struct {
-	client   client.Client
+	client client.Client
+	// reader reads past the cache: a scale-down picks its victims from
+	// the machines as they are now.
+	reader   client.Reader
 	recorder record.EventRecorder
 	opts     *Options
 }
@@ -93,6 +96,28 @@ func (r *machineSetReconciler) reconcile(ctx context.Context, ms *machinev1.Mach
 	return reconcile.Result{RequeueAfter: requeue}, nil
 }
 
+// refresh rereads machines from the API server, leaving out those gone
+// or deleting since the cache saw them.
+func (r *machineSetReconciler) refresh(ctx context.Context, machines []*machinev1.Machine) ([]*machinev1.Machine, error) {
+	if r.reader == nil {
+		return machines, nil
+	}
+	out := make([]*machinev1.Machine, 0, len(machines))
+	for _, m := range machines {
+		fresh := &machinev1.Machine{}
+		err := r.reader.Get(ctx, client.ObjectKeyFromObject(m), fresh)
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("reading machine %s: %w", m.Name, err)
+		case fresh.DeletionTimestamp.IsZero():
+			out = append(out, fresh)
+		}
+	}
+	return out, nil
+}
+
 func (r *machineSetReconciler) adopt(ctx context.Context, ms *machinev1.MachineSet, m *machinev1.Machine) error {
 	base := m.DeepCopy()
 	m.OwnerReferences = append(m.OwnerReferences, *metav1.NewControllerRef(ms, machineSetKind))
@@ -115,6 +140,15 @@ func (r *machineSetReconciler) syncReplicas(ctx context.Context, ms *machinev1.M
 		prio, err := deletePriorityFor(ms)
 		if err != nil {
 			return err
+		}
+		// The cache may not have the delete-machine mark set just before
+		// the replicas were lowered (the autoscaler marks, then scales):
+		// victims are chosen on the machines read afresh.
+		if machines, err = r.refresh(ctx, machines); err != nil {
+			return err
+		}
+		if diff = len(machines) - want; diff <= 0 {
+			return nil
 		}
 		candidates := machines
 		if ms.Spec.DeletePolicy == "" || ms.Spec.DeletePolicy == string(machinev1.RandomMachineSetDeletePolicy) {

@@ -165,7 +165,7 @@ func addControllers(mgr manager.Manager, cfg *rest.Config, opts *Options) error 
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Concurrency}).Complete(links); err != nil {
 		return err
 	}
-	sets := &machineSetReconciler{client: c, recorder: mgr.GetEventRecorderFor("machineset-controller"), opts: opts}
+	sets := &machineSetReconciler{client: c, reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorderFor("machineset-controller"), opts: opts}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("machineset-controller").For(&machinev1.MachineSet{}).
 		Watches(&machinev1.Machine{}, handler.EnqueueRequestsFromMapFunc(sets.machineSetsForMachine)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(sets.machineSetsForNode)).
