@@ -191,3 +191,34 @@ func TestPromQLEvaluationIsThrottled(t *testing.T) {
 		t.Fatalf("%d queries after the hour, want 3", n)
 	}
 }
+
+func TestRecommendedReasons(t *testing.T) {
+	eval := &Evaluator{Clock: clocktesting.NewFakeClock(time.Now())}
+	always := []configv1.ClusterCondition{{Type: "Always"}}
+	failing := []configv1.ClusterCondition{{Type: "PromQL", PromQL: &configv1.PromQLClusterCondition{PromQL: "up"}}}
+	a := configv1.ConditionalUpdateRisk{Name: "RiskA", URL: "https://a", Message: "A applies.", MatchingRules: always}
+	b := configv1.ConditionalUpdateRisk{Name: "RiskB", URL: "https://b", Message: "B applies.", MatchingRules: always}
+	f := configv1.ConditionalUpdateRisk{Name: "RiskF", URL: "https://f", Message: "F cannot be told.", MatchingRules: failing}
+	odd := configv1.ConditionalUpdateRisk{Name: "not a reason!", URL: "https://o", Message: "Odd name.", MatchingRules: always}
+	for _, tc := range []struct {
+		name    string
+		risks   []configv1.ConditionalUpdateRisk
+		status  metav1.ConditionStatus
+		reason  string
+		message string
+	}{
+		{"one risk applies", []configv1.ConditionalUpdateRisk{a}, metav1.ConditionFalse, "RiskA", "A applies. https://a"},
+		{"two apply", []configv1.ConditionalUpdateRisk{a, b}, metav1.ConditionFalse, ReasonMultipleReasons, "A applies. https://a\n\nB applies. https://b"},
+		{"one applies, one cannot be evaluated", []configv1.ConditionalUpdateRisk{a, f}, metav1.ConditionFalse, ReasonMultipleReasons,
+			"A applies. https://a\n\nCould not evaluate exposure to update risk RiskF (no PromQL query endpoint is configured)\n  RiskF description: F cannot be told.\n  RiskF URL: https://f"},
+		{"only one that cannot be evaluated", []configv1.ConditionalUpdateRisk{f}, metav1.ConditionUnknown, ReasonEvaluationFailed,
+			"Could not evaluate exposure to update risk RiskF (no PromQL query endpoint is configured)\n  RiskF description: F cannot be told.\n  RiskF URL: https://f"},
+		{"a name that is not a reason", []configv1.ConditionalUpdateRisk{odd}, metav1.ConditionFalse, ReasonExposedToRisks, "Odd name. https://o"},
+		{"none", nil, metav1.ConditionTrue, ReasonNotExposedToRisks, "The update is recommended, because none of the conditional update risks apply to this cluster."},
+	} {
+		c := eval.Recommended(context.Background(), tc.risks)
+		if c.Type != RecommendedCondition || c.Status != tc.status || c.Reason != tc.reason || c.Message != tc.message {
+			t.Errorf("%s: %s %s %q, want %s %s %q", tc.name, c.Status, c.Reason, c.Message, tc.status, tc.reason, tc.message)
+		}
+	}
+}
