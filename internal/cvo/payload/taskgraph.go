@@ -18,7 +18,9 @@ import (
 
 // Manifest is one document of a payload file.
 type Manifest struct {
-	// File is the manifest's file name; Index its document's place in it.
+	// Dir is the payload directory (manifests or release-manifests), File
+	// the manifest's file name, Index its document's place in the file.
+	Dir   string
 	File  string
 	Index int
 	// APIVersion, Kind, Namespace and Name identify the object.
@@ -82,10 +84,13 @@ func (g *Graph) Tasks() int {
 	return n
 }
 
-// Sort orders manifests as the CVO reads them: by file name, then by
-// their place in the file.
+// Sort orders manifests as the CVO reads them: the CVO's own manifests/
+// first, then by file name, then by their place in the file.
 func Sort(ms []*Manifest) {
 	sort.SliceStable(ms, func(i, j int) bool {
+		if di, dj := dirOrder[ms[i].Dir], dirOrder[ms[j].Dir]; di != dj {
+			return di < dj
+		}
 		if ms[i].File != ms[j].File {
 			return ms[i].File < ms[j].File
 		}
