@@ -37,6 +37,10 @@ const (
 	// containers take to exit after SIGTERM; without it they use the whole
 	// termination grace period, as a process that ignores SIGTERM does.
 	ShutdownSecondsAnnotation = "sim.capstan.dev/shutdown-seconds"
+	// RunSecondsAnnotation on a Pod that runs to completion (restartPolicy
+	// Never or OnFailure, a Job's) is how long its simulated containers
+	// work before they exit 0; without it they finish as soon as started.
+	RunSecondsAnnotation = "sim.capstan.dev/run-seconds"
 	// ProviderIDPrefix starts the provider ID of every simulated instance.
 	ProviderIDPrefix = "capstan://"
 )

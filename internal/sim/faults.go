@@ -151,13 +151,25 @@ func InvalidFaults(node *corev1.Node) []InvalidAnnotation {
 // simulated containers take to exit after SIGTERM. ok is false without
 // the annotation; an invalid value is an error (and is ignored).
 func ShutdownDelay(pod *corev1.Pod) (d time.Duration, ok bool, err error) {
-	v, ok := pod.Annotations[ShutdownSecondsAnnotation]
+	return secondsAnnotation(pod, ShutdownSecondsAnnotation)
+}
+
+// RunDuration reads a run-to-completion pod's sim.capstan.dev/run-seconds
+// (0 when absent or invalid; an invalid value is also an error).
+func RunDuration(pod *corev1.Pod) (time.Duration, error) {
+	d, _, err := secondsAnnotation(pod, RunSecondsAnnotation)
+	return d, err
+}
+
+// secondsAnnotation reads an annotation of a number of seconds, 0 or more.
+func secondsAnnotation(pod *corev1.Pod, key string) (d time.Duration, ok bool, err error) {
+	v, ok := pod.Annotations[key]
 	if !ok {
 		return 0, false, nil
 	}
 	secs, perr := strconv.ParseFloat(strings.TrimSpace(v), 64)
 	if perr != nil || secs < 0 || math.IsInf(secs, 0) || math.IsNaN(secs) {
-		return 0, false, InvalidAnnotation{Key: ShutdownSecondsAnnotation, Value: v, Err: errors.New("want a number of seconds, 0 or more")}
+		return 0, false, InvalidAnnotation{Key: key, Value: v, Err: errors.New("want a number of seconds, 0 or more")}
 	}
 	return time.Duration(secs * float64(time.Second)), true, nil
 }

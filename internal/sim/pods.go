@@ -30,7 +30,14 @@ func (s *Simulator) needsWork(pod *corev1.Pod) bool {
 	if pod.DeletionTimestamp != nil {
 		return true
 	}
-	return !podStarted(pod)
+	return !podStarted(pod) || (runsToCompletion(pod) && pod.Status.Phase == corev1.PodRunning)
+}
+
+// runsToCompletion reports whether a pod's containers exit when their
+// work is done (restartPolicy Never or OnFailure, as a Job's pods have),
+// rather than running until stopped.
+func runsToCompletion(pod *corev1.Pod) bool {
+	return pod.Spec.RestartPolicy == corev1.RestartPolicyNever || pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure
 }
 
 func podStarted(pod *corev1.Pod) bool {
@@ -92,9 +99,51 @@ func (s *Simulator) syncPod(ctx context.Context, key string) error {
 		return s.terminatePod(ctx, key, pod)
 	}
 	if podStarted(pod) {
+		if runsToCompletion(pod) && pod.Status.Phase == corev1.PodRunning {
+			return s.completePod(ctx, key, pod)
+		}
 		return nil
 	}
 	return s.startPod(ctx, pod, inst)
+}
+
+// completePod reports a run-to-completion pod Succeeded once its
+// containers have run for the pod's run-seconds annotation.
+func (s *Simulator) completePod(ctx context.Context, key string, pod *corev1.Pod) error {
+	now := s.opts.Clock.Now()
+	run, err := RunDuration(pod)
+	if err != nil {
+		s.reportInvalid(pod, pod.Spec.NodeName, err)
+	}
+	started := pod.Status.StartTime.Time
+	if done := started.Add(run); now.Before(done) {
+		s.podQueue.AddAfter(key, done.Sub(now))
+		return nil
+	}
+	finished := metav1.NewTime(now.Truncate(time.Second))
+	updated := pod.DeepCopy()
+	st := &updated.Status
+	st.Phase = corev1.PodSucceeded
+	for i := range st.ContainerStatuses {
+		cs := &st.ContainerStatuses[i]
+		cs.Ready, cs.Started = false, ptr.To(false)
+		cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed",
+			StartedAt: *pod.Status.StartTime, FinishedAt: finished, ContainerID: cs.ContainerID}}
+	}
+	for i := range st.Conditions {
+		c := &st.Conditions[i]
+		if c.Type == corev1.PodReady || c.Type == corev1.ContainersReady {
+			c.Status, c.Reason, c.LastTransitionTime = corev1.ConditionFalse, "PodCompleted", finished
+		}
+	}
+	_, err = s.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reporting pod %s succeeded: %w", key, err)
+	}
+	return nil
 }
 
 // terminatePod removes a deleted pod once its simulated containers have

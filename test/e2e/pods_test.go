@@ -10,6 +10,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/testenv"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -168,4 +169,60 @@ func TestPodsOfStoppedNodeRecoverReadiness(t *testing.T) {
 	})
 	capstanOK(t, "sim", "node", "start", "worker-2", "--kubeconfig", env.Kubeconfig)
 	env.WaitPodRunning(t, ns, "survivor")
+}
+
+// Pods that run to completion finish: a Job's pods work for their
+// run-seconds and exit 0, and the Job controller sees the Job complete.
+func TestJobsRunToCompletion(t *testing.T) {
+	ns := env.Namespace(t, "jobs")
+	ctx := context.Background()
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "migrate"},
+		Spec: batchv1.JobSpec{
+			Completions: ptr.To[int32](2),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{sim.RunSecondsAnnotation: "1"}},
+				Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+					Containers: []corev1.Container{{Name: "migrate", Image: "registry.example/migrate:1"}}},
+			},
+		},
+	}
+	if _, err := env.Client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		j, err := env.Client.BatchV1().Jobs(ns).Get(ctx, "migrate", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, c := range j.Status.Conditions {
+			if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
+				return j.Status.Succeeded == 2, fmt.Sprintf("complete with %d succeeded", j.Status.Succeeded)
+			}
+		}
+		return false, fmt.Sprintf("job not complete: %d active, %d succeeded", j.Status.Active, j.Status.Succeeded)
+	})
+	pods, err := env.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "job-name=migrate"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		term := p.Status.ContainerStatuses[0].State.Terminated
+		if p.Status.Phase != corev1.PodSucceeded || term == nil || term.ExitCode != 0 || term.Reason != "Completed" {
+			t.Errorf("pod %s: phase %s, container %+v", p.Name, p.Status.Phase, p.Status.ContainerStatuses[0].State)
+			continue
+		}
+		// It worked for its run-seconds (times are whole seconds).
+		if d := term.FinishedAt.Sub(term.StartedAt.Time); d < time.Second {
+			t.Errorf("pod %s ran %s, want at least its run-seconds 1s", p.Name, d)
+		}
+	}
+	// A plain pod that runs once, without the annotation, finishes at once.
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "once"}, Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyOnFailure,
+		Containers: []corev1.Container{{Name: "c", Image: "registry.example/once:1"}}}}
+	env.CreatePod(t, ns, p)
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		got := env.GetPod(t, ns, "once")
+		return got != nil && got.Status.Phase == corev1.PodSucceeded, "pod once not Succeeded"
+	})
 }
