@@ -320,5 +320,17 @@ func failureSummary(n int, failures map[string]*algorithm.Failure) string {
 	return strings.TrimSuffix(d.Summary(), ".")
 }
 
-// shortDuration prints whole seconds: 4m0s, 10m0s, 45s.
-func shortDuration(d time.Duration) string { return d.Truncate(time.Second).String() }
+// shortDuration prints whole minutes from a minute on (4m, 1h10m) and
+// whole seconds below (45s): a node's status then changes, and is
+// written, once a minute while it waits, not every loop.
+func shortDuration(d time.Duration) string {
+	if d < time.Minute {
+		return d.Truncate(time.Second).String()
+	}
+	s := d.Truncate(time.Minute).String()
+	s = strings.TrimSuffix(s, "0s")
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}

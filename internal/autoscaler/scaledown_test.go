@@ -157,7 +157,7 @@ func TestScaleDownTimersAndMinimums(t *testing.T) {
 	f := newDownFixture(t, 3)
 	f.since["ms-0"] = t0.Add(-4 * time.Minute)
 	p := f.plan(t)
-	if got := reason(p, "ms-0"); got != "unneeded for 4m0s of 10m0s" {
+	if got := reason(p, "ms-0"); got != "unneeded for 4m of 10m" {
 		t.Errorf("ms-0: %q", got)
 	}
 	if v := p.Verdicts["ms-1"]; !v.Unneeded || !v.Since.Equal(t0) {
@@ -230,5 +230,19 @@ func TestScaleDownDrainsOneNodeAtATime(t *testing.T) {
 	}
 	if got := reason(p, "ms-1"); got != "unneeded; waits for the node being drained" {
 		t.Errorf("ms-1: %q", got)
+	}
+}
+
+func TestShortDurationChangesOncePerMinuteFromAMinuteOn(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		45*time.Second + 300*time.Millisecond:      "45s",
+		4*time.Minute + 59*time.Second:             "4m",
+		10 * time.Minute:                           "10m",
+		time.Hour + 10*time.Minute + 5*time.Second: "1h10m",
+		2 * time.Hour:                              "2h",
+	} {
+		if got := shortDuration(d); got != want {
+			t.Errorf("shortDuration(%s) = %s, want %s", d, got, want)
+		}
 	}
 }
