@@ -201,16 +201,21 @@ func (l *laggingClient) List(ctx context.Context, list client.ObjectList, opts .
 	return nil
 }
 
-// Some creations fail: the retry creates only what is missing, never
-// again the machines the cache had not shown yet.
-func TestMachineSetDoesNotOvershootWhenCreatesFail(t *testing.T) {
-	ms := &machinev1.MachineSet{
+// workersMachineSet is the MachineSet "workers" of replicas machines.
+func workersMachineSet(replicas int32) *machinev1.MachineSet {
+	return &machinev1.MachineSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "workers", Namespace: Namespace, UID: "ms-uid"},
-		Spec: machinev1.MachineSetSpec{Replicas: ptr.To[int32](5),
+		Spec: machinev1.MachineSetSpec{Replicas: ptr.To(replicas),
 			Selector: metav1.LabelSelector{MatchLabels: map[string]string{MachineSetLabel: "workers"}},
 			Template: machinev1.MachineTemplateSpec{ObjectMeta: machinev1.ObjectMeta{Labels: map[string]string{MachineSetLabel: "workers"}},
 				Spec: testMachine("t").Spec}},
 	}
+}
+
+// Some creations fail: the retry creates only what is missing, never
+// again the machines the cache had not shown yet.
+func TestMachineSetDoesNotOvershootWhenCreatesFail(t *testing.T) {
+	ms := workersMachineSet(5)
 	lc := &laggingClient{WithWatch: newFakeClient(ms), hidden: map[types.NamespacedName]bool{}, failEvery: 2}
 	r := &machineSetReconciler{client: lc, recorder: record.NewFakeRecorder(100), opts: &Options{Concurrency: 1}}
 	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ms)}
@@ -357,13 +362,7 @@ func TestMachineFailsWhenTheCloudRefuses(t *testing.T) {
 // still delete the marked machine, not another.
 func TestScaleDownDeletesTheMachineMarkedJustBefore(t *testing.T) {
 	for round := 0; round < 10; round++ {
-		ms := &machinev1.MachineSet{
-			ObjectMeta: metav1.ObjectMeta{Name: "workers", Namespace: Namespace, UID: "ms-uid"},
-			Spec: machinev1.MachineSetSpec{Replicas: ptr.To[int32](2),
-				Selector: metav1.LabelSelector{MatchLabels: map[string]string{MachineSetLabel: "workers"}},
-				Template: machinev1.MachineTemplateSpec{ObjectMeta: machinev1.ObjectMeta{Labels: map[string]string{MachineSetLabel: "workers"}},
-					Spec: testMachine("t").Spec}},
-		}
+		ms := workersMachineSet(2)
 		var cached, live []client.Object
 		for _, name := range []string{"workers-a", "workers-b", "workers-c"} {
 			m := testMachine(name)
