@@ -118,7 +118,7 @@ func readPrivateKey(path string) (*openpgp.Entity, error) {
 func newReleaseNewCommand() *cobra.Command {
 	var (
 		fromDir, version, to, toDir, metadata, arch string
-		previous                                    []string
+		previous, next                              []string
 		sf                                          signFlags
 	)
 	c := &cobra.Command{
@@ -143,7 +143,7 @@ with the version).`,
 			if err := sf.validate(); err != nil {
 				return err
 			}
-			meta := release.Metadata{Version: version, Previous: previous}
+			meta := release.Metadata{Version: version, Previous: previous, Next: next}
 			if metadata != "" {
 				if err := json.Unmarshal([]byte(metadata), &meta.Metadata); err != nil {
 					return fmt.Errorf("--metadata must be a JSON object of strings: %w", err)
@@ -177,6 +177,7 @@ with the version).`,
 	c.Flags().StringVar(&fromDir, "from-dir", "", "directory of the release's manifests")
 	c.Flags().StringVar(&version, "version", "", "the release's semantic version (the name of its image-references)")
 	c.Flags().StringSliceVar(&previous, "previous", nil, "versions this release updates from (release-metadata previous)")
+	c.Flags().StringSliceVar(&next, "next", nil, "versions this release updates to (release-metadata next)")
 	c.Flags().StringVar(&metadata, "metadata", "", `release-metadata metadata, a JSON object (e.g. {"url":"https://..."})`)
 	c.Flags().StringVar(&to, "to", "", "registry reference to push the release image to")
 	c.Flags().StringVar(&toDir, "to-dir", "", "OCI layout directory to write the release image to")
