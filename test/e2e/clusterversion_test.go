@@ -1,13 +1,18 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ProtonMail/go-crypto/openpgp"
+	"github.com/ProtonMail/go-crypto/openpgp/armor"
 	configv1 "github.com/openshift/api/config/v1"
 	configclient "github.com/openshift/client-go/config/clientset/versioned"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -213,5 +218,83 @@ func TestAdmUpgrade(t *testing.T) {
 	}
 	if out := capstanOK(t, "adm", "upgrade", "--clear", "--kubeconfig", env.Kubeconfig); out != "info: No update in progress\n" {
 		t.Errorf("a second --clear said %q", out)
+	}
+}
+
+// capstan adm release new builds, signs and publishes a release as a user
+// would, with a key of their own: into an OCI layout, a signature store
+// directory and the cluster's signature ConfigMaps; info and extract read
+// it back.
+func TestAdmReleaseNewSignsAndPublishes(t *testing.T) {
+	dir := t.TempDir()
+	key, err := openpgp.NewEntity("e2e release signer", "", "e2e@capstan.dev", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var priv, pub bytes.Buffer
+	w, _ := armor.Encode(&priv, openpgp.PrivateKeyType, nil)
+	if err := key.SerializePrivate(w, nil); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	w, _ = armor.Encode(&pub, openpgp.PublicKeyType, nil)
+	if err := key.Serialize(w); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	keyFile := filepath.Join(dir, "key.asc")
+	src := filepath.Join(dir, "payload")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range map[string]string{
+		keyFile: priv.String(),
+		filepath.Join(src, "0000_50_e2e_00_ns.yaml"): "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: e2e-release\n",
+	} {
+		if err := os.WriteFile(name, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	layout, store := filepath.Join(dir, "layout"), filepath.Join(dir, "signatures")
+	out := capstanOK(t, "adm", "release", "new", "--from-dir", src, "--version", "4.10.99", "--previous", "4.10.26",
+		"--metadata", `{"url":"https://example.com/4.10.99"}`, "--to-dir", layout,
+		"--sign-key", keyFile, "--signature-store-dir", store, "--to-cluster", "--kubeconfig", env.Kubeconfig)
+	_, digest, ok := strings.Cut(strings.SplitN(out, "Digest: ", 2)[1], "sha256:")
+	if !ok {
+		t.Fatalf("release new said:\n%s", out)
+	}
+	digest = "sha256:" + strings.TrimSpace(strings.SplitN(digest, "\n", 2)[0])
+	if !strings.Contains(out, "Signed "+digest+" as oci:"+layout+":4.10.99") {
+		t.Errorf("release new said:\n%s", out)
+	}
+	ring, err := signature.ReadKeyring(pub.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fileStore, err := signature.NewStore("file://" + store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []signature.Store{fileStore, &signature.ConfigMapStore{Client: env.Client}} {
+		v := &signature.Verifier{Keyrings: map[string]openpgp.EntityList{signature.KeyringPrefix + "e2e": ring}, Stores: []signature.Store{s}}
+		if err := v.Verify(context.Background(), digest); err != nil {
+			t.Errorf("verifying by %s: %v", s, err)
+		}
+	}
+	info := capstanOK(t, "adm", "release", "info", "oci:"+layout+":4.10.99")
+	for _, want := range []string{"Name:      4.10.99\n", "Digest:    " + digest + "\n", "  Upgrades: 4.10.26\n", "    url: https://example.com/4.10.99\n"} {
+		if !strings.Contains(info, want) {
+			t.Errorf("release info lacks %q:\n%s", want, info)
+		}
+	}
+	to := filepath.Join(dir, "extracted")
+	if out := capstanOK(t, "adm", "release", "extract", "oci:"+layout+":4.10.99", "--to", to); !strings.HasPrefix(out, "Extracted release payload from digest "+digest+" created at ") {
+		t.Errorf("release extract said %q", out)
+	}
+	if _, err := os.Stat(filepath.Join(to, "0000_50_e2e_00_ns.yaml")); err != nil {
+		t.Error(err)
+	}
+	if _, err := capstan(t, "adm", "release", "new", "--from-dir", src, "--version", "4.10.99", "--to-dir", layout, "--sign-key", keyFile); err == nil {
+		t.Error("--sign-key with nowhere to publish was accepted")
 	}
 }
