@@ -31,12 +31,6 @@ func findCO(conds []configv1.ClusterOperatorStatusCondition, t configv1.ClusterS
 // indent continues a multi-line message under its label.
 func indent(s string) string { return strings.ReplaceAll(s, "\n", "\n  ") }
 
-// sortNewestFirst orders releases by semantic version, highest first,
-// unparseable versions last.
-func sortNewestFirst(rs []configv1.Release) {
-	sort.SliceStable(rs, func(i, j int) bool { return versionGreater(rs[i].Version, rs[j].Version) })
-}
-
 func notRecommended(cu configv1.ConditionalUpdate) *metav1.Condition {
 	if c := meta.FindStatusCondition(cu.Conditions, RecommendedCondition); c != nil && c.Status != metav1.ConditionTrue {
 		return c
@@ -88,7 +82,7 @@ func Describe(out, errOut io.Writer, cv *configv1.ClusterVersion, includeNotReco
 		w := tabwriter.NewWriter(out, 14, 2, 1, ' ', 0)
 		fmt.Fprintf(w, "  VERSION\tIMAGE\n")
 		updates := append([]configv1.Release(nil), cv.Status.AvailableUpdates...)
-		sortNewestFirst(updates)
+		sortReleases(updates)
 		for _, u := range updates {
 			fmt.Fprintf(w, "  %s\t%s\n", u.Version, u.Image)
 		}
@@ -270,7 +264,7 @@ func Decide(cv *configv1.ClusterVersion, r Request) (*Decision, error) {
 		d.Update = &configv1.Update{Image: r.ToImage}
 		d.Warnings = append(d.Warnings, "warning: The requested upgrade image is not one of the available updates. You have used --allow-explicit-upgrade for the update to proceed anyway")
 	}
-	sortNewestFirst(possible)
+	sortReleases(possible)
 	if r.ToLatest && len(possible) > 0 {
 		d.Update = &configv1.Update{Version: possible[0].Version, Image: possible[0].Image}
 		if c, ok := risky[d.Update.Image]; ok {

@@ -180,27 +180,37 @@ func addManifest(path, name string, into map[string][]byte) error {
 // validYAMLDocuments checks that every document of a manifest file parses
 // and names its apiVersion and kind.
 func validYAMLDocuments(raw []byte) error {
-	for i, doc := range splitYAML(raw) {
+	for _, doc := range Documents(raw) {
 		var obj struct {
 			APIVersion string `json:"apiVersion"`
 			Kind       string `json:"kind"`
 		}
-		if err := yaml.Unmarshal(doc, &obj); err != nil {
-			return fmt.Errorf("document %d: %w", i+1, err)
+		if err := yaml.Unmarshal(doc.Raw, &obj); err != nil {
+			return fmt.Errorf("document %d: %w", doc.Index+1, err)
 		}
 		if obj.APIVersion == "" || obj.Kind == "" {
-			return fmt.Errorf("document %d: apiVersion and kind are required", i+1)
+			return fmt.Errorf("document %d: apiVersion and kind are required", doc.Index+1)
 		}
 	}
 	return nil
 }
 
-// splitYAML splits a multi-document YAML file, leaving out empty documents.
-func splitYAML(raw []byte) [][]byte {
-	var docs [][]byte
-	for _, d := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(raw), -1) {
+// Document is one document of a multi-document YAML file: its place in
+// the file (counting empty ones) and its text.
+type Document struct {
+	Index int
+	Raw   []byte
+}
+
+var documentSeparator = regexp.MustCompile(`(?m)^---\s*$`)
+
+// Documents splits a multi-document YAML file, leaving out the documents
+// that hold nothing but comments and blank lines.
+func Documents(raw []byte) []Document {
+	var docs []Document
+	for i, d := range documentSeparator.Split(string(raw), -1) {
 		if strings.TrimSpace(stripComments(d)) != "" {
-			docs = append(docs, []byte(d))
+			docs = append(docs, Document{Index: i, Raw: []byte(d)})
 		}
 	}
 	return docs

@@ -26,17 +26,44 @@ import (
 	"github.com/capstan-dev/capstan/internal/testenv"
 )
 
-func clusterVersion(t *testing.T) *configv1.ClusterVersion {
+func configClient(t *testing.T) configclient.Interface {
 	t.Helper()
 	c, err := configclient.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cv, err := c.ConfigV1().ClusterVersions().Get(context.Background(), cvo.Name, metav1.GetOptions{})
+	return c
+}
+
+func clusterVersion(t *testing.T) *configv1.ClusterVersion {
+	t.Helper()
+	cv, err := configClient(t).ConfigV1().ClusterVersions().Get(context.Background(), cvo.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return cv
+}
+
+// waitClusterVersion waits until the ClusterVersion exists (the CVO
+// creates it on a new cluster) and satisfies done.
+func waitClusterVersion(t *testing.T, done func(*configv1.ClusterVersion) bool) *configv1.ClusterVersion {
+	t.Helper()
+	var cv *configv1.ClusterVersion
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		var err error
+		if cv, err = configClient(t).ConfigV1().ClusterVersions().Get(context.Background(), cvo.Name, metav1.GetOptions{}); err != nil {
+			return false, err.Error()
+		}
+		return done(cv), "status: " + retrievedUpdates(cv)
+	})
+	return cv
+}
+
+func patchClusterVersion(t *testing.T, patch string) {
+	t.Helper()
+	if _, err := configClient(t).ConfigV1().ClusterVersions().Patch(context.Background(), cvo.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func retrievedUpdates(cv *configv1.ClusterVersion) string {
@@ -50,14 +77,7 @@ func retrievedUpdates(cv *configv1.ClusterVersion) string {
 
 func setChannel(t *testing.T, channel string) {
 	t.Helper()
-	c, err := configclient.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	patch := fmt.Sprintf(`{"spec":{"channel":%q}}`, channel)
-	if _, err := c.ConfigV1().ClusterVersions().Patch(context.Background(), cvo.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	patchClusterVersion(t, fmt.Sprintf(`{"spec":{"channel":%q}}`, channel))
 }
 
 // The chapter's starting point: a cluster at 4.10.22 in fast-4.11 sees
@@ -66,17 +86,8 @@ func setChannel(t *testing.T, channel string) {
 // cluster's verification ConfigMap names, and the signatures are in both
 // stores. Changing the channel asks the update service again at once.
 func TestClusterVersionRecommendations(t *testing.T) {
-	var cv *configv1.ClusterVersion
-	testenv.Eventually(t, time.Minute, func() (bool, string) {
-		c, err := configclient.NewForConfig(env.Config)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The CVO creates it on a new cluster.
-		if cv, err = c.ConfigV1().ClusterVersions().Get(context.Background(), cvo.Name, metav1.GetOptions{}); err != nil {
-			return false, err.Error()
-		}
-		return len(cv.Status.AvailableUpdates) == 4 && len(cv.Status.ConditionalUpdates) == 1, "status: " + retrievedUpdates(cv)
+	cv := waitClusterVersion(t, func(cv *configv1.ClusterVersion) bool {
+		return len(cv.Status.AvailableUpdates) == 4 && len(cv.Status.ConditionalUpdates) == 1
 	})
 	if cv.Status.Desired.Version != "4.10.22" || cv.Spec.Channel != "fast-4.11" {
 		t.Fatalf("desired %s in channel %s, want 4.10.22 in fast-4.11", cv.Status.Desired.Version, cv.Spec.Channel)
@@ -151,16 +162,8 @@ func TestClusterVersionRecommendations(t *testing.T) {
 		return s == "False NoChannel: The update channel has not been configured." && len(cv.Status.AvailableUpdates) == 0, s
 	})
 	// An upstream nobody answers at.
-	c, err := configclient.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = c.ConfigV1().ClusterVersions().Patch(context.Background(), cvo.Name, types.MergePatchType, []byte(`{"spec":{"upstream":null}}`), metav1.PatchOptions{})
-	})
-	if _, err := c.ConfigV1().ClusterVersions().Patch(ctx, cvo.Name, types.MergePatchType, []byte(`{"spec":{"channel":"fast-4.11","upstream":"http://127.0.0.1:1/graph"}}`), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { patchClusterVersion(t, `{"spec":{"upstream":null}}`) })
+	patchClusterVersion(t, `{"spec":{"channel":"fast-4.11","upstream":"http://127.0.0.1:1/graph"}}`)
 	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		s := retrievedUpdates(clusterVersion(t))
 		return strings.HasPrefix(s, `False RemoteFailed: Unable to retrieve available updates: Get "http://127.0.0.1:1/graph?arch=amd64&channel=fast-4.11&id=`), s
@@ -171,16 +174,8 @@ func TestClusterVersionRecommendations(t *testing.T) {
 // then a requested update written to spec.desiredUpdate as oc writes it,
 // then cancelled.
 func TestAdmUpgrade(t *testing.T) {
-	testenv.Eventually(t, time.Minute, func() (bool, string) {
-		c, err := configclient.NewForConfig(env.Config)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cv, err := c.ConfigV1().ClusterVersions().Get(context.Background(), cvo.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return len(cv.Status.AvailableUpdates) == 4 && cv.Spec.Channel == "fast-4.11", "status: " + retrievedUpdates(cv)
+	waitClusterVersion(t, func(cv *configv1.ClusterVersion) bool {
+		return len(cv.Status.AvailableUpdates) == 4 && cv.Spec.Channel == "fast-4.11"
 	})
 	out := capstanOK(t, "adm", "upgrade", "--include-not-recommended", "--kubeconfig", env.Kubeconfig)
 	for _, want := range []string{

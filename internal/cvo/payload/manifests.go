@@ -2,7 +2,6 @@ package payload
 
 import (
 	"fmt"
-	"regexp"
 	"sort"
 	"strings"
 
@@ -26,8 +25,6 @@ const (
 // dirOrder puts the CVO's own manifests/ before release-manifests/.
 var dirOrder = map[string]int{release.ManifestsDir: 0, release.ReleaseManifestsDir: 1}
 
-var docSplit = regexp.MustCompile(`(?m)^---\s*$`)
-
 // Load reads every document of a payload's manifests: manifests/ first,
 // then release-manifests/, each in file order.
 func Load(p *release.Payload) ([]*Manifest, error) {
@@ -42,11 +39,8 @@ func Load(p *release.Payload) ([]*Manifest, error) {
 		}
 		sort.Strings(names)
 		for _, name := range names {
-			for i, doc := range docSplit.Split(string(set.files[name]), -1) {
-				if strings.TrimSpace(stripComments(doc)) == "" {
-					continue
-				}
-				m, err := parseManifest(set.dir, name, i, []byte(doc))
+			for _, doc := range release.Documents(set.files[name]) {
+				m, err := parseManifest(set.dir, name, doc.Index, doc.Raw)
 				if err != nil {
 					return nil, err
 				}
@@ -55,16 +49,6 @@ func Load(p *release.Payload) ([]*Manifest, error) {
 		}
 	}
 	return out, nil
-}
-
-func stripComments(s string) string {
-	var b strings.Builder
-	for _, l := range strings.Split(s, "\n") {
-		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
-			b.WriteString(l + "\n")
-		}
-	}
-	return b.String()
 }
 
 func parseManifest(dir, file string, index int, raw []byte) (*Manifest, error) {
