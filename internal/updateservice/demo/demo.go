@@ -54,22 +54,23 @@ type Built struct {
 // BuildReleases builds the demo releases and writes each to
 // repo:<version>-x86_64 (repo is a registry repository, or oci:DIR).
 // Every release updates from each earlier one of its own or the previous
-// minor, as the real 4.10 and 4.11 streams do.
+// minor, as the real 4.10 and 4.11 streams do. Each carries the CVO's own
+// manifests and the demo Operators at their run levels.
 func BuildReleases(ctx context.Context, repo string) ([]Built, error) {
-	src, err := os.MkdirTemp("", "capstan-demo-release-")
+	tmp, err := os.MkdirTemp("", "capstan-demo-release-")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(src)
-	manifest := "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: openshift-capstan-demo\n  annotations:\n    include.release.openshift.io/self-managed-high-availability: \"true\"\n"
-	if err := os.WriteFile(filepath.Join(src, "0000_50_capstan-demo_00_namespace.yaml"), []byte(manifest), 0o644); err != nil {
-		return nil, err
-	}
+	defer os.RemoveAll(tmp)
 	created := time.Date(2022, 7, 1, 0, 0, 0, 0, time.UTC)
 	var out []Built
 	for i, v := range Versions {
 		meta := release.Metadata{Version: v, Previous: append([]string(nil), Versions[:i]...),
 			Metadata: map[string]string{release.URLMetadata: fmt.Sprintf("https://access.redhat.com/errata/RHBA-2022:%04d", 5000+i)}}
+		src := filepath.Join(tmp, v)
+		if err := WriteSource(src, v, Operators); err != nil {
+			return nil, err
+		}
 		p, err := release.LoadDir(src, meta)
 		if err != nil {
 			return nil, err
