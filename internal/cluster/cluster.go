@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/nodes"
@@ -139,19 +140,38 @@ type Cluster struct {
 type component struct {
 	name string
 	done chan error
+	// exited is set when the component's function has returned.
+	exited *atomic.Bool
 }
 
 // run starts a component that runs until ctx ends.
 func (c *Cluster) run(ctx context.Context, name string, fn func(context.Context) error) {
 	done := make(chan error, 1)
-	c.components = append(c.components, component{name: name, done: done})
+	exited := &atomic.Bool{}
+	c.components = append(c.components, component{name: name, done: done, exited: exited})
 	go func() {
 		err := fn(ctx)
+		exited.Store(true)
 		if err != nil && ctx.Err() == nil {
 			klog.ErrorS(err, "A component of the cluster stopped", "component", name)
 		}
 		done <- err
 	}()
+}
+
+// componentHealth says whether the component started as name runs.
+func (c *Cluster) componentHealth(name, what string) func() (bool, string, string) {
+	return func() (bool, string, string) {
+		for _, comp := range c.components {
+			if comp.name == name {
+				if comp.exited.Load() {
+					return false, "NotRunning", what + " has stopped"
+				}
+				return true, "", ""
+			}
+		}
+		return false, "NotRunning", what + " is not enabled in this cluster"
+	}
 }
 
 // Start brings up the control plane and the simulator; it does not boot

@@ -24,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/capstan-dev/capstan/internal/cvo"
+	"github.com/capstan-dev/capstan/internal/operators"
 	"github.com/capstan-dev/capstan/internal/registry"
 	"github.com/capstan-dev/capstan/internal/release/signature"
 	"github.com/capstan-dev/capstan/internal/updateservice"
@@ -155,6 +156,18 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 		return fmt.Errorf("the release %s to install: %w", o.InstallVersion, err)
 	}
 	co.Current = configv1.Release{Version: o.InstallVersion, Image: r.Digest(installed.Digest.String()).String()}
+	co.Kube = c.Client
+	if co.Applier, err = cvo.NewApplier(c.RESTConfig()); err != nil {
+		return err
+	}
+	// The operators of the release report their ClusterOperators;
+	// capstan's own components add whether they really run.
+	reporter := operators.New(c.Client, config, map[string]operators.Health{
+		"kube-scheduler":     c.componentHealth("scheduler", "the scheduler"),
+		"machine-api":        c.componentHealth("machine API", "the Machine API controllers"),
+		"cluster-autoscaler": c.componentHealth("autoscaler", "the cluster autoscaler"),
+	})
+	c.run(runCtx, "cluster-operators", reporter.Run)
 	op := cvo.New(config, co)
 	c.run(runCtx, "cluster-version-operator", op.Run)
 	return nil

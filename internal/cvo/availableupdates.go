@@ -115,12 +115,12 @@ func (r *Recommendations) Apply(cv *configv1.ClusterVersion, now metav1.Time) {
 			cv.Status.Desired.URL = r.Current.URL
 		}
 	}
-	setCondition(&cv.Status.Conditions, r.Condition, now)
+	SetCondition(&cv.Status.Conditions, r.Condition, now)
 }
 
-// setCondition sets a ClusterOperatorStatusCondition, keeping its
+// SetCondition sets a ClusterOperatorStatusCondition, keeping its
 // transition time unless its status changed.
-func setCondition(conds *[]configv1.ClusterOperatorStatusCondition, c configv1.ClusterOperatorStatusCondition, now metav1.Time) {
+func SetCondition(conds *[]configv1.ClusterOperatorStatusCondition, c configv1.ClusterOperatorStatusCondition, now metav1.Time) {
 	for i := range *conds {
 		old := &(*conds)[i]
 		if old.Type != c.Type {

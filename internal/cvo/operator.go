@@ -5,17 +5,26 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	configv1 "github.com/openshift/api/config/v1"
 	configclient "github.com/openshift/client-go/config/clientset/versioned"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/capstan-dev/capstan/internal/cvo/payload"
+	"github.com/capstan-dev/capstan/internal/release"
 )
 
 // Name is the ClusterVersion's (and the CVO's ClusterOperator's) name.
@@ -39,6 +48,30 @@ type Options struct {
 	// asks the update service every [2m, 4m) unless something changed.
 	MinimumUpdateCheckInterval func() time.Duration
 	Clock                      clock.Clock
+
+	// Kube and Applier apply releases; without them the operator only
+	// keeps the recommendations.
+	Kube    kubernetes.Interface
+	Applier *Applier
+	// Filter picks the manifests for this cluster (profile, capabilities).
+	Filter payload.Filter
+	// ReconcileInterval is how often an applied release is applied
+	// again, putting back what drifted.
+	ReconcileInterval time.Duration
+	// RetryInterval is the first wait after a failed pass (doubling up to
+	// MaxRetryInterval), and between attempts at one manifest.
+	RetryInterval, MaxRetryInterval time.Duration
+	// ApplyAttempts is how often a manifest is tried within a pass.
+	ApplyAttempts int
+	// RetrieveTimeout bounds retrieving a release (half of it for the
+	// signatures).
+	RetrieveTimeout time.Duration
+	// OperatorPollInterval is how often a ClusterOperator waited for is
+	// looked at.
+	OperatorPollInterval time.Duration
+	// SlowOperatorAfter and SlowMachineConfigAfter are how long an
+	// operator may take before Failing says it is slow.
+	SlowOperatorAfter, SlowMachineConfigAfter time.Duration
 }
 
 // DefaultOptions are the CVO's timings.
@@ -47,15 +80,37 @@ func DefaultOptions() Options {
 		Architecture:               "amd64",
 		MinimumUpdateCheckInterval: func() time.Duration { return 2*time.Minute + rand.N(2*time.Minute) },
 		Clock:                      clock.RealClock{},
+		ReconcileInterval:          3 * time.Minute,
+		RetryInterval:              time.Second,
+		MaxRetryInterval:           15 * time.Second,
+		ApplyAttempts:              3,
+		RetrieveTimeout:            4 * time.Minute,
+		OperatorPollInterval:       500 * time.Millisecond,
+		SlowOperatorAfter:          30 * time.Minute,
+		SlowMachineConfigAfter:     90 * time.Minute,
 	}
 }
 
-// Operator keeps the ClusterVersion's recommendations.
+// Operator is the Cluster Version Operator: it keeps the ClusterVersion's
+// recommendations and applies the release it asks for.
 type Operator struct {
-	client configclient.Interface
-	opts   Options
-	eval   *Evaluator
-	http   *http.Client
+	client   configclient.Interface
+	kube     kubernetes.Interface
+	applier  *Applier
+	opts     Options
+	eval     *Evaluator
+	http     *http.Client
+	recorder record.EventRecorder
+
+	// work is the worker applying the current target.
+	work     *worker
+	statusMu sync.Mutex
+
+	runningMu sync.Mutex
+	running   string
+
+	loadedMu sync.Mutex
+	loaded   map[string]*release.Image
 
 	// What the last check asked, and when.
 	lastAsked  string
@@ -68,11 +123,23 @@ func New(client configclient.Interface, opts Options) *Operator {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
+	def := DefaultOptions()
 	if opts.MinimumUpdateCheckInterval == nil {
-		opts.MinimumUpdateCheckInterval = DefaultOptions().MinimumUpdateCheckInterval
+		opts.MinimumUpdateCheckInterval = def.MinimumUpdateCheckInterval
 	}
-	return &Operator{client: client, opts: opts, http: httpClient(),
-		eval: &Evaluator{PromQLURL: opts.PromQLURL, Clock: opts.Clock}}
+	for _, d := range []struct{ v, def *time.Duration }{{&opts.ReconcileInterval, &def.ReconcileInterval}, {&opts.RetryInterval, &def.RetryInterval},
+		{&opts.MaxRetryInterval, &def.MaxRetryInterval}, {&opts.RetrieveTimeout, &def.RetrieveTimeout}, {&opts.OperatorPollInterval, &def.OperatorPollInterval},
+		{&opts.SlowOperatorAfter, &def.SlowOperatorAfter}, {&opts.SlowMachineConfigAfter, &def.SlowMachineConfigAfter}} {
+		if *d.v <= 0 {
+			*d.v = *d.def
+		}
+	}
+	if opts.ApplyAttempts <= 0 {
+		opts.ApplyAttempts = def.ApplyAttempts
+	}
+	return &Operator{client: client, kube: opts.Kube, applier: opts.Applier, opts: opts, http: httpClient(),
+		eval: &Evaluator{PromQLURL: opts.PromQLURL, Clock: opts.Clock}, loaded: map[string]*release.Image{},
+		recorder: &record.FakeRecorder{}}
 }
 
 // Run creates the ClusterVersion if there is none, then keeps its
@@ -80,9 +147,21 @@ func New(client configclient.Interface, opts Options) *Operator {
 // change, every few minutes otherwise, and every second while a risk
 // could not be evaluated.
 func (o *Operator) Run(ctx context.Context) error {
+	if o.kube != nil {
+		b := record.NewBroadcaster(record.WithContext(ctx))
+		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: o.kube.CoreV1().Events("")})
+		defer b.Shutdown()
+		o.recorder = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "openshift-cluster-version-operator"})
+	}
 	if err := o.ensure(ctx); err != nil {
 		return err
 	}
+	defer func() {
+		if o.work != nil {
+			o.work.cancel()
+			<-o.work.done
+		}
+	}()
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		if err := o.Sync(ctx); err != nil {
 			klog.FromContext(ctx).Error(err, "Syncing the ClusterVersion")
@@ -91,15 +170,24 @@ func (o *Operator) Run(ctx context.Context) error {
 	return nil
 }
 
-// ensure creates the ClusterVersion and the CVO's ClusterOperator when
-// they are missing, as an installed cluster has them.
+// ensure creates the ClusterVersion when it is missing, as the installer
+// does: its desired release is the one the cluster installs, with a
+// Partial history entry the CVO completes once the release is applied
+// (Initializing). It then reports the CVO's own ClusterOperator.
 func (o *Operator) ensure(ctx context.Context) error {
+	if o.kube != nil {
+		_, err := o.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("namespace %s: %w", Namespace, err)
+		}
+	}
 	cvs := o.client.ConfigV1().ClusterVersions()
-	if _, err := cvs.Get(ctx, Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+	cv, err := cvs.Get(ctx, Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
 		if o.opts.Current.Version == "" || o.opts.Current.Image == "" {
 			return fmt.Errorf("no ClusterVersion %s and no current release to create it with", Name)
 		}
-		cv := &configv1.ClusterVersion{
+		cv = &configv1.ClusterVersion{
 			ObjectMeta: metav1.ObjectMeta{Name: Name},
 			Spec:       configv1.ClusterVersionSpec{ClusterID: configv1.ClusterID(uuid.NewString()), Channel: o.opts.Channel},
 		}
@@ -108,37 +196,50 @@ func (o *Operator) ensure(ctx context.Context) error {
 			return fmt.Errorf("creating ClusterVersion %s: %w", Name, err)
 		}
 		if err == nil {
+			cv = created
 			now := metav1.NewTime(o.opts.Clock.Now())
 			cur := o.opts.Current
-			created.Status = configv1.ClusterVersionStatus{
-				Desired: cur,
-				History: []configv1.UpdateHistory{{State: configv1.CompletedUpdate, StartedTime: now, CompletionTime: &now,
-					Version: cur.Version, Image: cur.Image, Verified: false}},
+			// Without an applier there is nothing to initialize: the
+			// release counts as installed.
+			installed := o.applier == nil
+			cv.Status = configv1.ClusterVersionStatus{
+				Desired:            cur,
+				History:            MergeHistory(nil, cur, installed, false, "", now),
 				ObservedGeneration: created.Generation,
-				AvailableUpdates:   nil,
+			}
+			progressing := configv1.ClusterOperatorStatusCondition{Type: configv1.OperatorProgressing, Status: configv1.ConditionTrue, Message: "Working towards " + cur.Version}
+			available := configv1.ClusterOperatorStatusCondition{Type: configv1.OperatorAvailable, Status: configv1.ConditionFalse}
+			if installed {
+				progressing.Status, progressing.Message = configv1.ConditionFalse, "Cluster version is "+cur.Version
+				available.Status, available.Message = configv1.ConditionTrue, "Done applying "+cur.Version
 			}
 			for _, c := range []configv1.ClusterOperatorStatusCondition{
-				{Type: configv1.OperatorAvailable, Status: configv1.ConditionTrue, Message: "Done applying " + cur.Version},
-				{Type: configv1.OperatorProgressing, Status: configv1.ConditionFalse, Message: "Cluster version is " + cur.Version},
-				{Type: "Failing", Status: configv1.ConditionFalse},
-				{Type: "ReleaseAccepted", Status: configv1.ConditionTrue, Reason: "PayloadLoaded",
+				available, progressing,
+				{Type: Failing, Status: configv1.ConditionFalse},
+				{Type: ReleaseAccepted, Status: configv1.ConditionTrue, Reason: "PayloadLoaded",
 					Message: fmt.Sprintf("Payload loaded version=%q image=%q architecture=%q", cur.Version, cur.Image, o.opts.Architecture)},
 				{Type: configv1.RetrievedUpdates, Status: configv1.ConditionFalse},
 			} {
-				setCondition(&created.Status.Conditions, c, now)
+				SetCondition(&cv.Status.Conditions, c, now)
 			}
-			if _, err := cvs.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			if _, err := cvs.UpdateStatus(ctx, cv, metav1.UpdateOptions{}); err != nil {
 				return fmt.Errorf("writing the status of ClusterVersion %s: %w", Name, err)
 			}
 		}
 	} else if err != nil {
 		return err
 	}
-	return o.ensureClusterOperator(ctx)
+	if o.kube != nil {
+		o.setRunning(o.runningVersion(ctx, cv.Status.Desired.Version))
+	} else {
+		o.setRunning(cv.Status.Desired.Version)
+	}
+	return o.reportOperator(ctx)
 }
 
-// ensureClusterOperator reports the CVO itself as a ClusterOperator.
-func (o *Operator) ensureClusterOperator(ctx context.Context) error {
+// reportOperator reports the CVO itself as the ClusterOperator version:
+// the version it runs as.
+func (o *Operator) reportOperator(ctx context.Context) error {
 	cos := o.client.ConfigV1().ClusterOperators()
 	co, err := cos.Get(ctx, Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -147,32 +248,49 @@ func (o *Operator) ensureClusterOperator(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("ClusterOperator %s: %w", Name, err)
 	}
-	cv, err := o.client.ConfigV1().ClusterVersions().Get(ctx, Name, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
 	now := metav1.NewTime(o.opts.Clock.Now())
-	v := cv.Status.Desired.Version
+	v := o.Running()
 	co.Status.Versions = []configv1.OperandVersion{{Name: "operator", Version: v}}
 	for _, c := range []configv1.ClusterOperatorStatusCondition{
-		{Type: configv1.OperatorAvailable, Status: configv1.ConditionTrue, Reason: "AsExpected", Message: "Done applying " + v},
-		{Type: configv1.OperatorProgressing, Status: configv1.ConditionFalse, Reason: "AsExpected", Message: "Cluster version is " + v},
+		{Type: configv1.OperatorAvailable, Status: configv1.ConditionTrue, Reason: "AsExpected", Message: "Running version " + v},
+		{Type: configv1.OperatorProgressing, Status: configv1.ConditionFalse, Reason: "AsExpected"},
 		{Type: configv1.OperatorDegraded, Status: configv1.ConditionFalse, Reason: "AsExpected"},
 	} {
-		setCondition(&co.Status.Conditions, c, now)
+		SetCondition(&co.Status.Conditions, c, now)
 	}
-	co.Status.RelatedObjects = []configv1.ObjectReference{{Group: "config.openshift.io", Resource: "clusterversions", Name: Name}}
+	co.Status.RelatedObjects = []configv1.ObjectReference{{Group: "config.openshift.io", Resource: "clusterversions", Name: Name},
+		{Resource: "namespaces", Name: Namespace}}
 	_, err = cos.UpdateStatus(ctx, co, metav1.UpdateOptions{})
 	return err
 }
 
-// Sync checks for updates when it is time, and writes what it found.
+// Sync checks for updates when it is time and writes what it found,
+// computes Upgradeable from the cluster operators, and sets the worker
+// on the release the ClusterVersion asks for.
 func (o *Operator) Sync(ctx context.Context) error {
 	cvs := o.client.ConfigV1().ClusterVersions()
 	cv, err := cvs.Get(ctx, Name, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
+	if err := o.syncRecommendations(ctx, cv); err != nil {
+		return err
+	}
+	if o.applier == nil {
+		return nil
+	}
+	if err := o.syncUpgradeable(ctx); err != nil {
+		return err
+	}
+	if cv, err = cvs.Get(ctx, Name, metav1.GetOptions{}); err != nil {
+		return err
+	}
+	return o.syncWork(ctx, cv)
+}
+
+// syncRecommendations asks the update service when it is time and writes
+// the recommendations; between checks it only evaluates unknown risks.
+func (o *Operator) syncRecommendations(ctx context.Context, cv *configv1.ClusterVersion) error {
 	upstream := string(cv.Spec.Upstream)
 	if upstream == "" {
 		upstream = o.opts.Upstream
@@ -184,19 +302,11 @@ func (o *Operator) Sync(ctx context.Context) error {
 			return nil
 		}
 		// Between checks, only the risks are evaluated again.
-		o.reevaluate(ctx, cv, metav1.NewTime(now))
-		if _, err := cvs.UpdateStatus(ctx, cv, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("writing the status of ClusterVersion %s: %w", Name, err)
-		}
-		return nil
+		return o.updateStatus(ctx, func(cv *configv1.ClusterVersion, now metav1.Time) { o.reevaluate(ctx, cv, now) })
 	}
 	r := Recommend(ctx, o.http, cv, o.opts.Upstream, o.opts.Architecture, o.eval)
 	o.lastAsked, o.lastCheck, o.nextPeriod = asked, now, o.opts.MinimumUpdateCheckInterval()
-	r.Apply(cv, metav1.NewTime(now))
-	if _, err := cvs.UpdateStatus(ctx, cv, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("writing the status of ClusterVersion %s: %w", Name, err)
-	}
-	return nil
+	return o.updateStatus(ctx, func(cv *configv1.ClusterVersion, now metav1.Time) { r.Apply(cv, now) })
 }
 
 // reevaluate evaluates the known conditional updates' risks again and

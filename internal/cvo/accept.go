@@ -1,0 +1,334 @@
+package cvo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	configv1 "github.com/openshift/api/config/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/utils/ptr"
+
+	"github.com/capstan-dev/capstan/internal/cvo/payload"
+	"github.com/capstan-dev/capstan/internal/release"
+	"github.com/capstan-dev/capstan/internal/release/signature"
+)
+
+// VerificationConfigMap is the ConfigMap (in openshift-config-managed)
+// the CVO verifies releases with: its verifier-public-key-* keyrings
+// must each have signed, its store-* URLs hold signatures.
+const VerificationConfigMap = "release-verification"
+
+// accept takes a new release on, as the CVO's payload sync does:
+// retrieve and verify it, download it with a Job while loading it, check
+// its version and the preconditions, then record it as desired with a new
+// Partial history entry. Each step is an event on the ClusterVersion and
+// the ReleaseAccepted condition.
+func (w *worker) accept(ctx context.Context, cv *configv1.ClusterVersion) (*release.Image, error) {
+	o, t := w.o, w.target
+	mode := payload.Updating
+	if modeOf(cv, t) == payload.Initializing {
+		mode = payload.Initializing
+	}
+	w.prog.start(versionOrImage(t.Version, t.Image), mode, 0)
+	w.prog.changed()
+	msg := fmt.Sprintf("Retrieving and verifying payload version=%q image=%q", t.Version, t.Image)
+	o.recorder.Event(cvRef, corev1.EventTypeNormal, "RetrievePayload", msg)
+	if err := o.setReleaseAccepted(ctx, configv1.ConditionUnknown, "RetrievePayload", msg); err != nil {
+		return nil, err
+	}
+	retrieveFailed := func(e *payload.UpdateError) error {
+		return w.acceptFailed(ctx, "RetrievePayload", fmt.Sprintf("Retrieving payload failed version=%q image=%q failure=%v", t.Version, t.Image, e), e)
+	}
+
+	var risks []string
+	verified := false
+	vctx, cancel := context.WithTimeout(ctx, o.opts.RetrieveTimeout/2)
+	verr := o.verify(vctx, t.Image)
+	cancel()
+	switch {
+	case verr == nil:
+		verified = true
+	case !t.Force:
+		return nil, retrieveFailed(&payload.UpdateError{Effect: payload.EffectFail, Reason: "ImageVerificationFailed",
+			Message: "The update cannot be verified: " + verr.Error(), Nested: verr})
+	default:
+		risks = append(risks, fmt.Sprintf("Target release version=%q image=%q cannot be verified, but continuing anyway because the update was forced: %v", t.Version, t.Image, verr))
+	}
+
+	// The Job prepares the payload on a node while the CVO reads it.
+	var (
+		img     *release.Image
+		readErr error
+		wg      sync.WaitGroup
+	)
+	rctx, cancel := context.WithTimeout(ctx, o.opts.RetrieveTimeout)
+	defer cancel()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		img, readErr = readRelease(rctx, t.Image)
+	}()
+	jobErr := w.runJob(rctx)
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	if jobErr != nil {
+		return nil, retrieveFailed(&payload.UpdateError{Effect: payload.EffectFail, Reason: "UpdatePayloadRetrievalFailed",
+			Message: "Unable to download and prepare the update: " + jobErr.Error(), Nested: jobErr})
+	}
+	if readErr != nil && retrievalError(readErr) {
+		return nil, retrieveFailed(&payload.UpdateError{Effect: payload.EffectFail, Reason: "UpdatePayloadRetrievalFailed",
+			Message: "Unable to download and prepare the update: " + readErr.Error(), Nested: readErr})
+	}
+	o.recorder.Eventf(cvRef, corev1.EventTypeNormal, "LoadPayload", "Loading payload version=%q image=%q", t.Version, t.Image)
+	if readErr != nil {
+		return nil, w.acceptFailed(ctx, "LoadPayload", fmt.Sprintf("Loading payload failed version=%q image=%q failure=%v", t.Version, t.Image, readErr),
+			&payload.UpdateError{Effect: payload.EffectFail, Reason: "UpdatePayloadIntegrity", Message: "The content of the update is invalid: " + readErr.Error(), Nested: readErr})
+	}
+	version := img.Payload.Metadata.Version
+	if t.Version != "" && version != t.Version {
+		err := fmt.Errorf("release image version %s does not match the expected upstream version %s", version, t.Version)
+		return nil, w.acceptFailed(ctx, "VerifyPayloadVersion", fmt.Sprintf("Verifying payload failed version=%q image=%q failure=%v", t.Version, t.Image, err),
+			&payload.UpdateError{Effect: payload.EffectFail, Reason: "UpdatePayloadIntegrity", Message: "The content of the update is invalid: " + err.Error(), Nested: err})
+	}
+
+	// The release the cluster already runs is not checked again.
+	if mode != payload.Initializing && t.Image != cv.Status.Desired.Image {
+		fresh, err := o.client.ConfigV1().ClusterVersions().Get(ctx, Name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		errs := append(Preconditions(fresh, version), recommendedUpdate(fresh, version)...)
+		if summary, block := SummarizePreconditions(errs); summary != "" {
+			switch {
+			case block && !t.Force:
+				o.recorder.Eventf(cvRef, corev1.EventTypeWarning, "PreconditionBlock", "Preconditions failed for payload loaded version=%q image=%q: %s", version, t.Image, summary)
+				return nil, w.acceptFailed(ctx, "PreconditionChecks", fmt.Sprintf("Preconditions failed for payload loaded version=%q image=%q: %s", version, t.Image, summary),
+					&payload.UpdateError{Effect: payload.EffectFail, Reason: "UpgradePreconditionCheckFailed", Message: summary})
+			case block:
+				risks = append(risks, "Forced through blocking failures: "+summary)
+			default:
+				risks = append(risks, summary)
+			}
+			o.recorder.Eventf(cvRef, corev1.EventTypeWarning, "PreconditionWarn", "precondition warning for payload loaded version=%q image=%q: %s", version, t.Image, summary)
+		}
+		o.recorder.Eventf(cvRef, corev1.EventTypeNormal, "PreconditionsPassed", "preconditions passed for payload loaded version=%q image=%q", version, t.Image)
+	}
+
+	msg = fmt.Sprintf("Payload loaded version=%q image=%q", version, t.Image)
+	o.recorder.Event(cvRef, corev1.EventTypeNormal, "PayloadLoaded", msg)
+	o.cache(t.Image, img)
+	w.prog.clearFailure()
+	err := o.updateStatus(ctx, func(cv *configv1.ClusterVersion, now metav1.Time) {
+		desired := configv1.Release{Version: version, Image: t.Image}
+		for _, r := range cv.Status.AvailableUpdates {
+			if r.Image == t.Image || r.Version == version {
+				desired.URL, desired.Channels = r.URL, r.Channels
+			}
+		}
+		for _, cu := range cv.Status.ConditionalUpdates {
+			if cu.Release.Image == t.Image {
+				desired.URL, desired.Channels = cu.Release.URL, cu.Release.Channels
+			}
+		}
+		if desired.URL == "" {
+			desired.URL = configv1.URL(img.Payload.Metadata.Metadata[release.URLMetadata])
+		}
+		cv.Status.Desired = desired
+		cv.Status.History = MergeHistory(cv.Status.History, desired, false, verified, strings.Join(risks, "\n"), now)
+		cv.Status.ObservedGeneration = cv.Generation
+		SetCondition(&cv.Status.Conditions, configv1.ClusterOperatorStatusCondition{Type: ReleaseAccepted, Status: configv1.ConditionTrue, Reason: "PayloadLoaded",
+			Message: fmt.Sprintf("Payload loaded version=%q image=%q architecture=%q", version, t.Image, o.opts.Architecture)}, now)
+	})
+	return img, err
+}
+
+// acceptFailed reports a failed step: a warning event, ReleaseAccepted
+// False with the step as reason, and the error as the pass's failure.
+func (w *worker) acceptFailed(ctx context.Context, step, msg string, e *payload.UpdateError) error {
+	w.o.recorder.Event(cvRef, corev1.EventTypeWarning, step+"Failed", msg)
+	err := w.prog.fail(e)
+	// One write, so ReleaseAccepted and Failing never disagree.
+	if werr := w.o.updateStatus(ctx, func(cv *configv1.ClusterVersion, now metav1.Time) {
+		SetCondition(&cv.Status.Conditions, configv1.ClusterOperatorStatusCondition{Type: ReleaseAccepted, Status: configv1.ConditionFalse, Reason: step, Message: msg}, now)
+		w.setProgress(cv, now)
+	}); werr != nil {
+		return werr
+	}
+	return err
+}
+
+func (o *Operator) setReleaseAccepted(ctx context.Context, status configv1.ConditionStatus, reason, msg string) error {
+	return o.updateStatus(ctx, func(cv *configv1.ClusterVersion, now metav1.Time) {
+		SetCondition(&cv.Status.Conditions, configv1.ClusterOperatorStatusCondition{Type: ReleaseAccepted, Status: status, Reason: reason, Message: msg}, now)
+	})
+}
+
+// retrievalError tells a failure to fetch an image from a failure of its
+// content.
+func retrievalError(err error) bool {
+	var terr *transport.Error
+	var nerr net.Error
+	return errors.As(err, &terr) || errors.As(err, &nerr) || errors.Is(err, context.DeadlineExceeded)
+}
+
+func readRelease(ctx context.Context, image string) (*release.Image, error) {
+	ref, err := release.ParseRef(image)
+	if err != nil {
+		return nil, err
+	}
+	return release.Read(ctx, ref)
+}
+
+// loadAccepted reads a release accepted before (after a restart, or
+// while reconciling): it is not verified or checked again.
+func (o *Operator) loadAccepted(ctx context.Context, t target) (*release.Image, error) {
+	o.loadedMu.Lock()
+	img := o.loaded[t.Image]
+	o.loadedMu.Unlock()
+	if img != nil {
+		return img, nil
+	}
+	img, err := readRelease(ctx, t.Image)
+	if err != nil {
+		return nil, &payload.UpdateError{Effect: payload.EffectFail, Reason: "UpdatePayloadRetrievalFailed",
+			Message: "Unable to download and prepare the update: " + err.Error(), Nested: err}
+	}
+	o.cache(t.Image, img)
+	return img, nil
+}
+
+// cache keeps the last releases read (an update's source and target).
+func (o *Operator) cache(image string, img *release.Image) {
+	o.loadedMu.Lock()
+	defer o.loadedMu.Unlock()
+	if len(o.loaded) >= 2 {
+		clear(o.loaded)
+	}
+	o.loaded[image] = img
+}
+
+// verify checks the release's signatures with the cluster's verification
+// ConfigMap: the signature ConfigMaps first, then its stores.
+func (o *Operator) verify(ctx context.Context, image string) error {
+	_, digest, ok := strings.Cut(image, "@")
+	if !ok {
+		return signature.ErrNotByDigest
+	}
+	cm, err := o.kube.CoreV1().ConfigMaps(signature.Namespace).Get(ctx, VerificationConfigMap, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("no verification configuration: %w", err)
+	}
+	v, err := signature.FromConfigMap(cm)
+	if err != nil {
+		return err
+	}
+	v.Stores = append([]signature.Store{&signature.ConfigMapStore{Client: o.kube}}, v.Stores...)
+	return v.Verify(ctx, digest)
+}
+
+// runJob runs the Job that prepares the release on a node, as the CVO's
+// version-<version>-<random> Job does, and waits for it to complete.
+func (w *worker) runJob(ctx context.Context) error {
+	t := w.target
+	suffix := t.Version
+	if suffix == "" {
+		_, digest, _ := strings.Cut(t.Image, "@sha256:")
+		suffix = digest[:min(len(digest), 12)]
+	}
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("version-%s-%s", suffix, utilrand.String(5)), Namespace: Namespace,
+			Labels: map[string]string{"k8s-app": "retrieve-openshift-release"}},
+		Spec: batchv1.JobSpec{
+			BackoffLimit:          ptr.To(int32(0)),
+			ActiveDeadlineSeconds: ptr.To(int64(w.o.opts.RetrieveTimeout / time.Second)),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"k8s-app": "retrieve-openshift-release"}},
+				Spec: corev1.PodSpec{
+					RestartPolicy:                corev1.RestartPolicyNever,
+					PriorityClassName:            "system-cluster-critical",
+					AutomountServiceAccountToken: ptr.To(false),
+					NodeSelector:                 map[string]string{"node-role.kubernetes.io/master": ""},
+					Tolerations:                  []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+					Containers: []corev1.Container{{Name: "payload", Image: t.Image,
+						Command:   []string{"/bin/sh", "-c", "mkdir -p /etc/cvo/updatepayloads/" + suffix + " && cp -r /manifests /release-manifests /etc/cvo/updatepayloads/" + suffix},
+						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{}}}},
+				},
+			},
+		},
+	}
+	jobs := w.o.kube.BatchV1().Jobs(Namespace)
+	created, err := jobs.Create(ctx, job, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating job %s/%s: %w", Namespace, job.Name, err)
+	}
+	for {
+		got, err := jobs.Get(ctx, created.Name, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+			return err
+		}
+		if err == nil {
+			for _, c := range got.Status.Conditions {
+				if c.Status != corev1.ConditionTrue {
+					continue
+				}
+				switch c.Type {
+				case batchv1.JobComplete:
+					return nil
+				case batchv1.JobFailed:
+					return fmt.Errorf("job %s has failed: %s: %s", got.Name, c.Reason, c.Message)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("job %s did not complete: %w", created.Name, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// recommendedUpdate warns (without blocking) of an update that is not a
+// recommended one, as the CVO's ClusterVersionRecommendedUpdate
+// precondition does: the warning is kept in history's acceptedRisks.
+func recommendedUpdate(cv *configv1.ClusterVersion, version string) []*PreconditionError {
+	for _, r := range cv.Status.AvailableUpdates {
+		if r.Version == version {
+			return nil
+		}
+	}
+	for _, cu := range cv.Status.ConditionalUpdates {
+		if cu.Release.Version != version {
+			continue
+		}
+		if c := notRecommended(cu); c != nil {
+			return []*PreconditionError{{Name: "ClusterVersionRecommendedUpdate", Reason: c.Reason, NonBlocking: true,
+				Message: fmt.Sprintf("Update from %s to %s is not recommended:\n\n%s", cv.Status.Desired.Version, version, c.Message)}}
+		}
+		return nil
+	}
+	if cv.Spec.Channel == "" {
+		return []*PreconditionError{{Name: "ClusterVersionRecommendedUpdate", Reason: "NoChannel", NonBlocking: true,
+			Message: "Configured channel is unset, so the recommended status of updating from " + cv.Status.Desired.Version + " to " + version + " is unknown."}}
+	}
+	return []*PreconditionError{{Name: "ClusterVersionRecommendedUpdate", Reason: "UnknownUpdate", NonBlocking: true,
+		Message: fmt.Sprintf("RetrievedUpdates=%s, so the recommended status of updating from %s to %s is unknown.", retrieved(cv), cv.Status.Desired.Version, version)}}
+}
+
+func retrieved(cv *configv1.ClusterVersion) string {
+	if c := findCO(cv.Status.Conditions, configv1.RetrievedUpdates); c != nil {
+		return string(c.Status)
+	}
+	return "Unknown"
+}

@@ -1,0 +1,57 @@
+package cvo
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	configv1 "github.com/openshift/api/config/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// syncUpgradeable sets the ClusterVersion's Upgradeable condition from
+// the cluster operators that say they must not be updated to another
+// minor version; it is absent while none does.
+func (o *Operator) syncUpgradeable(ctx context.Context) error {
+	list, err := o.client.ConfigV1().ClusterOperators().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	cond := Upgradeable(list.Items)
+	return o.updateStatus(ctx, func(cv *configv1.ClusterVersion, now metav1.Time) {
+		if cond == nil {
+			removeCondition(&cv.Status.Conditions, configv1.OperatorUpgradeable)
+			return
+		}
+		SetCondition(&cv.Status.Conditions, *cond, now)
+	})
+}
+
+// Upgradeable words the operators' Upgradeable=False as the CVO does:
+// one operator gives its reason; several give ClusterOperatorsNotUpgradeable
+// with a line each. nil when every operator may be updated.
+func Upgradeable(cos []configv1.ClusterOperator) *configv1.ClusterOperatorStatusCondition {
+	var blocked []configv1.ClusterOperator
+	for _, co := range cos {
+		if c := findCO(co.Status.Conditions, configv1.OperatorUpgradeable); c != nil && c.Status == configv1.ConditionFalse {
+			blocked = append(blocked, co)
+		}
+	}
+	sort.Slice(blocked, func(i, j int) bool { return blocked[i].Name < blocked[j].Name })
+	switch len(blocked) {
+	case 0:
+		return nil
+	case 1:
+		c := findCO(blocked[0].Status.Conditions, configv1.OperatorUpgradeable)
+		return &configv1.ClusterOperatorStatusCondition{Type: configv1.OperatorUpgradeable, Status: configv1.ConditionFalse, Reason: c.Reason,
+			Message: fmt.Sprintf("Cluster operator %s should not be upgraded between minor or major versions: %s", blocked[0].Name, c.Message)}
+	}
+	lines := make([]string, len(blocked))
+	for i, co := range blocked {
+		c := findCO(co.Status.Conditions, configv1.OperatorUpgradeable)
+		lines[i] = fmt.Sprintf("* Cluster operator %s should not be upgraded between minor or major versions: %s: %s", co.Name, c.Reason, c.Message)
+	}
+	return &configv1.ClusterOperatorStatusCondition{Type: configv1.OperatorUpgradeable, Status: configv1.ConditionFalse, Reason: "ClusterOperatorsNotUpgradeable",
+		Message: "Multiple cluster operators should not be upgraded between minor or major versions:\n" + strings.Join(lines, "\n")}
+}
