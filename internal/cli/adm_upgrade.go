@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	configv1 "github.com/openshift/api/config/v1"
 	configclient "github.com/openshift/client-go/config/clientset/versioned"
@@ -132,7 +133,47 @@ writing ClusterVersion spec.desiredUpdate; --clear cancels a request.`,
 	fs.BoolVar(&req.AllowWithWarnings, "allow-upgrade-with-warnings", false, "Upgrade regardless of client-side guard failures, such as upgrades in progress or failing clusters.")
 	fs.BoolVar(&includeNotRecd, "include-not-recommended", false, "Display additional updates which are not recommended based on your cluster configuration.")
 	fs.BoolVar(&req.AllowNotRecommended, "allow-not-recommended", false, "Allows upgrade to a version when it is supported but not recommended for updates.")
-	c.AddCommand(newAdmUpgradeChannelCommand())
+	c.AddCommand(newAdmUpgradeChannelCommand(), newAdmUpgradeStatusCommand())
+	return c
+}
+
+func newAdmUpgradeStatusCommand() *cobra.Command {
+	var (
+		cf      clientFlags
+		details string
+	)
+	c := &cobra.Command{
+		Use:   "status",
+		Short: "Show the progress of an update, as oc adm upgrade status does",
+		Long: `Shows how far the control plane's update has come: the assessment, the target,
+the operators updated, updating and waiting, how long it has taken, the
+operators' health, and what needs attention.`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			out, errOut := c.OutOrStdout(), c.ErrOrStderr()
+			client, err := configClient(&cf)
+			if err != nil {
+				return err
+			}
+			cv, err := client.ConfigV1().ClusterVersions().Get(c.Context(), cvo.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return ocError(errOut, errors.New("no cluster version information available - you must be connected to an OpenShift version 4 server to fetch the current version"))
+			}
+			if err != nil {
+				return ocError(errOut, err)
+			}
+			cos, err := client.ConfigV1().ClusterOperators().List(c.Context(), metav1.ListOptions{})
+			if err != nil {
+				return ocError(errOut, err)
+			}
+			if err := cvo.UpgradeStatus(out, cv, cos.Items, time.Now(), details); err != nil {
+				return ocError(errOut, err)
+			}
+			return nil
+		},
+	}
+	cf.add(c.Flags())
+	c.Flags().StringVar(&details, "details", "none", "Show detailed output in selected section. One of: "+strings.Join(cvo.StatusDetails, ", "))
 	return c
 }
 

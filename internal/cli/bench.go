@@ -19,7 +19,7 @@ func newBenchCommand() *cobra.Command {
 		Use:   "bench",
 		Short: "Benchmarks on a fresh embedded control plane",
 	}
-	c.AddCommand(newBenchUpCommand(), newBenchMachinesCommand(), newBenchAutoscalerCommand())
+	c.AddCommand(newBenchUpCommand(), newBenchMachinesCommand(), newBenchAutoscalerCommand(), newBenchCVOCommand())
 	c.AddCommand(newBenchSchedulerCommands()...)
 	return c
 }
@@ -105,4 +105,36 @@ func writeHeapProfile(path string) error {
 	}
 	defer f.Close()
 	return pprof.Lookup("heap").WriteTo(f, 0)
+}
+
+func newBenchCVOCommand() *cobra.Command {
+	o := bench.CVOOptions{Operators: 40, Manifests: 800, Timeout: 10 * time.Minute}
+	c := &cobra.Command{
+		Use:   "cvo",
+		Short: "The Cluster Version Operator's own time in an update of N manifests over M operators, and its apply throughput",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			res, err := bench.CVO(ctx, o, c.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			out := c.OutOrStdout()
+			fmt.Fprintf(out, "\nbench cvo: operators=%d manifests=%d run levels=%d fsync=%v\n", res.Operators, res.Manifests, res.RunLevels, !o.EtcdNoFsync)
+			fmt.Fprintf(out, "  update:          %.1f s (request to Completed)\n", res.Total.Seconds())
+			fmt.Fprintf(out, "  accept:          %.1f s (retrieve, Job, load, preconditions)\n", res.Accept.Seconds())
+			fmt.Fprintf(out, "  operators:       %.1f s (run levels waiting on their operators)\n", res.OperatorTime.Seconds())
+			fmt.Fprintf(out, "  CVO overhead:    %.1f s (update - operators; target < 5 s)\n", res.Overhead.Seconds())
+			fmt.Fprintf(out, "  apply:           %.0f manifests/s\n", res.ApplyPerSecond)
+			fmt.Fprintf(out, "  process CPU:     %.1f s\n", res.CPU.Seconds())
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.IntVar(&o.Operators, "operators", o.Operators, "cluster operators in the release")
+	f.IntVar(&o.Manifests, "manifests", o.Manifests, "manifests in the release (spread over the operators)")
+	f.BoolVar(&o.EtcdNoFsync, "etcd-unsafe-no-fsync", false, "run etcd without fsync")
+	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up on each update after this long")
+	return c
 }

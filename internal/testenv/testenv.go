@@ -141,6 +141,7 @@ const KeepDataEnv = "CAPSTAN_KEEP_TEST_DATA"
 type TB interface {
 	Helper()
 	Fatalf(format string, args ...any)
+	Errorf(format string, args ...any)
 	Cleanup(func())
 	Name() string
 }

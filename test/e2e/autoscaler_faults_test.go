@@ -33,10 +33,10 @@ import (
 // done twice, and the scale-down removes exactly the unneeded nodes.
 func TestAutoscalerSurvivesSIGKILL(t *testing.T) {
 	dir := t.TempDir()
-	args := []string{"--data-dir", dir, "--port", strconv.Itoa(freePort(t)), "--nodes", "1", "--control-plane-nodes", "1",
+	args := []string{"--data-dir", dir, "--port", strconv.Itoa(testenv.FreePort(t)), "--nodes", "1", "--control-plane-nodes", "1",
 		"--autoscaler-scan-interval", "1s", "--metrics-address", ""}
-	up := startUp(t, args...)
-	up.waitLine(t, "capstan is up", 3*time.Minute)
+	up := testenv.StartUp(t, args...)
+	up.WaitLine(t, "capstan is up", 3*time.Minute)
 	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
 	if err != nil {
 		t.Fatal(err)
@@ -113,10 +113,9 @@ func TestAutoscalerSurvivesSIGKILL(t *testing.T) {
 		r := replicasOf()
 		return r == 3, fmt.Sprintf("%d replicas", r)
 	})
-	up.cmd.Process.Kill()
-	<-up.done
-	up = startUp(t, args...)
-	up.waitLine(t, "capstan is up", 3*time.Minute)
+	up.Kill(t)
+	up = testenv.StartUp(t, args...)
+	up.WaitLine(t, "capstan is up", 3*time.Minute)
 	for i := range 3 {
 		waitPodRunning(t, client, "default", fmt.Sprintf("fault-%d", i))
 	}
@@ -142,10 +141,9 @@ func TestAutoscalerSurvivesSIGKILL(t *testing.T) {
 		}
 		return len(since) == 2, fmt.Sprintf("unneeded since: %v", since)
 	})
-	up.cmd.Process.Kill()
-	<-up.done
-	up = startUp(t, args...)
-	up.waitLine(t, "capstan is up", 3*time.Minute)
+	up.Kill(t)
+	up = testenv.StartUp(t, args...)
+	up.WaitLine(t, "capstan is up", 3*time.Minute)
 	// The timers go on; the removal is written (replicas lowered, the two
 	// machines deleting) and held by the hook.
 	machineOf := func() map[string]*machinev1.Machine {
@@ -180,10 +178,9 @@ func TestAutoscalerSurvivesSIGKILL(t *testing.T) {
 		return len(held) == 2 && replicasOf() == 1, fmt.Sprintf("%d replicas, machines deleting for %d of the 2 unneeded nodes", replicasOf(), len(held))
 	})
 	// Killed in the middle of the removal.
-	up.cmd.Process.Kill()
-	<-up.done
-	up = startUp(t, args...)
-	up.waitLine(t, "capstan is up", 3*time.Minute)
+	up.Kill(t)
+	up = testenv.StartUp(t, args...)
+	up.WaitLine(t, "capstan is up", 3*time.Minute)
 	// Two status updates after the restart: at least one whole loop ran,
 	// the start-up clean-up of unfinished removals included.
 	seen := map[string]bool{}
@@ -227,7 +224,7 @@ func TestAutoscalerSurvivesSIGKILL(t *testing.T) {
 		return replicasOf() == 1 && liveMachines() == 1, fmt.Sprintf("%d replicas, %d machines", replicasOf(), liveMachines())
 	})
 	waitPodRunning(t, client, "default", "fault-0")
-	up.stop(t)
+	up.Stop(t)
 }
 
 func autoscaledPodNamed(name, set string) *corev1.Pod {

@@ -35,10 +35,10 @@ import (
 // hook skipped, no instance terminated twice, none orphaned.
 func TestMachineDeletionResumesAfterKill(t *testing.T) {
 	dir := t.TempDir()
-	args := []string{"--data-dir", dir, "--port", strconv.Itoa(freePort(t)), "--nodes", "0", "--control-plane-nodes", "0",
+	args := []string{"--data-dir", dir, "--port", strconv.Itoa(testenv.FreePort(t)), "--nodes", "0", "--control-plane-nodes", "0",
 		"--terminate-delay", "25s"}
-	up := startUp(t, args...)
-	up.waitLine(t, "capstan is up", 3*time.Minute)
+	up := testenv.StartUp(t, args...)
+	up.WaitLine(t, "capstan is up", 3*time.Minute)
 	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
 	if err != nil {
 		t.Fatal(err)
@@ -117,15 +117,12 @@ func TestMachineDeletionResumesAfterKill(t *testing.T) {
 	})
 
 	// SIGKILL: no shutdown of any kind.
-	if err := up.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	<-up.done
+	up.Kill(t)
 	// Events carry whole seconds: anything stamped from this second on
 	// comes from the restarted capstan.
 	restarted := time.Now().Truncate(time.Second)
-	up = startUp(t, args...)
-	up.waitLine(t, "capstan is up", 3*time.Minute)
+	up = testenv.StartUp(t, args...)
+	up.WaitLine(t, "capstan is up", 3*time.Minute)
 
 	// The shutting-down instance was not terminated again: same end time.
 	if inst, err := cloud.GetInstance(ctx, "kill-term"); err == nil {
@@ -208,7 +205,7 @@ func TestMachineDeletionResumesAfterKill(t *testing.T) {
 			t.Errorf("node %s: %v, want NotFound", n, err)
 		}
 	}
-	up.stop(t)
+	up.Stop(t)
 }
 
 // eventsOf lists the events of reason about a Machine.

@@ -853,11 +853,11 @@ func TestExcludeNodeDrainingSkipsTheDrain(t *testing.T) {
 }
 
 func TestHookCommandsRejectUnknownNames(t *testing.T) {
-	code, out := runCapstan(t, "hooks", "run", "--kubeconfig", env.Kubeconfig, "proactive-replacement", "backup-everything")
+	code, out := testenv.RunCapstan(t, "hooks", "run", "--kubeconfig", env.Kubeconfig, "proactive-replacement", "backup-everything")
 	if code == 0 || !strings.Contains(out, `unknown hook controller "backup-everything" (known: log-flush-delay, proactive-replacement, storage-detach)`) {
 		t.Errorf("exit %d, output:\n%s", code, out)
 	}
-	code, out = runCapstan(t, "up", "--data-dir", t.TempDir(), "--hooks", "log-flush-delay", "--log-flush-delay", "-1s")
+	code, out = testenv.RunCapstan(t, "up", "--data-dir", t.TempDir(), "--hooks", "log-flush-delay", "--log-flush-delay", "-1s")
 	if code == 0 || !strings.Contains(out, "--log-flush-delay -1s: must not be negative") {
 		t.Errorf("exit %d, output:\n%s", code, out)
 	}

@@ -4,29 +4,27 @@
 package e2e
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 
 	"github.com/capstan-dev/capstan/internal/cli"
+	"github.com/capstan-dev/capstan/internal/cluster"
 	"github.com/capstan-dev/capstan/internal/testenv"
 )
-
-// cliEnv makes the test binary act as the capstan binary, so tests can run
-// `capstan up` in a child process without building anything else.
-const cliEnv = "CAPSTAN_E2E_RUN_CLI"
 
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
-	if os.Getenv(cliEnv) == "1" {
+	if os.Getenv(testenv.CLIEnv) == "1" {
 		os.Exit(cli.Run())
 	}
 	var err error
-	env, err = testenv.Start(testenv.Options{ControlPlaneNodes: 3, Workers: 3})
+	env, err = testenv.Start(testenv.Options{ControlPlaneNodes: 3, Workers: 3, Configure: func(o *cluster.Options) {
+		// The Cluster Version Operator and its release payload's
+		// workloads are tested in test/cvo, on a cluster of their own.
+		o.Releases = nil
+	}})
 	if err != nil {
 		// stdout: stderr may already point at the cluster's log file.
 		fmt.Println(err)
@@ -41,19 +39,11 @@ func TestMain(m *testing.M) {
 // and returns its output.
 func capstan(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	var out, errOut bytes.Buffer
-	root := cli.NewRootCommand(&out, &errOut)
-	root.SetArgs(args)
-	err := root.ExecuteContext(context.Background())
-	return out.String() + errOut.String(), err
+	return testenv.CLI(args...)
 }
 
 // capstanOK is capstan that fails the test on error.
 func capstanOK(t *testing.T, args ...string) string {
 	t.Helper()
-	out, err := capstan(t, args...)
-	if err != nil {
-		t.Fatalf("capstan %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return out
+	return testenv.CLIOK(t, args...)
 }

@@ -177,7 +177,7 @@ func TestAdmissionManifestsAndServe(t *testing.T) {
 	// The namespace must exist for the server to dry-run namespaced objects.
 	namespaceWith(t, "pnc-remote", nil)
 	// kubectl exits the process on errors: run it as a child.
-	if code, res := runCapstan(t, "kubectl", "--kubeconfig", env.Kubeconfig, "create", "--dry-run=server", "-f", path); code != 0 ||
+	if code, res := testenv.RunCapstan(t, "kubectl", "--kubeconfig", env.Kubeconfig, "create", "--dry-run=server", "-f", path); code != 0 ||
 		strings.Count(res, "(server dry run)") != 8 {
 		t.Fatalf("server-side dry run: exit %d\n%s", code, res)
 	}
@@ -204,7 +204,7 @@ func TestAdmissionManifestsAndServe(t *testing.T) {
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	_ = os.WriteFile(certFile, secret.Data["tls.crt"], 0o600)
 	_ = os.WriteFile(keyFile, secret.Data["tls.key"], 0o600)
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {

@@ -1,17 +1,13 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,40 +22,6 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/cluster"
 )
-
-// capstanProcess runs this test binary as the capstan binary.
-func capstanProcess(args ...string) *exec.Cmd {
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), cliEnv+"=1")
-	return cmd
-}
-
-// runCapstan runs a short-lived capstan command and returns its exit code
-// and combined output.
-func runCapstan(t *testing.T, args ...string) (int, string) {
-	t.Helper()
-	cmd := capstanProcess(args...)
-	var buf bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &buf, &buf
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); ok {
-		return ee.ExitCode(), buf.String()
-	}
-	if err != nil {
-		t.Fatalf("running capstan %v: %v", args, err)
-	}
-	return 0, buf.String()
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 func TestUpRejectsBadInputWithOneClearLine(t *testing.T) {
 	tmp := t.TempDir()
@@ -102,7 +64,7 @@ func TestUpRejectsBadInputWithOneClearLine(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			code, out := runCapstan(t, tc.args...)
+			code, out := testenv.RunCapstan(t, tc.args...)
 			if code == 0 {
 				t.Fatalf("exit 0, want failure; output:\n%s", out)
 			}
@@ -121,98 +83,20 @@ func TestUpRejectsBadInputWithOneClearLine(t *testing.T) {
 	}
 }
 
-// upProcess is a running `capstan up`.
-type upProcess struct {
-	cmd    *exec.Cmd
-	output *bytes.Buffer
-	lines  chan string
-	done   chan struct{}
-}
-
-func startUp(t *testing.T, args ...string) *upProcess {
-	t.Helper()
-	cmd := capstanProcess(append([]string{"up"}, args...)...)
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	p := &upProcess{cmd: cmd, output: &bytes.Buffer{}, lines: make(chan string, 100), done: make(chan struct{})}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			p.output.WriteString(sc.Text() + "\n")
-			select {
-			case p.lines <- sc.Text():
-			default:
-			}
-		}
-	}()
-	go func() {
-		cmd.Wait()
-		pw.Close()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	return p
-}
-
-func (p *upProcess) waitLine(t *testing.T, substr string, timeout time.Duration) string {
-	t.Helper()
-	deadline := time.After(timeout)
-	for {
-		select {
-		case l := <-p.lines:
-			if strings.Contains(l, substr) {
-				return l
-			}
-		case <-p.done:
-			t.Fatalf("capstan up exited before printing %q:\n%s", substr, p.output)
-		case <-deadline:
-			t.Fatalf("capstan up did not print %q within %s:\n%s", substr, timeout, p.output)
-		}
-	}
-}
-
-func (p *upProcess) stop(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-p.done:
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("capstan up did not stop on SIGTERM:\n%s", p.output)
-	}
-	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
-		t.Fatalf("capstan up exited %d after SIGTERM:\n%s", code, p.output)
-	}
-	if !strings.Contains(p.output.String(), "capstan stopped") {
-		t.Errorf("no clean stop message:\n%s", p.output)
-	}
-}
-
 func TestUpStopsCleanlyAndResumesTheSameCluster(t *testing.T) {
 	dir := t.TempDir()
-	port := strconv.Itoa(freePort(t))
+	port := strconv.Itoa(testenv.FreePort(t))
 	args := []string{"--data-dir", dir, "--port", port, "--nodes", "2", "--control-plane-nodes", "1",
 		"--node-monitor-grace-period", "5s", "--node-monitor-period", "1s"}
-	up := startUp(t, args...)
-	up.waitLine(t, "export KUBECONFIG="+filepath.Join(dir, "kubeconfig"), 3*time.Minute)
-	summary := up.waitLine(t, "capstan is up", 10*time.Second)
+	up := testenv.StartUp(t, args...)
+	up.WaitLine(t, "export KUBECONFIG="+filepath.Join(dir, "kubeconfig"), 3*time.Minute)
+	summary := up.WaitLine(t, "capstan is up", 10*time.Second)
 	if !strings.Contains(summary, "1 control-plane and 2 worker nodes Ready") {
 		t.Errorf("summary %q", summary)
 	}
 
 	// A second capstan on the same data dir is refused; the first runs on.
-	code, out := runCapstan(t, "up", "--data-dir", dir, "--port", strconv.Itoa(freePort(t)))
+	code, out := testenv.RunCapstan(t, "up", "--data-dir", dir, "--port", strconv.Itoa(testenv.FreePort(t)))
 	if code == 0 || !strings.Contains(out, "in use by another capstan") {
 		t.Errorf("second up on a data dir in use: exit %d, output:\n%s", code, out)
 	}
@@ -265,10 +149,10 @@ func TestUpStopsCleanlyAndResumesTheSameCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPodRunning(t, client, "default", "kept")
-	up.stop(t)
+	up.Stop(t)
 
-	up = startUp(t, args...)
-	up.waitLine(t, "capstan is up", 3*time.Minute)
+	up = testenv.StartUp(t, args...)
+	up.WaitLine(t, "capstan is up", 3*time.Minute)
 	cm, err := client.CoreV1().ConfigMaps("default").Get(ctx, "keep-me", metav1.GetOptions{})
 	if err != nil || cm.Data["k"] != "v" {
 		t.Fatalf("configmap after restart: %v %v", cm, err)
@@ -286,7 +170,7 @@ func TestUpStopsCleanlyAndResumesTheSameCluster(t *testing.T) {
 		}
 	}
 	waitPodRunning(t, client, "default", "kept")
-	up.stop(t)
+	up.Stop(t)
 }
 
 func waitPodRunning(t *testing.T, client kubernetes.Interface, ns, name string) {
@@ -305,12 +189,12 @@ func waitPodRunning(t *testing.T, client kubernetes.Interface, ns, name string) 
 // configuration stays in force.
 func TestUpAdmissionConfiguration(t *testing.T) {
 	dir := t.TempDir()
-	port := strconv.Itoa(freePort(t))
+	port := strconv.Itoa(testenv.FreePort(t))
 	args := []string{"--data-dir", dir, "--port", port, "--nodes", "1", "--control-plane-nodes", "0",
 		"--cluster-default-node-selector", "env=prod", "--project-node-selector", "wl=env=test,infra=fedora",
 		"--default-unreachable-toleration-seconds", "42"}
-	up := startUp(t, args...)
-	up.waitLine(t, "capstan is up", 3*time.Minute)
+	up := testenv.StartUp(t, args...)
+	up.WaitLine(t, "capstan is up", 3*time.Minute)
 	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
 	if err != nil {
 		t.Fatal(err)
@@ -364,23 +248,23 @@ func TestUpAdmissionConfiguration(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "conflict with its namespace whitelist") {
 		t.Errorf("pod in a namespace whose selector leaves its whitelist: %v", err)
 	}
-	up.stop(t)
+	up.Stop(t)
 
 	if err := os.WriteFile(filepath.Join(dir, "admission", "podnodeselector.yaml"),
 		[]byte("podNodeSelectorPluginConfig:\n  clusterDefaultNodeSelector: \"env in (prod\"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	up = startUp(t, "--data-dir", dir, "--port", port, "--nodes", "1", "--control-plane-nodes", "0")
-	warning := up.waitLine(t, "capstan: warning:", 3*time.Minute)
+	up = testenv.StartUp(t, "--data-dir", dir, "--port", port, "--nodes", "1", "--control-plane-nodes", "0")
+	warning := up.WaitLine(t, "capstan: warning:", 3*time.Minute)
 	if !strings.Contains(warning, `admission/podnodeselector.yaml: clusterDefaultNodeSelector: selector "env in (prod"`) ||
 		!strings.Contains(warning, "keeping the last good configuration") {
 		t.Errorf("warning %q", warning)
 	}
-	up.waitLine(t, "capstan is up", 3*time.Minute)
+	up.WaitLine(t, "capstan is up", 3*time.Minute)
 	checkDefault("plain2")
-	up.stop(t)
+	up.Stop(t)
 
-	code, out := runCapstan(t, "up", "--data-dir", dir, "--port", port, "--project-node-selector", "no-equals-sign")
+	code, out := testenv.RunCapstan(t, "up", "--data-dir", dir, "--port", port, "--project-node-selector", "no-equals-sign")
 	if code == 0 || !strings.Contains(out, `--project-node-selector "no-equals-sign" is not NAMESPACE=SELECTOR`) {
 		t.Errorf("bad flag: exit %d\n%s", code, out)
 	}
