@@ -5,7 +5,9 @@ package bench
 
 import (
 	"bufio"
+	"context"
 	"fmt"
+	"io"
 	"os"
 	"runtime/pprof"
 	"strconv"
@@ -56,6 +58,15 @@ func clusterOptions(dir string, etcdNoFsync bool) cluster.Options {
 	opts.ControlPlaneNodes, opts.Workers = 0, 0
 	opts.BootFromMachines = false
 	return opts
+}
+
+// startCluster starts the benchmark's cluster in dir.
+func startCluster(ctx context.Context, opts cluster.Options, dir string, log io.Writer) (*cluster.Cluster, error) {
+	if err := opts.SetLeaseDuration(); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(log, "Starting a control plane in %s ...\n", dir)
+	return cluster.Start(ctx, opts)
 }
 
 // StartCPUProfile writes a CPU profile of this process to path until the

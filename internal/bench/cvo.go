@@ -98,11 +98,7 @@ func CVO(ctx context.Context, o CVOOptions, log io.Writer) (*CVOResult, error) {
 	rel.CVO.OperatorPollInterval = 100 * time.Millisecond
 	rel.CVO.RetryInterval = 200 * time.Millisecond
 	opts.Releases = &rel
-	if err := opts.SetLeaseDuration(); err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(log, "Starting a control plane in %s ...\n", dir)
-	cl, err := cluster.Start(ctx, opts)
+	cl, err := startCluster(ctx, opts, dir, log)
 	if err != nil {
 		return nil, err
 	}

@@ -57,11 +57,7 @@ func Machines(ctx context.Context, o MachinesOptions, log io.Writer) (*MachinesR
 	}
 	defer os.RemoveAll(dir)
 	opts := clusterOptions(dir, o.EtcdNoFsync)
-	if err := opts.SetLeaseDuration(); err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(log, "Starting a control plane in %s ...\n", dir)
-	cl, err := cluster.Start(ctx, opts)
+	cl, err := startCluster(ctx, opts, dir, log)
 	if err != nil {
 		return nil, err
 	}

@@ -66,11 +66,7 @@ func Up(ctx context.Context, o UpOptions, log io.Writer) (*UpResult, error) {
 	opts := clusterOptions(dir, o.EtcdNoFsync)
 	// Nodes are launched directly; no Machine API to compete with.
 	opts.MachineAPI = nil
-	if err := opts.SetLeaseDuration(); err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(log, "Starting a control plane in %s ...\n", dir)
-	cl, err := cluster.Start(ctx, opts)
+	cl, err := startCluster(ctx, opts, dir, log)
 	if err != nil {
 		return nil, err
 	}
