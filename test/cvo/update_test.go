@@ -260,12 +260,13 @@ func patchUpdate(t *testing.T) {
 		}
 	}
 	cv := waitCompleted(t, "4.10.26")
+	// 1. The steps, in order, as the CVO's events (sent on their own, so
+	// the last may follow the status that says the update is complete).
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		got, want := rec.reasons(), []string{"RetrievePayload", "LoadPayload", "PreconditionsPassed", "PayloadLoaded", "UpgradeComplete"}
+		return inOrder(got, want), fmt.Sprintf("events %v, want in order %v", got, want)
+	})
 	rec.stop()
-
-	// 1. The steps, in order, as the CVO's events.
-	if got, want := rec.reasons(), []string{"RetrievePayload", "LoadPayload", "PreconditionsPassed", "PayloadLoaded", "UpgradeComplete"}; !inOrder(got, want) {
-		t.Errorf("events %v, want in order %v", got, want)
-	}
 	// 2. ReleaseAccepted while retrieving, then the release desired with
 	// a Partial, verified history entry, progress reported, completion.
 	var retrieving, partial, working bool
