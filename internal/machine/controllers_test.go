@@ -20,7 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/kubectl/pkg/drain"
+	"k8s.io/klog/v2"
+
+	capdrain "github.com/capstan-dev/capstan/internal/drain"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -85,7 +87,7 @@ func TestControlPlaneNodesDrainOneAtATime(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			helper := &drain.Helper{Ctx: context.Background(), Client: kube}
+			helper := capdrain.New(context.Background(), kube, time.Second, klog.Background())
 			var notPermitted *errDrainNotPermitted
 			switch err := d.cordon(context.Background(), helper, node); {
 			case err == nil:

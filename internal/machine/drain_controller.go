@@ -3,11 +3,11 @@ package machine
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/capstan-dev/capstan/internal/nodes"
 
+	capdrain "github.com/capstan-dev/capstan/internal/drain"
 	machinev1 "github.com/openshift/api/machine/v1beta1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
-	"k8s.io/kubectl/pkg/drain"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
@@ -110,42 +109,16 @@ func (d *drainReconciler) drainNode(ctx context.Context, m *machinev1.Machine, n
 	if err != nil {
 		return fmt.Errorf("unable to get node %q: %w", nodeName, err)
 	}
-	errOut := &klogWriter{log: log, isErr: true}
-	drainer := &drain.Helper{
-		Ctx:                 ctx,
-		Client:              d.kube,
-		Force:               true,
-		IgnoreAllDaemonSets: true,
-		DeleteEmptyDirData:  true,
-		GracePeriodSeconds:  -1,
-		// Pods not gone in time are retried on the next attempt, so other
-		// machines get their turn meanwhile.
-		Timeout: d.opts.DrainTimeout,
-		OnPodDeletionOrEvictionFinished: func(pod *corev1.Pod, usingEviction bool, err error) {
-			if err == nil {
-				verb := "Deleted"
-				if usingEviction {
-					verb = "Evicted"
-				}
-				log.V(2).Info(verb+" pod from node", "pod", klog.KObj(pod), "node", node.Name)
-			}
-		},
-		Out:    &klogWriter{log: log},
-		ErrOut: errOut,
-	}
+	drainer := capdrain.New(ctx, d.kube, d.opts.DrainTimeout, log)
 	if nodes.Unreachable(node) {
 		log.Info("Node is unreachable: draining ignores grace periods; disruption budgets still hold", "node", node.Name)
-		drainer.SkipWaitForDeleteTimeoutSeconds = skipWaitForDeleteTimeoutSeconds
-		drainer.GracePeriodSeconds = 1
+		drainer.Helper.SkipWaitForDeleteTimeoutSeconds = skipWaitForDeleteTimeoutSeconds
+		drainer.Helper.GracePeriodSeconds = 1
 	}
 	if err := d.cordon(ctx, drainer, node); err != nil {
 		return err
 	}
-	if err := drain.RunNodeDrain(drainer, node.Name); err != nil {
-		// A timeout says little by itself; why the pods did not go does.
-		if last := errOut.lastError(); last != "" && !strings.Contains(err.Error(), last) {
-			return fmt.Errorf("%w (last eviction error: %s)", err, last)
-		}
+	if err := drainer.Evict(node.Name); err != nil {
 		return err
 	}
 	log.Info("Drain successful", "node", node.Name)
@@ -158,7 +131,7 @@ func (d *drainReconciler) drainNode(ctx context.Context, m *machinev1.Machine, n
 // cordoned meanwhile (a node already cordoned continues its own drain).
 // The check reads the API, not the cache, and it and the cordon happen
 // under one lock, so two reconciles never both pass it.
-func (d *drainReconciler) cordon(ctx context.Context, drainer *drain.Helper, node *corev1.Node) error {
+func (d *drainReconciler) cordon(ctx context.Context, drainer *capdrain.Drainer, node *corev1.Node) error {
 	if nodes.IsControlPlane(node) && !node.Spec.Unschedulable {
 		d.controlPlane.Lock()
 		defer d.controlPlane.Unlock()
@@ -168,10 +141,7 @@ func (d *drainReconciler) cordon(ctx context.Context, drainer *drain.Helper, nod
 			return &errDrainNotPermitted{other: other}
 		}
 	}
-	if err := drain.RunCordonOrUncordon(drainer, node, true); err != nil {
-		return fmt.Errorf("cordoning node %s: %w", node.Name, err)
-	}
-	return nil
+	return drainer.Cordon(node, true)
 }
 
 // cordonedControlPlaneNode names a cordoned control-plane node other than
@@ -189,36 +159,4 @@ func (d *drainReconciler) cordonedControlPlaneNode(ctx context.Context, self str
 		}
 	}
 	return "", nil
-}
-
-// klogWriter passes the drain helper's output to the log, remembering
-// the last error it reported.
-type klogWriter struct {
-	log   klog.Logger
-	isErr bool
-	mu    sync.Mutex
-	last  string
-}
-
-func (w *klogWriter) Write(p []byte) (int, error) {
-	line := strings.TrimSpace(string(p))
-	if !w.isErr {
-		w.log.V(2).Info(line)
-		return len(p), nil
-	}
-	w.log.Error(nil, line)
-	// "error when evicting pods/"x" -n "ns" (will retry after 5s): <why>"
-	if _, why, ok := strings.Cut(line, "): "); ok {
-		line = why
-	}
-	w.mu.Lock()
-	w.last = line
-	w.mu.Unlock()
-	return len(p), nil
-}
-
-func (w *klogWriter) lastError() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.last
 }
