@@ -5,9 +5,12 @@
 package cluster
 
 import (
+	mcfgclient "github.com/openshift/client-go/machineconfiguration/clientset/versioned"
+
 	"context"
 	"errors"
 	"fmt"
+	"github.com/capstan-dev/capstan/internal/mco"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -67,6 +70,10 @@ type Options struct {
 	// Releases configures the registry, update service and Cluster
 	// Version Operator; nil runs none.
 	Releases *ReleaseOptions
+	// MachineConfig configures the Machine Config Operator's controllers
+	// (pools, rendering, the node rollout, the simulated daemons); nil
+	// runs none.
+	MachineConfig *mco.Options
 	// MetricsAddress, when set, serves the Prometheus metrics of the
 	// embedded components and capstan's own at http://ADDRESS/metrics.
 	MetricsAddress string
@@ -93,6 +100,7 @@ func DefaultOptions() Options {
 		Autoscaler:       ptr.To(autoscaler.DefaultOptions()),
 		ResourceMetrics:  ptr.To(resourcemetrics.DefaultOptions()),
 		Releases:         ptr.To(DefaultReleaseOptions()),
+		MachineConfig:    &mco.Options{Daemon: mco.DefaultDaemonOptions()},
 		BootFromMachines: true,
 	}
 }
@@ -250,6 +258,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			return nil, fmt.Errorf("releases: %w", err)
 		}
 	}
+	if opts.MachineConfig != nil {
+		if err := c.startMachineConfig(ctx, runCtx); err != nil {
+			c.Stop()
+			return nil, fmt.Errorf("machine config operator: %w", err)
+		}
+	}
 	if opts.ResourceMetrics != nil {
 		mo := *opts.ResourceMetrics
 		c.run(runCtx, "metrics-server", func(ctx context.Context) error {
@@ -257,6 +271,21 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		})
 	}
 	return c, nil
+}
+
+// startMachineConfig creates the master and worker pools and runs the
+// Machine Config Operator's controllers.
+func (c *Cluster) startMachineConfig(ctx, runCtx context.Context) error {
+	mcfg, err := mcfgclient.NewForConfig(c.RESTConfig())
+	if err != nil {
+		return err
+	}
+	if err := mco.EnsurePools(ctx, mcfg); err != nil {
+		return err
+	}
+	ctrl := mco.New(c.Client, mcfg, *c.opts.MachineConfig)
+	c.run(runCtx, "machine-config", ctrl.Run)
+	return nil
 }
 
 // ProtobufConfig returns a copy of cfg that speaks protobuf, which costs the

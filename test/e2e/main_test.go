@@ -21,9 +21,11 @@ func TestMain(m *testing.M) {
 	}
 	var err error
 	env, err = testenv.Start(testenv.Options{ControlPlaneNodes: 3, Workers: 3, Configure: func(o *cluster.Options) {
-		// The Cluster Version Operator and its release payload's
-		// workloads are tested in test/cvo, on a cluster of their own.
+		// The Cluster Version Operator (with its release payload's
+		// workloads) and the Machine Config Operator (which reboots
+		// nodes) are tested in test/cvo, on a cluster of their own.
 		o.Releases = nil
+		o.MachineConfig = nil
 	}})
 	if err != nil {
 		// stdout: stderr may already point at the cluster's log file.

@@ -1,0 +1,542 @@
+package mco
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
+	mcfgclient "github.com/openshift/client-go/machineconfiguration/clientset/versioned"
+	mcfginformers "github.com/openshift/client-go/machineconfiguration/informers/externalversions"
+	mcfglisters "github.com/openshift/client-go/machineconfiguration/listers/machineconfiguration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+)
+
+// Node annotations the MCO's controllers and daemon keep.
+const (
+	CurrentConfigAnnotation    = "machineconfiguration.openshift.io/currentConfig"
+	DesiredConfigAnnotation    = "machineconfiguration.openshift.io/desiredConfig"
+	StateAnnotation            = "machineconfiguration.openshift.io/state"
+	ReasonAnnotation           = "machineconfiguration.openshift.io/reason"
+	DesiredDrainAnnotation     = "machineconfiguration.openshift.io/desiredDrain"
+	LastAppliedDrainAnnotation = "machineconfiguration.openshift.io/lastAppliedDrain"
+	PostConfigActionAnnotation = "machineconfiguration.openshift.io/post-config-action"
+
+	StateDone           = "Done"
+	StateWorking        = "Working"
+	StateDegraded       = "Degraded"
+	StateUnreconcilable = "Unreconcilable"
+
+	// RequiredForUpgradeLabel marks the pools the MCO's ClusterOperator
+	// waits for in an update (master, not worker).
+	RequiredForUpgradeLabel = "operator.machineconfiguration.openshift.io/required-for-upgrade"
+	// ZoneLabel orders the nodes of a rollout.
+	ZoneLabel = "topology.kubernetes.io/zone"
+)
+
+// Options configure the controllers.
+type Options struct {
+	// OSImageURL is the release's machine OS image, rendered into every
+	// pool's configuration unless a MachineConfig overrides it.
+	OSImageURL string
+	// ReleaseVersion is written on rendered configurations.
+	ReleaseVersion string
+	// Daemon times the simulated machine-config-daemon.
+	Daemon DaemonOptions
+}
+
+// Controller renders the pools' configurations, targets their nodes at
+// most maxUnavailable at a time, runs the simulated daemon on each node,
+// and reports the pools' status.
+type Controller struct {
+	kube     kubernetes.Interface
+	mcfg     mcfgclient.Interface
+	opts     Options
+	recorder record.EventRecorder
+
+	pools   mcfglisters.MachineConfigPoolLister
+	configs mcfglisters.MachineConfigLister
+	nodes   corelisters.NodeLister
+	queue   workqueue.TypedRateLimitingInterface[string]
+	daemon  *daemon
+}
+
+// New returns the MCO's controllers.
+func New(kube kubernetes.Interface, mcfg mcfgclient.Interface, opts Options) *Controller {
+	return &Controller{kube: kube, mcfg: mcfg, opts: opts, recorder: &record.FakeRecorder{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "machineconfigpools"})}
+}
+
+// Run runs until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	defer c.queue.ShutDown()
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.kube.CoreV1().Events("")})
+	defer b.Shutdown()
+	c.recorder = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "machineconfigcontroller"})
+	mf := mcfginformers.NewSharedInformerFactory(c.mcfg, 10*time.Minute)
+	kf := informers.NewSharedInformerFactory(c.kube, 10*time.Minute)
+	pools, configs, nodes := mf.Machineconfiguration().V1().MachineConfigPools(), mf.Machineconfiguration().V1().MachineConfigs(), kf.Core().V1().Nodes()
+	c.pools, c.configs, c.nodes = pools.Lister(), configs.Lister(), nodes.Lister()
+	all := func(any) { c.enqueueAll() }
+	handler := cache.ResourceEventHandlerFuncs{AddFunc: all, UpdateFunc: func(_, n any) { all(n) }, DeleteFunc: all}
+	for _, inf := range []cache.SharedIndexInformer{pools.Informer(), configs.Informer()} {
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			return err
+		}
+	}
+	c.daemon = newDaemon(ctx, c.kube, c.nodes, c.opts.Daemon, c.recorder)
+	if _, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.onNode(obj) },
+		UpdateFunc: func(_, n any) { c.onNode(n) },
+		DeleteFunc: all,
+	}); err != nil {
+		return err
+	}
+	mf.Start(ctx.Done())
+	kf.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), pools.Informer().HasSynced, configs.Informer().HasSynced, nodes.Informer().HasSynced) {
+		return ctx.Err()
+	}
+	c.enqueueAll()
+	go func() {
+		<-ctx.Done()
+		c.queue.ShutDown()
+	}()
+	for {
+		name, shutdown := c.queue.Get()
+		if shutdown {
+			c.daemon.wait()
+			return nil
+		}
+		if err := c.syncPool(ctx, name); err != nil {
+			klog.FromContext(ctx).V(2).Info("Syncing a MachineConfigPool", "pool", name, "err", err)
+			c.queue.AddRateLimited(name)
+		} else {
+			c.queue.Forget(name)
+		}
+		c.queue.Done(name)
+	}
+}
+
+func (c *Controller) onNode(obj any) {
+	if n, ok := obj.(*corev1.Node); ok {
+		c.daemon.observe(n)
+	}
+	c.enqueueAll()
+}
+
+func (c *Controller) enqueueAll() {
+	pools, _ := c.pools.List(labels.Everything())
+	for _, p := range pools {
+		c.queue.Add(p.Name)
+	}
+}
+
+// poolNodes are the nodes a pool owns: those its nodeSelector selects,
+// less, for the worker pool, those a custom pool claims.
+func (c *Controller) poolNodes(pool *mcfgv1.MachineConfigPool) ([]*corev1.Node, error) {
+	sel, err := metav1.LabelSelectorAsSelector(pool.Spec.NodeSelector)
+	if err != nil || pool.Spec.NodeSelector == nil || sel.Empty() {
+		return nil, fmt.Errorf("pool %s: invalid or empty nodeSelector: %v", pool.Name, err)
+	}
+	nodes, err := c.nodes.List(sel)
+	if err != nil {
+		return nil, err
+	}
+	if pool.Name != "worker" {
+		return nodes, nil
+	}
+	others, _ := c.pools.List(labels.Everything())
+	var out []*corev1.Node
+	for _, n := range nodes {
+		claimed := false
+		for _, o := range others {
+			if o.Name == "worker" || o.Name == "master" || o.Spec.NodeSelector == nil {
+				continue
+			}
+			if s, err := metav1.LabelSelectorAsSelector(o.Spec.NodeSelector); err == nil && !s.Empty() && s.Matches(labels.Set(n.Labels)) {
+				claimed = true
+			}
+		}
+		if !claimed {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// syncPool renders the pool, targets its nodes and reports its status.
+func (c *Controller) syncPool(ctx context.Context, name string) error {
+	cached, err := c.pools.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	pool := cached.DeepCopy()
+	renderErr := c.render(ctx, pool)
+	nodes, err := c.poolNodes(pool)
+	if err != nil {
+		return err
+	}
+	target := pool.Spec.Configuration.Name
+	if target != "" && !pool.Spec.Paused {
+		if err := c.targetNodes(ctx, pool, nodes, target); err != nil {
+			return err
+		}
+	}
+	return c.updateStatus(ctx, pool, nodes, renderErr)
+}
+
+// render merges the pool's MachineConfigs and points the pool at the
+// result; a failure keeps the last good configuration and is returned.
+func (c *Controller) render(ctx context.Context, pool *mcfgv1.MachineConfigPool) error {
+	sel, err := metav1.LabelSelectorAsSelector(pool.Spec.MachineConfigSelector)
+	if err != nil {
+		return fmt.Errorf("invalid machineConfigSelector: %w", err)
+	}
+	all, err := c.configs.List(sel)
+	if err != nil {
+		return err
+	}
+	var configs []*mcfgv1.MachineConfig
+	for _, mc := range all {
+		if !strings.HasPrefix(mc.Name, "rendered-") {
+			configs = append(configs, mc)
+		}
+	}
+	spec, err := Merge(pool.Name, configs, c.opts.OSImageURL, "")
+	if err != nil {
+		return err
+	}
+	name, err := RenderedName(pool.Name, spec)
+	if err != nil {
+		return err
+	}
+	if _, err := c.configs.Get(name); apierrors.IsNotFound(err) {
+		rendered := &mcfgv1.MachineConfig{
+			ObjectMeta: metav1.ObjectMeta{Name: name,
+				Annotations: map[string]string{GeneratedByAnnotation: "capstan", ReleaseImageVersionAnnotation: c.opts.ReleaseVersion},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "machineconfiguration.openshift.io/v1", Kind: "MachineConfigPool",
+					Name: pool.Name, UID: pool.UID, Controller: ptrTo(true), BlockOwnerDeletion: ptrTo(true)}}},
+			Spec: *spec,
+		}
+		if _, err := c.mcfg.MachineconfigurationV1().MachineConfigs().Create(ctx, rendered, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating %s: %w", name, err)
+		}
+	}
+	if pool.Spec.Configuration.Name == name {
+		return nil
+	}
+	sort.Slice(configs, func(i, j int) bool { return configs[i].Name < configs[j].Name })
+	var sources []corev1.ObjectReference
+	for _, mc := range configs {
+		sources = append(sources, corev1.ObjectReference{APIVersion: "machineconfiguration.openshift.io/v1", Kind: "MachineConfig", Name: mc.Name})
+	}
+	pool.Spec.Configuration.Name = name
+	pool.Spec.Configuration.Source = sources
+	updated, err := c.mcfg.MachineconfigurationV1().MachineConfigPools().Update(ctx, pool, metav1.UpdateOptions{})
+	if err != nil {
+		return err
+	}
+	*pool = *updated
+	c.recorder.Eventf(pool, corev1.EventTypeNormal, "Updating", "Pool %s now targeting %s", pool.Name, name)
+	return nil
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// nodeDone reports whether a node runs config and its daemon is done.
+func nodeDone(n *corev1.Node, config string) bool {
+	a := n.Annotations
+	return a[CurrentConfigAnnotation] == config && a[DesiredConfigAnnotation] == config && a[StateAnnotation] == StateDone
+}
+
+// nodeReady is Ready, without pressure, and schedulable.
+func nodeReady(n *corev1.Node) bool {
+	if n.Spec.Unschedulable {
+		return false
+	}
+	for _, c := range n.Status.Conditions {
+		switch c.Type {
+		case corev1.NodeReady:
+			if c.Status != corev1.ConditionTrue {
+				return false
+			}
+		case corev1.NodeDiskPressure, corev1.NodeNetworkUnavailable:
+			if c.Status == corev1.ConditionTrue {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func nodeDegraded(n *corev1.Node) bool {
+	s := n.Annotations[StateAnnotation]
+	return s == StateDegraded || s == StateUnreconcilable
+}
+
+// selfDone: the node runs the configuration it was last given.
+func selfDone(n *corev1.Node) bool {
+	a := n.Annotations
+	return a[CurrentConfigAnnotation] == a[DesiredConfigAnnotation] && a[StateAnnotation] == StateDone
+}
+
+// unavailable counts against maxUnavailable, as the MCO counts it: not
+// ready, or updating (and not failing).
+func unavailable(n *corev1.Node) bool {
+	return !nodeReady(n) || (!selfDone(n) && !nodeDegraded(n))
+}
+
+// MaxUnavailable is a pool's maxUnavailable for its node count: an
+// integer or a percentage rounded down, 1 at least.
+func MaxUnavailable(pool *mcfgv1.MachineConfigPool, nodes int) int {
+	v := intstr.FromInt32(1)
+	if pool.Spec.MaxUnavailable != nil {
+		v = *pool.Spec.MaxUnavailable
+	}
+	n, err := intstr.GetScaledValueFromIntOrPercent(&v, nodes, false)
+	if err != nil || n < 1 {
+		return 1
+	}
+	return n
+}
+
+// Candidates picks the nodes to target next, as the MCO's node
+// controller does: nodes not yet targeted at config and Ready, at most
+// maxUnavailable less those unavailable (and those failing), in zone
+// order then oldest first.
+func Candidates(pool *mcfgv1.MachineConfigPool, nodes []*corev1.Node, config string) []*corev1.Node {
+	max := MaxUnavailable(pool, len(nodes))
+	busy, failing := 0, 0
+	var candidates []*corev1.Node
+	for _, n := range nodes {
+		switch {
+		case nodeDegraded(n) && n.Annotations[CurrentConfigAnnotation] != n.Annotations[DesiredConfigAnnotation]:
+			failing++
+		case unavailable(n):
+			busy++
+		case n.Annotations[DesiredConfigAnnotation] != config:
+			candidates = append(candidates, n)
+		}
+	}
+	capacity := max - busy - failing
+	if capacity <= 0 {
+		return nil
+	}
+	SortForUpdate(candidates)
+	if len(candidates) > capacity {
+		candidates = candidates[:capacity]
+	}
+	return candidates
+}
+
+// SortForUpdate orders nodes by zone, then oldest first; nodes without a
+// zone come last.
+func SortForUpdate(nodes []*corev1.Node) {
+	sort.SliceStable(nodes, func(i, j int) bool {
+		zi, zj := nodes[i].Labels[ZoneLabel], nodes[j].Labels[ZoneLabel]
+		if (zi == "") != (zj == "") {
+			return zi != ""
+		}
+		if zi != zj {
+			return zi < zj
+		}
+		if !nodes[i].CreationTimestamp.Equal(&nodes[j].CreationTimestamp) {
+			return nodes[i].CreationTimestamp.Before(&nodes[j].CreationTimestamp)
+		}
+		return nodes[i].Name < nodes[j].Name
+	})
+}
+
+// targetNodes gives new nodes the pool's configuration (they boot with
+// it) and points the next candidates at it.
+func (c *Controller) targetNodes(ctx context.Context, pool *mcfgv1.MachineConfigPool, nodes []*corev1.Node, target string) error {
+	var managed []*corev1.Node
+	for _, n := range nodes {
+		if n.Annotations[CurrentConfigAnnotation] == "" {
+			// A node that joins boots into the pool's configuration.
+			if err := c.annotate(ctx, n.Name, map[string]any{CurrentConfigAnnotation: target, DesiredConfigAnnotation: target, StateAnnotation: StateDone}); err != nil {
+				return err
+			}
+			continue
+		}
+		managed = append(managed, n)
+	}
+	for _, n := range Candidates(pool, managed, target) {
+		if err := c.annotate(ctx, n.Name, map[string]any{DesiredConfigAnnotation: target}); err != nil {
+			return err
+		}
+		c.recorder.Eventf(pool, corev1.EventTypeNormal, "SetDesiredConfig", "Targeted node %s to MachineConfig: %s", n.Name, target)
+	}
+	return nil
+}
+
+// annotate merge-patches a node's annotations (nil removes one).
+func (c *Controller) annotate(ctx context.Context, node string, ann map[string]any) error {
+	return patchNodeAnnotations(ctx, c.kube, node, ann)
+}
+
+func patchNodeAnnotations(ctx context.Context, kube kubernetes.Interface, node string, ann map[string]any) error {
+	raw, err := jsonMarshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	if err != nil {
+		return err
+	}
+	_, err = kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, raw, metav1.PatchOptions{})
+	return err
+}
+
+// updateStatus counts the pool's machines and sets its conditions as the
+// MCO's status calculation does.
+func (c *Controller) updateStatus(ctx context.Context, pool *mcfgv1.MachineConfigPool, nodes []*corev1.Node, renderErr error) error {
+	target := pool.Spec.Configuration.Name
+	st := pool.Status.DeepCopy()
+	st.ObservedGeneration = pool.Generation
+	st.MachineCount = int32(len(nodes))
+	var updated, ready, unavail, degraded int32
+	var degradedMsgs, stalled []string
+	for _, n := range nodes {
+		done := nodeDone(n, target)
+		if done {
+			updated++
+			if nodeReady(n) {
+				ready++
+			}
+		}
+		if nodeDegraded(n) {
+			degraded++
+			degradedMsgs = append(degradedMsgs, fmt.Sprintf("Node %s is reporting: %q", n.Name, n.Annotations[ReasonAnnotation]))
+		}
+		if unavailable(n) {
+			unavail++
+		}
+		if r := n.Annotations[ReasonAnnotation]; r != "" && !nodeDegraded(n) {
+			stalled = append(stalled, fmt.Sprintf("%s: %s", n.Name, r))
+		}
+	}
+	sort.Strings(degradedMsgs)
+	sort.Strings(stalled)
+	st.UpdatedMachineCount, st.ReadyMachineCount, st.UnavailableMachineCount, st.DegradedMachineCount = updated, ready, unavail, degraded
+	total := int32(len(nodes))
+	allUpdated := target != "" && updated == total && ready == total && unavail == 0
+	if allUpdated {
+		st.Configuration = mcfgv1.MachineConfigPoolStatusConfiguration{ObjectReference: corev1.ObjectReference{Name: target}, Source: pool.Spec.Configuration.Source}
+	}
+	now := metav1.Now()
+	set := func(t mcfgv1.MachineConfigPoolConditionType, s corev1.ConditionStatus, reason, msg string) {
+		setPoolCondition(st, mcfgv1.MachineConfigPoolCondition{Type: t, Status: s, Reason: reason, Message: msg}, now)
+	}
+	switch {
+	case allUpdated:
+		set(mcfgv1.MachineConfigPoolUpdated, corev1.ConditionTrue, "", "All nodes are updated with MachineConfig "+target)
+		set(mcfgv1.MachineConfigPoolUpdating, corev1.ConditionFalse, "", "")
+	case pool.Spec.Paused:
+		set(mcfgv1.MachineConfigPoolUpdated, corev1.ConditionFalse, "", "")
+		set(mcfgv1.MachineConfigPoolUpdating, corev1.ConditionFalse, "", "Pool is paused; will not update to "+target)
+	case degraded > 0:
+		set(mcfgv1.MachineConfigPoolUpdated, corev1.ConditionFalse, "", "")
+		set(mcfgv1.MachineConfigPoolUpdating, corev1.ConditionFalse, "", "Pool update paused due to degraded condition")
+	default:
+		msg := "All nodes are updating to MachineConfig " + target
+		if len(stalled) > 0 {
+			msg += "; " + strings.Join(stalled, "; ")
+		}
+		set(mcfgv1.MachineConfigPoolUpdated, corev1.ConditionFalse, "", "")
+		set(mcfgv1.MachineConfigPoolUpdating, corev1.ConditionTrue, "", msg)
+	}
+	var degradedMsg string
+	if degraded > 0 {
+		degradedMsg = strings.Join(degradedMsgs, ", ")
+		set(mcfgv1.MachineConfigPoolNodeDegraded, corev1.ConditionTrue, fmt.Sprintf("%d nodes are reporting degraded status on sync", degraded), degradedMsg)
+	} else {
+		set(mcfgv1.MachineConfigPoolNodeDegraded, corev1.ConditionFalse, "", "")
+	}
+	if renderErr != nil {
+		msg := fmt.Sprintf("Failed to render configuration for pool %s: %v", pool.Name, renderErr)
+		set(mcfgv1.MachineConfigPoolRenderDegraded, corev1.ConditionTrue, "", msg)
+		if degradedMsg == "" {
+			degradedMsg = msg
+		}
+	} else {
+		set(mcfgv1.MachineConfigPoolRenderDegraded, corev1.ConditionFalse, "", "")
+	}
+	if degradedMsg != "" {
+		set(mcfgv1.MachineConfigPoolDegraded, corev1.ConditionTrue, "", degradedMsg)
+	} else {
+		set(mcfgv1.MachineConfigPoolDegraded, corev1.ConditionFalse, "", "")
+	}
+	wasUpdated := conditionTrue(pool.Status.Conditions, mcfgv1.MachineConfigPoolUpdated)
+	if equalPoolStatus(&pool.Status, st) {
+		return nil
+	}
+	pool.Status = *st
+	if _, err := c.mcfg.MachineconfigurationV1().MachineConfigPools().UpdateStatus(ctx, pool, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	if allUpdated && !wasUpdated {
+		c.recorder.Eventf(pool, corev1.EventTypeNormal, "Completed", "Pool %s has completed update to %s", pool.Name, target)
+	}
+	return nil
+}
+
+func conditionTrue(conds []mcfgv1.MachineConfigPoolCondition, t mcfgv1.MachineConfigPoolConditionType) bool {
+	for _, c := range conds {
+		if c.Type == t {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func setPoolCondition(st *mcfgv1.MachineConfigPoolStatus, c mcfgv1.MachineConfigPoolCondition, now metav1.Time) {
+	for i := range st.Conditions {
+		cur := &st.Conditions[i]
+		if cur.Type != c.Type {
+			continue
+		}
+		if cur.Status == c.Status {
+			c.LastTransitionTime = cur.LastTransitionTime
+		} else {
+			c.LastTransitionTime = now
+		}
+		*cur = c
+		return
+	}
+	c.LastTransitionTime = now
+	st.Conditions = append(st.Conditions, c)
+}
+
+func equalPoolStatus(a, b *mcfgv1.MachineConfigPoolStatus) bool {
+	if a.ObservedGeneration != b.ObservedGeneration || a.MachineCount != b.MachineCount || a.UpdatedMachineCount != b.UpdatedMachineCount ||
+		a.ReadyMachineCount != b.ReadyMachineCount || a.UnavailableMachineCount != b.UnavailableMachineCount || a.DegradedMachineCount != b.DegradedMachineCount ||
+		a.Configuration.Name != b.Configuration.Name || len(a.Conditions) != len(b.Conditions) {
+		return false
+	}
+	for i := range a.Conditions {
+		x, y := a.Conditions[i], b.Conditions[i]
+		if x.Type != y.Type || x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,129 @@
+package mco
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+func node(name, zone string, age int, config string) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{},
+		CreationTimestamp: metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(-time.Duration(age) * time.Hour)),
+		Annotations:       map[string]string{CurrentConfigAnnotation: config, DesiredConfigAnnotation: config, StateAnnotation: StateDone}},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+	if zone != "" {
+		n.Labels[ZoneLabel] = zone
+	}
+	return n
+}
+
+func poolWith(max *intstr.IntOrString) *mcfgv1.MachineConfigPool {
+	return &mcfgv1.MachineConfigPool{Spec: mcfgv1.MachineConfigPoolSpec{MaxUnavailable: max}}
+}
+
+func TestMaxUnavailable(t *testing.T) {
+	for _, tc := range []struct {
+		max   *intstr.IntOrString
+		nodes int
+		want  int
+	}{
+		{nil, 10, 1},
+		{ptrTo(intstr.FromInt32(3)), 5, 3},
+		{ptrTo(intstr.FromString("10%")), 500, 50},
+		{ptrTo(intstr.FromString("10%")), 9, 1}, // rounds down to 0, then 1
+		{ptrTo(intstr.FromInt32(0)), 5, 1},
+	} {
+		if got := MaxUnavailable(poolWith(tc.max), tc.nodes); got != tc.want {
+			t.Errorf("maxUnavailable %v of %d nodes: %d, want %d", tc.max, tc.nodes, got, tc.want)
+		}
+	}
+}
+
+func TestCandidatesZoneThenOldest(t *testing.T) {
+	nodes := []*corev1.Node{
+		node("b-young", "zone-b", 1, "old"), node("none-old", "", 9, "old"), node("a-young", "zone-a", 1, "old"),
+		node("b-old", "zone-b", 5, "old"), node("a-old", "zone-a", 5, "old"),
+	}
+	got := Candidates(poolWith(ptrTo(intstr.FromInt32(4))), nodes, "new")
+	var names []string
+	for _, n := range got {
+		names = append(names, n.Name)
+	}
+	if fmt.Sprint(names) != "[a-old a-young b-old b-young]" {
+		t.Errorf("candidates %v", names)
+	}
+	// A degraded node that failed its update holds a slot.
+	nodes[4].Annotations[DesiredConfigAnnotation], nodes[4].Annotations[StateAnnotation] = "new", StateDegraded
+	if got := Candidates(poolWith(ptrTo(intstr.FromInt32(2))), nodes, "new"); len(got) != 1 || got[0].Name != "a-young" {
+		t.Errorf("with a failing node: %v", got)
+	}
+}
+
+// Property: over random pools, maxUnavailable values and finish orders,
+// the node controller never has more than maxUnavailable nodes
+// unavailable, updates every node exactly once, and targets them in zone
+// order, oldest first.
+func TestRolloutProperty(t *testing.T) {
+	for seed := uint64(1); seed <= 300; seed++ {
+		r := rand.New(rand.NewPCG(seed, 7))
+		count := 1 + r.IntN(30)
+		var nodes []*corev1.Node
+		for i := range count {
+			zone := fmt.Sprintf("zone-%c", 'a'+r.IntN(3))
+			if r.IntN(5) == 0 {
+				zone = ""
+			}
+			nodes = append(nodes, node(fmt.Sprintf("n%02d", i), zone, r.IntN(100), "old"))
+		}
+		var max intstr.IntOrString
+		if r.IntN(2) == 0 {
+			max = intstr.FromInt32(int32(r.IntN(6)))
+		} else {
+			max = intstr.FromString(fmt.Sprintf("%d%%", r.IntN(101)))
+		}
+		pool := poolWith(&max)
+		limit := MaxUnavailable(pool, count)
+		expected := append([]*corev1.Node(nil), nodes...)
+		SortForUpdate(expected)
+		var order []string
+		updates := map[string]int{}
+		for step := 0; step < 10*count+10; step++ {
+			for _, n := range Candidates(pool, nodes, "new") {
+				n.Annotations[DesiredConfigAnnotation] = "new"
+				order = append(order, n.Name)
+			}
+			var busy []*corev1.Node
+			for _, n := range nodes {
+				if unavailable(n) {
+					busy = append(busy, n)
+				}
+			}
+			if len(busy) > limit {
+				t.Fatalf("seed %d: %d nodes unavailable, maxUnavailable %d", seed, len(busy), limit)
+			}
+			if len(busy) == 0 {
+				break
+			}
+			done := busy[r.IntN(len(busy))]
+			done.Annotations[CurrentConfigAnnotation] = "new"
+			updates[done.Name]++
+		}
+		if len(order) != count {
+			t.Fatalf("seed %d: %d of %d nodes targeted: %v", seed, len(order), count, order)
+		}
+		for i, n := range expected {
+			if order[i] != n.Name {
+				t.Fatalf("seed %d: targeted %v, want zone then oldest order at %d (%s)", seed, order, i, n.Name)
+			}
+			if updates[n.Name] != 1 {
+				t.Fatalf("seed %d: node %s updated %d times", seed, n.Name, updates[n.Name])
+			}
+		}
+	}
+}

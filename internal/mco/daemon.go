@@ -1,0 +1,280 @@
+package mco
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/capstan-dev/capstan/internal/drain"
+	"github.com/capstan-dev/capstan/internal/sim"
+)
+
+// FailAnnotation on a node makes its simulated daemon fail the update
+// with the annotation's value as the reason (state Degraded) until it is
+// removed.
+const FailAnnotation = "sim.capstan.dev/mcd-fail"
+
+// DaemonOptions time the simulated machine-config-daemon.
+type DaemonOptions struct {
+	// DrainTimeout bounds one drain attempt; DrainRetry is the wait
+	// before the next.
+	DrainTimeout, DrainRetry time.Duration
+	// ApplyDuration is how long writing the configuration takes.
+	ApplyDuration time.Duration
+	// RebootDuration is how long the node is down in its reboot.
+	RebootDuration time.Duration
+}
+
+// DefaultDaemonOptions are seconds where the real daemon takes minutes.
+func DefaultDaemonOptions() DaemonOptions {
+	return DaemonOptions{DrainTimeout: 90 * time.Second, DrainRetry: 10 * time.Second, ApplyDuration: time.Second, RebootDuration: 5 * time.Second}
+}
+
+// daemon runs the simulated machine-config-daemon of every node: one
+// update at a time per node.
+type daemon struct {
+	ctx      context.Context
+	kube     kubernetes.Interface
+	nodes    corelisters.NodeLister
+	opts     DaemonOptions
+	recorder record.EventRecorder
+
+	mu      sync.Mutex
+	running map[string]bool
+	wg      sync.WaitGroup
+}
+
+func newDaemon(ctx context.Context, kube kubernetes.Interface, nodes corelisters.NodeLister, opts DaemonOptions, recorder record.EventRecorder) *daemon {
+	def := DefaultDaemonOptions()
+	if opts.DrainTimeout <= 0 {
+		opts.DrainTimeout = def.DrainTimeout
+	}
+	if opts.DrainRetry <= 0 {
+		opts.DrainRetry = def.DrainRetry
+	}
+	if opts.RebootDuration <= 0 {
+		opts.RebootDuration = def.RebootDuration
+	}
+	return &daemon{ctx: ctx, kube: kube, nodes: nodes, opts: opts, recorder: recorder, running: map[string]bool{}}
+}
+
+// needsUpdate: the node is told to run another configuration, and is not
+// held by an injected failure.
+func needsUpdate(n *corev1.Node) bool {
+	a := n.Annotations
+	if a[DesiredConfigAnnotation] == "" || a[CurrentConfigAnnotation] == "" {
+		return false
+	}
+	if nodeDegraded(n) && a[FailAnnotation] != "" {
+		return false
+	}
+	return a[DesiredConfigAnnotation] != a[CurrentConfigAnnotation] || a[StateAnnotation] != StateDone
+}
+
+// observe starts the node's daemon when it has something to do.
+func (d *daemon) observe(n *corev1.Node) {
+	if !needsUpdate(n) {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.running[n.Name] || d.ctx.Err() != nil {
+		return
+	}
+	d.running[n.Name] = true
+	d.wg.Add(1)
+	go d.loop(n.Name)
+}
+
+func (d *daemon) wait() { d.wg.Wait() }
+
+func (d *daemon) loop(name string) {
+	defer d.wg.Done()
+	log := klog.FromContext(d.ctx).WithValues("node", name)
+	for d.ctx.Err() == nil {
+		n, err := d.kube.CoreV1().Nodes().Get(d.ctx, name, metav1.GetOptions{})
+		if err != nil || !needsUpdate(n) {
+			break
+		}
+		if err := d.update(n); err != nil && d.ctx.Err() == nil {
+			log.Info("Updating the node's configuration failed", "err", err)
+			break
+		}
+	}
+	d.mu.Lock()
+	delete(d.running, name)
+	d.mu.Unlock()
+	// Something may have changed while it finished.
+	if n, err := d.nodes.Get(name); err == nil {
+		d.observe(n)
+	}
+}
+
+// update takes a node to its desired configuration, as the daemon does:
+// Working, cordon and drain, write, reboot, Done, uncordon.
+func (d *daemon) update(n *corev1.Node) error {
+	ctx, name := d.ctx, n.Name
+	want, from := n.Annotations[DesiredConfigAnnotation], n.Annotations[CurrentConfigAnnotation]
+	log := klog.FromContext(ctx).WithValues("node", name)
+	rebooting := n.Annotations[PostConfigActionAnnotation] == "Rebooting"
+	if !rebooting {
+		if err := d.annotate(ctx, name, map[string]any{StateAnnotation: StateWorking, ReasonAnnotation: nil, DesiredDrainAnnotation: "drain-" + want}); err != nil {
+			return err
+		}
+		if reason := n.Annotations[FailAnnotation]; reason != "" {
+			return d.annotate(ctx, name, map[string]any{StateAnnotation: StateDegraded, ReasonAnnotation: reason})
+		}
+		log.Info("Starting update", "from", from, "to", want)
+		if err := d.drain(ctx, n); err != nil {
+			return err
+		}
+		if err := d.annotate(ctx, name, map[string]any{LastAppliedDrainAnnotation: "drain-" + want, ReasonAnnotation: nil}); err != nil {
+			return err
+		}
+		if err := sleep(ctx, d.opts.ApplyDuration); err != nil {
+			return err
+		}
+		log.Info("Initiating reboot: Node will reboot into config " + want)
+		if err := d.annotate(ctx, name, map[string]any{PostConfigActionAnnotation: "Rebooting"}); err != nil {
+			return err
+		}
+		d.recorder.Eventf(&corev1.ObjectReference{Kind: "Node", Name: name, UID: n.UID}, corev1.EventTypeNormal, "Reboot", "Node will reboot into config %s", want)
+	}
+	// The reboot: the kubelet reports NotReady, then comes back.
+	if err := sim.SetCondition(ctx, d.kube, name, corev1.NodeReady, corev1.ConditionFalse); err != nil {
+		return err
+	}
+	if err := sleep(ctx, d.opts.RebootDuration); err != nil {
+		return err
+	}
+	if err := sim.SetCondition(ctx, d.kube, name, corev1.NodeReady, corev1.ConditionTrue); err != nil {
+		return err
+	}
+	if err := d.waitReady(ctx, name); err != nil {
+		return err
+	}
+	if err := d.annotate(ctx, name, map[string]any{CurrentConfigAnnotation: want, StateAnnotation: StateDone, ReasonAnnotation: nil,
+		PostConfigActionAnnotation: nil, DesiredDrainAnnotation: "uncordon-" + want}); err != nil {
+		return err
+	}
+	node, err := d.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if err := drain.New(ctx, d.kube, d.opts.DrainTimeout, log).Cordon(node, false); err != nil {
+		return err
+	}
+	log.Info("Update completed for config " + want + " and node has been successfully uncordoned")
+	return d.annotate(ctx, name, map[string]any{LastAppliedDrainAnnotation: "uncordon-" + want})
+}
+
+// drain cordons the node and evicts its pods, retrying until it is done;
+// while a budget holds it back, the node's reason says which pod and
+// which budget.
+func (d *daemon) drain(ctx context.Context, n *corev1.Node) error {
+	log := klog.FromContext(ctx).WithValues("node", n.Name)
+	dr := drain.New(ctx, d.kube, d.opts.DrainTimeout, log)
+	if err := dr.Cordon(n, true); err != nil {
+		return err
+	}
+	for {
+		err := dr.Evict(n.Name)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		reason := "failed to drain node: " + n.Name + ": " + err.Error()
+		if b := d.blockers(ctx, n.Name); b != "" {
+			reason = "drain is blocked: " + b
+		}
+		if err := d.annotate(ctx, n.Name, map[string]any{ReasonAnnotation: reason}); err != nil {
+			return err
+		}
+		if err := sleep(ctx, d.opts.DrainRetry); err != nil {
+			return err
+		}
+	}
+}
+
+// blockers names the pods left on a node that a PodDisruptionBudget
+// keeps there.
+func (d *daemon) blockers(ctx context.Context, node string) string {
+	pods, err := d.kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return ""
+	}
+	pdbs, err := d.kube.PolicyV1().PodDisruptionBudgets("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return ""
+	}
+	var out []string
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		for _, b := range pdbs.Items {
+			if b.Namespace != p.Namespace || !selects(&b, &p) || b.Status.DisruptionsAllowed > 0 {
+				continue
+			}
+			out = append(out, fmt.Sprintf("pod %s/%s cannot be evicted: PodDisruptionBudget %s allows %d disruptions (%d healthy, %d desired)",
+				p.Namespace, p.Name, b.Name, b.Status.DisruptionsAllowed, b.Status.CurrentHealthy, b.Status.DesiredHealthy))
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, "; ")
+}
+
+func selects(b *policyv1.PodDisruptionBudget, p *corev1.Pod) bool {
+	sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
+	return err == nil && !sel.Empty() && sel.Matches(labels.Set(p.Labels))
+}
+
+func (d *daemon) waitReady(ctx context.Context, name string) error {
+	for {
+		n, err := d.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		if err == nil {
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+					return nil
+				}
+			}
+		}
+		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+func (d *daemon) annotate(ctx context.Context, node string, ann map[string]any) error {
+	return patchNodeAnnotations(ctx, d.kube, node, ann)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
