@@ -1,6 +1,7 @@
-// Package cvo drives the Cluster Version Operator of a real embedded
-// capstan cluster, started once for the package: recommendations, the
-// release payload, and updates from request to completion, with faults.
+// Package cvo drives the Cluster Version Operator and the Machine Config
+// Operator of a real embedded capstan cluster, started once for the
+// package: recommendations, the release payload, updates from request to
+// completion with faults, and node rollouts.
 //
 // The tests share the cluster's one ClusterVersion, so they run in order:
 // the recommendation tests (at the installed 4.10.22) first, then the
@@ -21,6 +22,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/cli"
 	"github.com/capstan-dev/capstan/internal/cluster"
 	"github.com/capstan-dev/capstan/internal/cvo"
+	"github.com/capstan-dev/capstan/internal/mco"
 	"github.com/capstan-dev/capstan/internal/testenv"
 	"github.com/capstan-dev/capstan/internal/waitfor"
 )
@@ -46,6 +48,9 @@ func TestMain(m *testing.M) {
 		c.OperatorPollInterval = 200 * time.Millisecond
 		c.SlowOperatorAfter = slowOperatorAfter
 		c.SlowMachineConfigAfter = 3 * slowOperatorAfter
+		// The simulated machine-config-daemons at test speed.
+		o.MachineConfig.Daemon = mco.DaemonOptions{DrainTimeout: 2 * time.Second, DrainRetry: 500 * time.Millisecond,
+			ApplyDuration: 200 * time.Millisecond, RebootDuration: time.Second}
 	}})
 	if err == nil {
 		err = waitInstalled()
