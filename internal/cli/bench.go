@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/capstan-dev/capstan/internal/bench"
+	"github.com/capstan-dev/capstan/internal/mco"
 )
 
 func newBenchCommand() *cobra.Command {
@@ -19,7 +20,7 @@ func newBenchCommand() *cobra.Command {
 		Use:   "bench",
 		Short: "Benchmarks on a fresh embedded control plane",
 	}
-	c.AddCommand(newBenchUpCommand(), newBenchMachinesCommand(), newBenchAutoscalerCommand(), newBenchCVOCommand())
+	c.AddCommand(newBenchUpCommand(), newBenchMachinesCommand(), newBenchAutoscalerCommand(), newBenchCVOCommand(), newBenchMCOCommand())
 	c.AddCommand(newBenchSchedulerCommands()...)
 	return c
 }
@@ -136,5 +137,37 @@ func newBenchCVOCommand() *cobra.Command {
 	f.IntVar(&o.Manifests, "manifests", o.Manifests, "manifests in the release (spread over the operators)")
 	f.BoolVar(&o.EtcdNoFsync, "etcd-unsafe-no-fsync", false, "run etcd without fsync")
 	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up on each update after this long")
+	return c
+}
+
+func newBenchMCOCommand() *cobra.Command {
+	o := bench.MCOOptions{Nodes: 500, MaxUnavailable: "10%", Daemon: mco.DefaultDaemonOptions(), Parallelism: 32, Timeout: 20 * time.Minute}
+	c := &cobra.Command{
+		Use:   "mco",
+		Short: "Rolls a MachineConfig over a worker pool of N nodes: rollout time against the ideal, and CPU",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			res, err := bench.MCO(ctx, o, c.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			out := c.OutOrStdout()
+			fmt.Fprintf(out, "\nbench mco: nodes=%d maxUnavailable=%s (%d) fsync=%v\n", res.Nodes, o.MaxUnavailable, res.MaxUnavailable, !o.EtcdNoFsync)
+			fmt.Fprintf(out, "  rollout:       %.1f s\n", res.Rollout.Seconds())
+			fmt.Fprintf(out, "  per node:      %.1f s (targeted to done, mean)\n", res.PerNode.Seconds())
+			fmt.Fprintf(out, "  ideal:         %.1f s (%d waves x per node); rollout/ideal %.2f\n", res.Ideal.Seconds(), (res.Nodes+res.MaxUnavailable-1)/res.MaxUnavailable, res.Rollout.Seconds()/res.Ideal.Seconds())
+			fmt.Fprintf(out, "  process CPU:   %.1f s\n", res.CPU.Seconds())
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.IntVar(&o.Nodes, "nodes", o.Nodes, "worker nodes in the pool")
+	f.StringVar(&o.MaxUnavailable, "max-unavailable", o.MaxUnavailable, "the pool's maxUnavailable (a number or a percentage)")
+	f.DurationVar(&o.Daemon.RebootDuration, "reboot", o.Daemon.RebootDuration, "how long a simulated reboot keeps a node NotReady")
+	f.DurationVar(&o.Daemon.ApplyDuration, "apply", o.Daemon.ApplyDuration, "how long writing a configuration takes")
+	f.BoolVar(&o.EtcdNoFsync, "etcd-unsafe-no-fsync", false, "run etcd without fsync")
+	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up after this long")
 	return c
 }
