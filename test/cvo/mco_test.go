@@ -33,9 +33,10 @@ var infraNodes = []struct{ name, zone string }{
 
 // TestMachineConfigRollout is the chapter's worked example: a pool of 5
 // nodes with maxUnavailable 3 rolls a new configuration three nodes at a
-// time, a finishing node freeing a slot for the next; then a paused pool
-// holds, a degraded node is reported, and a drain held by a
-// PodDisruptionBudget says which pod and budget hold it.
+// time, a finishing node freeing a slot for the next; then an invalid
+// MachineConfig leaves the last good configuration, a paused pool holds,
+// a degraded node is reported, and a drain held by a PodDisruptionBudget
+// says which pod and budget hold it.
 func TestMachineConfigRollout(t *testing.T) {
 	ctx := context.Background()
 	mcfg, err := mcfgclient.NewForConfig(env.Config)
@@ -124,6 +125,30 @@ func TestMachineConfigRollout(t *testing.T) {
 				t.Errorf("node %s rebooted %d times, want once", n, rec.reboots[n])
 			}
 		}
+	})
+
+	t.Run("an invalid MachineConfig leaves the last good configuration in force", func(t *testing.T) {
+		good := getPool(t, mcfg, "infra").Spec.Configuration.Name
+		bad := &mcfgv1.MachineConfig{ObjectMeta: metav1.ObjectMeta{Name: "60-infra-nopath", Labels: map[string]string{mco.RoleLabel: "infra"}},
+			Spec: mcfgv1.MachineConfigSpec{Config: runtime.RawExtension{Raw: []byte(`{"ignition":{"version":"3.2.0"},"storage":{"files":[{"contents":{"source":"data:,x"}}]}}`)}}}
+		if _, err := configs.Create(ctx, bad, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		p := waitPool(t, mcfg, "infra", "the invalid config was not reported", func(p *mcfgv1.MachineConfigPool) bool {
+			return poolCondition(p, mcfgv1.MachineConfigPoolRenderDegraded) == corev1.ConditionTrue
+		})
+		if m := poolConditionMessage(p, mcfgv1.MachineConfigPoolRenderDegraded); !strings.HasPrefix(m, "Failed to render configuration for pool infra: MachineConfig 60-infra-nopath: parsing Ignition config failed") {
+			t.Errorf("RenderDegraded message %q", m)
+		}
+		if p.Spec.Configuration.Name != good || poolCondition(p, mcfgv1.MachineConfigPoolDegraded) != corev1.ConditionTrue {
+			t.Errorf("the pool moved off %s or is not Degraded: %s %+v", good, p.Spec.Configuration.Name, p.Status.Conditions)
+		}
+		if err := configs.Delete(ctx, bad.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitPool(t, mcfg, "infra", "RenderDegraded did not clear", func(p *mcfgv1.MachineConfigPool) bool {
+			return poolCondition(p, mcfgv1.MachineConfigPoolRenderDegraded) == corev1.ConditionFalse && p.Spec.Configuration.Name == good
+		})
 	})
 
 	t.Run("a paused pool holds", func(t *testing.T) {
