@@ -82,6 +82,9 @@ func TestMachineConfigRollout(t *testing.T) {
 	waitPool(t, mcfg, "worker", "the worker pool still counts the infra nodes", func(p *mcfgv1.MachineConfigPool) bool { return p.Status.MachineCount == 1 })
 
 	configs := mcfg.MachineconfigurationV1().MachineConfigs()
+	// The configs stay until the whole test ends: removing one rolls the
+	// pool again.
+	parent := t
 	addConfig := func(t *testing.T, name, content string) {
 		mc := &mcfgv1.MachineConfig{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{mco.RoleLabel: "infra"}},
 			Spec: mcfgv1.MachineConfigSpec{Config: runtime.RawExtension{Raw: []byte(
@@ -89,7 +92,7 @@ func TestMachineConfigRollout(t *testing.T) {
 		if _, err := configs.Create(ctx, mc, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = configs.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		parent.Cleanup(func() { _ = configs.Delete(context.Background(), name, metav1.DeleteOptions{}) })
 	}
 	newTarget := func(t *testing.T, old string) string {
 		p := waitPool(t, mcfg, "infra", "the pool never got a new rendered configuration", func(p *mcfgv1.MachineConfigPool) bool {
@@ -129,6 +132,7 @@ func TestMachineConfigRollout(t *testing.T) {
 
 	t.Run("an invalid MachineConfig leaves the last good configuration in force", func(t *testing.T) {
 		good := getPool(t, mcfg, "infra").Spec.Configuration.Name
+		waitUpdated(t, mcfg, good)
 		bad := &mcfgv1.MachineConfig{ObjectMeta: metav1.ObjectMeta{Name: "60-infra-nopath", Labels: map[string]string{mco.RoleLabel: "infra"}},
 			Spec: mcfgv1.MachineConfigSpec{Config: runtime.RawExtension{Raw: []byte(`{"ignition":{"version":"3.2.0"},"storage":{"files":[{"contents":{"source":"data:,x"}}]}}`)}}}
 		if _, err := configs.Create(ctx, bad, metav1.CreateOptions{}); err != nil {
