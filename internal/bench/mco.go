@@ -76,7 +76,7 @@ func MCO(ctx context.Context, o MCOOptions, log io.Writer) (*MCOResult, error) {
 		return nil, err
 	}
 	pools := mcfg.MachineconfigurationV1().MachineConfigPools()
-	raw, _ := jsonPatch(map[string]any{"spec": map[string]any{"maxUnavailable": max}})
+	raw, _ := json.Marshal(map[string]any{"spec": map[string]any{"maxUnavailable": max}})
 	if _, err := pools.Patch(ctx, "worker", types.MergePatchType, raw, metav1.PatchOptions{}); err != nil {
 		return nil, err
 	}
@@ -186,5 +186,3 @@ func (t *nodeTimes) mean() time.Duration {
 	}
 	return sum / time.Duration(len(t.took))
 }
-
-func jsonPatch(v any) ([]byte, error) { return json.Marshal(v) }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/cvo/payload"
 )
@@ -89,7 +90,7 @@ func (a *Applier) Apply(ctx context.Context, m *payload.Manifest) error {
 	}
 	switch {
 	case del:
-		err := res.Delete(ctx, obj.GetName(), metav1.DeleteOptions{PropagationPolicy: ptrTo(metav1.DeletePropagationBackground)})
+		err := res.Delete(ctx, obj.GetName(), metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting: %w", err)
 		}
@@ -99,7 +100,7 @@ func (a *Applier) Apply(ctx context.Context, m *payload.Manifest) error {
 			return fmt.Errorf("creating: %w", err)
 		}
 	default:
-		if _, err := res.Patch(ctx, obj.GetName(), types.ApplyPatchType, m.Raw, metav1.PatchOptions{FieldManager: FieldManager, Force: ptrTo(true)}); err != nil {
+		if _, err := res.Patch(ctx, obj.GetName(), types.ApplyPatchType, m.Raw, metav1.PatchOptions{FieldManager: FieldManager, Force: ptr.To(true)}); err != nil {
 			return fmt.Errorf("applying: %w", err)
 		}
 	}
@@ -133,5 +134,3 @@ func (a *Applier) waitEstablished(ctx context.Context, res dynamic.ResourceInter
 	a.mapper.Reset()
 	return nil
 }
-
-func ptrTo[T any](v T) *T { return &v }

@@ -2,6 +2,7 @@ package mco
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	mcfginformers "github.com/openshift/client-go/machineconfiguration/informers/externalversions"
 	mcfglisters "github.com/openshift/client-go/machineconfiguration/listers/machineconfiguration/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -26,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 )
 
 // Node annotations the MCO's controllers and daemon keep.
@@ -237,7 +240,7 @@ func (c *Controller) render(ctx context.Context, pool *mcfgv1.MachineConfigPool)
 			ObjectMeta: metav1.ObjectMeta{Name: name,
 				Annotations: map[string]string{GeneratedByAnnotation: "capstan", ReleaseImageVersionAnnotation: c.opts.ReleaseVersion},
 				OwnerReferences: []metav1.OwnerReference{{APIVersion: "machineconfiguration.openshift.io/v1", Kind: "MachineConfigPool",
-					Name: pool.Name, UID: pool.UID, Controller: ptrTo(true), BlockOwnerDeletion: ptrTo(true)}}},
+					Name: pool.Name, UID: pool.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}},
 			Spec: *spec,
 		}
 		if _, err := c.mcfg.MachineconfigurationV1().MachineConfigs().Create(ctx, rendered, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -262,8 +265,6 @@ func (c *Controller) render(ctx context.Context, pool *mcfgv1.MachineConfigPool)
 	c.recorder.Eventf(pool, corev1.EventTypeNormal, "Updating", "Pool %s now targeting %s", pool.Name, name)
 	return nil
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 // nodeDone reports whether a node runs config and its daemon is done.
 func nodeDone(n *corev1.Node, config string) bool {
@@ -398,7 +399,7 @@ func (c *Controller) annotate(ctx context.Context, node string, ann map[string]a
 }
 
 func patchNodeAnnotations(ctx context.Context, kube kubernetes.Interface, node string, ann map[string]any) error {
-	raw, err := jsonMarshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	raw, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
 	if err != nil {
 		return err
 	}
@@ -486,7 +487,7 @@ func (c *Controller) updateStatus(ctx context.Context, pool *mcfgv1.MachineConfi
 		set(mcfgv1.MachineConfigPoolDegraded, corev1.ConditionFalse, "", "")
 	}
 	wasUpdated := conditionTrue(pool.Status.Conditions, mcfgv1.MachineConfigPoolUpdated)
-	if equalPoolStatus(&pool.Status, st) {
+	if equality.Semantic.DeepEqual(&pool.Status, st) {
 		return nil
 	}
 	pool.Status = *st
@@ -524,19 +525,4 @@ func setPoolCondition(st *mcfgv1.MachineConfigPoolStatus, c mcfgv1.MachineConfig
 	}
 	c.LastTransitionTime = now
 	st.Conditions = append(st.Conditions, c)
-}
-
-func equalPoolStatus(a, b *mcfgv1.MachineConfigPoolStatus) bool {
-	if a.ObservedGeneration != b.ObservedGeneration || a.MachineCount != b.MachineCount || a.UpdatedMachineCount != b.UpdatedMachineCount ||
-		a.ReadyMachineCount != b.ReadyMachineCount || a.UnavailableMachineCount != b.UnavailableMachineCount || a.DegradedMachineCount != b.DegradedMachineCount ||
-		a.Configuration.Name != b.Configuration.Name || len(a.Conditions) != len(b.Conditions) {
-		return false
-	}
-	for i := range a.Conditions {
-		x, y := a.Conditions[i], b.Conditions[i]
-		if x.Type != y.Type || x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message {
-			return false
-		}
-	}
-	return true
 }

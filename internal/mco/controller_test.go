@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 )
 
 func node(name, zone string, age int, config string) *corev1.Node {
@@ -34,10 +35,10 @@ func TestMaxUnavailable(t *testing.T) {
 		want  int
 	}{
 		{nil, 10, 1},
-		{ptrTo(intstr.FromInt32(3)), 5, 3},
-		{ptrTo(intstr.FromString("10%")), 500, 50},
-		{ptrTo(intstr.FromString("10%")), 9, 1}, // rounds down to 0, then 1
-		{ptrTo(intstr.FromInt32(0)), 5, 1},
+		{ptr.To(intstr.FromInt32(3)), 5, 3},
+		{ptr.To(intstr.FromString("10%")), 500, 50},
+		{ptr.To(intstr.FromString("10%")), 9, 1}, // rounds down to 0, then 1
+		{ptr.To(intstr.FromInt32(0)), 5, 1},
 	} {
 		if got := MaxUnavailable(poolWith(tc.max), tc.nodes); got != tc.want {
 			t.Errorf("maxUnavailable %v of %d nodes: %d, want %d", tc.max, tc.nodes, got, tc.want)
@@ -50,7 +51,7 @@ func TestCandidatesZoneThenOldest(t *testing.T) {
 		node("b-young", "zone-b", 1, "old"), node("none-old", "", 9, "old"), node("a-young", "zone-a", 1, "old"),
 		node("b-old", "zone-b", 5, "old"), node("a-old", "zone-a", 5, "old"),
 	}
-	got := Candidates(poolWith(ptrTo(intstr.FromInt32(4))), nodes, "new")
+	got := Candidates(poolWith(ptr.To(intstr.FromInt32(4))), nodes, "new")
 	var names []string
 	for _, n := range got {
 		names = append(names, n.Name)
@@ -60,7 +61,7 @@ func TestCandidatesZoneThenOldest(t *testing.T) {
 	}
 	// A degraded node that failed its update holds a slot.
 	nodes[4].Annotations[DesiredConfigAnnotation], nodes[4].Annotations[StateAnnotation] = "new", StateDegraded
-	if got := Candidates(poolWith(ptrTo(intstr.FromInt32(2))), nodes, "new"); len(got) != 1 || got[0].Name != "a-young" {
+	if got := Candidates(poolWith(ptr.To(intstr.FromInt32(2))), nodes, "new"); len(got) != 1 || got[0].Name != "a-young" {
 		t.Errorf("with a failing node: %v", got)
 	}
 }

@@ -2,7 +2,6 @@ package mco
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -276,5 +275,3 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
-
-func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }

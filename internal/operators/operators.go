@@ -27,6 +27,7 @@ import (
 	configinformers "github.com/openshift/client-go/config/informers/externalversions"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -294,34 +295,10 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		{Resource: "namespaces", Name: dep.Namespace},
 		{Group: "apps", Resource: "deployments", Namespace: dep.Namespace, Name: dep.Name},
 	}
-	if equalStatus(&co.Status, status) {
+	if equality.Semantic.DeepEqual(&co.Status, status) {
 		return again, nil
 	}
 	co.Status = *status
 	_, err = cos.UpdateStatus(ctx, co, metav1.UpdateOptions{})
 	return again, err
-}
-
-// equalStatus compares what a report would change.
-func equalStatus(a, b *configv1.ClusterOperatorStatus) bool {
-	if len(a.Versions) != len(b.Versions) || len(a.Conditions) != len(b.Conditions) || len(a.RelatedObjects) != len(b.RelatedObjects) {
-		return false
-	}
-	for i := range a.Versions {
-		if a.Versions[i] != b.Versions[i] {
-			return false
-		}
-	}
-	for i := range a.RelatedObjects {
-		if a.RelatedObjects[i] != b.RelatedObjects[i] {
-			return false
-		}
-	}
-	for i := range a.Conditions {
-		x, y := a.Conditions[i], b.Conditions[i]
-		if x.Type != y.Type || x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message || !x.LastTransitionTime.Equal(&y.LastTransitionTime) {
-			return false
-		}
-	}
-	return true
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/cluster"
 	"github.com/capstan-dev/capstan/internal/mco"
@@ -67,7 +68,7 @@ func TestMachineConfigRollout(t *testing.T) {
 			MachineConfigSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 				{Key: mco.RoleLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{"worker", "infra"}}}},
 			NodeSelector:   &metav1.LabelSelector{MatchLabels: map[string]string{"node-role.kubernetes.io/infra": ""}},
-			MaxUnavailable: ptrTo(intstr.FromInt32(3)),
+			MaxUnavailable: ptr.To(intstr.FromInt32(3)),
 		},
 	}
 	pools := mcfg.MachineconfigurationV1().MachineConfigPools()
@@ -201,7 +202,7 @@ func TestMachineConfigRollout(t *testing.T) {
 			t.Fatal(err)
 		}
 		pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "guard", Namespace: ns},
-			Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptrTo(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "guarded"}}}}
+			Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "guarded"}}}}
 		if _, err := env.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -363,5 +364,3 @@ func ready(n *corev1.Node) bool {
 	}
 	return false
 }
-
-func ptrTo[T any](v T) *T { return &v }
