@@ -85,11 +85,15 @@ func annotateNode(ctx context.Context, client kubernetes.Interface, name string,
 	if node.Annotations[NodeInstanceAnnotation] == "" {
 		return fmt.Errorf("node %s is not simulated by capstan (no %s annotation)", name, NodeInstanceAnnotation)
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	return patchNode(ctx, client, name, map[string]any{"metadata": map[string]any{"annotations": ann}})
+}
+
+func patchNode(ctx context.Context, client kubernetes.Interface, name string, patch map[string]any) error {
+	raw, err := json.Marshal(patch)
 	if err != nil {
 		return err
 	}
-	if _, err := client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, raw, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("annotating node %s: %w", name, err)
 	}
 	return nil
@@ -98,7 +102,7 @@ func annotateNode(ctx context.Context, client kubernetes.Interface, name string,
 // FaultKeepsNotReady reports whether an injected fault keeps the node from
 // being Ready.
 func FaultKeepsNotReady(node *corev1.Node) bool {
-	return Stopped(node) || InjectedConditions(node)[corev1.NodeReady] == corev1.ConditionFalse
+	return Stopped(node) || Rebooting(node) || InjectedConditions(node)[corev1.NodeReady] == corev1.ConditionFalse
 }
 
 func strPtr(s string) *string { return &s }

@@ -230,6 +230,9 @@ func (s *Simulator) nodeStatus(inst *Instance, node *corev1.Node, now time.Time)
 			status = v
 		}
 		text := conditionText[t][status]
+		if t == corev1.NodeReady && Rebooting(node) {
+			status, text = corev1.ConditionFalse, [2]string{"KubeletNotReady", "node is rebooting"}
+		}
 		c := corev1.NodeCondition{Type: t, Status: status, Reason: text[0], Message: text[1],
 			LastHeartbeatTime: nowTime, LastTransitionTime: nowTime}
 		if old := nodes.FindCondition(node.Status.Conditions, t); old != nil && old.Status == status {
@@ -251,7 +254,7 @@ func (s *Simulator) nodeStatus(inst *Instance, node *corev1.Node, now time.Time)
 		NodeInfo: corev1.NodeSystemInfo{
 			MachineID:               fmt.Sprintf("%032x", inst.Index+1),
 			SystemUUID:              fmt.Sprintf("%032x", inst.Index+1),
-			BootID:                  inst.LaunchTime.UTC().Format("20060102150405.000"),
+			BootID:                  bootID(inst, node),
 			KernelVersion:           "6.1.0-capstan",
 			OSImage:                 "capstan simulated node",
 			ContainerRuntimeVersion: "capstan-sim://1.0.0",
@@ -301,4 +304,13 @@ func conditionsSame(a, b []corev1.NodeCondition) bool {
 		}
 	}
 	return true
+}
+
+// bootID changes with every boot of the instance's machine.
+func bootID(inst *Instance, node *corev1.Node) string {
+	id := inst.LaunchTime.UTC().Format("20060102150405.000")
+	if b := Boot(node); b > 0 {
+		id += fmt.Sprintf("-%d", b)
+	}
+	return id
 }

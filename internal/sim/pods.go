@@ -90,7 +90,7 @@ func (s *Simulator) syncPod(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	inst, _, running := s.kubeletRunning(pod.Spec.NodeName)
+	inst, node, running := s.kubeletRunning(pod.Spec.NodeName)
 	if !running {
 		// A stopped kubelet does nothing; it is queued again when it starts.
 		return nil
@@ -98,13 +98,25 @@ func (s *Simulator) syncPod(ctx context.Context, key string) error {
 	if pod.DeletionTimestamp != nil {
 		return s.terminatePod(ctx, key, pod)
 	}
-	if podStarted(pod) {
+	boot := Boot(node)
+	if podStarted(pod) && (pod.Status.Phase != corev1.PodRunning || startedInBoot(pod, boot)) {
 		if runsToCompletion(pod) && pod.Status.Phase == corev1.PodRunning {
 			return s.completePod(ctx, key, pod)
 		}
 		return nil
 	}
-	return s.startPod(ctx, pod, inst)
+	return s.startPod(ctx, pod, inst, boot)
+}
+
+// startedInBoot reports whether the pod's containers were started in
+// this boot of its node (and need no restart).
+func startedInBoot(pod *corev1.Pod, boot int) bool {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.ContainerID != containerID(pod, cs.Name, boot) {
+			return false
+		}
+	}
+	return true
 }
 
 // completePod reports a run-to-completion pod Succeeded once its
@@ -197,7 +209,7 @@ func (s *Simulator) terminationSeen(uid types.UID, now time.Time) time.Time {
 }
 
 // startPod reports the pod's containers running and ready.
-func (s *Simulator) startPod(ctx context.Context, pod *corev1.Pod, inst *Instance) error {
+func (s *Simulator) startPod(ctx context.Context, pod *corev1.Pod, inst *Instance, boot int) error {
 	podIP := inst.InternalIP
 	if !pod.Spec.HostNetwork {
 		ip, err := s.allocateIP(pod, inst)
@@ -223,10 +235,11 @@ func (s *Simulator) startPod(ctx context.Context, pod *corev1.Pod, inst *Instanc
 		corev1.ContainersReady, corev1.PodReady, corev1.PodScheduled} {
 		setPodCondition(st, t, now)
 	}
-	st.ContainerStatuses = containerStatuses(pod, pod.Spec.Containers, started, false)
-	st.InitContainerStatuses = nil
+	st.ContainerStatuses = containerStatuses(pod, pod.Status.ContainerStatuses, pod.Spec.Containers, started, now, boot, false)
 	if len(pod.Spec.InitContainers) > 0 {
-		st.InitContainerStatuses = containerStatuses(pod, pod.Spec.InitContainers, started, true)
+		st.InitContainerStatuses = containerStatuses(pod, pod.Status.InitContainerStatuses, pod.Spec.InitContainers, started, now, boot, true)
+	} else {
+		st.InitContainerStatuses = nil
 	}
 	_, err := s.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) {
@@ -258,21 +271,43 @@ func setPodCondition(st *corev1.PodStatus, t corev1.PodConditionType, now metav1
 	st.Conditions = append(st.Conditions, corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: now})
 }
 
-func containerStatuses(pod *corev1.Pod, containers []corev1.Container, now metav1.Time, init bool) []corev1.ContainerStatus {
+// containerStatuses reports containers running since started; a
+// container that ran in an earlier boot of the node was restarted now,
+// after the reboot, and says so as the kubelet does (its restart count,
+// and its last state terminated with exit code 255, reason Unknown).
+func containerStatuses(pod *corev1.Pod, have []corev1.ContainerStatus, containers []corev1.Container, started, now metav1.Time, boot int, init bool) []corev1.ContainerStatus {
 	out := make([]corev1.ContainerStatus, 0, len(containers))
 	for _, c := range containers {
 		st := corev1.ContainerStatus{
 			Name:        c.Name,
 			Image:       c.Image,
 			ImageID:     c.Image,
-			ContainerID: "capstan-sim://" + string(pod.UID) + "/" + c.Name,
+			ContainerID: containerID(pod, c.Name, boot),
+		}
+		runningSince := started
+		for _, old := range have {
+			if old.Name != c.Name {
+				continue
+			}
+			st.RestartCount, st.LastTerminationState = old.RestartCount, old.LastTerminationState
+			if old.ContainerID != "" && old.ContainerID != st.ContainerID {
+				st.RestartCount++
+				last := &corev1.ContainerStateTerminated{ExitCode: 255, Reason: "Unknown", FinishedAt: now, ContainerID: old.ContainerID}
+				if old.State.Running != nil {
+					last.StartedAt = old.State.Running.StartedAt
+				}
+				st.LastTerminationState = corev1.ContainerState{Terminated: last}
+				runningSince = now
+			} else if old.State.Running != nil {
+				runningSince = old.State.Running.StartedAt
+			}
 		}
 		if init && (c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways) {
-			st.State.Terminated = &corev1.ContainerStateTerminated{Reason: "Completed", StartedAt: now, FinishedAt: now}
+			st.State.Terminated = &corev1.ContainerStateTerminated{Reason: "Completed", StartedAt: runningSince, FinishedAt: runningSince}
 		} else {
 			st.Ready = true
 			st.Started = ptr.To(true)
-			st.State.Running = &corev1.ContainerStateRunning{StartedAt: now}
+			st.State.Running = &corev1.ContainerStateRunning{StartedAt: runningSince}
 		}
 		out = append(out, st)
 	}

@@ -170,3 +170,37 @@ func TestShutdownDelay(t *testing.T) {
 		t.Errorf("no annotation: %v %v", ok, err)
 	}
 }
+
+func TestContainersRestartAfterAReboot(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "u1"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "img"}}}}
+	t0, t1, t2 := metav1.NewTime(time.Unix(100, 0)), metav1.NewTime(time.Unix(200, 0)), metav1.NewTime(time.Unix(300, 0))
+	first := containerStatuses(pod, nil, pod.Spec.Containers, t0, t0, 0, false)
+	if first[0].RestartCount != 0 || first[0].State.Running.StartedAt != t0 || first[0].ContainerID != "capstan-sim://u1/app" {
+		t.Fatalf("first start: %+v", first[0])
+	}
+	pod.Status.ContainerStatuses = first
+	if !startedInBoot(pod, 0) || startedInBoot(pod, 1) {
+		t.Fatal("a container of boot 0 is of boot 0 only")
+	}
+	// Ready again in the same boot (the node was NotReady a moment): no restart.
+	same := containerStatuses(pod, first, pod.Spec.Containers, t0, t1, 0, false)
+	if same[0].RestartCount != 0 || same[0].State.Running.StartedAt != t0 {
+		t.Fatalf("same boot: %+v", same[0])
+	}
+	// The node rebooted: restarted once, the old run is its last state.
+	after := containerStatuses(pod, first, pod.Spec.Containers, t0, t1, 1, false)
+	c := after[0]
+	if c.RestartCount != 1 || c.State.Running.StartedAt != t1 || c.LastTerminationState.Terminated == nil ||
+		c.LastTerminationState.Terminated.ExitCode != 255 || c.LastTerminationState.Terminated.StartedAt != t0 {
+		t.Fatalf("after a reboot: %+v", c)
+	}
+	pod.Status.ContainerStatuses = after
+	if !startedInBoot(pod, 1) {
+		t.Fatal("restarted in boot 1")
+	}
+	// A second reboot counts again.
+	again := containerStatuses(pod, after, pod.Spec.Containers, t0, t2, 2, false)
+	if again[0].RestartCount != 2 || again[0].LastTerminationState.Terminated.StartedAt != t1 {
+		t.Fatalf("second reboot: %+v", again[0])
+	}
+}

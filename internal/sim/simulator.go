@@ -262,7 +262,7 @@ func (s *Simulator) nodeChanged(old, obj any) {
 		if annotationsEqual(o, node) && conditionsSame(o.Status.Conditions, node.Status.Conditions) {
 			return
 		}
-		if Stopped(o) && !Stopped(node) {
+		if (Stopped(o) && !Stopped(node)) || (Rebooting(o) && !Rebooting(node)) {
 			s.kubeletStarted(node.Name)
 		}
 	} else {
@@ -298,7 +298,7 @@ func annotationsEqual(a, b *corev1.Node) bool {
 }
 
 func isSimAnnotation(k string) bool {
-	return k == StoppedAnnotation || strings.HasPrefix(k, ConditionAnnotationPrefix)
+	return k == StoppedAnnotation || k == RebootingAnnotation || k == BootAnnotation || strings.HasPrefix(k, ConditionAnnotationPrefix)
 }
 
 // Stopped reports whether a node's simulated kubelet is stopped.
@@ -328,7 +328,7 @@ func (s *Simulator) kubeletRunning(nodeName string) (*Instance, *corev1.Node, bo
 		return nil, nil, false
 	}
 	node, err := s.nodes.Get(nodeName)
-	if err != nil || node.Annotations[NodeInstanceAnnotation] != inst.Name() || Stopped(node) {
+	if err != nil || node.Annotations[NodeInstanceAnnotation] != inst.Name() || Stopped(node) || Rebooting(node) {
 		return inst, node, false
 	}
 	return inst, node, true
