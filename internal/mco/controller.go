@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
@@ -53,12 +54,28 @@ const (
 	ZoneLabel = "topology.kubernetes.io/zone"
 )
 
+// The release's machine OS images reach the MCO as OpenShift's payload
+// delivers them: the ConfigMap machine-config-osimageurl in the MCO's
+// namespace (keys releaseVersion, baseOSContainerImage,
+// baseOSExtensionsContainerImage and the older osImageURL).
+const (
+	Namespace           = "openshift-machine-config-operator"
+	OSImageURLConfigMap = "machine-config-osimageurl"
+)
+
 // Options configure the controllers.
 type Options struct {
-	// OSImageURL is the release's machine OS image, rendered into every
-	// pool's configuration unless a MachineConfig overrides it.
+	// FromRelease takes the machine OS image and the release version from
+	// the release's machine-config-osimageurl ConfigMap, as the MCO does:
+	// no pool renders until the release has delivered it, and a new
+	// release's image renders new configurations, which roll the nodes.
+	FromRelease bool
+	// OSImageURL is the machine OS image rendered into every pool's
+	// configuration (unless a MachineConfig overrides it) when the
+	// configuration does not come from the release.
 	OSImageURL string
-	// ReleaseVersion is written on rendered configurations.
+	// ReleaseVersion is written on rendered configurations when it does
+	// not come from the release.
 	ReleaseVersion string
 	// Daemon times the simulated machine-config-daemon.
 	Daemon DaemonOptions
@@ -73,11 +90,14 @@ type Controller struct {
 	opts     Options
 	recorder record.EventRecorder
 
-	pools   mcfglisters.MachineConfigPoolLister
-	configs mcfglisters.MachineConfigLister
-	nodes   corelisters.NodeLister
-	queue   workqueue.TypedRateLimitingInterface[string]
-	daemon  *daemon
+	pools      mcfglisters.MachineConfigPoolLister
+	configs    mcfglisters.MachineConfigLister
+	nodes      corelisters.NodeLister
+	configMaps corelisters.ConfigMapLister
+	queue      workqueue.TypedRateLimitingInterface[string]
+	daemon     *daemon
+	// synced is set once the listers above are filled.
+	synced atomic.Bool
 }
 
 // New returns the MCO's controllers.
@@ -96,11 +116,14 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.recorder = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "machineconfigcontroller"})
 	mf := mcfginformers.NewSharedInformerFactory(c.mcfg, 10*time.Minute)
 	kf := informers.NewSharedInformerFactory(c.kube, 10*time.Minute)
+	cf := informers.NewSharedInformerFactoryWithOptions(c.kube, 10*time.Minute, informers.WithNamespace(Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + OSImageURLConfigMap }))
 	pools, configs, nodes := mf.Machineconfiguration().V1().MachineConfigPools(), mf.Machineconfiguration().V1().MachineConfigs(), kf.Core().V1().Nodes()
-	c.pools, c.configs, c.nodes = pools.Lister(), configs.Lister(), nodes.Lister()
+	cms := cf.Core().V1().ConfigMaps()
+	c.pools, c.configs, c.nodes, c.configMaps = pools.Lister(), configs.Lister(), nodes.Lister(), cms.Lister()
 	all := func(any) { c.enqueueAll() }
 	handler := cache.ResourceEventHandlerFuncs{AddFunc: all, UpdateFunc: func(_, n any) { all(n) }, DeleteFunc: all}
-	for _, inf := range []cache.SharedIndexInformer{pools.Informer(), configs.Informer()} {
+	for _, inf := range []cache.SharedIndexInformer{pools.Informer(), configs.Informer(), cms.Informer()} {
 		if _, err := inf.AddEventHandler(handler); err != nil {
 			return err
 		}
@@ -115,9 +138,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	mf.Start(ctx.Done())
 	kf.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), pools.Informer().HasSynced, configs.Informer().HasSynced, nodes.Informer().HasSynced) {
+	cf.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), pools.Informer().HasSynced, configs.Informer().HasSynced, nodes.Informer().HasSynced, cms.Informer().HasSynced) {
 		return ctx.Err()
 	}
+	c.synced.Store(true)
 	c.enqueueAll()
 	go func() {
 		<-ctx.Done()
@@ -196,11 +221,16 @@ func (c *Controller) syncPool(ctx context.Context, name string) error {
 		return err
 	}
 	pool := cached.DeepCopy()
-	renderErr := c.render(ctx, pool)
 	nodes, err := c.poolNodes(pool)
 	if err != nil {
 		return err
 	}
+	release, ok := c.release()
+	if !ok {
+		// Nothing to render before the release's images are known.
+		return c.updateStatus(ctx, pool, nodes, nil)
+	}
+	renderErr := c.render(ctx, pool, release)
 	target := pool.Spec.Configuration.Name
 	if target != "" && !pool.Spec.Paused {
 		if err := c.targetNodes(ctx, pool, nodes, target); err != nil {
@@ -210,9 +240,31 @@ func (c *Controller) syncPool(ctx context.Context, name string) error {
 	return c.updateStatus(ctx, pool, nodes, renderErr)
 }
 
+// releaseImages are what a release gives every rendered configuration.
+type releaseImages struct {
+	Version, OSImage, ExtensionsImage string
+}
+
+// release reads the release's images: from its ConfigMap, or from the
+// options when the configuration does not come from a release.
+func (c *Controller) release() (releaseImages, bool) {
+	if !c.opts.FromRelease {
+		return releaseImages{Version: c.opts.ReleaseVersion, OSImage: c.opts.OSImageURL}, true
+	}
+	cm, err := c.configMaps.ConfigMaps(Namespace).Get(OSImageURLConfigMap)
+	if err != nil {
+		return releaseImages{}, false
+	}
+	r := releaseImages{Version: cm.Data["releaseVersion"], OSImage: cm.Data["baseOSContainerImage"], ExtensionsImage: cm.Data["baseOSExtensionsContainerImage"]}
+	if r.OSImage == "" {
+		r.OSImage = cm.Data["osImageURL"]
+	}
+	return r, r.OSImage != ""
+}
+
 // render merges the pool's MachineConfigs and points the pool at the
 // result; a failure keeps the last good configuration and is returned.
-func (c *Controller) render(ctx context.Context, pool *mcfgv1.MachineConfigPool) error {
+func (c *Controller) render(ctx context.Context, pool *mcfgv1.MachineConfigPool, release releaseImages) error {
 	sel, err := metav1.LabelSelectorAsSelector(pool.Spec.MachineConfigSelector)
 	if err != nil {
 		return fmt.Errorf("invalid machineConfigSelector: %w", err)
@@ -227,7 +279,7 @@ func (c *Controller) render(ctx context.Context, pool *mcfgv1.MachineConfigPool)
 			configs = append(configs, mc)
 		}
 	}
-	spec, err := Merge(pool.Name, configs, c.opts.OSImageURL, "")
+	spec, err := Merge(pool.Name, configs, release.OSImage, release.ExtensionsImage)
 	if err != nil {
 		return err
 	}
@@ -235,10 +287,23 @@ func (c *Controller) render(ctx context.Context, pool *mcfgv1.MachineConfigPool)
 	if err != nil {
 		return err
 	}
-	if _, err := c.configs.Get(name); apierrors.IsNotFound(err) {
+	existing, err := c.configs.Get(name)
+	switch {
+	case err == nil && existing.Annotations[ReleaseImageVersionAnnotation] != release.Version:
+		// The same configuration serves a new release: it says so, and
+		// no node reboots for it.
+		mc := existing.DeepCopy()
+		if mc.Annotations == nil {
+			mc.Annotations = map[string]string{}
+		}
+		mc.Annotations[ReleaseImageVersionAnnotation] = release.Version
+		if _, err := c.mcfg.MachineconfigurationV1().MachineConfigs().Update(ctx, mc, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("updating %s: %w", name, err)
+		}
+	case apierrors.IsNotFound(err):
 		rendered := &mcfgv1.MachineConfig{
 			ObjectMeta: metav1.ObjectMeta{Name: name,
-				Annotations: map[string]string{GeneratedByAnnotation: "capstan", ReleaseImageVersionAnnotation: c.opts.ReleaseVersion},
+				Annotations: map[string]string{GeneratedByAnnotation: "capstan", ReleaseImageVersionAnnotation: release.Version},
 				OwnerReferences: []metav1.OwnerReference{{APIVersion: "machineconfiguration.openshift.io/v1", Kind: "MachineConfigPool",
 					Name: pool.Name, UID: pool.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}},
 			Spec: *spec,

@@ -148,26 +148,35 @@ func (d *daemon) update(n *corev1.Node) error {
 			return err
 		}
 		log.Info("Initiating reboot: Node will reboot into config " + want)
-		if err := d.annotate(ctx, name, map[string]any{PostConfigActionAnnotation: "Rebooting"}); err != nil {
+		// The post-config action and the machine going down are one
+		// write: a daemon killed on either side of it neither skips the
+		// reboot nor reboots the node twice.
+		if err := d.annotate(ctx, name, map[string]any{PostConfigActionAnnotation: "Rebooting", sim.RebootingAnnotation: "true"}); err != nil {
 			return err
 		}
 		d.recorder.Eventf(&corev1.ObjectReference{Kind: "Node", Name: name, UID: n.UID}, corev1.EventTypeNormal, "Reboot", "Node will reboot into config %s", want)
+		rebooting = true
+	} else {
+		// A daemon that was stopped in the reboot picks it up where the
+		// node is: still down, or already up in its next boot.
+		rebooting = sim.Rebooting(n)
 	}
-	// The reboot: the kubelet reports NotReady, then comes back.
-	if err := sim.SetCondition(ctx, d.kube, name, corev1.NodeReady, corev1.ConditionFalse); err != nil {
-		return err
-	}
-	if err := sleep(ctx, d.opts.RebootDuration); err != nil {
-		return err
-	}
-	if err := sim.SetCondition(ctx, d.kube, name, corev1.NodeReady, corev1.ConditionTrue); err != nil {
-		return err
+	if rebooting {
+		// The machine is down (its kubelet NotReady) for a moment, then
+		// boots again and restarts the pods left on the node.
+		if err := sleep(ctx, d.opts.RebootDuration); err != nil {
+			return err
+		}
+		if err := sim.FinishReboot(ctx, d.kube, name); err != nil {
+			return err
+		}
 	}
 	if err := d.waitReady(ctx, name); err != nil {
 		return err
 	}
-	if err := d.annotate(ctx, name, map[string]any{CurrentConfigAnnotation: want, StateAnnotation: StateDone, ReasonAnnotation: nil,
-		PostConfigActionAnnotation: nil, DesiredDrainAnnotation: "uncordon-" + want}); err != nil {
+	// Back up: uncordon first, then say Done, as the daemon completes an
+	// update (a node is not done while it is cordoned).
+	if err := d.annotate(ctx, name, map[string]any{DesiredDrainAnnotation: "uncordon-" + want}); err != nil {
 		return err
 	}
 	node, err := d.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
@@ -177,8 +186,11 @@ func (d *daemon) update(n *corev1.Node) error {
 	if err := drain.New(ctx, d.kube, d.opts.DrainTimeout, log).Cordon(node, false); err != nil {
 		return err
 	}
+	if err := d.annotate(ctx, name, map[string]any{LastAppliedDrainAnnotation: "uncordon-" + want}); err != nil {
+		return err
+	}
 	log.Info("Update completed for config " + want + " and node has been successfully uncordoned")
-	return d.annotate(ctx, name, map[string]any{LastAppliedDrainAnnotation: "uncordon-" + want})
+	return d.annotate(ctx, name, map[string]any{CurrentConfigAnnotation: want, StateAnnotation: StateDone, ReasonAnnotation: nil, PostConfigActionAnnotation: nil})
 }
 
 // drain cordons the node and evicts its pods, retrying until it is done;
