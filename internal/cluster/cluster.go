@@ -138,6 +138,8 @@ type Cluster struct {
 
 	cancel  context.CancelFunc
 	simDone chan error
+	// machineConfig is the Machine Config Operator, when it runs.
+	machineConfig *mco.Controller
 	// components run beside the simulator until the cluster stops, each
 	// started by run; Stop waits for them in reverse order.
 	components []component
@@ -252,16 +254,16 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			c.run(runCtx, "metrics", srv.Run)
 		}
 	}
-	if opts.Releases != nil {
-		if err := c.startReleases(ctx, runCtx); err != nil {
-			c.Stop()
-			return nil, fmt.Errorf("releases: %w", err)
-		}
-	}
 	if opts.MachineConfig != nil {
 		if err := c.startMachineConfig(ctx, runCtx); err != nil {
 			c.Stop()
 			return nil, fmt.Errorf("machine config operator: %w", err)
+		}
+	}
+	if opts.Releases != nil {
+		if err := c.startReleases(ctx, runCtx); err != nil {
+			c.Stop()
+			return nil, fmt.Errorf("releases: %w", err)
 		}
 	}
 	if opts.ResourceMetrics != nil {
@@ -283,7 +285,11 @@ func (c *Cluster) startMachineConfig(ctx, runCtx context.Context) error {
 	if err := mco.EnsurePools(ctx, mcfg); err != nil {
 		return err
 	}
-	ctrl := mco.New(c.Client, mcfg, *c.opts.MachineConfig)
+	o := *c.opts.MachineConfig
+	// With a release, the machine OS comes from it, as in OpenShift.
+	o.FromRelease = o.FromRelease || c.opts.Releases != nil
+	ctrl := mco.New(c.Client, mcfg, o)
+	c.machineConfig = ctrl
 	c.run(runCtx, "machine-config", ctrl.Run)
 	return nil
 }

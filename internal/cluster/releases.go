@@ -162,11 +162,24 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 	}
 	// The operators of the release report their ClusterOperators;
 	// capstan's own components add whether they really run.
-	reporter := operators.New(c.Client, config, map[string]operators.Health{
+	health := map[string]operators.Health{
 		"kube-scheduler":     c.componentHealth("scheduler", "the scheduler"),
 		"machine-api":        c.componentHealth("machine API", "the Machine API controllers"),
 		"cluster-autoscaler": c.componentHealth("autoscaler", "the cluster autoscaler"),
-	})
+		"machine-config":     c.componentHealth("machine-config", "the Machine Config Operator's controllers"),
+	}
+	operands := map[string]operators.Operand{}
+	if mc := c.machineConfig; mc != nil {
+		// machine-config reports a release once the control-plane nodes
+		// run its configuration.
+		operands["machine-config"] = func(version string) operators.OperandState {
+			s := mc.Operator(version)
+			return operators.OperandState{AtVersion: s.Done, Progressing: s.Progressing,
+				DegradedReason: s.DegradedReason, DegradedMessage: s.DegradedMessage,
+				NotUpgradeableReason: s.NotUpgradeableReason, NotUpgradeableMessage: s.NotUpgradeableMessage}
+		}
+	}
+	reporter := operators.New(c.Client, config, health, operands)
 	c.run(runCtx, "cluster-operators", reporter.Run)
 	op := cvo.New(config, co)
 	c.run(runCtx, "cluster-version-operator", op.Run)

@@ -65,12 +65,27 @@ const (
 // message explain when it is not.
 type Health func() (ok bool, reason, message string)
 
+// Operand is what an operator capstan runs itself (the Machine Config
+// Operator) says of its operands at a release version.
+type Operand func(version string) OperandState
+
+// OperandState holds an operator back from reporting a version until its
+// operands run it, and adds its own Degraded and Upgradeable.
+type OperandState struct {
+	AtVersion bool
+	// Progressing is the message while not AtVersion.
+	Progressing                                 string
+	DegradedReason, DegradedMessage             string
+	NotUpgradeableReason, NotUpgradeableMessage string
+}
+
 // Controller reports ClusterOperators.
 type Controller struct {
-	kube   kubernetes.Interface
-	config configclient.Interface
-	health map[string]Health
-	clock  clock.Clock
+	kube     kubernetes.Interface
+	config   configclient.Interface
+	health   map[string]Health
+	operands map[string]Operand
+	clock    clock.Clock
 
 	deployments appslisters.DeploymentLister
 	namespaces  corelisters.NamespaceLister
@@ -83,9 +98,10 @@ type Controller struct {
 }
 
 // New returns a controller; health maps ClusterOperator names to the
-// health of the component capstan runs for them.
-func New(kube kubernetes.Interface, config configclient.Interface, health map[string]Health) *Controller {
-	return &Controller{kube: kube, config: config, health: health, clock: clock.RealClock{}, rolledOut: map[string]time.Time{},
+// health of the component capstan runs for them, operands to what their
+// operands say.
+func New(kube kubernetes.Interface, config configclient.Interface, health map[string]Health, operands map[string]Operand) *Controller {
+	return &Controller{kube: kube, config: config, health: health, operands: operands, clock: clock.RealClock{}, rolledOut: map[string]time.Time{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "cluster-operators"})}
 }
@@ -146,6 +162,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	// few seconds: it has no object to watch.
 	go wait.UntilWithContext(ctx, func(context.Context) {
 		for name := range c.health {
+			c.queue.Add(name)
+		}
+		for name := range c.operands {
 			c.queue.Add(name)
 		}
 	}, 2*time.Second)
@@ -232,9 +251,24 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 			reported = v.Version
 		}
 	}
+	available := configv1.ClusterOperatorStatusCondition{Type: configv1.OperatorAvailable, Status: configv1.ConditionTrue, Reason: "AsExpected"}
+	if st.AvailableReplicas == 0 {
+		if findCondition(co.Status.Conditions, configv1.OperatorAvailable) != nil {
+			// The operator is down (its pod evicted in a drain, say): it
+			// cannot write its ClusterOperator, which keeps its last word.
+			return 0, nil
+		}
+		available.Status, available.Reason = configv1.ConditionFalse, "DeploymentUnavailable"
+		available.Message = fmt.Sprintf("deployment %s/%s has no available replicas", dep.Namespace, dep.Name)
+	}
+	var operand *OperandState
+	if fn := c.operands[name]; fn != nil && want != "" {
+		s := fn(want)
+		operand = &s
+	}
 	var again time.Duration
 	now := c.clock.Now()
-	if rolledOut && want != "" && reported != want && ann[StuckAnnotation] != "true" {
+	if rolledOut && want != "" && reported != want && ann[StuckAnnotation] != "true" && (operand == nil || operand.AtVersion) {
 		delay, _ := time.ParseDuration(ann[DelayAnnotation])
 		key := name + "@" + want
 		c.mu.Lock()
@@ -256,7 +290,6 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	if reported != "" {
 		status.Versions = []configv1.OperandVersion{{Name: "operator", Version: reported}}
 	}
-	available := configv1.ClusterOperatorStatusCondition{Type: configv1.OperatorAvailable, Status: configv1.ConditionTrue, Reason: "AsExpected"}
 	switch h := c.health[name]; {
 	case ann[UnavailableAnnotation] != "":
 		available.Status = configv1.ConditionFalse
@@ -266,27 +299,30 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 			available.Status, available.Reason, available.Message = configv1.ConditionFalse, reason, msg
 		}
 	}
-	if available.Status == configv1.ConditionTrue && st.AvailableReplicas == 0 {
-		available.Status, available.Reason = configv1.ConditionFalse, "DeploymentUnavailable"
-		available.Message = fmt.Sprintf("deployment %s/%s has no available replicas", dep.Namespace, dep.Name)
-	}
 	progressing := configv1.ClusterOperatorStatusCondition{Type: configv1.OperatorProgressing, Status: configv1.ConditionFalse, Reason: "AsExpected"}
 	if want != "" && reported != want {
 		progressing.Status, progressing.Reason = configv1.ConditionTrue, "Deploying"
 		progressing.Message = fmt.Sprintf("deployment %s/%s is rolling out version %s", dep.Namespace, dep.Name, want)
 		if rolledOut {
 			progressing.Message = fmt.Sprintf("deployment %s/%s has rolled out; the operator is updating its operands to %s", dep.Namespace, dep.Name, want)
+			if operand != nil && !operand.AtVersion {
+				progressing.Message = operand.Progressing
+			}
 		}
 	}
 	degraded := configv1.ClusterOperatorStatusCondition{Type: configv1.OperatorDegraded, Status: configv1.ConditionFalse, Reason: "AsExpected"}
 	if v := ann[DegradedAnnotation]; v != "" {
 		degraded.Status = configv1.ConditionTrue
 		degraded.Reason, degraded.Message = reasonMessage(v, "Degraded")
+	} else if operand != nil && operand.DegradedReason != "" {
+		degraded.Status, degraded.Reason, degraded.Message = configv1.ConditionTrue, operand.DegradedReason, operand.DegradedMessage
 	}
 	upgradeable := configv1.ClusterOperatorStatusCondition{Type: configv1.OperatorUpgradeable, Status: configv1.ConditionTrue, Reason: "AsExpected"}
 	if v := ann[NotUpgradeableAnnotation]; v != "" {
 		upgradeable.Status = configv1.ConditionFalse
 		upgradeable.Reason, upgradeable.Message = reasonMessage(v, "NotUpgradeable")
+	} else if operand != nil && operand.NotUpgradeableReason != "" {
+		upgradeable.Status, upgradeable.Reason, upgradeable.Message = configv1.ConditionFalse, operand.NotUpgradeableReason, operand.NotUpgradeableMessage
 	}
 	for _, cond := range []configv1.ClusterOperatorStatusCondition{available, progressing, degraded, upgradeable} {
 		cvo.SetCondition(&status.Conditions, cond, metav1.NewTime(now))
@@ -301,4 +337,13 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	co.Status = *status
 	_, err = cos.UpdateStatus(ctx, co, metav1.UpdateOptions{})
 	return again, err
+}
+
+func findCondition(conds []configv1.ClusterOperatorStatusCondition, t configv1.ClusterStatusConditionType) *configv1.ClusterOperatorStatusCondition {
+	for i := range conds {
+		if conds[i].Type == t {
+			return &conds[i]
+		}
+	}
+	return nil
 }

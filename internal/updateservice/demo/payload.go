@@ -78,6 +78,12 @@ func WriteSource(dir, version string, ops []Operator) error {
 		if op.Component == "config-operator" {
 			files[prefix+"02_releasenote.yaml"] = fmt.Sprintf("apiVersion: demo.capstan.dev/v1\nkind: ReleaseNote\nmetadata:\n  name: cluster\n  annotations:\n%sspec:\n  version: %q\n", include, version)
 		}
+		if op.Name == "machine-config" {
+			// The release's machine OS, which the MCO renders into every
+			// pool's configuration: a new one rolls the nodes.
+			files[prefix+"03_osimageurl.yaml"] = fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: machine-config-osimageurl\n  namespace: %s\n  annotations:\n%sdata:\n  releaseVersion: %q\n  baseOSContainerImage: %q\n  baseOSExtensionsContainerImage: %q\n  osImageURL: \"\"\n",
+				op.Namespace, include, version, componentImage("machine-os", version), componentImage("machine-os-extensions", version))
+		}
 		files[prefix+"05_deployment.yaml"] = deployment(op.Namespace, op.Deployment, op.Name, componentImage(op.Component, version), version)
 		files[prefix+"10_clusteroperator.yaml"] = fmt.Sprintf("apiVersion: config.openshift.io/v1\nkind: ClusterOperator\nmetadata:\n  name: %s\n  annotations:\n%sstatus:\n  versions:\n  - name: operator\n    version: %q\n", op.Name, include, version)
 		images = append(images, op.Component)
@@ -141,6 +147,10 @@ metadata:
     metadata:
       labels:
         app: %[2]s
+      annotations:
+        # An operator stops within a second of SIGTERM, so a drain
+        # moves it quickly.
+        sim.capstan.dev/shutdown-seconds: "1"
     spec:
       priorityClassName: system-cluster-critical
       nodeSelector:
