@@ -16,9 +16,10 @@ var StatusDetails = []string{"none", "all", "nodes", "health", "operators"}
 
 // UpgradeStatus prints the progress of an update in the shape of
 // `oc adm upgrade status`: the control plane's assessment, completion
-// and operators, and the update's health. Worker pools join with the
-// Machine Config Operator.
-func UpgradeStatus(w io.Writer, cv *configv1.ClusterVersion, cos []configv1.ClusterOperator, now time.Time, details string) error {
+// and operators, its nodes, the worker pools and their nodes (m, when the
+// Machine Config Operator runs), and the update's health. An update whose
+// control plane is done is still shown while a worker pool rolls.
+func UpgradeStatus(w io.Writer, cv *configv1.ClusterVersion, cos []configv1.ClusterOperator, m *Machines, now time.Time, details string) error {
 	if !validDetails(details) {
 		return fmt.Errorf("invalid value for --details: %s (must be one of %s)", details, strings.Join(StatusDetails, ", "))
 	}
@@ -26,7 +27,19 @@ func UpgradeStatus(w io.Writer, cv *configv1.ClusterVersion, cos []configv1.Clus
 	if progressing == nil {
 		return fmt.Errorf("no current Progressing info, see `oc describe clusterversion` for more details")
 	}
-	if progressing.Status != configv1.ConditionTrue {
+	pools, insights := poolViews(cv, m, now)
+	var master *poolView
+	var workers []poolView
+	workersOutdated := false
+	for i := range pools {
+		if pools[i].master {
+			master = &pools[i]
+			continue
+		}
+		workers = append(workers, pools[i])
+		workersOutdated = workersOutdated || (len(pools[i].nodes) > 0 && pools[i].completion != 100)
+	}
+	if progressing.Status != configv1.ConditionTrue && !workersOutdated {
 		fmt.Fprintln(w, "The cluster is not updating.")
 		return nil
 	}
@@ -48,7 +61,6 @@ func UpgradeStatus(w io.Writer, cv *configv1.ClusterVersion, cos []configv1.Clus
 	var updatingNames []string
 	type row struct{ name, since, reason, message string }
 	var rows []row
-	var insights []insight
 	for _, co := range platform {
 		isUpdated := false
 		for _, v := range co.Status.Versions {
@@ -140,6 +152,17 @@ func UpgradeStatus(w io.Writer, cv *configv1.ClusterVersion, cos []configv1.Clus
 			tw.Flush()
 		}
 	}
+	nodes := details == "nodes" || details == "all"
+	if master != nil {
+		writeNodes(w, *master, nodes)
+	}
+	if len(workers) > 0 {
+		fmt.Fprintln(w, "\n= Worker Upgrade =")
+		writePools(w, workers)
+		for _, p := range workers {
+			writeNodes(w, p, nodes)
+		}
+	}
 
 	if c := findCO(cv.Status.Conditions, Failing); c == nil {
 		insights = append(insights, insight{now, "Warning", "Update Stalled", "Cluster Version version has no Failing condition"})
@@ -168,7 +191,11 @@ func UpgradeStatus(w io.Writer, cv *configv1.ClusterVersion, cos []configv1.Clus
 	}
 	sort.SliceStable(insights, func(i, j int) bool { return insights[i].since.Before(insights[j].since) })
 	for _, in := range insights {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", shortDuration(now.Sub(in.since)), in.level, in.impact, in.message)
+		since := "-"
+		if !in.since.IsZero() {
+			since = shortDuration(now.Sub(in.since))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", since, in.level, in.impact, in.message)
 	}
 	tw.Flush()
 	return nil
