@@ -11,22 +11,27 @@ import (
 
 	configv1 "github.com/openshift/api/config/v1"
 	configclient "github.com/openshift/client-go/config/clientset/versioned"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/capstan-dev/capstan/internal/cvo"
+	"github.com/capstan-dev/capstan/internal/mco"
 	"github.com/capstan-dev/capstan/internal/operators"
+	"github.com/capstan-dev/capstan/internal/sim"
 	"github.com/capstan-dev/capstan/internal/testenv"
 	"github.com/capstan-dev/capstan/internal/updateservice/demo"
 )
 
-// TestUpdateResumesAfterSIGKILL kills `capstan up` twice in the middle of
-// the update to 4.10.26 (after run level 20, then after run level 30):
-// each time the update resumes where it was, no operator is updated
-// ahead of a lower run level, the release is not retrieved again, and the
-// history keeps one entry for the update.
+// TestUpdateResumesAfterSIGKILL kills `capstan up` three times in the
+// middle of the update to 4.10.26 (after run level 20, after run level
+// 30, and in the reboot of the control-plane node that the new machine OS
+// rolls): each time the update resumes where it was, no operator is
+// updated ahead of a lower run level, the release is not retrieved again,
+// the history keeps one entry for the update, and the node is rebooted
+// once for its new configuration.
 func TestUpdateResumesAfterSIGKILL(t *testing.T) {
 	dir := t.TempDir()
 	args := []string{"--data-dir", dir, "--port", strconv.Itoa(testenv.FreePort(t)), "--nodes", "0", "--control-plane-nodes", "1",
@@ -83,11 +88,43 @@ func TestUpdateResumesAfterSIGKILL(t *testing.T) {
 		up.WaitLine(t, "capstan is up", 3*time.Minute)
 		rec = recordUpdateOf(t, kube, config, "4.10.26")
 	}
+	// The third kill lands in the reboot of the control-plane node, the
+	// MCO's part of the update: machine-config has not reported yet, and
+	// the node finishes its update in one more boot, not two.
+	master := func() *corev1.Node {
+		nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "node-role.kubernetes.io/master"})
+		if err != nil || len(nodes.Items) != 1 {
+			t.Fatalf("the control-plane node: %v (%d nodes)", err, len(nodes.Items))
+		}
+		return &nodes.Items[0]
+	}
+	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+		n := master()
+		return sim.Rebooting(n), fmt.Sprintf("%s is not rebooting: %v", n.Name, n.Annotations)
+	})
+	if rec.seen("machine-config") {
+		t.Errorf("machine-config reported 4.10.26 while its node was rebooting")
+	}
+	up.Kill(t)
+	rec.stop()
+	early = append(early, rec.outOfOrder()...)
+	up = testenv.StartUp(t, args...)
+	up.WaitLine(t, "capstan is up", 3*time.Minute)
+	rec = recordUpdateOf(t, kube, config, "4.10.26")
 	testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
 		cv := cvNow()
 		h := cv.Status.History
 		return len(h) > 0 && h[0].Version == "4.10.26" && h[0].State == configv1.CompletedUpdate, "not completed: " + describeCV(cv)
 	})
+	// machine-config reported, so the node had finished its update, in
+	// the boot the kill left it in.
+	if n := master(); n.Annotations[mco.CurrentConfigAnnotation] != n.Annotations[mco.DesiredConfigAnnotation] ||
+		n.Annotations[mco.StateAnnotation] != mco.StateDone || n.Spec.Unschedulable {
+		t.Errorf("%s has not finished its update: unschedulable %v, annotations %v", n.Name, n.Spec.Unschedulable, n.Annotations)
+	}
+	if n := master(); sim.Boot(n) != 1 {
+		t.Errorf("%s booted %d times for its new configuration, want once", n.Name, sim.Boot(n))
+	}
 	early = append(early, rec.outOfOrder()...)
 	if len(early) > 0 {
 		t.Errorf("operators updated ahead of a lower run level across the kills: %v", early)

@@ -103,7 +103,7 @@ func TestMachineConfigRollout(t *testing.T) {
 	}
 
 	t.Run("the worked example: 5 nodes, maxUnavailable 3", func(t *testing.T) {
-		rec := watchRollout(t, names)
+		rec := watchRollout(t, "node-role.kubernetes.io/infra")
 		addConfig(t, "50-infra-motd", "hello")
 		target := newTarget(t, first.Spec.Configuration.Name)
 		p := waitPool(t, mcfg, "infra", "the rollout never completed", func(p *mcfgv1.MachineConfigPool) bool {
@@ -293,21 +293,22 @@ type rolloutRecorder struct {
 	stop             func()
 }
 
-// watchRollout records, from a watch of the nodes, the order they are
-// targeted in, their reboots, and the most unavailable at once.
-func watchRollout(t *testing.T, names []string) *rolloutRecorder {
+// watchRollout records, from a watch of the nodes a label selects, the
+// order they are targeted in, their reboots, and the most unavailable at
+// once.
+func watchRollout(t *testing.T, selector string) *rolloutRecorder {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	r := &rolloutRecorder{nodes: map[string]*corev1.Node{}, reboots: map[string]int{}, stop: cancel}
-	list, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "node-role.kubernetes.io/infra"})
+	list, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range list.Items {
 		r.nodes[list.Items[i].Name] = &list.Items[i]
 	}
-	w, err := env.Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: "node-role.kubernetes.io/infra", ResourceVersion: list.ResourceVersion})
+	w, err := env.Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: list.ResourceVersion})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,4 +364,45 @@ func ready(n *corev1.Node) bool {
 		}
 	}
 	return false
+}
+
+// setPaused pauses or resumes a pool.
+func setPaused(t *testing.T, mcfg mcfgclient.Interface, pool string, paused bool) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"paused":%t}}`, paused)
+	if _, err := mcfg.MachineconfigurationV1().MachineConfigPools().Patch(context.Background(), pool, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// boots reads how many times each node has rebooted.
+func boots(t *testing.T) map[string]int {
+	t.Helper()
+	nodes, err := env.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for i := range nodes.Items {
+		out[nodes.Items[i].Name] = sim.Boot(&nodes.Items[i])
+	}
+	return out
+}
+
+// releaseOfPool is the release version of the configuration a pool
+// targets, and whether the pool has all its nodes on it.
+func releaseOfPool(t *testing.T, mcfg mcfgclient.Interface, name string) (string, bool) {
+	t.Helper()
+	p := getPool(t, mcfg, name)
+	target := p.Spec.Configuration.Name
+	if target == "" {
+		return "", false
+	}
+	mc, err := mcfg.MachineconfigurationV1().MachineConfigs().Get(context.Background(), target, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := p.Status.Configuration.Name == target && poolCondition(p, mcfgv1.MachineConfigPoolUpdated) == corev1.ConditionTrue &&
+		p.Status.UpdatedMachineCount == p.Status.MachineCount
+	return mc.Annotations[mco.ReleaseImageVersionAnnotation], done
 }

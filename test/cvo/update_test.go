@@ -4,17 +4,22 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	configv1 "github.com/openshift/api/config/v1"
+	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
+	mcfgclient "github.com/openshift/client-go/machineconfiguration/clientset/versioned"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/capstan-dev/capstan/internal/cvo"
+	"github.com/capstan-dev/capstan/internal/mco"
 	"github.com/capstan-dev/capstan/internal/operators"
 	"github.com/capstan-dev/capstan/internal/release"
 	"github.com/capstan-dev/capstan/internal/testenv"
@@ -237,6 +242,21 @@ func checkNotUpdated(t *testing.T, version string, names ...string) {
 // slowed down so the update can be watched half way.
 func patchUpdate(t *testing.T) {
 	ctx := context.Background()
+	mcfg, err := mcfgclient.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The worker pool is paused: the update completes with the control
+	// plane's nodes, while the workers wait, as OpenShift does.
+	waitPool(t, mcfg, "worker", "the worker pool is still rolling before the update", func(p *mcfgv1.MachineConfigPool) bool {
+		return poolCondition(p, mcfgv1.MachineConfigPoolUpdated) == corev1.ConditionTrue
+	})
+	setPaused(t, mcfg, "worker", true)
+	t.Cleanup(func() { setPaused(t, mcfg, "worker", false) })
+	agents := startNodeAgents(t)
+	before := boots(t)
+	masters := watchRollout(t, "node-role.kubernetes.io/master")
+	mcReported := watchMachineConfigReport(t, mcfg, "4.10.26")
 	annotateNamespace(t, "openshift-ingress-operator", operators.NotUpgradeableAnnotation, "AdminAckRequired: the ingress needs an administrator's acknowledgement before 4.11")
 	waitCV(t, time.Minute, "Upgradeable never went False", func(cv *configv1.ClusterVersion) bool {
 		return condition(cv.Status.Conditions, configv1.OperatorUpgradeable).Status == configv1.ConditionFalse
@@ -321,9 +341,172 @@ func patchUpdate(t *testing.T) {
 	if err != nil || !runsVersion(d, "4.10.26") {
 		t.Errorf("the CVO's Deployment does not run 4.10.26: %v", err)
 	}
+	// 6. The Machine Config Operator's part (the chapter's step 11): the
+	// release's machine OS rendered into the master pool's configuration,
+	// its nodes updated one at a time, each rebooted once, and only then
+	// machine-config reported 4.10.26.
+	masters.stop()
+	if v, done := releaseOfPool(t, mcfg, "master"); v != "4.10.26" || !done {
+		t.Errorf("the master pool at completion: configuration of %q, all nodes on it %v", v, done)
+	}
+	masters.mu.Lock()
+	if masters.maxUnavailable != 1 || len(masters.targeted) != 3 {
+		t.Errorf("control-plane nodes: at most %d unavailable at once (want 1), targeted %v (want all 3)", masters.maxUnavailable, masters.targeted)
+	}
+	masters.mu.Unlock()
+	after := boots(t)
+	for _, n := range []string{"master-0", "master-1", "master-2"} {
+		if after[n] != before[n]+1 {
+			t.Errorf("%s booted %d times in the update, want once", n, after[n]-before[n])
+		}
+	}
+	if why := mcReported(); why != "" {
+		t.Error(why)
+	}
+	// The workers are not required: the update is complete while they
+	// still run 4.10.22, and `adm upgrade status` says so.
+	if v, _ := releaseOfPool(t, mcfg, "worker"); v != "4.10.26" || after["worker-0"] != before["worker-0"] || getPool(t, mcfg, "worker").Status.UpdatedMachineCount != 0 {
+		t.Errorf("the paused worker pool: configuration of %q, worker-0 rebooted %d times, status %+v", v, after["worker-0"]-before["worker-0"], getPool(t, mcfg, "worker").Status)
+	}
+	out = capstanOK(t, "adm", "upgrade", "status", "--kubeconfig", env.Kubeconfig)
+	for _, want := range []string{"= Control Plane =\nUpdate to 4.10.26 successfully completed at ", "\nAll control plane nodes successfully updated to 4.10.26\n",
+		"= Worker Upgrade =\n\nWORKER POOL   ASSESSMENT   COMPLETION   STATUS\nworker        Excluded     0% (0/1)     1 Available, 0 Progressing, 0 Draining, 1 Excluded\n",
+		"Worker Pool Nodes: worker\nNAME       ASSESSMENT   PHASE    VERSION   EST   MESSAGE\nworker-0   Excluded     Paused   4.10.22   -",
+		"Warning   Update Stalled   Outdated nodes in a paused pool 'worker' will not be updated"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("adm upgrade status with the workers paused:\n%s\nlacks:\n%s", out, want)
+		}
+	}
+	// Resumed, the worker rolls too; the pods left on each node (its
+	// DaemonSet's) restarted with its reboot.
+	setPaused(t, mcfg, "worker", false)
+	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+		v, done := releaseOfPool(t, mcfg, "worker")
+		return v == "4.10.26" && done, fmt.Sprintf("the worker pool: configuration of %q, done %v", v, done)
+	})
+	if b := boots(t)["worker-0"]; b != before["worker-0"]+1 {
+		t.Errorf("worker-0 booted %d times, want once", b-before["worker-0"])
+	}
+	agents.restartedOnce(t)
 	if out := capstanOK(t, "adm", "upgrade", "status", "--kubeconfig", env.Kubeconfig); out != "The cluster is not updating.\n" {
 		t.Errorf("adm upgrade status after the update: %q", out)
 	}
+}
+
+// watchMachineConfigReport watches the machine-config ClusterOperator and,
+// when it first reports version, reads the master pool: it must already
+// run the configuration of that release on every node. The returned
+// function says what was wrong, "" if nothing.
+func watchMachineConfigReport(t *testing.T, mcfg mcfgclient.Interface, version string) func() string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w, err := configClient(t).ConfigV1().ClusterOperators().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=machine-config"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	result := "machine-config never reported " + version
+	go func() {
+		for ev := range w.ResultChan() {
+			co, ok := ev.Object.(*configv1.ClusterOperator)
+			if !ok || len(co.Status.Versions) == 0 || co.Status.Versions[0].Version != version {
+				continue
+			}
+			p, err := mcfg.MachineconfigurationV1().MachineConfigPools().Get(ctx, "master", metav1.GetOptions{})
+			why := ""
+			switch {
+			case err != nil:
+				why = err.Error()
+			case p.Status.Configuration.Name != p.Spec.Configuration.Name || p.Status.UpdatedMachineCount != p.Status.MachineCount:
+				why = fmt.Sprintf("machine-config reported %s before the master pool was updated: %+v", version, p.Status)
+			}
+			if why == "" {
+				mc, err := mcfg.MachineconfigurationV1().MachineConfigs().Get(ctx, p.Status.Configuration.Name, metav1.GetOptions{})
+				if err != nil || mc.Annotations[mco.ReleaseImageVersionAnnotation] != version {
+					why = fmt.Sprintf("machine-config reported %s while the masters ran %s (%v)", version, p.Status.Configuration.Name, err)
+				}
+			}
+			mu.Lock()
+			result = why
+			mu.Unlock()
+			cancel()
+			return
+		}
+	}()
+	return func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return result
+	}
+}
+
+// nodeAgents is a DaemonSet's pods, one per node, as they were before an
+// update.
+type nodeAgents map[string]types.UID
+
+// startNodeAgents runs a DaemonSet on every node and waits for its pods.
+func startNodeAgents(t *testing.T) nodeAgents {
+	t.Helper()
+	ctx := context.Background()
+	ds := &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-agent", Namespace: "default"},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "node-agent"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "node-agent"}},
+				Spec: corev1.PodSpec{Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+					Containers: []corev1.Container{{Name: "agent", Image: "registry.example/node-agent:1"}}}},
+		},
+	}
+	if _, err := env.Client.AppsV1().DaemonSets("default").Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Client.AppsV1().DaemonSets("default").Delete(context.Background(), "node-agent", metav1.DeleteOptions{})
+	})
+	agents := nodeAgents{}
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		pods, err := env.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=node-agent"})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, p := range pods.Items {
+			switch p.Spec.NodeName {
+			case "master-0", "master-1", "master-2", "worker-0":
+				if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+					agents[p.Spec.NodeName] = p.UID
+				}
+			}
+		}
+		return len(agents) == 4, fmt.Sprintf("node agents running on %v, want the cluster's 4 nodes", agents)
+	})
+	return agents
+}
+
+// restartedOnce checks that each node's agent is the same pod, restarted
+// once by its node's reboot, as a kubelet reports it.
+func (a nodeAgents) restartedOnce(t *testing.T) {
+	t.Helper()
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		pods, err := env.Client.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{LabelSelector: "app=node-agent"})
+		if err != nil {
+			return false, err.Error()
+		}
+		var bad []string
+		seen := 0
+		for _, p := range pods.Items {
+			uid, ok := a[p.Spec.NodeName]
+			if !ok || uid != p.UID {
+				continue
+			}
+			seen++
+			cs := p.Status.ContainerStatuses
+			if len(cs) != 1 || cs[0].RestartCount != 1 || !cs[0].Ready || cs[0].LastTerminationState.Terminated == nil || cs[0].LastTerminationState.Terminated.ExitCode != 255 {
+				bad = append(bad, fmt.Sprintf("%s on %s: %+v", p.Name, p.Spec.NodeName, cs))
+			}
+		}
+		return seen == len(a) && len(bad) == 0, fmt.Sprintf("%d of %d agents kept; not restarted once: %v", seen, len(a), bad)
+	})
 }
 
 func runsVersion(d *appsv1.Deployment, v string) bool {
