@@ -48,7 +48,7 @@ they work against any cluster a simulator serves.`,
 	c.Flags().DurationVar(&bootDelay, "boot-delay", 0, "how long new instances take to boot")
 	c.Flags().DurationVar(&terminateDelay, "terminate-delay", 0, "how long deleted instances take to disappear")
 	node := &cobra.Command{Use: "node", Short: "Inject faults into simulated nodes, add or remove them"}
-	node.AddCommand(simNodeStop(cf), simNodeStart(cf), simNodeSetCondition(cf), simNodeAdd(cf), simNodeDelete(cf), simNodeList(cf))
+	node.AddCommand(simNodeStop(cf), simNodeStart(cf), simNodeReboot(cf), simNodeSetCondition(cf), simNodeAdd(cf), simNodeDelete(cf), simNodeList(cf))
 	c.AddCommand(node)
 	return c
 }
@@ -73,6 +73,45 @@ func simNodeStart(cf *clientFlags) *cobra.Command {
 			return forEachNode(c, cf, args, "started", sim.StartNode)
 		},
 	}
+}
+
+func simNodeReboot(cf *clientFlags) *cobra.Command {
+	var down time.Duration
+	c := &cobra.Command{
+		Use:   "reboot NODE...",
+		Short: "Reboot the machines of nodes: NotReady while down, then up in a new boot, the containers of their pods restarted",
+		Example: `  capstan sim node reboot worker-0
+  capstan sim node reboot worker-0 worker-1 --down 30s`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if down < 0 {
+				return fmt.Errorf("--down %s must not be negative", down)
+			}
+			client, _, err := cf.client()
+			if err != nil {
+				return err
+			}
+			for _, n := range args {
+				if err := sim.StartReboot(c.Context(), client, n); err != nil {
+					return err
+				}
+			}
+			select {
+			case <-c.Context().Done():
+				return c.Context().Err()
+			case <-time.After(down):
+			}
+			for _, n := range args {
+				if err := sim.FinishReboot(c.Context(), client, n); err != nil {
+					return err
+				}
+				fmt.Fprintf(c.OutOrStdout(), "node/%s rebooted\n", n)
+			}
+			return nil
+		},
+	}
+	c.Flags().DurationVar(&down, "down", 5*time.Second, "how long the machines stay down")
+	return c
 }
 
 func forEachNode(c *cobra.Command, cf *clientFlags, names []string, verb string, f func(context.Context, kubernetes.Interface, string) error) error {

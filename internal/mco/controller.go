@@ -11,6 +11,7 @@ import (
 
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	mcfgclient "github.com/openshift/client-go/machineconfiguration/clientset/versioned"
+	mcfgscheme "github.com/openshift/client-go/machineconfiguration/clientset/versioned/scheme"
 	mcfginformers "github.com/openshift/client-go/machineconfiguration/informers/externalversions"
 	mcfglisters "github.com/openshift/client-go/machineconfiguration/listers/machineconfiguration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/informers"
@@ -113,7 +115,15 @@ func (c *Controller) Run(ctx context.Context) error {
 	b := record.NewBroadcaster(record.WithContext(ctx))
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.kube.CoreV1().Events("")})
 	defer b.Shutdown()
-	c.recorder = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "machineconfigcontroller"})
+	// The pools' events need their kind: a scheme that knows it.
+	sch := runtime.NewScheme()
+	if err := scheme.AddToScheme(sch); err != nil {
+		return err
+	}
+	if err := mcfgscheme.AddToScheme(sch); err != nil {
+		return err
+	}
+	c.recorder = b.NewRecorder(sch, corev1.EventSource{Component: "machineconfigcontroller"})
 	mf := mcfginformers.NewSharedInformerFactory(c.mcfg, 10*time.Minute)
 	kf := informers.NewSharedInformerFactory(c.kube, 10*time.Minute)
 	cf := informers.NewSharedInformerFactoryWithOptions(c.kube, 10*time.Minute, informers.WithNamespace(Namespace),
@@ -227,10 +237,16 @@ func (c *Controller) syncPool(ctx context.Context, name string) error {
 	}
 	release, ok := c.release()
 	if !ok {
-		// Nothing to render before the release's images are known.
-		return c.updateStatus(ctx, pool, nodes, nil)
+		// Nothing to render, or to report, before the release has said
+		// which machine OS its nodes run.
+		return nil
 	}
-	renderErr := c.render(ctx, pool, release)
+	renderErr, err := c.render(ctx, pool, release)
+	if err != nil {
+		// The API said no (a conflict with a newer pool, say): nothing
+		// is targeted from a pool that may be stale; try again.
+		return err
+	}
 	target := pool.Spec.Configuration.Name
 	if target != "" && !pool.Spec.Paused {
 		if err := c.targetNodes(ctx, pool, nodes, target); err != nil {
@@ -263,15 +279,17 @@ func (c *Controller) release() (releaseImages, bool) {
 }
 
 // render merges the pool's MachineConfigs and points the pool at the
-// result; a failure keeps the last good configuration and is returned.
-func (c *Controller) render(ctx context.Context, pool *mcfgv1.MachineConfigPool, release releaseImages) error {
+// result. A configuration that cannot be rendered keeps the last good one
+// in force and is returned as invalid; err is the API's failure, after
+// which the pool is left as it was.
+func (c *Controller) render(ctx context.Context, pool *mcfgv1.MachineConfigPool, release releaseImages) (invalid, err error) {
 	sel, err := metav1.LabelSelectorAsSelector(pool.Spec.MachineConfigSelector)
 	if err != nil {
-		return fmt.Errorf("invalid machineConfigSelector: %w", err)
+		return fmt.Errorf("invalid machineConfigSelector: %w", err), nil
 	}
 	all, err := c.configs.List(sel)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var configs []*mcfgv1.MachineConfig
 	for _, mc := range all {
@@ -281,11 +299,11 @@ func (c *Controller) render(ctx context.Context, pool *mcfgv1.MachineConfigPool,
 	}
 	spec, err := Merge(pool.Name, configs, release.OSImage, release.ExtensionsImage)
 	if err != nil {
-		return err
+		return err, nil
 	}
 	name, err := RenderedName(pool.Name, spec)
 	if err != nil {
-		return err
+		return err, nil
 	}
 	existing, err := c.configs.Get(name)
 	switch {
@@ -298,7 +316,7 @@ func (c *Controller) render(ctx context.Context, pool *mcfgv1.MachineConfigPool,
 		}
 		mc.Annotations[ReleaseImageVersionAnnotation] = release.Version
 		if _, err := c.mcfg.MachineconfigurationV1().MachineConfigs().Update(ctx, mc, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("updating %s: %w", name, err)
+			return nil, fmt.Errorf("updating %s: %w", name, err)
 		}
 	case apierrors.IsNotFound(err):
 		rendered := &mcfgv1.MachineConfig{
@@ -309,26 +327,27 @@ func (c *Controller) render(ctx context.Context, pool *mcfgv1.MachineConfigPool,
 			Spec: *spec,
 		}
 		if _, err := c.mcfg.MachineconfigurationV1().MachineConfigs().Create(ctx, rendered, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating %s: %w", name, err)
+			return nil, fmt.Errorf("creating %s: %w", name, err)
 		}
 	}
 	if pool.Spec.Configuration.Name == name {
-		return nil
+		return nil, nil
 	}
 	sort.Slice(configs, func(i, j int) bool { return configs[i].Name < configs[j].Name })
-	var sources []corev1.ObjectReference
+	next := pool.DeepCopy()
+	next.Spec.Configuration.Name = name
+	next.Spec.Configuration.Source = nil
 	for _, mc := range configs {
-		sources = append(sources, corev1.ObjectReference{APIVersion: "machineconfiguration.openshift.io/v1", Kind: "MachineConfig", Name: mc.Name})
+		next.Spec.Configuration.Source = append(next.Spec.Configuration.Source,
+			corev1.ObjectReference{APIVersion: "machineconfiguration.openshift.io/v1", Kind: "MachineConfig", Name: mc.Name})
 	}
-	pool.Spec.Configuration.Name = name
-	pool.Spec.Configuration.Source = sources
-	updated, err := c.mcfg.MachineconfigurationV1().MachineConfigPools().Update(ctx, pool, metav1.UpdateOptions{})
+	updated, err := c.mcfg.MachineconfigurationV1().MachineConfigPools().Update(ctx, next, metav1.UpdateOptions{})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	*pool = *updated
 	c.recorder.Eventf(pool, corev1.EventTypeNormal, "Updating", "Pool %s now targeting %s", pool.Name, name)
-	return nil
+	return nil, nil
 }
 
 // nodeDone reports whether a node runs config and its daemon is done.

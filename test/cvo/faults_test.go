@@ -74,6 +74,16 @@ func TestUpdateResumesAfterSIGKILL(t *testing.T) {
 		t.Fatalf("adm upgrade said %q", out)
 	}
 	var early []string
+	// killAndRestart SIGKILLs capstan up, keeps what the recorder saw, and
+	// starts it again on the same data.
+	killAndRestart := func() {
+		up.Kill(t)
+		rec.stop()
+		early = append(early, rec.outOfOrder()...)
+		up = testenv.StartUp(t, args...)
+		up.WaitLine(t, "capstan is up", 3*time.Minute)
+		rec = recordUpdateOf(t, kube, config, "4.10.26")
+	}
 	for i, level := range []string{"kube-apiserver", "machine-api"} {
 		testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
 			return rec.seen(level), fmt.Sprintf("%s has not reported 4.10.26: %v", level, rec.updated())
@@ -81,12 +91,7 @@ func TestUpdateResumesAfterSIGKILL(t *testing.T) {
 		if rec.seen("machine-config") {
 			t.Fatalf("kill %d came too late: the update is through: %v", i+1, rec.updated())
 		}
-		up.Kill(t)
-		rec.stop()
-		early = append(early, rec.outOfOrder()...)
-		up = testenv.StartUp(t, args...)
-		up.WaitLine(t, "capstan is up", 3*time.Minute)
-		rec = recordUpdateOf(t, kube, config, "4.10.26")
+		killAndRestart()
 	}
 	// The third kill lands in the reboot of the control-plane node, the
 	// MCO's part of the update: machine-config has not reported yet, and
@@ -105,12 +110,7 @@ func TestUpdateResumesAfterSIGKILL(t *testing.T) {
 	if rec.seen("machine-config") {
 		t.Errorf("machine-config reported 4.10.26 while its node was rebooting")
 	}
-	up.Kill(t)
-	rec.stop()
-	early = append(early, rec.outOfOrder()...)
-	up = testenv.StartUp(t, args...)
-	up.WaitLine(t, "capstan is up", 3*time.Minute)
-	rec = recordUpdateOf(t, kube, config, "4.10.26")
+	killAndRestart()
 	testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
 		cv := cvNow()
 		h := cv.Status.History

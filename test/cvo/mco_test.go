@@ -129,6 +129,21 @@ func TestMachineConfigRollout(t *testing.T) {
 				t.Errorf("node %s rebooted %d times, want once", n, rec.reboots[n])
 			}
 		}
+		// The pool's events say what the controller did.
+		testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+			events, err := env.Client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=MachineConfigPool,involvedObject.name=infra"})
+			if err != nil {
+				return false, err.Error()
+			}
+			var got []string
+			for _, e := range events.Items {
+				got = append(got, e.Reason+": "+e.Message)
+			}
+			all := strings.Join(got, "\n")
+			return strings.Contains(all, "Updating: Pool infra now targeting "+target) &&
+				strings.Contains(all, "SetDesiredConfig: Targeted node infra-1 to MachineConfig: "+target) &&
+				strings.Contains(all, "Completed: Pool infra has completed update to "+target), "the pool's events:\n" + all
+		})
 	})
 
 	t.Run("an invalid MachineConfig leaves the last good configuration in force", func(t *testing.T) {
@@ -195,7 +210,8 @@ func TestMachineConfigRollout(t *testing.T) {
 
 	t.Run("a drain held by a PodDisruptionBudget says what holds it", func(t *testing.T) {
 		ns := env.Namespace(t, "mco-pdb")
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "guarded", Namespace: ns, Labels: map[string]string{"app": "guarded"}},
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "guarded", Namespace: ns, Labels: map[string]string{"app": "guarded"},
+			Annotations: map[string]string{sim.ShutdownSecondsAnnotation: "1"}},
 			Spec: corev1.PodSpec{NodeSelector: map[string]string{"kubernetes.io/hostname": "infra-1"},
 				Containers: []corev1.Container{{Name: "c", Image: "registry.example/app:1"}}}}
 		if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {

@@ -120,6 +120,41 @@ func TestStopNodeMakesItUnreachableAndStartRecovers(t *testing.T) {
 	})
 }
 
+// A reboot takes the node down (NotReady) and brings it back in a new
+// boot; the pod that ran on it is the same pod, its container restarted
+// once, as a kubelet reports it after a reboot.
+func TestRebootRestartsTheNodesPods(t *testing.T) {
+	const node = "worker-1"
+	ctx := context.Background()
+	ns := env.Namespace(t, "reboot")
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "survivor", Namespace: ns},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}}}
+	created, err := env.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.WaitPodRunning(t, ns, "survivor")
+	before := env.GetNode(t, node).Status.NodeInfo.BootID
+	out := capstanOK(t, "sim", "node", "reboot", node, "--down", "2s", "--kubeconfig", env.Kubeconfig)
+	if out != "node/worker-1 rebooted\n" {
+		t.Errorf("reboot said %q", out)
+	}
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		n := env.GetNode(t, node)
+		return nodes.Ready(n) && n.Status.NodeInfo.BootID != before, fmt.Sprintf("Ready=%s boot %s (was %s)", nodes.ConditionStatus(n, corev1.NodeReady), n.Status.NodeInfo.BootID, before)
+	})
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		p, err := env.Client.CoreV1().Pods(ns).Get(ctx, "survivor", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		cs := p.Status.ContainerStatuses
+		ok := len(cs) == 1 && cs[0].Ready && cs[0].RestartCount == 1 && cs[0].LastTerminationState.Terminated != nil &&
+			cs[0].LastTerminationState.Terminated.ExitCode == 255 && p.UID == created.UID
+		return ok, fmt.Sprintf("container statuses %+v", cs)
+	})
+}
+
 func TestInjectedConditionsDriveTaintsByCondition(t *testing.T) {
 	cases := []struct {
 		cond   string
@@ -214,6 +249,8 @@ func TestSimCLIRejectsBadInput(t *testing.T) {
 		{[]string{"sim", "node", "set-condition", "worker-0", "Ready=Unknown"}, "use `capstan sim node stop`"},
 		{[]string{"sim", "node", "set-condition", "worker-0", "Ready=maybe"}, "must be True or False"},
 		{[]string{"sim", "node", "stop", "no-such-node"}, `node "no-such-node" not found`},
+		{[]string{"sim", "node", "reboot", "no-such-node"}, `node "no-such-node" not found`},
+		{[]string{"sim", "node", "reboot", "worker-0", "--down", "-1s"}, "--down -1s must not be negative"},
 		{[]string{"sim", "node", "add", "--cpu", "0"}, "cpu must be positive"},
 		{[]string{"sim", "node", "add", "--cpu", "lots"}, `--cpu "lots"`},
 		{[]string{"sim", "node", "add", "--taints", "a=b:Sometimes"}, `effect "Sometimes" is not one of NoSchedule, PreferNoSchedule, NoExecute`},
