@@ -1,0 +1,267 @@
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// BootstrapName is the member a new cluster starts with; it leaves once
+// the control-plane machines' members have joined.
+const BootstrapName = "etcd-bootstrap"
+
+// Config is where the cluster's members live and how they are secured.
+type Config struct {
+	// DataDir is the cluster's data dir: member dirs are relative to it,
+	// and the registry of members is DataDir/etcd-members.json.
+	DataDir string
+	TLS     TLSFiles
+	LogFile string
+	NoFsync bool
+	// Bootstrap is the first member of a new cluster (and of a data dir
+	// from before members were per machine).
+	Bootstrap MemberSpec
+}
+
+// Cluster runs this process's members and changes the membership.
+type Cluster struct {
+	cfg    Config
+	proxy  *Proxy
+	client *clientv3.Client
+
+	mu       sync.Mutex
+	registry []MemberSpec
+	running  map[string]*Member
+	stopped  map[string]bool
+}
+
+func (c *Cluster) registryPath() string { return filepath.Join(c.cfg.DataDir, "etcd-members.json") }
+
+// Start starts every member the registry lists (a new cluster: the
+// bootstrap member), waits for them to form a quorum, and serves them
+// behind the proxy.
+func Start(ctx context.Context, cfg Config) (*Cluster, error) {
+	c := &Cluster{cfg: cfg, running: map[string]*Member{}, stopped: map[string]bool{}}
+	raw, err := os.ReadFile(c.registryPath())
+	state := "existing"
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		c.registry = []MemberSpec{cfg.Bootstrap}
+		if _, err := os.Stat(filepath.Join(cfg.DataDir, cfg.Bootstrap.Dir, "member")); errors.Is(err, os.ErrNotExist) {
+			state = "new"
+		}
+	case err != nil:
+		return nil, err
+	default:
+		if err := json.Unmarshal(raw, &c.registry); err != nil {
+			return nil, fmt.Errorf("%s: %w", c.registryPath(), err)
+		}
+	}
+	var voting []MemberSpec
+	for _, s := range c.registry {
+		if !s.Adding {
+			voting = append(voting, s)
+		}
+	}
+	if len(voting) == 0 {
+		return nil, fmt.Errorf("%s lists no member to start", c.registryPath())
+	}
+	for _, s := range voting {
+		m, err := c.start(s, initialCluster(voting), state)
+		if err != nil {
+			c.Stop()
+			return nil, err
+		}
+		c.running[s.Name] = m
+	}
+	for _, m := range c.running {
+		if err := m.waitReady(ctx, 2*time.Minute, cfg.LogFile); err != nil {
+			c.Stop()
+			return nil, err
+		}
+	}
+	if c.proxy, err = NewProxy("127.0.0.1:0"); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	if c.client, err = c.newClient(voting); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	if err := c.fixPeerURLs(ctx); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	if err := c.settle(ctx); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) start(s MemberSpec, cluster, state string) (*Member, error) {
+	return startMember(memberConfig{spec: s, dir: filepath.Join(c.cfg.DataDir, s.Dir), tls: c.cfg.TLS, logFile: c.cfg.LogFile,
+		noFsync: c.cfg.NoFsync, initialCluster: cluster, state: state})
+}
+
+func (c *Cluster) newClient(specs []MemberSpec) (*clientv3.Client, error) {
+	tlsInfo := transport.TLSInfo{CertFile: c.cfg.TLS.ClientCert, KeyFile: c.cfg.TLS.ClientKey, TrustedCAFile: c.cfg.TLS.CA}
+	tlsConfig, err := tlsInfo.ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	var endpoints []string
+	for _, s := range specs {
+		endpoints = append(endpoints, s.ClientURL())
+	}
+	return clientv3.New(clientv3.Config{Endpoints: endpoints, TLS: tlsConfig, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+}
+
+// fixPeerURLs points the membership at the members' current peer URLs
+// (a data dir from before TLS advertised http).
+func (c *Cluster) fixPeerURLs(ctx context.Context) error {
+	list, err := c.client.MemberList(ctx)
+	if err != nil {
+		return err
+	}
+	for _, m := range list.Members {
+		for _, s := range c.registry {
+			if s.Name == m.Name && (len(m.PeerURLs) != 1 || m.PeerURLs[0] != s.PeerURL()) {
+				if _, err := c.client.MemberUpdate(ctx, m.ID, []string{s.PeerURL()}); err != nil {
+					return fmt.Errorf("updating the peer URL of member %s: %w", s.Name, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// settle resolves what a stop left half done: a member written down as
+// being added is started if the cluster has it, forgotten if not; the
+// proxy and the client follow the voting members.
+func (c *Cluster) settle(ctx context.Context) error {
+	list, err := c.client.MemberList(ctx)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var keep []MemberSpec
+	for _, s := range c.registry {
+		if !s.Adding {
+			keep = append(keep, s)
+			continue
+		}
+		if byPeerURL(list.Members, s.PeerURL()) == nil {
+			_ = os.RemoveAll(filepath.Join(c.cfg.DataDir, s.Dir))
+			continue
+		}
+		s.Adding = false
+		m, err := c.start(s, initialCluster(membersAsSpecs(list.Members, append(keep, s))), "existing")
+		if err != nil {
+			return err
+		}
+		c.running[s.Name] = m
+		keep = append(keep, s)
+	}
+	c.registry = keep
+	return c.syncLocked(list.Members)
+}
+
+// syncLocked writes the registry and points the proxy and the client at
+// the voting members.
+func (c *Cluster) syncLocked(members []*etcdserverpb.Member) error {
+	raw, err := json.MarshalIndent(c.registry, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := c.registryPath() + ".tmp"
+	if err := os.WriteFile(tmp, raw, 0o600); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, c.registryPath()); err != nil {
+		return err
+	}
+	var backends, endpoints []string
+	for _, s := range c.registry {
+		m := byPeerURL(members, s.PeerURL())
+		if m == nil || m.IsLearner {
+			continue
+		}
+		backends = append(backends, net.JoinHostPort("127.0.0.1", strconv.Itoa(s.ClientPort)))
+		endpoints = append(endpoints, s.ClientURL())
+	}
+	c.proxy.SetBackends(backends)
+	if len(endpoints) > 0 {
+		c.client.SetEndpoints(endpoints...)
+	}
+	return nil
+}
+
+func byPeerURL(members []*etcdserverpb.Member, url string) *etcdserverpb.Member {
+	for _, m := range members {
+		if slices.Contains(m.PeerURLs, url) {
+			return m
+		}
+	}
+	return nil
+}
+
+// membersAsSpecs is the initial cluster of a joining member: every member
+// the cluster lists, named as the registry names them.
+func membersAsSpecs(members []*etcdserverpb.Member, registry []MemberSpec) []MemberSpec {
+	var out []MemberSpec
+	for _, m := range members {
+		for _, s := range registry {
+			if slices.Contains(m.PeerURLs, s.PeerURL()) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// URL is the address kube-apiserver uses: the proxy in front of the
+// voting members.
+func (c *Cluster) URL() string { return "https://" + c.proxy.Addr() }
+
+// Client is a client of the voting members.
+func (c *Cluster) Client() *clientv3.Client { return c.client }
+
+// Stop stops this process's members.
+func (c *Cluster) Stop() {
+	if c.proxy != nil {
+		c.proxy.Close()
+	}
+	if c.client != nil {
+		c.client.Close()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, m := range c.running {
+		m.Stop()
+		delete(c.running, name)
+	}
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,173 @@
+package etcd_test
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/capstan-dev/capstan/internal/controlplane"
+	"github.com/capstan-dev/capstan/internal/etcd"
+)
+
+func testConfig(t *testing.T) etcd.Config {
+	t.Helper()
+	dir := t.TempDir()
+	pki := filepath.Join(dir, "pki")
+	ca, err := controlplane.LoadOrCreateCA(filepath.Join(pki, "ca.crt"), filepath.Join(pki, "ca.key"), "test-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tls := etcd.TLSFiles{CA: filepath.Join(pki, "ca.crt"),
+		ServingCert: filepath.Join(pki, "etcd.crt"), ServingKey: filepath.Join(pki, "etcd.key"),
+		ClientCert: filepath.Join(pki, "etcd-client.crt"), ClientKey: filepath.Join(pki, "etcd-client.key")}
+	if err := ca.EnsureLeaf(tls.ServingCert, tls.ServingKey, controlplane.LeafSpec{CommonName: "etcd", DNSNames: []string{"localhost"},
+		IPs: []net.IP{net.ParseIP("127.0.0.1")}, Server: true, Client: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.EnsureLeaf(tls.ClientCert, tls.ClientKey, controlplane.LeafSpec{CommonName: "capstan", Client: true}); err != nil {
+		t.Fatal(err)
+	}
+	ports := make([]int, 2)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+	}
+	return etcd.Config{DataDir: dir, TLS: tls, LogFile: filepath.Join(dir, "etcd.log"), NoFsync: true,
+		Bootstrap: etcd.MemberSpec{Name: etcd.BootstrapName, Dir: "etcd", ClientPort: ports[0], PeerPort: ports[1]}}
+}
+
+// proxyClient talks to the cluster the way kube-apiserver does: through
+// the proxy, with the client certificate.
+func proxyClient(t *testing.T, cfg etcd.Config, c *etcd.Cluster) *clientv3.Client {
+	t.Helper()
+	tlsConfig, err := transport.TLSInfo{CertFile: cfg.TLS.ClientCert, KeyFile: cfg.TLS.ClientKey, TrustedCAFile: cfg.TLS.CA}.ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := clientv3.New(clientv3.Config{Endpoints: []string{c.URL()}, TLS: tlsConfig, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+func join(t *testing.T, c *etcd.Cluster, name string) {
+	t.Helper()
+	ctx := context.Background()
+	// etcd takes a member only from a leader connected to a quorum for
+	// the last five seconds, and promotes a learner only once it caught
+	// up: both are tried again, as the operator does.
+	deadline := time.Now().Add(time.Minute)
+	for _, step := range []func(context.Context, string) error{c.AddLearner, c.Promote} {
+		for {
+			err := step(ctx, name)
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("member %s never joined: %v", name, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+}
+
+func voting(t *testing.T, c *etcd.Cluster) map[string]bool {
+	t.Helper()
+	members, err := c.Members(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, m := range members {
+		if !m.Learner {
+			out[m.Name] = m.Healthy
+		}
+	}
+	return out
+}
+
+// TestMembersReplaceTheBootstrapAndSurviveARestart: the bootstrap member
+// hands the cluster to three machine members, one learner at a time; a
+// member is replaced; the data written at the start is there throughout
+// and after a restart from the registry.
+func TestMembersReplaceTheBootstrapAndSurviveARestart(t *testing.T) {
+	ctx := context.Background()
+	cfg := testConfig(t)
+	c, err := etcd.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { c.Stop() }()
+	if _, err := proxyClient(t, cfg, c).Put(ctx, "/registry/test", "kept"); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"master-0", "master-1", "master-2"} {
+		join(t, c, n)
+	}
+	if err := c.Remove(ctx, etcd.BootstrapName); err != nil {
+		t.Fatal(err)
+	}
+	if got := voting(t, c); len(got) != 3 || !got["master-0"] || !got["master-1"] || !got["master-2"] {
+		t.Fatalf("voting members %v, want the three masters, healthy", got)
+	}
+	// Replace master-1 by master-3: a replacement joins before the old
+	// member leaves.
+	join(t, c, "master-3")
+	if err := c.Remove(ctx, "master-1"); err != nil {
+		t.Fatal(err)
+	}
+	get := func(c *etcd.Cluster) string {
+		resp, err := proxyClient(t, cfg, c).Get(ctx, "/registry/test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) != 1 {
+			return ""
+		}
+		return string(resp.Kvs[0].Value)
+	}
+	if v := get(c); v != "kept" {
+		t.Fatalf("after the replacement the key is %q", v)
+	}
+	c.Stop()
+	c, err = etcd.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := voting(t, c); len(got) != 3 || !got["master-0"] || !got["master-2"] || !got["master-3"] {
+		t.Fatalf("after a restart, voting members %v", got)
+	}
+	if v := get(c); v != "kept" {
+		t.Fatalf("after a restart the key is %q", v)
+	}
+	// A stopped member is unhealthy; the other two keep the quorum.
+	c.StopMember("master-2")
+	if got := voting(t, c); got["master-2"] || !got["master-0"] || !got["master-3"] {
+		t.Fatalf("with master-2 stopped: %v", got)
+	}
+	if _, err := proxyClient(t, cfg, c).Put(ctx, "/registry/test2", "with two"); err != nil {
+		t.Fatalf("two of three members lost the quorum: %v", err)
+	}
+	if err := c.StartMember("master-2"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !voting(t, c)["master-2"] {
+		if time.Now().After(deadline) {
+			t.Fatal("master-2 never came back")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,233 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// MemberStatus is one member as the cluster and this process see it.
+type MemberStatus struct {
+	Name      string
+	ID        uint64
+	PeerURL   string
+	ClientURL string
+	Learner   bool
+	// Started: the member has joined (a member added but not yet
+	// started has no name in the cluster's list).
+	Started bool
+	// Healthy: it answered a status request in time.
+	Healthy bool
+	// Local: this process runs it (it is in the registry).
+	Local bool
+}
+
+// Members lists the cluster's members with their health.
+func (c *Cluster) Members(ctx context.Context) ([]MemberStatus, error) {
+	list, err := c.client.MemberList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	registry := append([]MemberSpec(nil), c.registry...)
+	stopped := map[string]bool{}
+	for k, v := range c.stopped {
+		stopped[k] = v
+	}
+	c.mu.Unlock()
+	var out []MemberStatus
+	for _, m := range list.Members {
+		st := MemberStatus{Name: m.Name, ID: m.ID, Learner: m.IsLearner, Started: m.Name != ""}
+		if len(m.PeerURLs) > 0 {
+			st.PeerURL = m.PeerURLs[0]
+		}
+		if len(m.ClientURLs) > 0 {
+			st.ClientURL = m.ClientURLs[0]
+		}
+		for _, s := range registry {
+			if s.PeerURL() == st.PeerURL {
+				st.Local, st.Name = true, s.Name
+				st.ClientURL = s.ClientURL()
+			}
+		}
+		if st.ClientURL != "" && !stopped[st.Name] {
+			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err := c.client.Status(sctx, st.ClientURL)
+			cancel()
+			st.Healthy = err == nil
+		}
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// AddLearner adds a member for name as a learner and starts it: it
+// catches up with the leader before it can be promoted to vote.
+func (c *Cluster) AddLearner(ctx context.Context, name string) error {
+	c.mu.Lock()
+	for _, s := range c.registry {
+		if s.Name == name {
+			c.mu.Unlock()
+			return nil
+		}
+	}
+	clientPort, err := freePort()
+	if err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	peerPort, err := freePort()
+	if err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	spec := MemberSpec{Name: name, Dir: filepath.Join("etcd-members", name), ClientPort: clientPort, PeerPort: peerPort, Adding: true}
+	// Written down first: a stop between this and the member's start is
+	// settled at the next start, either way.
+	c.registry = append(c.registry, spec)
+	list, err := c.client.MemberList(ctx)
+	if err == nil {
+		err = c.syncLocked(list.Members)
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	added, err := c.client.MemberAddAsLearner(ctx, []string{spec.PeerURL()})
+	if err != nil {
+		c.forget(name)
+		return fmt.Errorf("adding member %s: %w", name, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	spec.Adding = false
+	for i := range c.registry {
+		if c.registry[i].Name == name {
+			c.registry[i] = spec
+		}
+	}
+	m, err := c.start(spec, initialCluster(membersAsSpecs(added.Members, c.registry)), "existing")
+	if err != nil {
+		return err
+	}
+	c.running[name] = m
+	return c.syncLocked(added.Members)
+}
+
+// Promote makes a learner a voting member; it fails (and is tried again)
+// until the learner has caught up with the leader.
+func (c *Cluster) Promote(ctx context.Context, name string) error {
+	st, err := c.member(ctx, name)
+	if err != nil {
+		return err
+	}
+	if !st.Learner {
+		return nil
+	}
+	resp, err := c.client.MemberPromote(ctx, st.ID)
+	if err != nil {
+		return fmt.Errorf("promoting member %s: %w", name, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.syncLocked(resp.Members)
+}
+
+// Remove takes a member out of the cluster, stops it and deletes its data.
+func (c *Cluster) Remove(ctx context.Context, name string) error {
+	st, err := c.member(ctx, name)
+	if err != nil && !errors.Is(err, errNoMember) {
+		return err
+	}
+	if err == nil {
+		if _, err := c.client.MemberRemove(ctx, st.ID); err != nil && !strings.Contains(err.Error(), "member not found") {
+			return fmt.Errorf("removing member %s: %w", name, err)
+		}
+	}
+	c.forget(name)
+	return nil
+}
+
+// forget stops a local member and drops it from the registry.
+func (c *Cluster) forget(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m := c.running[name]; m != nil {
+		m.Stop()
+		delete(c.running, name)
+	}
+	delete(c.stopped, name)
+	var keep []MemberSpec
+	for _, s := range c.registry {
+		if s.Name == name {
+			_ = os.RemoveAll(filepath.Join(c.cfg.DataDir, s.Dir))
+			continue
+		}
+		keep = append(keep, s)
+	}
+	c.registry = keep
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if list, err := c.client.MemberList(ctx); err == nil {
+		_ = c.syncLocked(list.Members)
+	}
+}
+
+var errNoMember = errors.New("no such member")
+
+func (c *Cluster) member(ctx context.Context, name string) (MemberStatus, error) {
+	all, err := c.Members(ctx)
+	if err != nil {
+		return MemberStatus{}, err
+	}
+	for _, m := range all {
+		if m.Name == name {
+			return m, nil
+		}
+	}
+	return MemberStatus{}, fmt.Errorf("%w: %s", errNoMember, name)
+}
+
+// StopMember stops a local member as its machine stops; its data stays.
+func (c *Cluster) StopMember(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m := c.running[name]; m != nil {
+		m.Stop()
+		delete(c.running, name)
+		c.stopped[name] = true
+	}
+}
+
+// StartMember starts a stopped local member again.
+func (c *Cluster) StartMember(name string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.stopped[name] {
+		return nil
+	}
+	for _, s := range c.registry {
+		if s.Name == name {
+			m, err := c.start(s, "", "existing")
+			if err != nil {
+				return err
+			}
+			c.running[name] = m
+			delete(c.stopped, name)
+		}
+	}
+	return nil
+}
+
+// Running reports whether this process runs the member now.
+func (c *Cluster) Running(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.running[name] != nil
+}
