@@ -25,6 +25,9 @@ func (cp *ControlPlane) apiserverFlags(etcdURL string) []string {
 	pki := d.PKIDir()
 	flags := []string{
 		"--etcd-servers=" + etcdURL,
+		"--etcd-cafile=" + pki + "/ca.crt",
+		"--etcd-certfile=" + pki + "/etcd-client.crt",
+		"--etcd-keyfile=" + pki + "/etcd-client.key",
 		"--bind-address=" + cp.cfg.BindAddress,
 		"--secure-port=" + strconv.Itoa(cp.cfg.Port),
 		"--advertise-address=127.0.0.1",

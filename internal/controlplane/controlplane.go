@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/etcd"
 	"github.com/capstan-dev/capstan/internal/waitfor"
 
 	"k8s.io/client-go/kubernetes"
@@ -85,7 +87,7 @@ type ControlPlane struct {
 	dataDir *DataDir
 
 	cancel     context.CancelFunc
-	etcd       *etcdServer
+	etcd       *etcd.Cluster
 	apiDone    <-chan error
 	kcmDone    <-chan error
 	adminREST  *rest.Config
@@ -144,14 +146,18 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 		listener.Close()
 		return nil, err
 	}
-	cp.etcd, err = startEtcd(d.EtcdDir(), d.Path("logs", "etcd.log"), clientPort, peerPort, cfg.EtcdNoFsync)
+	pki := d.PKIDir()
+	cp.etcd, err = etcd.Start(ctx, etcd.Config{DataDir: d.Root, LogFile: d.Path("logs", "etcd.log"), NoFsync: cfg.EtcdNoFsync,
+		TLS: etcd.TLSFiles{CA: filepath.Join(pki, "ca.crt"), ServingCert: filepath.Join(pki, "etcd.crt"), ServingKey: filepath.Join(pki, "etcd.key"),
+			ClientCert: filepath.Join(pki, "etcd-client.crt"), ClientKey: filepath.Join(pki, "etcd-client.key")},
+		Bootstrap: etcd.MemberSpec{Name: etcd.BootstrapName, Dir: "etcd", ClientPort: clientPort, PeerPort: peerPort}})
 	if err != nil {
 		listener.Close()
 		return nil, err
 	}
-	klog.InfoS("Started etcd", "url", cp.etcd.clientURL)
+	klog.InfoS("Started etcd", "url", cp.etcd.URL())
 
-	if cp.apiDone, err = cp.runAPIServer(runCtx, cp.etcd.clientURL, listener); err != nil {
+	if cp.apiDone, err = cp.runAPIServer(runCtx, cp.etcd.URL(), listener); err != nil {
 		listener.Close()
 		return nil, err
 	}
@@ -265,7 +271,7 @@ func (cp *ControlPlane) Stop() error {
 	waitFor("kube-controller-manager", cp.kcmDone)
 	waitFor("kube-apiserver", cp.apiDone)
 	if cp.etcd != nil {
-		cp.etcd.stop()
+		cp.etcd.Stop()
 	}
 	klog.Flush()
 	cp.dataDir.Close()
@@ -285,3 +291,6 @@ func unwrapOpError(err error) error {
 	}
 	return err
 }
+
+// Etcd is the control plane's etcd: its members and their membership.
+func (cp *ControlPlane) Etcd() *etcd.Cluster { return cp.etcd }

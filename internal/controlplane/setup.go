@@ -50,6 +50,17 @@ func (cp *ControlPlane) ensurePKI() error {
 	if err := ca.EnsureLeaf(filepath.Join(pki, "apiserver.crt"), filepath.Join(pki, "apiserver.key"), serving); err != nil {
 		return err
 	}
+	// etcd's members serve clients and peers on loopback with one
+	// certificate; capstan's clients (kube-apiserver, the etcd operator)
+	// present another.
+	if err := ca.EnsureLeaf(filepath.Join(pki, "etcd.crt"), filepath.Join(pki, "etcd.key"), LeafSpec{CommonName: "etcd",
+		DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}, Server: true, Client: true}); err != nil {
+		return err
+	}
+	if err := ca.EnsureLeaf(filepath.Join(pki, "etcd-client.crt"), filepath.Join(pki, "etcd-client.key"),
+		LeafSpec{CommonName: "system:etcd-client", Client: true}); err != nil {
+		return err
+	}
 	if err := EnsureKey(filepath.Join(pki, "sa.key"), filepath.Join(pki, "sa.pub")); err != nil {
 		return err
 	}

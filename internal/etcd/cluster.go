@@ -137,9 +137,13 @@ func (c *Cluster) fixPeerURLs(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// A lone member is the registry's lone member, whatever it was
+	// called (a data dir from before per-machine members named it
+	// "capstan").
+	alone := len(list.Members) == 1 && len(c.registry) == 1
 	for _, m := range list.Members {
 		for _, s := range c.registry {
-			if s.Name == m.Name && (len(m.PeerURLs) != 1 || m.PeerURLs[0] != s.PeerURL()) {
+			if (s.Name == m.Name || alone) && (len(m.PeerURLs) != 1 || m.PeerURLs[0] != s.PeerURL()) {
 				if _, err := c.client.MemberUpdate(ctx, m.ID, []string{s.PeerURL()}); err != nil {
 					return fmt.Errorf("updating the peer URL of member %s: %w", s.Name, err)
 				}
