@@ -12,6 +12,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/waitfor"
 
 	machinev1 "github.com/openshift/api/machine/v1beta1"
+	configclient "github.com/openshift/client-go/config/clientset/versioned"
 	machineclient "github.com/openshift/client-go/machine/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/autoscaler"
+	"github.com/capstan-dev/capstan/internal/etcd"
 	"github.com/capstan-dev/capstan/internal/machine"
 	"github.com/capstan-dev/capstan/internal/machine/hooks"
 	"github.com/capstan-dev/capstan/internal/sim"
@@ -37,10 +39,19 @@ func (c *Cluster) startMachineAPI(ctx, runCtx context.Context) error {
 		return err
 	}
 	c.run(runCtx, "machine API", mgr.Start)
-	if len(c.opts.Hooks) == 0 {
-		return nil
+	// The etcd operator: a member per control-plane machine, guarded by
+	// its preDrain hook.
+	mc, err := c.MachineClient()
+	if err != nil {
+		return err
 	}
-	hookMgr, err := hooks.NewManager(c.RESTConfig(), hooks.Options{Namespace: opts.Namespace}, c.opts.Hooks...)
+	config, err := configclient.NewForConfig(c.RESTConfig())
+	if err != nil {
+		return err
+	}
+	op := &etcd.Operator{Cluster: c.ControlPlane.Etcd(), Kube: c.Client, Machines: mc, Config: config, Namespace: opts.Namespace}
+	c.run(runCtx, "etcd operator", op.Run)
+	hookMgr, err := hooks.NewManager(c.RESTConfig(), hooks.Options{Namespace: opts.Namespace}, append([]*hooks.Hook{op.QuorumGuard()}, c.opts.Hooks...)...)
 	if err != nil {
 		return fmt.Errorf("hook controllers: %w", err)
 	}
