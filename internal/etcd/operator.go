@@ -180,13 +180,21 @@ func (o *Operator) changeMembership(ctx context.Context, machines []controlPlane
 		klog.FromContext(ctx).Info("Adding an etcd member as a learner", "machine", cm.m.Name)
 		return o.Cluster.AddLearner(ctx, cm.m.Name)
 	}
-	staying := 0
+	// The control plane's size: the machines that stay, and a slot for
+	// each machine being deleted whose replacement is not there yet. A
+	// member leaves only when every slot has a voting member.
+	replaced := map[string]bool{}
 	for _, cm := range machines {
-		if !cm.deleting {
-			staying++
+		if r := cm.m.Annotations[ReplacesAnnotation]; r != "" {
+			replaced[r] = true
 		}
 	}
-	want := min(3, staying)
+	want := 0
+	for _, cm := range machines {
+		if !cm.deleting || !replaced[cm.m.Name] {
+			want++
+		}
+	}
 	votingStaying := 0
 	for _, m := range members {
 		if cm := byName[m.Name]; cm != nil && !cm.deleting {
@@ -207,7 +215,9 @@ func (o *Operator) changeMembership(ctx context.Context, machines []controlPlane
 	return nil
 }
 
-var indexSuffix = regexp.MustCompile(`-(\d+)$`)
+// controlPlaneName splits a control-plane machine's name into its prefix
+// (up to "-master"), the random part a replacement adds, and its index.
+var controlPlaneName = regexp.MustCompile(`^(.*-master)(-[a-z0-9]{5})?-(\d+)$`)
 
 // replace creates, for each control-plane machine being deleted, one
 // replacement with its spec, as the ControlPlaneMachineSet does with its
@@ -224,9 +234,10 @@ func (o *Operator) replace(ctx context.Context, machines []controlPlaneMachine) 
 			continue
 		}
 		old := cm.m
+		// As the ControlPlaneMachineSet names them: <prefix>-master-<random>-<index>.
 		base, index := old.Name, "0"
-		if s := indexSuffix.FindStringSubmatch(old.Name); s != nil {
-			base, index = strings.TrimSuffix(old.Name, s[0]), s[1]
+		if s := controlPlaneName.FindStringSubmatch(old.Name); s != nil {
+			base, index = s[1], s[3]
 		}
 		m := &machinev1.Machine{
 			ObjectMeta: metav1.ObjectMeta{

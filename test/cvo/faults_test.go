@@ -137,7 +137,14 @@ func TestUpdateResumesAfterSIGKILL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	inRelease := map[string]bool{cvo.Name: true}
+	for _, op := range demo.Operators {
+		inRelease[op.Name] = true
+	}
 	for _, co := range cos.Items {
+		if !inRelease[co.Name] {
+			continue // etcd's operator is capstan's own, not the release's
+		}
 		if len(co.Status.Versions) == 0 || co.Status.Versions[0].Version != "4.10.26" {
 			t.Errorf("cluster operator %s is at %v", co.Name, co.Status.Versions)
 		}

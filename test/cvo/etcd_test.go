@@ -1,0 +1,335 @@
+package cvo
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	configv1 "github.com/openshift/api/config/v1"
+	configclient "github.com/openshift/client-go/config/clientset/versioned"
+	machineclient "github.com/openshift/client-go/machine/clientset/versioned"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/capstan-dev/capstan/internal/etcd"
+	"github.com/capstan-dev/capstan/internal/machine"
+	"github.com/capstan-dev/capstan/internal/testenv"
+)
+
+// etcdCluster is a `capstan up` of its own (3 control-plane machines, one
+// worker) for the etcd tests, which replace control-plane machines.
+type etcdCluster struct {
+	// parent owns the capstan up process, across restarts in subtests.
+	parent          *testing.T
+	dir, kubeconfig string
+	args            []string
+	up              *testenv.UpProcess
+	kube            kubernetes.Interface
+	machines        machineclient.Interface
+	config          configclient.Interface
+}
+
+func startEtcdCluster(t *testing.T) *etcdCluster {
+	t.Helper()
+	c := &etcdCluster{parent: t, dir: t.TempDir()}
+	c.args = []string{"--data-dir", c.dir, "--port", strconv.Itoa(testenv.FreePort(t)), "--nodes", "1", "--control-plane-nodes", "3",
+		"--metrics-address", "", "--release-address", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))}
+	c.up = testenv.StartUp(t, c.args...)
+	c.up.WaitLine(t, "capstan is up", 3*time.Minute)
+	c.kubeconfig = filepath.Join(c.dir, "kubeconfig")
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Short timeouts: a write that cannot commit fails fast and is counted.
+	cfg.Timeout = 2 * time.Second
+	c.kube = kubernetes.NewForConfigOrDie(cfg)
+	c.machines = machineclient.NewForConfigOrDie(cfg)
+	c.config = configclient.NewForConfigOrDie(cfg)
+	t.Cleanup(func() { c.up.Stop(t) })
+	return c
+}
+
+// registry reads which members capstan runs (its registry is replaced
+// whole, by a rename, so a read never sees half of it).
+func (c *etcdCluster) registry() []string {
+	raw, err := os.ReadFile(filepath.Join(c.dir, "etcd-members.json"))
+	if err != nil {
+		return nil
+	}
+	var specs []etcd.MemberSpec
+	if json.Unmarshal(raw, &specs) != nil {
+		return nil
+	}
+	var names []string
+	for _, s := range specs {
+		names = append(names, s.Name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// masters lists the control-plane machines, by name, and which are being
+// deleted.
+func (c *etcdCluster) masters(t *testing.T) (names []string, deleting map[string]bool) {
+	t.Helper()
+	list, err := c.machines.MachineV1beta1().Machines(machine.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: machine.MachineRoleLabel + "=master"})
+	if err != nil {
+		return nil, nil
+	}
+	deleting = map[string]bool{}
+	for _, m := range list.Items {
+		names = append(names, m.Name)
+		if m.DeletionTimestamp != nil {
+			deleting[m.Name] = true
+		}
+	}
+	sort.Strings(names)
+	return names, deleting
+}
+
+// waitSettled waits until the control plane is 3 machines, none being
+// deleted, each running a voting member, healthy, and the etcd operator
+// says so.
+func (c *etcdCluster) waitSettled(t *testing.T, timeout time.Duration) []string {
+	t.Helper()
+	var names []string
+	testenv.Eventually(t, timeout, func() (bool, string) {
+		var deleting map[string]bool
+		names, deleting = c.masters(t)
+		members := c.registry()
+		co, err := c.config.ConfigV1().ClusterOperators().Get(context.Background(), etcd.ClusterOperatorName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		avail, prog := condition(co.Status.Conditions, configv1.OperatorAvailable), condition(co.Status.Conditions, configv1.OperatorProgressing)
+		ok := len(names) == 3 && len(deleting) == 0 && strings.Join(members, ",") == strings.Join(names, ",") &&
+			avail.Message == "EtcdMembersAvailable: 3 members are available" && prog.Status == configv1.ConditionFalse
+		return ok, fmt.Sprintf("machines %v (deleting %v), members %v, etcd: %s / %s", names, deleting, members, avail.Message, prog.Message)
+	})
+	return names
+}
+
+// writer writes ConfigMaps without pause, recording which writes the API
+// acknowledged and the longest run of failures.
+type writer struct {
+	kube   kubernetes.Interface
+	ns     string
+	stop   chan struct{}
+	done   chan struct{}
+	mu     sync.Mutex
+	acked  []string
+	failed int
+	// longest is the longest time between a failed write's start and the
+	// next acknowledged write.
+	longest time.Duration
+}
+
+func startWriter(t *testing.T, kube kubernetes.Interface, ns string) *writer {
+	t.Helper()
+	if _, err := kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w := &writer{kube: kube, ns: ns, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		var failingSince time.Time
+		for i := 0; ; i++ {
+			select {
+			case <-w.stop:
+				return
+			default:
+			}
+			name := fmt.Sprintf("w-%06d", i)
+			start := time.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"i": strconv.Itoa(i)}}, metav1.CreateOptions{})
+			cancel()
+			w.mu.Lock()
+			if err != nil {
+				w.failed++
+				if failingSince.IsZero() {
+					failingSince = start
+				}
+			} else {
+				w.acked = append(w.acked, name)
+				if !failingSince.IsZero() {
+					w.longest = max(w.longest, time.Since(failingSince))
+					failingSince = time.Time{}
+				}
+			}
+			w.mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	return w
+}
+
+// finish stops the writer and checks that every acknowledged write is
+// there; it returns the writes and the longest outage.
+func (w *writer) finish(t *testing.T) (acked, failed int, longest time.Duration) {
+	t.Helper()
+	close(w.stop)
+	<-w.done
+	var list *corev1.ConfigMapList
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		var err error
+		list, err = w.kube.CoreV1().ConfigMaps(w.ns).List(context.Background(), metav1.ListOptions{})
+		return err == nil, fmt.Sprintf("listing the writes: %v", err)
+	})
+	have := map[string]bool{}
+	for _, cm := range list.Items {
+		have[cm.Name] = true
+	}
+	var lost []string
+	for _, n := range w.acked {
+		if !have[n] {
+			lost = append(lost, n)
+		}
+	}
+	if len(lost) > 0 {
+		t.Errorf("%d acknowledged writes are lost: %v", len(lost), lost[:min(10, len(lost))])
+	}
+	return len(w.acked), w.failed, w.longest
+}
+
+func (c *etcdCluster) deleteMachine(t *testing.T, name string) {
+	t.Helper()
+	if err := c.machines.MachineV1beta1().Machines(machine.Namespace).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// maxOutage is what a replacement may cost the API at most: a leader
+// election and the apiserver's reconnect, with room for a busy machine.
+const maxOutage = 10 * time.Second
+
+// TestControlPlaneMachineReplacement replaces control-plane machines under
+// a continuous stream of writes: one, then two at once, then one with a
+// SIGKILL of capstan in the middle. Each time the quorum guard holds the
+// old machine until its replacement's member votes, the API stays up
+// (outages measured, bounded by a leader election), and no acknowledged
+// write is lost.
+func TestControlPlaneMachineReplacement(t *testing.T) {
+	c := startEtcdCluster(t)
+	start := time.Now()
+	before := c.waitSettled(t, 3*time.Minute)
+	t.Logf("the bootstrap member handed over to %v in %s", before, time.Since(start).Round(time.Second))
+	for _, n := range before {
+		m, err := c.machines.MachineV1beta1().Machines(machine.Namespace).Get(context.Background(), n, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := m.Spec.LifecycleHooks.PreDrain; len(h) != 1 || h[0].Name != etcd.QuorumGuardHook || h[0].Owner != etcd.QuorumGuardOwner {
+			t.Errorf("machine %s preDrain hooks %v, want the quorum guard", n, h)
+		}
+	}
+
+	t.Run("one machine", func(t *testing.T) {
+		w := startWriter(t, c.kube, "writes-one")
+		stop := c.watchMemberCount()
+		began := time.Now()
+		c.deleteMachine(t, before[1])
+		after := c.waitSettled(t, 3*time.Minute)
+		took := time.Since(began)
+		if least := stop(); least < 3 {
+			t.Errorf("the cluster went down to %d members: the old member left before its replacement voted", least)
+		}
+		acked, failed, longest := w.finish(t)
+		t.Logf("replaced %s in %s; %d writes acknowledged, %d failed, longest outage %s", before[1], took.Round(100*time.Millisecond), acked, failed, longest.Round(10*time.Millisecond))
+		if longest > maxOutage {
+			t.Errorf("the API refused writes for %s, longer than a leader election", longest)
+		}
+		if strings.Contains(strings.Join(after, ","), before[1]) {
+			t.Errorf("the deleted machine is still a member: %v", after)
+		}
+	})
+
+	t.Run("two machines at once: the second waits, the quorum holds", func(t *testing.T) {
+		current, _ := c.masters(t)
+		w := startWriter(t, c.kube, "writes-two")
+		stop := c.watchMemberCount()
+		c.deleteMachine(t, current[0])
+		c.deleteMachine(t, current[2])
+		after := c.waitSettled(t, 4*time.Minute)
+		least := stop()
+		acked, failed, longest := w.finish(t)
+		t.Logf("replaced %s and %s; %d writes acknowledged, %d failed, longest outage %s; never fewer than %d members", current[0], current[2], acked, failed, longest.Round(10*time.Millisecond), least)
+		if least < 3 {
+			t.Errorf("the cluster went down to %d members: a member left before its replacement voted", least)
+		}
+		if longest > maxOutage {
+			t.Errorf("the API refused writes for %s", longest)
+		}
+		for _, gone := range []string{current[0], current[2]} {
+			if strings.Contains(strings.Join(after, ","), gone) {
+				t.Errorf("%s is still a member: %v", gone, after)
+			}
+		}
+	})
+
+	t.Run("a SIGKILL in the middle of a replacement resumes it", func(t *testing.T) {
+		ctx := context.Background()
+		if _, err := c.kube.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "before-the-kill"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		current, _ := c.masters(t)
+		stop := c.watchMemberCount()
+		c.deleteMachine(t, current[1])
+		// Killed once the replacement's member has been added.
+		testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+			members := c.registry()
+			return len(members) == 4, fmt.Sprintf("members %v", members)
+		})
+		c.up.Kill(t)
+		c.up = testenv.StartUp(c.parent, c.args...)
+		c.up.WaitLine(t, "capstan is up", 3*time.Minute)
+		after := c.waitSettled(t, 3*time.Minute)
+		if least := stop(); least < 3 {
+			t.Errorf("the cluster went down to %d members across the kill", least)
+		}
+		if strings.Contains(strings.Join(after, ","), current[1]) {
+			t.Errorf("%s is still a member after the restart: %v", current[1], after)
+		}
+		if _, err := c.kube.CoreV1().ConfigMaps("default").Get(ctx, "before-the-kill", metav1.GetOptions{}); err != nil {
+			t.Errorf("a write from before the kill: %v", err)
+		}
+	})
+}
+
+// watchMemberCount samples how many members capstan runs until the
+// returned function is called, which says the fewest seen.
+func (c *etcdCluster) watchMemberCount() func() int {
+	done := make(chan struct{})
+	result := make(chan int, 1)
+	go func() {
+		fewest := 1 << 30
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if n := len(c.registry()); n > 0 {
+				fewest = min(fewest, n)
+			}
+			select {
+			case <-done:
+				result <- fewest
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() int {
+		close(done)
+		return <-result
+	}
+}
