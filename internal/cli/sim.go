@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -12,11 +13,13 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/capstan-dev/capstan/internal/etcd"
 	"github.com/capstan-dev/capstan/internal/sim"
 	"github.com/capstan-dev/capstan/internal/taints"
 )
@@ -68,11 +71,45 @@ func simNodeStart(cf *clientFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "start NODE...",
 		Short: "Restart the kubelet of stopped nodes",
-		Args:  cobra.MinimumNArgs(1),
+		Long: `Restart the kubelet of stopped nodes.
+
+A control-plane machine can be started while the API is unavailable (two
+of three stopped lose etcd's quorum): the request then goes through the
+cluster's data dir (--data-dir), as an administrator would turn to the
+cloud console, and the node is started once the API is back.`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			return forEachNode(c, cf, args, "started", sim.StartNode)
+			client, _, err := cf.client()
+			if err != nil {
+				return err
+			}
+			for _, n := range args {
+				ctx, cancel := context.WithTimeout(c.Context(), 10*time.Second)
+				err := sim.StartNode(ctx, client, n)
+				cancel()
+				if err != nil && apiUnavailable(err) {
+					if perr := etcd.RequestPowerOn(cf.dataDir, n); perr != nil {
+						return fmt.Errorf("%v; %w", err, perr)
+					}
+					fmt.Fprintf(c.OutOrStdout(), "node/%s started through %s (the API is unavailable)\n", n, cf.dataDir)
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(c.OutOrStdout(), "node/%s started\n", n)
+			}
+			return nil
 		},
 	}
+}
+
+// apiUnavailable: the API server did not answer, or answered that it
+// cannot serve (no etcd quorum behind it).
+func apiUnavailable(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) ||
+		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) || apierrors.IsTooManyRequests(err) ||
+		strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "context deadline exceeded")
 }
 
 func simNodeReboot(cf *clientFlags) *cobra.Command {

@@ -74,6 +74,10 @@ type Options struct {
 	// (pools, rendering, the node rollout, the simulated daemons); nil
 	// runs none.
 	MachineConfig *mco.Options
+	// EtcdOperator runs etcd's operator with the Machine API: a member per
+	// control-plane machine, the quorum guard hook, a replacement for a
+	// deleted control-plane machine.
+	EtcdOperator bool
 	// MetricsAddress, when set, serves the Prometheus metrics of the
 	// embedded components and capstan's own at http://ADDRESS/metrics.
 	MetricsAddress string
@@ -101,6 +105,7 @@ func DefaultOptions() Options {
 		ResourceMetrics:  ptr.To(resourcemetrics.DefaultOptions()),
 		Releases:         ptr.To(DefaultReleaseOptions()),
 		MachineConfig:    &mco.Options{Daemon: mco.DefaultDaemonOptions()},
+		EtcdOperator:     true,
 		BootFromMachines: true,
 	}
 }

@@ -39,19 +39,26 @@ func (c *Cluster) startMachineAPI(ctx, runCtx context.Context) error {
 		return err
 	}
 	c.run(runCtx, "machine API", mgr.Start)
-	// The etcd operator: a member per control-plane machine, guarded by
-	// its preDrain hook.
-	mc, err := c.MachineClient()
-	if err != nil {
-		return err
+	all := c.opts.Hooks
+	if c.opts.EtcdOperator {
+		// The etcd operator: a member per control-plane machine, guarded
+		// by its preDrain hook.
+		mc, err := c.MachineClient()
+		if err != nil {
+			return err
+		}
+		config, err := configclient.NewForConfig(c.RESTConfig())
+		if err != nil {
+			return err
+		}
+		op := &etcd.Operator{Cluster: c.ControlPlane.Etcd(), Kube: c.Client, Machines: mc, Config: config, Namespace: opts.Namespace}
+		c.run(runCtx, "etcd operator", op.Run)
+		all = append([]*hooks.Hook{op.QuorumGuard()}, all...)
 	}
-	config, err := configclient.NewForConfig(c.RESTConfig())
-	if err != nil {
-		return err
+	if len(all) == 0 {
+		return nil
 	}
-	op := &etcd.Operator{Cluster: c.ControlPlane.Etcd(), Kube: c.Client, Machines: mc, Config: config, Namespace: opts.Namespace}
-	c.run(runCtx, "etcd operator", op.Run)
-	hookMgr, err := hooks.NewManager(c.RESTConfig(), hooks.Options{Namespace: opts.Namespace}, append([]*hooks.Hook{op.QuorumGuard()}, c.opts.Hooks...)...)
+	hookMgr, err := hooks.NewManager(c.RESTConfig(), hooks.Options{Namespace: opts.Namespace}, all...)
 	if err != nil {
 		return fmt.Errorf("hook controllers: %w", err)
 	}

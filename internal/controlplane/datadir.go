@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/capstan-dev/capstan/internal/ports"
 )
 
 // DataFormatVersion is the layout version of a data dir. A data dir written
@@ -144,12 +146,12 @@ func (d *DataDir) etcdPorts() (client, peer int, err error) {
 		return 0, 0, err
 	}
 	if st.EtcdClientPort == 0 || !portFree(st.EtcdClientPort) {
-		if st.EtcdClientPort, err = freePort(); err != nil {
+		if st.EtcdClientPort, err = ports.Free(); err != nil {
 			return 0, 0, err
 		}
 	}
 	if st.EtcdPeerPort == 0 {
-		if st.EtcdPeerPort, err = freePort(); err != nil {
+		if st.EtcdPeerPort, err = ports.Free(); err != nil {
 			return 0, 0, err
 		}
 	} else if !portFree(st.EtcdPeerPort) {
@@ -185,15 +187,6 @@ func (d *DataDir) WebhookListener() (net.Listener, error) {
 		return nil, err
 	}
 	return l, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func portFree(port int) bool {

@@ -46,6 +46,10 @@ type Cluster struct {
 	registry []MemberSpec
 	running  map[string]*Member
 	stopped  map[string]bool
+	// leaving are members being removed: no request is sent to them, as
+	// a removed member that is asked anything takes the process down
+	// (etcd panics on finding itself no longer a member).
+	leaving map[string]bool
 }
 
 func (c *Cluster) registryPath() string { return filepath.Join(c.cfg.DataDir, "etcd-members.json") }
@@ -54,7 +58,7 @@ func (c *Cluster) registryPath() string { return filepath.Join(c.cfg.DataDir, "e
 // bootstrap member), waits for them to form a quorum, and serves them
 // behind the proxy.
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
-	c := &Cluster{cfg: cfg, running: map[string]*Member{}, stopped: map[string]bool{}}
+	c := &Cluster{cfg: cfg, running: map[string]*Member{}, stopped: map[string]bool{}, leaving: map[string]bool{}}
 	raw, err := os.ReadFile(c.registryPath())
 	state := "existing"
 	switch {
@@ -66,7 +70,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	case err != nil:
 		return nil, err
 	default:
-		if err := json.Unmarshal(raw, &c.registry); err != nil {
+		if c.registry, err = parseRegistry(raw); err != nil {
 			return nil, fmt.Errorf("%s: %w", c.registryPath(), err)
 		}
 	}
@@ -202,7 +206,7 @@ func (c *Cluster) syncLocked(members []*etcdserverpb.Member) error {
 	var backends, endpoints []string
 	for _, s := range c.registry {
 		m := byPeerURL(members, s.PeerURL())
-		if m == nil || m.IsLearner {
+		if m == nil || m.IsLearner || c.leaving[s.Name] {
 			continue
 		}
 		backends = append(backends, net.JoinHostPort("127.0.0.1", strconv.Itoa(s.ClientPort)))
@@ -261,11 +265,8 @@ func (c *Cluster) Stop() {
 	}
 }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+func parseRegistry(raw []byte) ([]MemberSpec, error) {
+	var specs []MemberSpec
+	err := json.Unmarshal(raw, &specs)
+	return specs, err
 }

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/capstan-dev/capstan/internal/ports"
 )
 
 // MemberStatus is one member as the cluster and this process see it.
@@ -35,9 +37,13 @@ func (c *Cluster) Members(ctx context.Context) ([]MemberStatus, error) {
 	}
 	c.mu.Lock()
 	registry := append([]MemberSpec(nil), c.registry...)
+	// No request to a stopped member, nor to one being removed.
 	stopped := map[string]bool{}
 	for k, v := range c.stopped {
 		stopped[k] = v
+	}
+	for k, v := range c.leaving {
+		stopped[k] = stopped[k] || v
 	}
 	c.mu.Unlock()
 	var out []MemberStatus
@@ -77,12 +83,12 @@ func (c *Cluster) AddLearner(ctx context.Context, name string) error {
 			return nil
 		}
 	}
-	clientPort, err := freePort()
+	clientPort, err := ports.Free()
 	if err != nil {
 		c.mu.Unlock()
 		return err
 	}
-	peerPort, err := freePort()
+	peerPort, err := ports.Free()
 	if err != nil {
 		c.mu.Unlock()
 		return err
@@ -146,12 +152,36 @@ func (c *Cluster) Remove(ctx context.Context, name string) error {
 		return err
 	}
 	if err == nil {
+		// Out of every client's way first: the proxy drops its
+		// connections, the client its endpoint.
+		c.mu.Lock()
+		c.leaving[name] = true
+		list, lerr := c.client.MemberList(ctx)
+		if lerr == nil {
+			lerr = c.syncLocked(list.Members)
+		}
+		c.mu.Unlock()
+		if lerr != nil {
+			c.unleave(name)
+			return lerr
+		}
 		if _, err := c.client.MemberRemove(ctx, st.ID); err != nil && !strings.Contains(err.Error(), "member not found") {
-			return fmt.Errorf("removing member %s: %w", name, err)
+			// A removal that timed out may still have happened: a member
+			// gone from the list is forgotten, never asked again.
+			if list, lerr := c.client.MemberList(ctx); lerr != nil || byPeerURL(list.Members, st.PeerURL) != nil {
+				c.unleave(name)
+				return fmt.Errorf("removing member %s: %w", name, err)
+			}
 		}
 	}
 	c.forget(name)
 	return nil
+}
+
+func (c *Cluster) unleave(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.leaving, name)
 }
 
 // forget stops a local member and drops it from the registry.
@@ -163,6 +193,7 @@ func (c *Cluster) forget(name string) {
 		delete(c.running, name)
 	}
 	delete(c.stopped, name)
+	delete(c.leaving, name)
 	var keep []MemberSpec
 	for _, s := range c.registry {
 		if s.Name == name {

@@ -85,6 +85,24 @@ func (o *Operator) Run(ctx context.Context) error {
 	if interval <= 0 {
 		interval = time.Second
 	}
+	// Power-on requests are served apart: they matter most when the API
+	// is down, and the reconcile below waits on the API.
+	go func() {
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			for _, name := range o.Cluster.pendingPowerOn() {
+				if err := o.Cluster.StartMember(name); err != nil {
+					klog.FromContext(ctx).Info("Starting a member on request", "member", name, "err", err)
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -129,8 +147,21 @@ func (o *Operator) reconcile(ctx context.Context) error {
 	if err := o.replace(ctx, machines); err != nil {
 		return err
 	}
-	// A member runs on its machine: it stops with the machine.
+	// A member runs on its machine: it stops with the machine. A machine
+	// started while the API was down has its node started now.
 	for _, cm := range machines {
+		name := cm.m.Name
+		if o.Cluster.powerOnPending(name) {
+			if cm.node != nil && sim.Stopped(cm.node) {
+				if err := sim.StartNode(ctx, o.Kube, cm.node.Name); err != nil {
+					return err
+				}
+			}
+			if err := o.Cluster.clearPowerOn(name); err != nil {
+				return err
+			}
+			continue
+		}
 		switch {
 		case cm.node != nil && sim.Stopped(cm.node) && o.Cluster.Running(cm.m.Name):
 			o.Cluster.StopMember(cm.m.Name)

@@ -69,6 +69,9 @@ func Start(opts Options) (*Env, error) {
 	// Tests boot plain instances with fixed names and create the machines
 	// they need; the Machine API runs with timings of seconds.
 	co.BootFromMachines = false
+	// Nor do they hand etcd to control-plane machines: the single
+	// bootstrap member serves them (the etcd tests run capstan up).
+	co.EtcdOperator = false
 	co.MachineAPI.DrainTimeout = 3 * time.Second
 	co.MachineAPI.DrainBackoffBase = 500 * time.Millisecond
 	co.MachineAPI.DrainBackoffMax = 4 * time.Second

@@ -56,7 +56,6 @@ func startEtcdCluster(t *testing.T) *etcdCluster {
 	c.kube = kubernetes.NewForConfigOrDie(cfg)
 	c.machines = machineclient.NewForConfigOrDie(cfg)
 	c.config = configclient.NewForConfigOrDie(cfg)
-	t.Cleanup(func() { c.up.Stop(t) })
 	return c
 }
 
@@ -235,7 +234,8 @@ func TestControlPlaneMachineReplacement(t *testing.T) {
 		}
 	}
 
-	t.Run("one machine", func(t *testing.T) {
+	// Each step starts from where the last left the cluster.
+	if !t.Run("one machine", func(t *testing.T) {
 		w := startWriter(t, c.kube, "writes-one")
 		stop := c.watchMemberCount()
 		began := time.Now()
@@ -253,10 +253,13 @@ func TestControlPlaneMachineReplacement(t *testing.T) {
 		if strings.Contains(strings.Join(after, ","), before[1]) {
 			t.Errorf("the deleted machine is still a member: %v", after)
 		}
-	})
+	}) {
+		return
+	}
 
-	t.Run("two machines at once: the second waits, the quorum holds", func(t *testing.T) {
-		current, _ := c.masters(t)
+	// Each step starts from where the last left the cluster.
+	if !t.Run("two machines at once: the second waits, the quorum holds", func(t *testing.T) {
+		current := c.settledMasters(t)
 		w := startWriter(t, c.kube, "writes-two")
 		stop := c.watchMemberCount()
 		c.deleteMachine(t, current[0])
@@ -276,14 +279,17 @@ func TestControlPlaneMachineReplacement(t *testing.T) {
 				t.Errorf("%s is still a member: %v", gone, after)
 			}
 		}
-	})
+	}) {
+		return
+	}
 
-	t.Run("a SIGKILL in the middle of a replacement resumes it", func(t *testing.T) {
+	// Each step starts from where the last left the cluster.
+	if !t.Run("a SIGKILL in the middle of a replacement resumes it", func(t *testing.T) {
 		ctx := context.Background()
 		if _, err := c.kube.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "before-the-kill"}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		current, _ := c.masters(t)
+		current := c.settledMasters(t)
 		stop := c.watchMemberCount()
 		c.deleteMachine(t, current[1])
 		// Killed once the replacement's member has been added.
@@ -304,7 +310,83 @@ func TestControlPlaneMachineReplacement(t *testing.T) {
 		if _, err := c.kube.CoreV1().ConfigMaps("default").Get(ctx, "before-the-kill", metav1.GetOptions{}); err != nil {
 			t.Errorf("a write from before the kill: %v", err)
 		}
-	})
+	}) {
+		return
+	}
+
+	// Each step starts from where the last left the cluster.
+	if !t.Run("stopped machines: one degrades etcd, two take the API down, one back restores it", func(t *testing.T) {
+		ctx := context.Background()
+		current := c.settledMasters(t)
+		a, b := c.nodeOf(t, current[0]), c.nodeOf(t, current[1])
+		write := func(name string) error {
+			wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			_, err := c.kube.CoreV1().ConfigMaps("default").Create(wctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+			return err
+		}
+		if err := write("before-the-faults"); err != nil {
+			t.Fatal(err)
+		}
+		capstanOK(t, "sim", "node", "stop", a, "--kubeconfig", c.kubeconfig)
+		testenv.Eventually(t, time.Minute, func() (bool, string) {
+			co, err := c.config.ConfigV1().ClusterOperators().Get(ctx, etcd.ClusterOperatorName, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			d := condition(co.Status.Conditions, configv1.OperatorDegraded)
+			return d.Status == configv1.ConditionTrue && d.Reason == "EtcdMembers_UnhealthyMembers" &&
+				d.Message == "EtcdMembersDegraded: 2 of 3 members are available, "+current[0]+" is unhealthy", fmt.Sprintf("Degraded %s %s %q", d.Status, d.Reason, d.Message)
+		})
+		if err := write("with-two-members"); err != nil {
+			t.Fatalf("two of three members lost the API: %v", err)
+		}
+		capstanOK(t, "sim", "node", "stop", b, "--kubeconfig", c.kubeconfig)
+		// One of three: no quorum, no writes.
+		testenv.Eventually(t, time.Minute, func() (bool, string) {
+			err := write(fmt.Sprintf("no-quorum-%d", time.Now().UnixNano()))
+			return err != nil, "a write succeeded with one member of three"
+		})
+		down := time.Now()
+		out := capstanOK(t, "sim", "node", "start", b, "--kubeconfig", c.kubeconfig, "--data-dir", c.dir)
+		if !strings.Contains(out, "node/"+b+" started through "+c.dir+" (the API is unavailable)") {
+			t.Errorf("sim node start with the API down said %q", out)
+		}
+		testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+			err := write(fmt.Sprintf("back-%d", time.Now().UnixNano()))
+			return err == nil, fmt.Sprintf("the API is still down: %v", err)
+		})
+		t.Logf("the API was unavailable for %s after the second machine stopped (including the time to start it)", time.Since(down).Round(100*time.Millisecond))
+		for _, n := range []string{"before-the-faults", "with-two-members"} {
+			if _, err := c.kube.CoreV1().ConfigMaps("default").Get(ctx, n, metav1.GetOptions{}); err != nil {
+				t.Errorf("write %s lost: %v", n, err)
+			}
+		}
+		capstanOK(t, "sim", "node", "start", a, "--kubeconfig", c.kubeconfig)
+		c.waitSettled(t, 2*time.Minute)
+		testenv.Eventually(t, time.Minute, func() (bool, string) {
+			co, err := c.config.ConfigV1().ClusterOperators().Get(ctx, etcd.ClusterOperatorName, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			d := condition(co.Status.Conditions, configv1.OperatorDegraded)
+			return d.Status == configv1.ConditionFalse, "still Degraded: " + d.Message
+		})
+	}) {
+		return
+	}
+	// A clean stop (a failed test's process is killed instead).
+	c.up.Stop(t)
+}
+
+// nodeOf is the node of a machine.
+func (c *etcdCluster) nodeOf(t *testing.T, name string) string {
+	t.Helper()
+	m, err := c.machines.MachineV1beta1().Machines(machine.Namespace).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil || m.Status.NodeRef == nil {
+		t.Fatalf("the node of machine %s: %v", name, err)
+	}
+	return m.Status.NodeRef.Name
 }
 
 // watchMemberCount samples how many members capstan runs until the
@@ -332,4 +414,15 @@ func (c *etcdCluster) watchMemberCount() func() int {
 		close(done)
 		return <-result
 	}
+}
+
+// settledMasters are the three control-plane machines of a settled
+// cluster.
+func (c *etcdCluster) settledMasters(t *testing.T) []string {
+	t.Helper()
+	names, deleting := c.masters(t)
+	if len(names) != 3 || len(deleting) != 0 {
+		t.Fatalf("the control plane is not settled: machines %v, deleting %v", names, deleting)
+	}
+	return names
 }
