@@ -258,11 +258,20 @@ func (c *Cluster) Stop() {
 		c.client.Close()
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	for name, m := range c.running {
-		m.Stop()
-		delete(c.running, name)
+	members := c.running
+	c.running = map[string]*Member{}
+	c.mu.Unlock()
+	// All at once: stopping them one by one would leave the last ones
+	// without a quorum, waiting on each other.
+	var wg sync.WaitGroup
+	for _, m := range members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.Stop()
+		}()
 	}
+	wg.Wait()
 }
 
 func parseRegistry(raw []byte) ([]MemberSpec, error) {

@@ -17,6 +17,7 @@ import (
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
+	"k8s.io/klog/v2"
 )
 
 // MemberSpec is where a member lives.
@@ -116,8 +117,24 @@ func (m *Member) waitReady(ctx context.Context, timeout time.Duration, logFile s
 	}
 }
 
-// Stop stops the member (its data stays).
-func (m *Member) Stop() { m.etcd.Close() }
+// stopTimeout bounds a member's stop: its servers wait on their clients'
+// streams, which a client that went away may never close.
+const stopTimeout = 10 * time.Second
+
+// Stop stops the member (its data stays), giving up the wait after
+// stopTimeout.
+func (m *Member) Stop() {
+	done := make(chan struct{})
+	go func() {
+		m.etcd.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(stopTimeout):
+		klog.InfoS("etcd member did not stop in time; going on", "member", m.Spec.Name, "timeout", stopTimeout)
+	}
+}
 
 // initialCluster writes name=peerURL pairs.
 func initialCluster(specs []MemberSpec) string {

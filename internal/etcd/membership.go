@@ -186,12 +186,17 @@ func (c *Cluster) unleave(name string) {
 
 // forget stops a local member and drops it from the registry.
 func (c *Cluster) forget(name string) {
+	// Stopped outside the lock: a member's stop waits on its clients,
+	// and nothing else should wait on that.
+	c.mu.Lock()
+	m := c.running[name]
+	delete(c.running, name)
+	c.mu.Unlock()
+	if m != nil {
+		m.Stop()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if m := c.running[name]; m != nil {
-		m.Stop()
-		delete(c.running, name)
-	}
 	delete(c.stopped, name)
 	delete(c.leaving, name)
 	var keep []MemberSpec
@@ -228,11 +233,14 @@ func (c *Cluster) member(ctx context.Context, name string) (MemberStatus, error)
 // StopMember stops a local member as its machine stops; its data stays.
 func (c *Cluster) StopMember(name string) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if m := c.running[name]; m != nil {
-		m.Stop()
+	m := c.running[name]
+	if m != nil {
 		delete(c.running, name)
 		c.stopped[name] = true
+	}
+	c.mu.Unlock()
+	if m != nil {
+		m.Stop()
 	}
 }
 
