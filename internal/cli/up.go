@@ -70,6 +70,7 @@ the same cluster. Stop it with Ctrl-C (SIGINT) or SIGTERM.`,
 	fs.DurationVar(&o.opts.Autoscaler.ScanInterval, "autoscaler-scan-interval", o.opts.Autoscaler.ScanInterval, "time between cluster autoscaler loops when no pod becomes unschedulable")
 	fs.StringVar(&o.opts.Releases.Address, "release-address", o.opts.Releases.Address, "address of the release registry (/v2/), update service (/api/upgrades_info/v1/graph) and signature store (/signatures/)")
 	fs.StringVar(&o.opts.Releases.PromQLURL, "promql-url", "", "Prometheus-compatible query endpoint the cluster version operator evaluates PromQL update risks on")
+	fs.BoolVar(&o.opts.EtcdOperator, "etcd-operator", o.opts.EtcdOperator, "run etcd's operator: a member per control-plane machine, guarded by the EtcdQuorumOperator hook (false: the bootstrap member serves alone)")
 	fs.StringVar(&o.opts.MetricsAddress, "metrics-address", "127.0.0.1:8085", "address of the Prometheus metrics endpoint (/metrics: the embedded components' and the autoscaler's cluster_autoscaler_*; /api/v1/query: instant PromQL over them, what the CVO evaluates update risks on); empty: none")
 	fs.DurationVar(&o.nodeReadyTimeout, "node-ready-timeout", 5*time.Minute, "how long to wait for the nodes to become Ready")
 	fs.StringSliceVar(&o.hooks, "hooks", nil, "example hook controllers to run: "+strings.Join(hooks.ExampleNames(), ", "))
