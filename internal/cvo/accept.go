@@ -327,7 +327,7 @@ func recommendedUpdate(cv *configv1.ClusterVersion, version string) []*Precondit
 }
 
 func retrieved(cv *configv1.ClusterVersion) string {
-	if c := findCO(cv.Status.Conditions, configv1.RetrievedUpdates); c != nil {
+	if c := FindCondition(cv.Status.Conditions, configv1.RetrievedUpdates); c != nil {
 		return string(c.Status)
 	}
 	return "Unknown"

@@ -43,7 +43,7 @@ func Preconditions(cv *configv1.ClusterVersion, target string) []*PreconditionEr
 			Message: fmt.Sprintf("%s is more than one minor version beyond the current target %s (%d.%d > %d.(%d+1)), and only updates within the current minor version or to the next minor version are supported.", want, current, want.Major, want.Minor, current.Major, current.Minor)})
 	}
 	if want.Major != current.Major || want.Minor != current.Minor {
-		if c := findCO(cv.Status.Conditions, configv1.OperatorUpgradeable); c != nil && c.Status == configv1.ConditionFalse {
+		if c := FindCondition(cv.Status.Conditions, configv1.OperatorUpgradeable); c != nil && c.Status == configv1.ConditionFalse {
 			out = append(out, &PreconditionError{Name: "ClusterVersionUpgradeable", Reason: c.Reason, Message: c.Message})
 		}
 	}

@@ -23,7 +23,7 @@ func UpgradeStatus(w io.Writer, cv *configv1.ClusterVersion, cos []configv1.Clus
 	if !validDetails(details) {
 		return fmt.Errorf("invalid value for --details: %s (must be one of %s)", details, strings.Join(StatusDetails, ", "))
 	}
-	progressing := findCO(cv.Status.Conditions, configv1.OperatorProgressing)
+	progressing := FindCondition(cv.Status.Conditions, configv1.OperatorProgressing)
 	if progressing == nil {
 		return fmt.Errorf("no current Progressing info, see `oc describe clusterversion` for more details")
 	}
@@ -66,9 +66,9 @@ func UpgradeStatus(w io.Writer, cv *configv1.ClusterVersion, cos []configv1.Clus
 		for _, v := range co.Status.Versions {
 			isUpdated = isUpdated || (v.Name == "operator" && v.Version == target)
 		}
-		avail := findCO(co.Status.Conditions, configv1.OperatorAvailable)
-		prog := findCO(co.Status.Conditions, configv1.OperatorProgressing)
-		deg := findCO(co.Status.Conditions, configv1.OperatorDegraded)
+		avail := FindCondition(co.Status.Conditions, configv1.OperatorAvailable)
+		prog := FindCondition(co.Status.Conditions, configv1.OperatorProgressing)
+		deg := FindCondition(co.Status.Conditions, configv1.OperatorDegraded)
 		switch {
 		case isUpdated:
 			updated++
@@ -164,7 +164,7 @@ func UpgradeStatus(w io.Writer, cv *configv1.ClusterVersion, cos []configv1.Clus
 		}
 	}
 
-	if c := findCO(cv.Status.Conditions, Failing); c == nil {
+	if c := FindCondition(cv.Status.Conditions, Failing); c == nil {
 		insights = append(insights, insight{now, "Warning", "Update Stalled", "Cluster Version version has no Failing condition"})
 	} else if c.Status != configv1.ConditionFalse {
 		verb := "is failing"

@@ -312,7 +312,7 @@ func (w *worker) syncOnce(ctx context.Context) error {
 var cvRef = &corev1.ObjectReference{APIVersion: "config.openshift.io/v1", Kind: "ClusterVersion", Name: Name, Namespace: Namespace}
 
 func conditionTrue(conds []configv1.ClusterOperatorStatusCondition, t configv1.ClusterStatusConditionType) bool {
-	c := findCO(conds, t)
+	c := FindCondition(conds, t)
 	return c != nil && c.Status == configv1.ConditionTrue
 }
 

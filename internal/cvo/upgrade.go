@@ -19,7 +19,8 @@ import (
 // ForceWarning is printed whenever --force is used.
 const ForceWarning = "warning: --force overrides cluster verification of your supplied release image and waives any update precondition failures. Only use this if you are testing unsigned release images or you are working around a known bug in the cluster-version operator and you have verified the authenticity of the provided image yourself."
 
-func findCO(conds []configv1.ClusterOperatorStatusCondition, t configv1.ClusterStatusConditionType) *configv1.ClusterOperatorStatusCondition {
+// FindCondition returns the condition of type t, or nil.
+func FindCondition(conds []configv1.ClusterOperatorStatusCondition, t configv1.ClusterStatusConditionType) *configv1.ClusterOperatorStatusCondition {
 	for i := range conds {
 		if conds[i].Type == t {
 			return &conds[i]
@@ -41,14 +42,14 @@ func notRecommended(cu configv1.ConditionalUpdate) *metav1.Condition {
 // Describe prints the cluster's version, channel and updates (oc adm
 // upgrade with no target).
 func Describe(out, errOut io.Writer, cv *configv1.ClusterVersion, includeNotRecommended bool) {
-	if c := findCO(cv.Status.Conditions, "Failing"); c != nil {
+	if c := FindCondition(cv.Status.Conditions, "Failing"); c != nil {
 		if c.Status != configv1.ConditionFalse {
 			fmt.Fprintf(out, "%s=%s:\n\n  Reason: %s\n  Message: %s\n\n", c.Type, c.Status, c.Reason, indent(c.Message))
 		}
 	} else {
 		fmt.Fprintf(errOut, "warning: No current %s info, see `oc describe clusterversion` for more details.\n", "Failing")
 	}
-	if c := findCO(cv.Status.Conditions, configv1.OperatorProgressing); c != nil && c.Message != "" {
+	if c := FindCondition(cv.Status.Conditions, configv1.OperatorProgressing); c != nil && c.Message != "" {
 		if c.Status == configv1.ConditionTrue {
 			fmt.Fprintf(out, "info: An upgrade is in progress. %s\n", c.Message)
 		} else {
@@ -58,10 +59,10 @@ func Describe(out, errOut io.Writer, cv *configv1.ClusterVersion, includeNotReco
 		fmt.Fprintf(errOut, "warning: No current %s info, see `oc describe clusterversion` for more details.\n", configv1.OperatorProgressing)
 	}
 	fmt.Fprintln(out)
-	if c := findCO(cv.Status.Conditions, configv1.OperatorUpgradeable); c != nil && c.Status == configv1.ConditionFalse {
+	if c := FindCondition(cv.Status.Conditions, configv1.OperatorUpgradeable); c != nil && c.Status == configv1.ConditionFalse {
 		fmt.Fprintf(out, "%s=%s\n\n  Reason: %s\n  Message: %s\n\n", c.Type, c.Status, c.Reason, indent(c.Message))
 	}
-	if c := findCO(cv.Status.Conditions, "ReleaseAccepted"); c != nil && c.Status != configv1.ConditionTrue {
+	if c := FindCondition(cv.Status.Conditions, "ReleaseAccepted"); c != nil && c.Status != configv1.ConditionTrue {
 		fmt.Fprintf(out, "ReleaseAccepted=%s\n\n  Reason: %s\n  Message: %s\n\n", c.Status, c.Reason, indent(c.Message))
 	}
 	if cv.Spec.Channel != "" {
@@ -76,7 +77,7 @@ func Describe(out, errOut io.Writer, cv *configv1.ClusterVersion, includeNotReco
 			fmt.Fprintf(out, "Channel: %s\n", cv.Spec.Channel)
 		}
 	}
-	retrieved := findCO(cv.Status.Conditions, configv1.RetrievedUpdates)
+	retrieved := FindCondition(cv.Status.Conditions, configv1.RetrievedUpdates)
 	if len(cv.Status.AvailableUpdates) > 0 {
 		fmt.Fprintf(out, "\nRecommended updates:\n\n")
 		w := tabwriter.NewWriter(out, 14, 2, 1, ' ', 0)
@@ -281,7 +282,7 @@ func Decide(cv *configv1.ClusterVersion, r Request) (*Decision, error) {
 			article = "an"
 		}
 		next := fmt.Sprintf("%s to continue with %s update", option, article)
-		c := findCO(cv.Status.Conditions, configv1.RetrievedUpdates)
+		c := FindCondition(cv.Status.Conditions, configv1.RetrievedUpdates)
 		switch {
 		case c != nil && c.Status != configv1.ConditionTrue:
 			return nil, fmt.Errorf("cannot refresh available updates:\n  Reason: %s\n  Message: %s\n\nspecify %s.", c.Reason, indent(c.Message), next)
@@ -320,10 +321,10 @@ func Decide(cv *configv1.ClusterVersion, r Request) (*Decision, error) {
 // already updating cluster.
 func checkForUpgrade(cv *configv1.ClusterVersion) error {
 	var problems []string
-	if c := findCO(cv.Status.Conditions, "Invalid"); c != nil && c.Status == configv1.ConditionTrue {
+	if c := FindCondition(cv.Status.Conditions, "Invalid"); c != nil && c.Status == configv1.ConditionTrue {
 		problems = append(problems, fmt.Sprintf("the cluster version object is invalid, you must correct the invalid state first:\n\n  Reason: %s\n  Message: %s", c.Reason, indent(c.Message)))
 	}
-	if c := findCO(cv.Status.Conditions, "Failing"); c != nil && c.Status == configv1.ConditionTrue {
+	if c := FindCondition(cv.Status.Conditions, "Failing"); c != nil && c.Status == configv1.ConditionTrue {
 		target := cv.Status.Desired.Version
 		if target == "" {
 			target = cv.Status.Desired.Image
@@ -333,7 +334,7 @@ func checkForUpgrade(cv *configv1.ClusterVersion) error {
 		}
 		problems = append(problems, fmt.Sprintf("the cluster is experiencing an error reconciling %q:\n\n  Reason: %s\n  Message: %s", target, c.Reason, indent(c.Message)))
 	}
-	if c := findCO(cv.Status.Conditions, configv1.OperatorProgressing); c != nil && c.Status == configv1.ConditionTrue {
+	if c := FindCondition(cv.Status.Conditions, configv1.OperatorProgressing); c != nil && c.Status == configv1.ConditionTrue {
 		problems = append(problems, fmt.Sprintf("the cluster is already upgrading:\n\n  Reason: %s\n  Message: %s", c.Reason, indent(c.Message)))
 	}
 	if len(problems) == 0 {

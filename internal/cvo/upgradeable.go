@@ -34,7 +34,7 @@ func (o *Operator) syncUpgradeable(ctx context.Context) error {
 func Upgradeable(cos []configv1.ClusterOperator) *configv1.ClusterOperatorStatusCondition {
 	var blocked []configv1.ClusterOperator
 	for _, co := range cos {
-		if c := findCO(co.Status.Conditions, configv1.OperatorUpgradeable); c != nil && c.Status == configv1.ConditionFalse {
+		if c := FindCondition(co.Status.Conditions, configv1.OperatorUpgradeable); c != nil && c.Status == configv1.ConditionFalse {
 			blocked = append(blocked, co)
 		}
 	}
@@ -43,13 +43,13 @@ func Upgradeable(cos []configv1.ClusterOperator) *configv1.ClusterOperatorStatus
 	case 0:
 		return nil
 	case 1:
-		c := findCO(blocked[0].Status.Conditions, configv1.OperatorUpgradeable)
+		c := FindCondition(blocked[0].Status.Conditions, configv1.OperatorUpgradeable)
 		return &configv1.ClusterOperatorStatusCondition{Type: configv1.OperatorUpgradeable, Status: configv1.ConditionFalse, Reason: c.Reason,
 			Message: fmt.Sprintf("Cluster operator %s should not be upgraded between minor or major versions: %s", blocked[0].Name, c.Message)}
 	}
 	lines := make([]string, len(blocked))
 	for i, co := range blocked {
-		c := findCO(co.Status.Conditions, configv1.OperatorUpgradeable)
+		c := FindCondition(co.Status.Conditions, configv1.OperatorUpgradeable)
 		lines[i] = fmt.Sprintf("* Cluster operator %s should not be upgraded between minor or major versions: %s: %s", co.Name, c.Reason, c.Message)
 	}
 	return &configv1.ClusterOperatorStatusCondition{Type: configv1.OperatorUpgradeable, Status: configv1.ConditionFalse, Reason: "ClusterOperatorsNotUpgradeable",

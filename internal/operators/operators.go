@@ -253,7 +253,7 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	}
 	available := configv1.ClusterOperatorStatusCondition{Type: configv1.OperatorAvailable, Status: configv1.ConditionTrue, Reason: "AsExpected"}
 	if st.AvailableReplicas == 0 {
-		if findCondition(co.Status.Conditions, configv1.OperatorAvailable) != nil {
+		if cvo.FindCondition(co.Status.Conditions, configv1.OperatorAvailable) != nil {
 			// The operator is down (its pod evicted in a drain, say): it
 			// cannot write its ClusterOperator, which keeps its last word.
 			return 0, nil
@@ -337,13 +337,4 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	co.Status = *status
 	_, err = cos.UpdateStatus(ctx, co, metav1.UpdateOptions{})
 	return again, err
-}
-
-func findCondition(conds []configv1.ClusterOperatorStatusCondition, t configv1.ClusterStatusConditionType) *configv1.ClusterOperatorStatusCondition {
-	for i := range conds {
-		if conds[i].Type == t {
-			return &conds[i]
-		}
-	}
-	return nil
 }
