@@ -64,7 +64,8 @@ func MCO(ctx context.Context, o MCOOptions, log io.Writer) (*MCOResult, error) {
 	}
 	defer os.RemoveAll(dir)
 	opts := clusterOptions(dir, o.EtcdNoFsync)
-	opts.MachineAPI, opts.Autoscaler, opts.Releases, opts.ResourceMetrics = nil, nil, nil, nil
+	opts.WithoutMachineAPI()
+	opts.Releases, opts.ResourceMetrics = nil, nil
 	opts.MachineConfig = &mco.Options{Daemon: o.Daemon}
 	cl, err := startCluster(ctx, opts, dir, log)
 	if err != nil {

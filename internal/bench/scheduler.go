@@ -111,7 +111,7 @@ func RunScheduler(ctx context.Context, o SchedulerOptions, log io.Writer) (*Sche
 	opts.ControlPlane.NodeMonitorGracePeriod = 30 * time.Minute
 	opts.Sim.LeaseDuration = 10 * time.Minute
 	// Nodes are launched directly; no Machine API to compete with.
-	opts.MachineAPI = nil
+	opts.WithoutMachineAPI()
 	opts.Scheduler = nil
 	fmt.Fprintf(log, "[%s/%s] starting a control plane with %d nodes ...\n", o.Scheduler, o.Workload, o.Nodes)
 	cl, err := cluster.Start(ctx, opts)

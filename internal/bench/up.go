@@ -65,7 +65,7 @@ func Up(ctx context.Context, o UpOptions, log io.Writer) (*UpResult, error) {
 	}
 	opts := clusterOptions(dir, o.EtcdNoFsync)
 	// Nodes are launched directly; no Machine API to compete with.
-	opts.MachineAPI = nil
+	opts.WithoutMachineAPI()
 	cl, err := startCluster(ctx, opts, dir, log)
 	if err != nil {
 		return nil, err

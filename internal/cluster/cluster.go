@@ -110,6 +110,40 @@ func DefaultOptions() Options {
 	}
 }
 
+// WithoutMachineAPI turns the Machine API off together with everything
+// that acts through it: the autoscaler (it scales MachineSets), etcd's
+// operator and the hook controllers (they hold Machines), and booting from
+// Machines. The benchmarks that launch instances directly start this way.
+func (o *Options) WithoutMachineAPI() {
+	o.MachineAPI, o.Autoscaler, o.Hooks = nil, nil, nil
+	o.EtcdOperator, o.BootFromMachines = false, false
+}
+
+// Validate refuses options whose components depend on one that is off,
+// naming both, before anything starts.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.ControlPlaneNodes < 0 || o.Workers < 0 {
+		errs = append(errs, fmt.Errorf("node counts must not be negative (control-plane %d, workers %d)", o.ControlPlaneNodes, o.Workers))
+	}
+	if o.MachineAPI == nil {
+		for _, d := range []struct {
+			on   bool
+			what string
+		}{
+			{o.Autoscaler != nil, "the autoscaler (it scales MachineSets)"},
+			{o.EtcdOperator, "etcd's operator (it gives control-plane Machines their members)"},
+			{o.BootFromMachines, "booting from Machines"},
+			{len(o.Hooks) > 0, "hook controllers"},
+		} {
+			if d.on {
+				errs = append(errs, fmt.Errorf("%s needs the Machine API, which is off", d.what))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // SetLeaseDuration defaults the simulated kubelets' lease duration to the
 // kubelet's 40s, shortened to the node monitor grace period so that leases
 // are renewed (at a quarter of their duration) well within it, and refuses
@@ -192,8 +226,8 @@ func (c *Cluster) componentHealth(name, what string) func() (bool, string, strin
 // Start brings up the control plane and the simulator; it does not boot
 // nodes (see EnsureNodes).
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
-	if opts.ControlPlaneNodes < 0 || opts.Workers < 0 {
-		return nil, fmt.Errorf("node counts must not be negative (control-plane %d, workers %d)", opts.ControlPlaneNodes, opts.Workers)
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
 	cp, err := controlplane.Start(ctx, opts.ControlPlane)
 	if err != nil {
@@ -224,9 +258,6 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			c.Stop()
 			return nil, fmt.Errorf("machine API: %w", err)
 		}
-	} else if opts.BootFromMachines || len(opts.Hooks) > 0 {
-		c.Stop()
-		return nil, errors.New("booting from machines and hook controllers need the Machine API")
 	}
 	if opts.Scheduler != nil {
 		sched, err := scheduler.New(client, *opts.Scheduler)

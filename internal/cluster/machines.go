@@ -69,9 +69,6 @@ func (c *Cluster) startMachineAPI(ctx, runCtx context.Context) error {
 // startAutoscaler runs the cluster autoscaler and the MachineAutoscaler
 // controller on the cluster's Policy.
 func (c *Cluster) startAutoscaler(ctx, runCtx context.Context) error {
-	if c.opts.MachineAPI == nil {
-		return errors.New("the autoscaler scales MachineSets: it needs the Machine API")
-	}
 	opts := *c.opts.Autoscaler
 	if opts.Policy == nil && c.opts.Scheduler != nil {
 		opts.Policy = c.opts.Scheduler.Policy
