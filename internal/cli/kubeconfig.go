@@ -9,6 +9,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/capstan-dev/capstan/internal/etcdretry"
 )
 
 // clientFlags are the connection flags of every command that talks to a
@@ -53,7 +55,7 @@ func (f *clientFlags) restConfig() (*rest.Config, error) {
 		return nil, fmt.Errorf("no cluster to talk to (run `capstan up`, or pass --kubeconfig): %w", err)
 	}
 	cfg.QPS, cfg.Burst = 200, 400
-	return cfg, nil
+	return etcdretry.Wrap(cfg), nil
 }
 
 func (f *clientFlags) client() (kubernetes.Interface, *rest.Config, error) {

@@ -148,6 +148,9 @@ func (o *upOptions) run(c *cobra.Command) error {
 		}
 		return err
 	}
+	if err := cl.ControlPlane.WaitWritable(ctx, time.Minute); err != nil {
+		return err
+	}
 	simNodes, err := cl.Sim.Nodes()
 	if err != nil {
 		return err

@@ -17,6 +17,9 @@ import (
 	"github.com/capstan-dev/capstan/internal/etcd"
 	"github.com/capstan-dev/capstan/internal/waitfor"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -294,3 +297,39 @@ func unwrapOpError(err error) error {
 
 // Etcd is the control plane's etcd: its members and their membership.
 func (cp *ControlPlane) Etcd() *etcd.Cluster { return cp.etcd }
+
+// WaitWritable waits until the API has written something to etcd: a
+// "Started" event in the default namespace. The apiserver reports ready
+// once etcd answers, but a leader elected among members that started
+// together may be replaced a moment later, and a write in that moment
+// fails; a client told the cluster is up must find it taking writes.
+func (cp *ControlPlane) WaitWritable(ctx context.Context, timeout time.Duration) error {
+	client, err := kubernetes.NewForConfig(cp.adminREST)
+	if err != nil {
+		return err
+	}
+	host, _ := os.Hostname()
+	now := time.Now()
+	ev := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("capstan.%x", now.UnixNano()), Namespace: metav1.NamespaceDefault},
+		InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Namespace", Name: metav1.NamespaceDefault},
+		Reason:         "Started",
+		Message:        fmt.Sprintf("capstan is up (pid %d on %s)", os.Getpid(), host),
+		Source:         corev1.EventSource{Component: "capstan", Host: host},
+		Type:           corev1.EventTypeNormal,
+		Count:          1,
+		FirstTimestamp: metav1.NewTime(now), LastTimestamp: metav1.NewTime(now),
+		ReportingController: "capstan", ReportingInstance: host,
+	}
+	err = waitfor.Poll(ctx, 100*time.Millisecond, timeout, func(ctx context.Context) (bool, string, error) {
+		_, err := client.CoreV1().Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return false, err.Error(), nil
+		}
+		return true, "", nil
+	})
+	if err != nil {
+		return fmt.Errorf("the API takes no writes: %w", err)
+	}
+	return nil
+}

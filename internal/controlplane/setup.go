@@ -12,6 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+
+	"github.com/capstan-dev/capstan/internal/etcdretry"
 )
 
 // Identities capstan issues client certificates for.
@@ -91,7 +93,8 @@ func (cp *ControlPlane) ensurePKI() error {
 	if err := writeKubeconfig(filepath.Join(pki, "controller-manager.kubeconfig"), cp.serverURL, ca.CertPEM, kcmCert, kcmKey, controllerManagerUser); err != nil {
 		return err
 	}
-	cp.adminREST = &rest.Config{
+	// Every in-process component rides out etcd's leader elections.
+	cp.adminREST = etcdretry.Wrap(&rest.Config{
 		Host: cp.serverURL,
 		TLSClientConfig: rest.TLSClientConfig{
 			CAData:   ca.CertPEM,
@@ -103,7 +106,7 @@ func (cp *ControlPlane) ensurePKI() error {
 		// client-side limiter is the only one that applies.
 		QPS:   2000,
 		Burst: 4000,
-	}
+	})
 	return nil
 }
 

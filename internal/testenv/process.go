@@ -12,7 +12,11 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/capstan-dev/capstan/internal/cli"
+	"github.com/capstan-dev/capstan/internal/etcdretry"
 )
 
 // CLIEnv set to "1" makes a test binary act as the capstan binary (its
@@ -162,4 +166,16 @@ func CLIOK(t TB, args ...string) string {
 		t.Fatalf("capstan %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return out
+}
+
+// Kubeconfig returns the client configuration of a kubeconfig file (a
+// `capstan up` child's), riding out etcd's leader elections as capstan's
+// own clients do.
+func Kubeconfig(t TB, path string) *rest.Config {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatalf("kubeconfig %s: %v", path, err)
+	}
+	return etcdretry.Wrap(cfg)
 }

@@ -19,7 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/capstan-dev/capstan/internal/etcd"
 	"github.com/capstan-dev/capstan/internal/machine"
@@ -47,10 +46,7 @@ func startEtcdCluster(t *testing.T) *etcdCluster {
 	c.up = testenv.StartUp(t, c.args...)
 	c.up.WaitLine(t, "capstan is up", 3*time.Minute)
 	c.kubeconfig = filepath.Join(c.dir, "kubeconfig")
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := testenv.Kubeconfig(t, c.kubeconfig)
 	// Short timeouts: a write that cannot commit fails fast and is counted.
 	cfg.Timeout = 2 * time.Second
 	c.kube = kubernetes.NewForConfigOrDie(cfg)

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/capstan-dev/capstan/internal/cvo"
 	"github.com/capstan-dev/capstan/internal/mco"
@@ -39,10 +38,7 @@ func TestUpdateResumesAfterSIGKILL(t *testing.T) {
 	up := testenv.StartUp(t, args...)
 	up.WaitLine(t, "capstan is up", 3*time.Minute)
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := testenv.Kubeconfig(t, kubeconfig)
 	ctx := context.Background()
 	kube := kubernetes.NewForConfigOrDie(cfg)
 	config := configclient.NewForConfigOrDie(cfg)

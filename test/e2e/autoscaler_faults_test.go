@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/autoscaler"
@@ -41,10 +40,7 @@ func TestAutoscalerSurvivesSIGKILL(t *testing.T) {
 		"--etcd-operator=false"}
 	up := testenv.StartUp(t, args...)
 	up.WaitLine(t, "capstan is up", 3*time.Minute)
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := testenv.Kubeconfig(t, filepath.Join(dir, "kubeconfig"))
 	ctx := context.Background()
 	client := kubernetes.NewForConfigOrDie(cfg)
 	dyn := dynamic.NewForConfigOrDie(cfg)

@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
@@ -39,10 +38,7 @@ func TestMachineDeletionResumesAfterKill(t *testing.T) {
 		"--terminate-delay", "25s"}
 	up := testenv.StartUp(t, args...)
 	up.WaitLine(t, "capstan is up", 3*time.Minute)
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := testenv.Kubeconfig(t, filepath.Join(dir, "kubeconfig"))
 	kube := kubernetes.NewForConfigOrDie(cfg)
 	mc := machineclient.NewForConfigOrDie(cfg).MachineV1beta1().Machines(machine.Namespace)
 	cloud := sim.NewAPICloud(kube, sim.CloudOptions{})

@@ -18,7 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/capstan-dev/capstan/internal/cluster"
 )
@@ -101,10 +100,7 @@ func TestUpStopsCleanlyAndResumesTheSameCluster(t *testing.T) {
 		t.Errorf("second up on a data dir in use: exit %d, output:\n%s", code, out)
 	}
 
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := testenv.Kubeconfig(t, filepath.Join(dir, "kubeconfig"))
 	client := kubernetes.NewForConfigOrDie(cfg)
 	ctx := context.Background()
 	if _, err := client.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
@@ -195,10 +191,7 @@ func TestUpAdmissionConfiguration(t *testing.T) {
 		"--default-unreachable-toleration-seconds", "42"}
 	up := testenv.StartUp(t, args...)
 	up.WaitLine(t, "capstan is up", 3*time.Minute)
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := testenv.Kubeconfig(t, filepath.Join(dir, "kubeconfig"))
 	client := kubernetes.NewForConfigOrDie(cfg)
 	ctx := context.Background()
 	checkDefault := func(nsName string) {
