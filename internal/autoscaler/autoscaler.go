@@ -325,7 +325,7 @@ func (a *Autoscaler) readState(cfg *Config) (*clusterState, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newClusterState(cfg, nodes, pods, sets, machines), nil
+	return newClusterState(cfg, nodes, pods, sets, machines, a.opts.Clock.Now()), nil
 }
 
 // reportBadGroups says on each MachineSet why its annotations are not

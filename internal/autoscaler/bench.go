@@ -104,7 +104,7 @@ func (c *BenchCluster) RunScaleUpLoop(cfg *Config) (BenchLoop, error) {
 		return BenchLoop{}, err
 	}
 	start := time.Now()
-	st := newClusterState(cfg, c.Nodes, c.Pods, c.Sets, c.Machines)
+	st := newClusterState(cfg, c.Nodes, c.Pods, c.Sets, c.Machines, time.Now())
 	plan := PlanScaleUp(&ScaleUpInput{
 		Config: cfg, Algorithm: alg, Snapshot: st.snapshot(alg, algorithm.Listers{}), Groups: st.groups, Usage: st.usage,
 		Pending: st.pending, BackedOff: func(string) (bool, string) { return false, "" }, Expander: &Expander{Names: cfg.Expanders},
@@ -134,7 +134,7 @@ func (c *BenchCluster) RunScaleDownLoop(cfg *Config) (BenchLoop, error) {
 		return BenchLoop{}, err
 	}
 	start := time.Now()
-	st := newClusterState(cfg, c.Nodes, c.Pods, c.Sets, c.Machines)
+	st := newClusterState(cfg, c.Nodes, c.Pods, c.Sets, c.Machines, time.Now())
 	plan := PlanScaleDown(&ScaleDownInput{
 		Config: cfg, Algorithm: alg, Snapshot: st.snapshot(alg, algorithm.Listers{}), Groups: st.groups, Pods: st.podsByNode(), Usage: st.registeredUsage(),
 		ControllerExists: func(string, *metav1.OwnerReference) bool { return true },

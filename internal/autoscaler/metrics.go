@@ -70,16 +70,16 @@ func observe(function string, start time.Time) {
 // recordState sets the gauges that describe the cluster as a loop saw it.
 func recordState(st *clusterState, up *ScaleUpPlan, down *ScaleDownPlan, cooldown string) {
 	mSafeToAutoscale.Set(1)
-	counts := countNodes(st.nodes, 0)
+	notStarted, upcoming := st.notStartedAndUpcoming()
+	counts := countNodes(st.nodes, notStarted, upcoming)
 	mNodesCount.WithLabelValues("ready").Set(float64(counts.Registered.Ready))
 	mNodesCount.WithLabelValues("unready").Set(float64(counts.Registered.Unready.Total))
 	mNodesCount.WithLabelValues("deleted").Set(float64(counts.Registered.BeingDeleted))
-	upcoming, maxNodes := 0, 0
+	mNodesCount.WithLabelValues("notStarted").Set(float64(counts.Registered.NotStarted))
+	maxNodes := 0
 	for _, g := range st.groups {
-		upcoming += g.Upcoming()
 		maxNodes += g.Max
 	}
-	mNodesCount.WithLabelValues("notStarted").Set(float64(upcoming))
 	mNodeGroups.WithLabelValues("autoscaled").Set(float64(len(st.groups)))
 	mMaxNodes.Set(float64(maxNodes))
 	mUnschedulable.WithLabelValues("unschedulable").Set(float64(len(st.pending)))

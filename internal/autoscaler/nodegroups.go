@@ -5,6 +5,7 @@ import (
 	"path"
 	"sort"
 	"strconv"
+	"time"
 
 	machinev1 "github.com/openshift/api/machine/v1beta1"
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/machine"
+	"github.com/capstan-dev/capstan/internal/nodes"
 )
 
 // Upstream's scale-from-zero annotations on a MachineSet, preferred over
@@ -39,8 +41,13 @@ type NodeGroup struct {
 	Min, Max int
 	// Target is the MachineSet's spec.replicas.
 	Target int
-	// Nodes are the registered nodes of its machines.
+	// Nodes are the registered nodes of its machines that have started:
+	// ready, or not ready for longer than MaxNodeStartupTime.
 	Nodes []*corev1.Node
+	// NotStarted are the registered nodes of its machines that are not
+	// ready yet and younger than MaxNodeStartupTime: they are still
+	// upcoming, and a simulation puts the template in their place.
+	NotStarted []*corev1.Node
 	// Machines are its machines, deleted ones included.
 	Machines []*machinev1.Machine
 	// Template is the node a new machine registers as; nil when it cannot
@@ -49,9 +56,35 @@ type NodeGroup struct {
 	TemplateErr error
 }
 
-// Upcoming is how many nodes the group is to have that have not
-// registered yet.
+// Upcoming is how many nodes the group is to have that have not started
+// yet: its replicas less the started nodes of its machines. It is read
+// from the MachineSet and its machines alone, so a decision made again
+// (after a restart, on a stale cache) counts what is under way.
 func (g *NodeGroup) Upcoming() int { return max(0, g.Target-len(g.Nodes)) }
+
+// MaxNodeStartupTime is how long a registered node that is not ready is
+// taken to be starting (upstream's constant of the same name).
+const MaxNodeStartupTime = 15 * time.Minute
+
+// NodeReady is the cluster autoscaler's readiness of a node: Ready, no
+// disk pressure, network available, and none of the taints that say
+// otherwise (the not-ready taint the TaintNodesByCondition admission
+// plugin puts on every new node stays until the node lifecycle controller
+// has seen it Ready).
+func NodeReady(n *corev1.Node) bool {
+	if nodes.ConditionStatus(n, corev1.NodeReady) != corev1.ConditionTrue ||
+		nodes.ConditionStatus(n, corev1.NodeDiskPressure) == corev1.ConditionTrue ||
+		nodes.ConditionStatus(n, corev1.NodeNetworkUnavailable) == corev1.ConditionTrue {
+		return false
+	}
+	for _, t := range n.Spec.Taints {
+		switch t.Key {
+		case corev1.TaintNodeNotReady, corev1.TaintNodeDiskPressure, corev1.TaintNodeNetworkUnavailable:
+			return false
+		}
+	}
+	return true
+}
 
 func (g *NodeGroup) String() string {
 	return fmt.Sprintf("%s (min: %d, max: %d, replicas: %d)", g.ID, g.Min, g.Max, g.Target)
@@ -67,11 +100,11 @@ type BadGroup struct {
 }
 
 // NodeGroups finds the node groups among sets and ties their machines and
-// nodes to them. MachineSets with unusable annotations are returned apart,
-// with why.
-func NodeGroups(sets []*machinev1.MachineSet, machines []*machinev1.Machine, nodes []*corev1.Node) ([]*NodeGroup, []BadGroup) {
-	nodesByName := make(map[string]*corev1.Node, len(nodes))
-	for _, n := range nodes {
+// nodes to them, as of now. MachineSets with unusable annotations are
+// returned apart, with why.
+func NodeGroups(sets []*machinev1.MachineSet, machines []*machinev1.Machine, all []*corev1.Node, now time.Time) ([]*NodeGroup, []BadGroup) {
+	nodesByName := make(map[string]*corev1.Node, len(all))
+	for _, n := range all {
 		nodesByName[n.Name] = n
 	}
 	var groups []*NodeGroup
@@ -114,7 +147,11 @@ func NodeGroups(sets []*machinev1.MachineSet, machines []*machinev1.Machine, nod
 		}
 		g.Machines = append(g.Machines, m)
 		if m.Status.NodeRef != nil && m.DeletionTimestamp.IsZero() {
-			if n := nodesByName[m.Status.NodeRef.Name]; n != nil {
+			switch n := nodesByName[m.Status.NodeRef.Name]; {
+			case n == nil:
+			case !NodeReady(n) && now.Sub(n.CreationTimestamp.Time) < MaxNodeStartupTime:
+				g.NotStarted = append(g.NotStarted, n)
+			default:
 				g.Nodes = append(g.Nodes, n)
 			}
 		}

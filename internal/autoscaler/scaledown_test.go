@@ -54,7 +54,7 @@ func (f *downFixture) plan(t *testing.T) *ScaleDownPlan {
 	if err != nil {
 		t.Fatal(err)
 	}
-	groups, _ := NodeGroups(f.fixture.sets, f.fixture.machines, f.fixture.nodes)
+	groups, _ := NodeGroups(f.fixture.sets, f.fixture.machines, f.fixture.nodes, fixtureNow)
 	var infos []*algorithm.NodeInfo
 	var usage Usage
 	for _, n := range f.fixture.nodes {

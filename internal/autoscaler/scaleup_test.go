@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	machinev1 "github.com/openshift/api/machine/v1beta1"
 	corev1 "k8s.io/api/core/v1"
@@ -88,34 +89,38 @@ func (f *fixture) registerFull(t *testing.T, ms *machinev1.MachineSet) {
 	}
 }
 
+// fixtureNow is the time of the fixtures' decisions.
+var fixtureNow = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+
+// state is what a loop would read of the fixture, put together by the
+// autoscaler's own code.
+func (f *fixture) state() *clusterState {
+	var all []*corev1.Pod
+	for name, ps := range f.scheduled {
+		for _, p := range ps {
+			p = p.DeepCopy()
+			p.Spec.NodeName = name
+			all = append(all, p)
+		}
+	}
+	st := newClusterState(&f.cfg, f.nodes, all, f.sets, f.machines, fixtureNow)
+	st.pending = f.pending
+	return st
+}
+
 func (f *fixture) plan(t *testing.T) *ScaleUpPlan {
 	t.Helper()
 	alg, err := algorithm.New(policy.Default(), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	groups, bad := NodeGroups(f.sets, f.machines, f.nodes)
-	if len(bad) > 0 {
-		t.Fatalf("bad groups: %v", bad)
-	}
-	var infos []*algorithm.NodeInfo
-	var usage Usage
-	for _, n := range f.nodes {
-		ni := alg.NewNodeInfoFor(n)
-		for _, p := range f.scheduled[n.Name] {
-			ni.AddPod(algorithm.NewPodInfo(p))
-		}
-		infos = append(infos, ni)
-		usage.Add(n, 1)
-	}
-	for _, g := range groups {
-		if g.Template != nil {
-			usage.Add(g.Template, g.Upcoming())
-		}
+	st := f.state()
+	if len(st.bad) > 0 {
+		t.Fatalf("bad groups: %v", st.bad)
 	}
 	in := &ScaleUpInput{
-		Config: &f.cfg, Algorithm: alg, Snapshot: algorithm.NewSnapshot(infos, algorithm.Listers{}),
-		Groups: groups, Usage: usage, Pending: f.pending,
+		Config: &f.cfg, Algorithm: alg, Snapshot: st.snapshot(alg, algorithm.Listers{}),
+		Groups: st.groups, Usage: st.usage, Pending: st.pending,
 		BackedOff: func(id string) (bool, string) { why, ok := f.backoff[id]; return ok, why },
 		Expander:  &Expander{Names: f.cfg.Expanders, Rand: rand.New(rand.NewPCG(1, 2))},
 	}
@@ -202,6 +207,44 @@ func TestScaleUpCountsRegisteredAndUpcomingNodes(t *testing.T) {
 	f.pending = pods(5, "web", "3", 0)
 	if got := increases(f.plan(t)); got != "{MachineSet/openshift-machine-api/workers 1->2 (max: 20)}" {
 		t.Fatalf("increases %q, want 1->2 for the fifth pod", got)
+	}
+}
+
+// A scale-up's node that has registered but not started (here: Ready, yet
+// still carrying the not-ready taint every new node is admitted with,
+// which the node lifecycle controller lifts a moment later) is still one
+// of the upcoming nodes: the decision made again in that moment (the next
+// loop, or the loop of an autoscaler restarted after the scale-up) does
+// not grow the group a second time. Long unready, it counts as started.
+func TestScaleUpCountsNodesNotStartedAsUpcoming(t *testing.T) {
+	f := &fixture{cfg: DefaultConfig()}
+	ms := machineSet("workers", "capstan.xlarge", "", 3, 0, 20)
+	f.sets = []*machinev1.MachineSet{ms}
+	f.registerFull(t, ms)
+	// Only the first machine's node has registered, just now, and is empty.
+	f.machines, f.nodes = f.machines[:1], f.nodes[:1]
+	delete(f.scheduled, f.nodes[0].Name)
+	f.nodes[0].CreationTimestamp = metav1.NewTime(fixtureNow.Add(-30 * time.Second))
+	f.nodes[0].Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule}}
+	f.pending = pods(3, "web", "7", 0) // one per 8-core node
+	p := f.plan(t)
+	if len(p.Increases) != 0 {
+		t.Fatalf("scaled up again for pods the 3 replicas under way take: %s", increases(p))
+	}
+	for _, pd := range f.pending {
+		if v := p.Verdicts[pd.UID]; v.Verdict != VerdictFits {
+			t.Errorf("%s: %+v", pd.Name, v)
+		}
+	}
+	st := f.state()
+	if g := st.groups[0]; g.Upcoming() != 3 || len(g.NotStarted) != 1 || st.usage.Nodes != 3 {
+		t.Errorf("upcoming %d, not started %d, nodes counted %d; want 3, 1 and 3 (the registered node once)", g.Upcoming(), len(g.NotStarted), st.usage.Nodes)
+	}
+	// Unready for longer than a node takes to start: it is a node of the
+	// group that cannot take the pods, and the group grows.
+	f.nodes[0].CreationTimestamp = metav1.NewTime(fixtureNow.Add(-MaxNodeStartupTime - time.Minute))
+	if got := increases(f.plan(t)); got != "{MachineSet/openshift-machine-api/workers 3->4 (max: 20)}" {
+		t.Fatalf("increases %q, want 3->4 past the startup time", got)
 	}
 }
 

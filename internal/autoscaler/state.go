@@ -1,6 +1,8 @@
 package autoscaler
 
 import (
+	"time"
+
 	machinev1 "github.com/openshift/api/machine/v1beta1"
 	corev1 "k8s.io/api/core/v1"
 
@@ -9,7 +11,9 @@ import (
 
 // clusterState is what one loop reads of the cluster, put together once.
 type clusterState struct {
-	cfg      *Config
+	cfg *Config
+	// nodes are the registered nodes, less those of node groups that
+	// have not started (see NodeGroup.NotStarted).
 	nodes    []*corev1.Node
 	groups   []*NodeGroup
 	bad      []BadGroup
@@ -23,9 +27,24 @@ type clusterState struct {
 	usage Usage
 }
 
-func newClusterState(cfg *Config, nodes []*corev1.Node, pods []*corev1.Pod, sets []*machinev1.MachineSet, machines []*machinev1.Machine) *clusterState {
-	s := &clusterState{cfg: cfg, nodes: nodes, sets: sets, machines: machines}
-	s.groups, s.bad = NodeGroups(sets, machines, nodes)
+func newClusterState(cfg *Config, all []*corev1.Node, pods []*corev1.Pod, sets []*machinev1.MachineSet, machines []*machinev1.Machine, now time.Time) *clusterState {
+	s := &clusterState{cfg: cfg, sets: sets, machines: machines}
+	s.groups, s.bad = NodeGroups(sets, machines, all, now)
+	// A node group's nodes that have not started are among its upcoming
+	// nodes: decisions see the group's template in their place (they
+	// cannot take pods yet), and count them once.
+	starting := map[string]bool{}
+	for _, g := range s.groups {
+		for _, n := range g.NotStarted {
+			starting[n.Name] = true
+		}
+	}
+	for _, n := range all {
+		if !starting[n.Name] {
+			s.nodes = append(s.nodes, n)
+		}
+	}
+	nodes := s.nodes
 	for _, p := range pods {
 		switch {
 		case p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed:
@@ -101,4 +120,14 @@ func (s *clusterState) registeredUsage() Usage {
 		u.Add(n, 1)
 	}
 	return u
+}
+
+// notStartedAndUpcoming adds up the node groups' registered nodes that
+// have not started and their upcoming nodes (which include the former).
+func (s *clusterState) notStartedAndUpcoming() (notStarted, upcoming int) {
+	for _, g := range s.groups {
+		notStarted += len(g.NotStarted)
+		upcoming += g.Upcoming()
+	}
+	return notStarted, upcoming
 }

@@ -10,8 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
-
-	"github.com/capstan-dev/capstan/internal/nodes"
 )
 
 // StatusConfigMap is the ConfigMap the autoscaler reports in, with
@@ -97,20 +95,23 @@ type (
 	}
 )
 
-func countNodes(list []*corev1.Node, upcoming int) nodeCounts {
+// countNodes counts registered nodes that have started, notStarted more
+// that have not (they are among the upcoming), and the upcoming ones.
+func countNodes(list []*corev1.Node, notStarted, upcoming int) nodeCounts {
 	var c nodeCounts
+	c.Registered.Total, c.Registered.NotStarted = notStarted, notStarted
 	for _, n := range list {
 		c.Registered.Total++
 		switch {
 		case hasToBeDeletedTaint(n):
 			c.Registered.BeingDeleted++
-		case nodes.Ready(n):
+		case NodeReady(n):
 			c.Registered.Ready++
 		default:
 			c.Registered.Unready.Total++
 		}
 	}
-	c.Unregistered = upcoming
+	c.Unregistered = max(0, upcoming-notStarted)
 	return c
 }
 
@@ -118,12 +119,9 @@ func countNodes(list []*corev1.Node, upcoming int) nodeCounts {
 func (a *Autoscaler) writeStatus(ctx context.Context, st *clusterState, plan *ScaleUpPlan, down *ScaleDownPlan) {
 	now := a.opts.Clock.Now()
 	probe := now.UTC().Format(time.RFC3339)
-	upcoming := 0
-	for _, g := range st.groups {
-		upcoming += g.Upcoming()
-	}
+	notStarted, upcoming := st.notStartedAndUpcoming()
 	doc := statusDoc{Time: now.Format(statusTimeLayout), AutoscalerStatus: "Running"}
-	doc.ClusterWide.Health = healthStatus{Status: "Healthy", NodeCounts: countNodes(st.nodes, upcoming), LastProbeTime: probe}
+	doc.ClusterWide.Health = healthStatus{Status: "Healthy", NodeCounts: countNodes(st.nodes, notStarted, upcoming), LastProbeTime: probe}
 	doc.ClusterWide.ScaleUp = scaleUpStatus{Status: scaleUpState(plan, upcoming), LastProbeTime: probe}
 	candidates := map[*NodeGroup]int{}
 	total := 0
@@ -139,7 +137,7 @@ func (a *Autoscaler) writeStatus(ctx context.Context, st *clusterState, plan *Sc
 	for _, g := range st.groups {
 		gs := nodeGroupStatus{Name: g.ID}
 		target, minS, maxS := g.Target, g.Min, g.Max
-		gs.Health = healthStatus{Status: "Healthy", NodeCounts: countNodes(g.Nodes, g.Upcoming()),
+		gs.Health = healthStatus{Status: "Healthy", NodeCounts: countNodes(g.Nodes, len(g.NotStarted), g.Upcoming()),
 			CloudProviderTarget: &target, MinSize: &minS, MaxSize: &maxS, LastProbeTime: probe}
 		gs.ScaleUp = scaleUpStatus{Status: "NoActivity", LastProbeTime: probe}
 		if g.Upcoming() > 0 {
