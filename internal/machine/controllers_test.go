@@ -148,8 +148,10 @@ type laggingClient struct {
 	client.WithWatch
 	mu     sync.Mutex
 	hidden map[types.NamespacedName]bool
-	// failEvery makes every n-th creation fail.
-	failEvery, creates int
+	// failEvery makes every n-th creation fail; ambiguousEvery makes
+	// every n-th one happen and then fail as a timeout does, the answer
+	// lost (etcd committed it while electing a leader).
+	failEvery, ambiguousEvery, creates int
 }
 
 func (l *laggingClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
@@ -168,7 +170,11 @@ func (l *laggingClient) Create(ctx context.Context, obj client.Object, opts ...c
 	}
 	l.mu.Lock()
 	l.hidden[client.ObjectKeyFromObject(obj)] = true
+	ambiguous := l.ambiguousEvery > 0 && l.creates%l.ambiguousEvery == 0
 	l.mu.Unlock()
+	if ambiguous {
+		return apierrors.NewInternalError(errors.New("etcdserver: request timed out, possibly due to previous leader failure"))
+	}
 	return nil
 }
 
@@ -219,6 +225,27 @@ func workersMachineSet(replicas int32) *machinev1.MachineSet {
 func TestMachineSetDoesNotOvershootWhenCreatesFail(t *testing.T) {
 	ms := workersMachineSet(5)
 	lc := &laggingClient{WithWatch: newFakeClient(ms), hidden: map[types.NamespacedName]bool{}, failEvery: 2}
+	r := &machineSetReconciler{client: lc, recorder: record.NewFakeRecorder(100), opts: &Options{Concurrency: 1}}
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ms)}
+	for attempt := 0; attempt < 10; attempt++ {
+		if _, err := r.Reconcile(context.Background(), req); err == nil {
+			break
+		}
+	}
+	list := &machinev1.MachineList{}
+	if err := lc.WithWatch.List(context.Background(), list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 5 {
+		t.Fatalf("%d machines for 5 replicas", len(list.Items))
+	}
+}
+
+// Some creations are carried out but answered with a timeout: the
+// MachineSet still ends with exactly its replicas, none made twice.
+func TestMachineSetDoesNotOvershootWhenCreatesTimeOut(t *testing.T) {
+	ms := workersMachineSet(5)
+	lc := &laggingClient{WithWatch: newFakeClient(ms), hidden: map[types.NamespacedName]bool{}, ambiguousEvery: 2}
 	r := &machineSetReconciler{client: lc, recorder: record.NewFakeRecorder(100), opts: &Options{Concurrency: 1}}
 	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ms)}
 	for attempt := 0; attempt < 10; attempt++ {

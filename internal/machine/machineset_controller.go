@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/storage/names"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -197,8 +198,7 @@ func (r *machineSetReconciler) createMachines(ctx context.Context, ms *machinev1
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			m := newMachineFromTemplate(ms)
-			err := r.client.Create(ctx, m)
+			m, err := r.createMachine(ctx, ms)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -214,11 +214,65 @@ func (r *machineSetReconciler) createMachines(ctx context.Context, ms *machinev1
 	return created, errors.Join(errs...)
 }
 
+// createMachine creates one machine of ms. Its name is chosen here, as
+// the apiserver would generate it, rather than by generateName, so that a
+// create whose outcome the API could not tell (etcd lost its leader while
+// committing it, the connection broke) can be tried again under the same
+// name: AlreadyExists then says the first attempt made it. With
+// generateName the retry, or the next reconcile before the cache shows
+// the machine, would make a second machine and overshoot.
+func (r *machineSetReconciler) createMachine(ctx context.Context, ms *machinev1.MachineSet) (*machinev1.Machine, error) {
+	const attempts = 5
+	m := newMachineFromTemplate(ms)
+	var err error
+	for attempt := 1; attempt <= attempts; attempt++ {
+		err = r.client.Create(ctx, m.DeepCopy())
+		switch {
+		case err == nil:
+			return m, nil
+		case apierrors.IsAlreadyExists(err):
+			// Ours (an earlier attempt committed), or another's of the
+			// same name (a name drawn twice): then draw again.
+			got := &machinev1.Machine{}
+			if err := r.uncached().Get(ctx, client.ObjectKeyFromObject(m), got); err != nil {
+				return nil, fmt.Errorf("machine %s exists, but reading it failed: %w", m.Name, err)
+			}
+			if ref := metav1.GetControllerOf(got); ref != nil && ref.UID == ms.UID {
+				return got, nil
+			}
+			m = newMachineFromTemplate(ms)
+		case !outcomeUnknown(err):
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+		}
+	}
+	return nil, fmt.Errorf("creating machine %s: %w", m.Name, err)
+}
+
+// outcomeUnknown reports whether a failed write may still have been
+// carried out: the server failed or timed out, or no answer came.
+func outcomeUnknown(err error) bool {
+	var status apierrors.APIStatus
+	return !errors.As(err, &status) || status.Status().Code >= 500
+}
+
+// uncached reads past the cache when the reconciler has a reader.
+func (r *machineSetReconciler) uncached() client.Reader {
+	if r.reader != nil {
+		return r.reader
+	}
+	return r.client
+}
+
 func newMachineFromTemplate(ms *machinev1.MachineSet) *machinev1.Machine {
 	t := ms.Spec.Template
 	m := &machinev1.Machine{
 		ObjectMeta: metav1.ObjectMeta{
-			GenerateName:    ms.Name + "-",
+			Name:            names.SimpleNameGenerator.GenerateName(ms.Name + "-"),
 			Namespace:       ms.Namespace,
 			Labels:          copyMap(t.Labels),
 			Annotations:     copyMap(t.Annotations),
