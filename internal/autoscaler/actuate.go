@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/machine"
 )
 
@@ -54,6 +55,7 @@ func (a *Autoscaler) executeScaleUp(ctx context.Context, st *clusterState, plan 
 	for _, inc := range plan.Increases {
 		g := inc.Group
 		a.recorder.Eventf(status, corev1.EventTypeNormal, ReasonScaledUpGroup, "Scale-up: setting group %s size to %d instead of %d (max: %d)", g.ID, inc.To, inc.From, g.Max)
+		failpoint.Hit(failpoint.AutoscalerScaleUp)
 		if err := a.setReplicas(ctx, g.Set, inc.From, inc.To); err != nil {
 			if errors.Is(err, errSizeChanged) {
 				log.V(2).Info("Scale-up skipped", "group", g.ID, "err", err)

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/machine"
 )
 
@@ -197,6 +198,7 @@ func (a *Autoscaler) executeScaleDown(ctx context.Context, st *clusterState, pla
 			marked, machines = append(marked, v), append(machines, m)
 		}
 		if len(marked) > 0 {
+			failpoint.Hit(failpoint.AutoscalerScaleDown)
 			if err := a.setReplicas(ctx, g.Set, g.Target, g.Target-len(marked)); err != nil {
 				errs = append(errs, err)
 				for i, v := range marked {

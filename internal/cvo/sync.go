@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/capstan-dev/capstan/internal/cvo/payload"
+	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/release"
 )
 
@@ -295,6 +296,7 @@ func (w *worker) syncOnce(ctx context.Context) error {
 			return nil
 		}
 	}
+	failpoint.Hit(failpoint.CVOApplied)
 	w.prog.complete()
 	if err := o.updateStatus(ctx, func(cv *configv1.ClusterVersion, now metav1.Time) {
 		desired := cv.Status.Desired
@@ -332,6 +334,7 @@ func (w *worker) apply(ctx context.Context, m *payload.Manifest, mode payload.Mo
 			}
 		}
 		if err = w.o.applier.Apply(ctx, m); err == nil || ctx.Err() != nil {
+			failpoint.Hit(failpoint.CVOMidApply)
 			break
 		}
 	}

@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	kdrain "k8s.io/kubectl/pkg/drain"
+
+	"github.com/capstan-dev/capstan/internal/failpoint"
 )
 
 // Drainer drains nodes.
@@ -38,6 +40,7 @@ func New(ctx context.Context, kube kubernetes.Interface, timeout time.Duration, 
 		Timeout:             timeout,
 		OnPodDeletionOrEvictionFinished: func(pod *corev1.Pod, usingEviction bool, err error) {
 			if err == nil {
+				failpoint.Hit(failpoint.DrainStarted)
 				verb := "Deleted"
 				if usingEviction {
 					verb = "Evicted"

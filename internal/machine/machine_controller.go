@@ -15,6 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/capstan-dev/capstan/internal/failpoint"
 )
 
 // timeNow is the clock of the controllers.
@@ -71,6 +73,7 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		}
 		return reconcile.Result{}, fmt.Errorf("creating the instance of machine %s: %w", m.Name, err)
 	}
+	failpoint.Hit(failpoint.MachineInstanceLaunched)
 	r.recorder.Eventf(m, corev1.EventTypeNormal, EventCreated, "Created Machine %s", m.Name)
 	return r.syncInstance(ctx, m)
 }

@@ -9,10 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/capstan-dev/capstan/internal/waitfor"
-
-	"github.com/capstan-dev/capstan/internal/nodes"
-
 	machinev1 "github.com/openshift/api/machine/v1beta1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -26,6 +22,10 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/capstan-dev/capstan/internal/failpoint"
+	"github.com/capstan-dev/capstan/internal/nodes"
+	"github.com/capstan-dev/capstan/internal/waitfor"
 )
 
 var machineSetKind = machinev1.SchemeGroupVersion.WithKind("MachineSet")
@@ -226,6 +226,7 @@ func (r *machineSetReconciler) createMachine(ctx context.Context, ms *machinev1.
 	m := newMachineFromTemplate(ms)
 	var err error
 	for attempt := 1; attempt <= attempts; attempt++ {
+		failpoint.Hit(failpoint.MachineSetCreate)
 		err = r.client.Create(ctx, m.DeepCopy())
 		switch {
 		case err == nil:

@@ -32,6 +32,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+
+	"github.com/capstan-dev/capstan/internal/failpoint"
 )
 
 // Node annotations the MCO's controllers and daemon keep.
@@ -469,6 +471,7 @@ func (c *Controller) targetNodes(ctx context.Context, pool *mcfgv1.MachineConfig
 		managed = append(managed, n)
 	}
 	for _, n := range Candidates(pool, managed, target) {
+		failpoint.Hit(failpoint.MCOTargetDecided)
 		if err := c.annotate(ctx, n.Name, map[string]any{DesiredConfigAnnotation: target}); err != nil {
 			return err
 		}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/capstan-dev/capstan/internal/drain"
+	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/sim"
 )
 
@@ -144,6 +145,7 @@ func (d *daemon) update(n *corev1.Node) error {
 		if err := d.annotate(ctx, name, map[string]any{LastAppliedDrainAnnotation: "drain-" + want, ReasonAnnotation: nil}); err != nil {
 			return err
 		}
+		failpoint.Hit(failpoint.MCDMidApply)
 		if err := sleep(ctx, d.opts.ApplyDuration); err != nil {
 			return err
 		}
@@ -164,6 +166,7 @@ func (d *daemon) update(n *corev1.Node) error {
 	if rebooting {
 		// The machine is down (its kubelet NotReady) for a moment, then
 		// boots again and restarts the pods left on the node.
+		failpoint.Hit(failpoint.MCDMidReboot)
 		if err := sleep(ctx, d.opts.RebootDuration); err != nil {
 			return err
 		}
