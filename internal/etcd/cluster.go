@@ -17,6 +17,9 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"k8s.io/klog/v2"
+
+	"github.com/capstan-dev/capstan/internal/waitfor"
 )
 
 // BootstrapName is the member a new cluster starts with; it leaves once
@@ -52,7 +55,10 @@ type Cluster struct {
 	leaving map[string]bool
 }
 
-func (c *Cluster) registryPath() string { return filepath.Join(c.cfg.DataDir, "etcd-members.json") }
+func (c *Cluster) registryPath() string { return filepath.Join(c.cfg.DataDir, registryFile) }
+
+// registryFile lists a data dir's members.
+const registryFile = "etcd-members.json"
 
 // Start starts every member the registry lists (a new cluster: the
 // bootstrap member), waits for them to form a quorum, and serves them
@@ -83,19 +89,20 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if len(voting) == 0 {
 		return nil, fmt.Errorf("%s lists no member to start", c.registryPath())
 	}
+	// A member that cannot start (its data went with a removal the
+	// registry does not show yet) is left out: waitQuorum decides.
+	var startErrs []error
 	for _, s := range voting {
 		m, err := c.start(s, initialCluster(voting), state)
 		if err != nil {
-			c.Stop()
-			return nil, err
+			klog.ErrorS(err, "An etcd member did not start", "member", s.Name)
+			startErrs = append(startErrs, err)
+			continue
 		}
 		c.running[s.Name] = m
 	}
-	for _, m := range c.running {
-		if err := m.waitReady(ctx, 2*time.Minute, cfg.LogFile); err != nil {
-			c.Stop()
-			return nil, err
-		}
+	if len(c.running) == 0 {
+		return nil, errors.Join(startErrs...)
 	}
 	if c.proxy, err = NewProxy("127.0.0.1:0"); err != nil {
 		c.Stop()
@@ -104,6 +111,14 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if c.client, err = c.newClient(voting); err != nil {
 		c.Stop()
 		return nil, err
+	}
+	// The registry may list a member the cluster removed (capstan was
+	// stopped after the removal and before the registry said so): it
+	// never becomes ready, and must not hold the start. The cluster's own
+	// list says who the members are, once a quorum serves.
+	if err := c.waitQuorum(ctx, 2*time.Minute); err != nil {
+		c.Stop()
+		return nil, errors.Join(append([]error{err}, startErrs...)...)
 	}
 	if err := c.fixPeerURLs(ctx); err != nil {
 		c.Stop()
@@ -157,6 +172,65 @@ func (c *Cluster) fixPeerURLs(ctx context.Context) error {
 	return nil
 }
 
+// waitQuorum waits until the cluster's list of members can be read (a
+// quorum serves), then until a quorum of the voting members the list
+// names is ready. Members of the registry the list does not name were
+// removed: they are stopped and forgotten.
+func (c *Cluster) waitQuorum(ctx context.Context, timeout time.Duration) error {
+	var list *clientv3.MemberListResponse
+	err := waitfor.Poll(ctx, 200*time.Millisecond, timeout, func(ctx context.Context) (bool, string, error) {
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		var err error
+		if list, err = c.client.MemberList(lctx); err != nil {
+			return false, "listing the members: " + err.Error(), nil
+		}
+		return true, "", nil
+	})
+	if err != nil {
+		return fmt.Errorf("etcd has no quorum (see %s): %w", c.cfg.LogFile, err)
+	}
+	var removed []string
+	c.mu.Lock()
+	for _, s := range c.registry {
+		if !s.Adding && byPeerURL(list.Members, s.PeerURL()) == nil {
+			removed = append(removed, s.Name)
+		}
+	}
+	c.mu.Unlock()
+	for _, name := range removed {
+		klog.InfoS("Forgetting an etcd member the cluster removed while capstan was stopped", "member", name)
+		c.forget(name)
+	}
+	voting, ready := 0, 0
+	c.mu.Lock()
+	var waits []*Member
+	for _, m := range list.Members {
+		if m.IsLearner {
+			continue
+		}
+		voting++
+		for _, s := range c.registry {
+			if r := c.running[s.Name]; r != nil && slices.Contains(m.PeerURLs, s.PeerURL()) {
+				waits = append(waits, r)
+			}
+		}
+	}
+	c.mu.Unlock()
+	quorum := voting/2 + 1
+	var errs []error
+	for _, m := range waits {
+		if err := m.waitReady(ctx, timeout, c.cfg.LogFile); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if ready++; ready >= quorum {
+			return nil
+		}
+	}
+	return fmt.Errorf("%d of %d voting etcd members ready, a quorum is %d: %w", ready, voting, quorum, errors.Join(errs...))
+}
+
 // settle resolves what a stop left half done: a member written down as
 // being added is started if the cluster has it, forgotten if not; the
 // proxy and the client follow the voting members.
@@ -192,15 +266,7 @@ func (c *Cluster) settle(ctx context.Context) error {
 // syncLocked writes the registry and points the proxy and the client at
 // the voting members.
 func (c *Cluster) syncLocked(members []*etcdserverpb.Member) error {
-	raw, err := json.MarshalIndent(c.registry, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := c.registryPath() + ".tmp"
-	if err := os.WriteFile(tmp, raw, 0o600); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, c.registryPath()); err != nil {
+	if err := c.writeRegistryLocked(); err != nil {
 		return err
 	}
 	var backends, endpoints []string
@@ -217,6 +283,39 @@ func (c *Cluster) syncLocked(members []*etcdserverpb.Member) error {
 		c.client.SetEndpoints(endpoints...)
 	}
 	return nil
+}
+
+// writeRegistryLocked writes the registry durably: a temporary file,
+// synced, renamed over the old one, and the directory synced.
+func (c *Cluster) writeRegistryLocked() error {
+	raw, err := json.MarshalIndent(c.registry, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := c.registryPath() + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(raw)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, c.registryPath()); err != nil {
+		return err
+	}
+	dir, err := os.Open(c.cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	return dir.Sync()
 }
 
 func byPeerURL(members []*etcdserverpb.Member, url string) *etcdserverpb.Member {
@@ -278,4 +377,17 @@ func parseRegistry(raw []byte) ([]MemberSpec, error) {
 	var specs []MemberSpec
 	err := json.Unmarshal(raw, &specs)
 	return specs, err
+}
+
+// ReadRegistry returns the members a data dir's registry lists (none when
+// it has no registry yet).
+func ReadRegistry(dataDir string) ([]MemberSpec, error) {
+	raw, err := os.ReadFile(filepath.Join(dataDir, registryFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return parseRegistry(raw)
 }

@@ -3,6 +3,7 @@ package etcd_test
 import (
 	"context"
 	"net"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -182,5 +183,67 @@ func TestMembersReplaceTheBootstrapAndSurviveARestart(t *testing.T) {
 			t.Fatal("master-2 never came back")
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A member removed from the cluster, with capstan killed before the
+// registry said so: the next start finds the member gone from the
+// cluster's own list, forgets it (entry and data) and starts with the
+// others, rather than waiting for a member that can never be ready.
+func TestStartForgetsAMemberRemovedBeforeTheRegistrySaidSo(t *testing.T) {
+	ctx := context.Background()
+	cfg := testConfig(t)
+	c, err := etcd.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if c != nil {
+			c.Stop()
+		}
+	}()
+	join(t, c, "master-0")
+	registry := filepath.Join(cfg.DataDir, "etcd-members.json")
+	before, err := os.ReadFile(registry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := proxyClient(t, cfg, c).Put(ctx, "/registry/test", "kept"); err != nil {
+		t.Fatal(err)
+	}
+	// The bootstrap member's data as it is just before its removal (the
+	// removal deletes it).
+	bootstrapDir := filepath.Join(cfg.DataDir, cfg.Bootstrap.Dir)
+	saved := filepath.Join(t.TempDir(), "bootstrap")
+	if err := os.CopyFS(saved, os.DirFS(bootstrapDir)); err != nil {
+		t.Fatal(err)
+	}
+	remove(t, c, etcd.BootstrapName)
+	c.Stop()
+	// The kill: the removal happened, the registry and the bootstrap
+	// member's data are as before it.
+	if err := os.WriteFile(registry, before, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(bootstrapDir, os.DirFS(saved)); err != nil {
+		t.Fatal(err)
+	}
+	c, err = etcd.Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("the start after a removal the registry did not record: %v", err)
+	}
+	specs, err := etcd.ReadRegistry(cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(specs) != 1 || specs[0].Name != "master-0" {
+		t.Fatalf("registry after the start: %+v, want master-0 alone", specs)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, cfg.Bootstrap.Dir)); !os.IsNotExist(err) {
+		t.Errorf("the removed member's data dir is still there (%v)", err)
+	}
+	resp, err := proxyClient(t, cfg, c).Get(ctx, "/registry/test")
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "kept" {
+		t.Fatalf("after the start the key reads %v, %v", resp, err)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/klog/v2"
+
 	"github.com/capstan-dev/capstan/internal/ports"
 )
 
@@ -200,18 +202,31 @@ func (c *Cluster) forget(name string) {
 	delete(c.stopped, name)
 	delete(c.leaving, name)
 	var keep []MemberSpec
+	var dirs []string
 	for _, s := range c.registry {
 		if s.Name == name {
-			_ = os.RemoveAll(filepath.Join(c.cfg.DataDir, s.Dir))
+			dirs = append(dirs, s.Dir)
 			continue
 		}
 		keep = append(keep, s)
 	}
 	c.registry = keep
+	// The registry is written before the data goes: a stop in between
+	// leaves a stray directory, never an entry without its data.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if list, err := c.client.MemberList(ctx); err == nil {
-		_ = c.syncLocked(list.Members)
+	list, err := c.client.MemberList(ctx)
+	if err == nil {
+		err = c.syncLocked(list.Members)
+	} else {
+		err = c.writeRegistryLocked()
+	}
+	if err != nil {
+		klog.ErrorS(err, "Writing the etcd member registry; the removed member's data stays", "member", name)
+		return
+	}
+	for _, d := range dirs {
+		_ = os.RemoveAll(filepath.Join(c.cfg.DataDir, d))
 	}
 }
 
