@@ -73,6 +73,9 @@ the same cluster. Stop it with Ctrl-C (SIGINT) or SIGTERM.`,
 	fs.BoolVar(&o.opts.EtcdOperator, "etcd-operator", o.opts.EtcdOperator, "run etcd's operator: a member per control-plane machine, guarded by the EtcdQuorumOperator hook (false: the bootstrap member serves alone)")
 	fs.StringVar(&o.opts.MetricsAddress, "metrics-address", "127.0.0.1:8085", "address of the Prometheus metrics endpoint (/metrics: the embedded components' and the autoscaler's cluster_autoscaler_*; /api/v1/query: instant PromQL over them, what the CVO evaluates update risks on); empty: none")
 	fs.DurationVar(&o.nodeReadyTimeout, "node-ready-timeout", 5*time.Minute, "how long to wait for the nodes to become Ready")
+	daemon := &o.opts.MachineConfig.Daemon
+	fs.DurationVar(&daemon.ApplyDuration, "mcd-apply-duration", daemon.ApplyDuration, "how long a simulated machine-config-daemon takes to write a node's new configuration")
+	fs.DurationVar(&daemon.RebootDuration, "mcd-reboot-duration", daemon.RebootDuration, "how long a node the machine-config-daemon reboots stays down")
 	fs.StringSliceVar(&o.hooks, "hooks", nil, "example hook controllers to run: "+strings.Join(hooks.ExampleNames(), ", "))
 	o.hookFlags.add(fs)
 	return c
@@ -93,6 +96,9 @@ func (o *upOptions) run(c *cobra.Command) error {
 		return fmt.Errorf("worker node spec: %w", err)
 	}
 
+	if d := o.opts.MachineConfig.Daemon; d.ApplyDuration < 0 || d.RebootDuration <= 0 {
+		return fmt.Errorf("--mcd-apply-duration (%s) must not be negative and --mcd-reboot-duration (%s) must be positive", d.ApplyDuration, d.RebootDuration)
+	}
 	if c.Flags().Changed("cluster-default-node-selector") {
 		o.opts.ControlPlane.Admission.ClusterDefaultNodeSelector = &o.clusterNodeSelector
 	}

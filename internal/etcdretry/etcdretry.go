@@ -3,7 +3,9 @@
 // While etcd elects a leader, kube-apiserver answers 500 with etcd's own
 // message: "etcdserver: leader changed" or "etcdserver: no leader" (the
 // request was not carried out), or "etcdserver: request timed out,
-// possibly due to previous leader failure" (it may have been). client-go
+// possibly due to previous leader failure" or, when its connection to a
+// member broke, "rpc error: code = Unavailable desc = ..." (it may have
+// been). client-go
 // does not try such a request again, so every component would see an
 // error for what is a second of the cluster's life. Wrap gives a client
 // configuration a transport that tries again, within a bounded window,
@@ -44,8 +46,9 @@ const Window = 15 * time.Second
 var (
 	// notDone: the request was refused before it was proposed.
 	notDone = []string{"etcdserver: leader changed", "etcdserver: no leader"}
-	// unknown: the proposal timed out; it may still commit.
-	unknown = []string{"etcdserver: request timed out"}
+	// unknown: the proposal timed out, or the connection to etcd broke:
+	// it may still commit.
+	unknown = []string{"etcdserver: request timed out", "code = Unavailable desc"}
 )
 
 // Wrap returns a copy of cfg whose requests are tried again, for up to

@@ -18,6 +18,7 @@ import (
 const (
 	leaderChanged = `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"etcdserver: leader changed","reason":"InternalError","code":500}`
 	timedOut      = `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"etcdserver: request timed out, possibly due to previous leader failure","code":500}`
+	unavailable   = `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"rpc error: code = Unavailable desc = error reading from server: EOF","code":500}`
 	otherFailure  = `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"Internal error occurred: something else","code":500}`
 )
 
@@ -75,6 +76,9 @@ func TestRoundTripper(t *testing.T) {
 		{name: "a generated protobuf create that may have happened", method: "POST", path: "/api/v1/namespaces/x/pods", ctype: "application/vnd.kubernetes.protobuf",
 			body: protobufPod(t, metav1.ObjectMeta{GenerateName: "p-"}), failure: timedOut, fails: 1, wantStatus: 500, wantRequests: 1},
 		{name: "an eviction that may have happened", method: "POST", path: "/api/v1/namespaces/x/pods/p/eviction", body: `{"metadata":{"name":"p"}}`, failure: timedOut, fails: 1, wantStatus: 500, wantRequests: 1},
+		{name: "a named create through a broken connection to etcd", method: "POST", path: "/apis/machineconfiguration.openshift.io/v1/machineconfigpools",
+			body: `{"metadata":{"name":"worker"}}`, failure: unavailable, fails: 2, wantStatus: 201, wantRequests: 3},
+		{name: "a generated create through a broken connection to etcd", method: "POST", path: "/apis/machine.openshift.io/v1beta1/namespaces/x/machines", body: generated, failure: unavailable, fails: 1, wantStatus: 500, wantRequests: 1},
 		{name: "a patch that may have happened", method: "PATCH", path: "/api/v1/nodes/n", body: `{"metadata":{"labels":{"a":"b"}}}`, failure: timedOut, fails: 1, wantStatus: 201, wantRequests: 2},
 		{name: "another server error", method: "GET", path: "/api/v1/nodes", failure: otherFailure, fails: 1, wantStatus: 500, wantRequests: 1},
 		{name: "an election longer than the window", method: "GET", path: "/api/v1/nodes", failure: leaderChanged, fails: 100, window: 50 * time.Millisecond, wantStatus: 500, wantRequests: 1},

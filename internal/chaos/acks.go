@@ -1,0 +1,132 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// ackNamespace holds the writes a run makes to check that none that was
+// acknowledged is lost.
+const ackNamespace = "capstan-chaos"
+
+// acks writes a ConfigMap every interval while the cluster serves, and
+// remembers which writes the API acknowledged and when.
+type acks struct {
+	kube     kubernetes.Interface
+	interval time.Duration
+
+	mu    sync.Mutex
+	next  int
+	acked []ack
+}
+
+type ack struct {
+	name string
+	at   time.Time
+}
+
+func newAcks(kube kubernetes.Interface) *acks {
+	return &acks{kube: kube, interval: 250 * time.Millisecond}
+}
+
+// run writes until ctx ends.
+func (a *acks) run(ctx context.Context) {
+	t := time.NewTicker(a.interval)
+	defer t.Stop()
+	for {
+		a.mu.Lock()
+		a.next++
+		name := fmt.Sprintf("ack-%06d", a.next)
+		a.mu.Unlock()
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ackNamespace}, Data: map[string]string{"written": time.Now().Format(time.RFC3339Nano)}}
+		_, err := a.kube.CoreV1().ConfigMaps(ackNamespace).Create(wctx, cm, metav1.CreateOptions{})
+		cancel()
+		if err == nil {
+			a.mu.Lock()
+			a.acked = append(a.acked, ack{name: name, at: time.Now()})
+			a.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// firstAfter is when the first write after t was acknowledged (zero when
+// none was yet).
+func (a *acks) firstAfter(t time.Time) time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	i := sort.Search(len(a.acked), func(i int) bool { return a.acked[i].at.After(t) })
+	if i == len(a.acked) {
+		return time.Time{}
+	}
+	return a.acked[i].at
+}
+
+// waitAfter waits until a write after t is acknowledged and returns when.
+func (a *acks) waitAfter(ctx context.Context, t time.Time, timeout time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		if at := a.firstAfter(t); !at.IsZero() {
+			return at, nil
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("no write acknowledged within %s", timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// lost lists the acknowledged writes the API no longer has.
+func (a *acks) lost(ctx context.Context) ([]string, error) {
+	a.mu.Lock()
+	acked := append([]ack(nil), a.acked...)
+	a.mu.Unlock()
+	list, err := a.kube.CoreV1().ConfigMaps(ackNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing the acknowledged writes: %w", err)
+	}
+	have := map[string]bool{}
+	for _, cm := range list.Items {
+		have[cm.Name] = true
+	}
+	var lost []string
+	for _, w := range acked {
+		if !have[w.name] {
+			lost = append(lost, w.name)
+		}
+	}
+	return lost, nil
+}
+
+func ensureAckNamespace(ctx context.Context, kube kubernetes.Interface) error {
+	_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ackNamespace}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", ackNamespace, err)
+	}
+	return nil
+}
+
+func summarize(names []string, max int) string {
+	if len(names) <= max {
+		return strings.Join(names, ", ")
+	}
+	return strings.Join(names[:max], ", ") + fmt.Sprintf(" and %d more", len(names)-max)
+}

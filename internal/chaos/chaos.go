@@ -1,0 +1,299 @@
+// Package chaos is capstan's fault campaign: it runs a scenario (an
+// update, an autoscaler cycle, a MachineSet scaled up and down, a pool's
+// rollout, a node's pods evicted) on a fresh `capstan up` child process,
+// kills that process with SIGKILL at instants chosen from a seed, or at
+// named points of its code (see package failpoint), starts it again each
+// time, and once the scenario has settled checks invariants: the
+// operation completed, nothing was done twice, no limit was exceeded, no
+// acknowledged write was lost, history and conditions agree, and the
+// process started every time.
+//
+// The invariants read what the cluster did from its own storage (every
+// etcd revision of the objects concerned, across the kills) and from the
+// API, never from capstan's bookkeeping. A run is reproduced by its seed:
+// the same kills at the same points and delays.
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc/grpclog"
+
+	"github.com/capstan-dev/capstan/internal/failpoint"
+)
+
+// Scenario is an operation a campaign kills capstan in the middle of.
+type Scenario struct {
+	Name string
+	// Doc says what the scenario does and what it checks.
+	Doc string
+	// Args are `capstan up` flags beyond the campaign's own (data dir and
+	// ports).
+	Args []string
+	// Window bounds the delay of a kill at a random instant, from the
+	// start of the operation or of the process; it is also how long a
+	// kill at a named point waits for the point to be reached.
+	Window time.Duration
+	// Points are the named points a kill may land at, with the most
+	// hits after which the kill comes.
+	Points []Point
+	// Timeout bounds the wait for the operation to complete after the
+	// last kill.
+	Timeout time.Duration
+	// Progress drives the operation, from the first start of capstan on,
+	// every half second until it reports that it is complete (or why
+	// not): it creates what the operation needs and takes its next step
+	// once the cluster shows the last one done. It reads where the
+	// operation is from the cluster, never from memory, and each of its
+	// writes may be made twice: a kill can land anywhere in it.
+	Progress func(ctx context.Context, r *Run) (done bool, why string, err error)
+	// Check returns the scenario's invariant violations once the
+	// operation is complete.
+	Check func(ctx context.Context, r *Run) []Violation
+}
+
+// Point is a named kill point of a scenario.
+type Point struct {
+	Name string
+	// MaxHit is the latest hit a kill may wait for (at least 1).
+	MaxHit int
+}
+
+// Kill is one planned kill.
+type Kill struct {
+	// Point is the named point it lands at; "" means a random instant.
+	Point string
+	Hit   int
+	// After is the random instant's delay.
+	After time.Duration
+}
+
+func (k Kill) String() string {
+	if k.Point != "" {
+		return fmt.Sprintf("at %s#%d", k.Point, k.Hit)
+	}
+	return fmt.Sprintf("after %.1fs", k.After.Seconds())
+}
+
+// armed is the failpoint setting of the process this kill ends.
+func (k Kill) armed() string {
+	if k.Point == "" {
+		return ""
+	}
+	return failpoint.Format(k.Point, k.Hit)
+}
+
+// PlanKills draws a run's kills from its seed: half of them at named
+// points (when the scenario has any), half at random instants.
+func PlanKills(s *Scenario, seed uint64, n int) []Kill {
+	rnd := rand.New(rand.NewPCG(seed, seed^0x5bd1e995))
+	kills := make([]Kill, n)
+	for i := range kills {
+		if len(s.Points) > 0 && rnd.IntN(2) == 0 {
+			p := s.Points[rnd.IntN(len(s.Points))]
+			kills[i] = Kill{Point: p.Name, Hit: 1 + rnd.IntN(max(1, p.MaxHit))}
+			continue
+		}
+		kills[i] = Kill{After: time.Duration(rnd.Int64N(int64(s.Window)))}
+	}
+	return kills
+}
+
+// Violation is an invariant that did not hold.
+type Violation struct {
+	Invariant string
+	Detail    string
+}
+
+func (v Violation) String() string { return v.Invariant + ": " + v.Detail }
+
+// Options configure a campaign.
+type Options struct {
+	Scenarios []*Scenario
+	// Runs per scenario; run i uses seed Seed+i.
+	Runs  int
+	Seed  uint64
+	Kills int
+	// Command returns the command that runs capstan with args: the
+	// capstan binary, or a test binary standing in for it.
+	Command func(args ...string) *exec.Cmd
+	// Dir holds the runs' data dirs (default: the system's temp dir).
+	Dir string
+	// Keep keeps every run's data dir; a run with a violation keeps its
+	// own anyway.
+	Keep bool
+	// StartTimeout bounds each start of capstan up.
+	StartTimeout time.Duration
+	// Log receives a line per run.
+	Log io.Writer
+}
+
+// RunResult is what one run found.
+type RunResult struct {
+	Scenario   string
+	Seed       uint64
+	Kills      []string
+	Recoveries []time.Duration
+	Violations []Violation
+	// Changes counts the changes of stored objects the invariants read.
+	Changes int
+	// Completed is when, from the run's start, the operation was seen
+	// complete.
+	Completed time.Duration
+	// DataDir is kept when the run found a violation.
+	DataDir  string
+	Duration time.Duration
+}
+
+// Report is a campaign's results.
+type Report struct {
+	Kills int
+	Runs  []*RunResult
+}
+
+// Campaign runs every scenario opts.Runs times.
+func Campaign(ctx context.Context, opts Options) (*Report, error) {
+	if opts.Runs < 1 || opts.Kills < 0 || len(opts.Scenarios) == 0 || opts.Command == nil {
+		return nil, fmt.Errorf("a campaign needs scenarios, at least one run, a non-negative number of kills and a command (have %d scenarios, %d runs, %d kills)", len(opts.Scenarios), opts.Runs, opts.Kills)
+	}
+	if opts.StartTimeout == 0 {
+		opts.StartTimeout = 3 * time.Minute
+	}
+	if opts.Log == nil {
+		opts.Log = io.Discard
+	}
+	// The storage client's connection attempts to a killed cluster are
+	// expected, not news.
+	grpclog.SetLoggerV2(grpclog.NewLoggerV2(io.Discard, io.Discard, io.Discard))
+	rep := &Report{Kills: opts.Kills}
+	for _, s := range opts.Scenarios {
+		for i := range opts.Runs {
+			if err := ctx.Err(); err != nil {
+				return rep, err
+			}
+			seed := opts.Seed + uint64(i)
+			res, err := runOnce(ctx, &opts, s, seed)
+			if err != nil {
+				return rep, fmt.Errorf("%s, seed %d: %w", s.Name, seed, err)
+			}
+			rep.Runs = append(rep.Runs, res)
+			status := "ok"
+			if n := len(res.Violations); n > 0 {
+				status = fmt.Sprintf("%d VIOLATIONS (data in %s)", n, res.DataDir)
+			}
+			fmt.Fprintf(opts.Log, "%s run %d/%d seed %d: %s; recovered in %s; complete at %.0fs; %d changes checked; %.0fs\n", s.Name, i+1, opts.Runs, seed,
+				status, durations(res.Recoveries), res.Completed.Seconds(), res.Changes, res.Duration.Seconds())
+			for i, k := range res.Kills {
+				fmt.Fprintf(opts.Log, "  kill %d %s\n", i+1, k)
+			}
+			for _, v := range res.Violations {
+				fmt.Fprintf(opts.Log, "  %s\n", indent(v.String()))
+			}
+		}
+	}
+	return rep, nil
+}
+
+func durations(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		parts[i] = fmt.Sprintf("%.1fs", d.Seconds())
+	}
+	return strings.Join(parts, "/")
+}
+
+func indent(s string) string { return strings.ReplaceAll(s, "\n", "\n    ") }
+
+// Violations counts the violations of every run.
+func (r *Report) Violations() int {
+	n := 0
+	for _, run := range r.Runs {
+		n += len(run.Violations)
+	}
+	return n
+}
+
+// Print writes the table of the campaign, scenario by scenario, then each
+// violation with the command that replays its run.
+func (r *Report) Print(w io.Writer, replay func(scenario string, seed uint64, kills int) string) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tRUNS\tKILLS\tVIOLATIONS\tRECOVER p50\tRECOVER p99")
+	var order []string
+	byScenario := map[string][]*RunResult{}
+	for _, run := range r.Runs {
+		if byScenario[run.Scenario] == nil {
+			order = append(order, run.Scenario)
+		}
+		byScenario[run.Scenario] = append(byScenario[run.Scenario], run)
+	}
+	for _, name := range order {
+		runs := byScenario[name]
+		kills, violations := 0, 0
+		var rec []time.Duration
+		for _, run := range runs {
+			kills += len(run.Kills)
+			violations += len(run.Violations)
+			rec = append(rec, run.Recoveries...)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", name, len(runs), kills, violations, quantile(rec, 0.5), quantile(rec, 0.99))
+	}
+	tw.Flush()
+	for _, run := range r.Runs {
+		for _, v := range run.Violations {
+			fmt.Fprintf(w, "\n%s seed %d: %s\n  replay: %s\n", run.Scenario, run.Seed, indent(v.String()), replay(run.Scenario, run.Seed, r.Kills))
+			if run.DataDir != "" {
+				fmt.Fprintf(w, "  data:   %s\n", run.DataDir)
+			}
+		}
+	}
+}
+
+// quantile is the q-quantile of ds (nearest rank), "-" when empty.
+func quantile(ds []time.Duration, q float64) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	s := slices.Clone(ds)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(q*float64(len(s))+0.999999) - 1
+	i = min(max(i, 0), len(s)-1)
+	return fmt.Sprintf("%.1fs", s[i].Seconds())
+}
+
+// Find returns the named scenarios ("all": every one).
+func Find(names []string) ([]*Scenario, error) {
+	var out []*Scenario
+	for _, n := range names {
+		if n == "all" {
+			return Scenarios(), nil
+		}
+		i := slices.IndexFunc(Scenarios(), func(s *Scenario) bool { return s.Name == n })
+		if i < 0 {
+			known := make([]string, 0, len(Scenarios()))
+			for _, s := range Scenarios() {
+				known = append(known, s.Name)
+			}
+			return nil, fmt.Errorf("no scenario %q (known: %s, or all)", n, strings.Join(known, ", "))
+		}
+		out = append(out, Scenarios()[i])
+	}
+	return out, nil
+}
+
+// tempDir is where a run's data dir goes.
+func tempDir(opts *Options, scenario string, seed uint64) (string, error) {
+	return os.MkdirTemp(opts.Dir, fmt.Sprintf("capstan-chaos-%s-%d-", scenario, seed))
+}

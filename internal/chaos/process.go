@@ -1,0 +1,177 @@
+package chaos
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/failpoint"
+)
+
+// upLine is what `capstan up` prints once it serves.
+const upLine = "capstan is up"
+
+// process is one `capstan up` of a run.
+type process struct {
+	cmd *exec.Cmd
+	// armed is the failpoint this process was started with ("" none).
+	armed string
+
+	mu sync.Mutex
+	// tail is the end of what it printed.
+	tail []string
+	// up is closed when it printed upLine; marker when it printed that it
+	// reached its failpoint.
+	up, marker chan struct{}
+	upOnce     sync.Once
+	markOnce   sync.Once
+	// done is closed once it exited; state is then its exit.
+	done  chan struct{}
+	state *exec.ExitError
+	err   error
+}
+
+const tailLines = 40
+
+// startProcess starts `capstan up args` with the failpoint armed ("":
+// none).
+func startProcess(command func(args ...string) *exec.Cmd, args []string, armed string) (*process, error) {
+	cmd := command(append([]string{"up"}, args...)...)
+	if armed != "" {
+		cmd.Env = append(cmd.Environ(), failpoint.Env+"="+armed)
+	}
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	p := &process{cmd: cmd, armed: armed, up: make(chan struct{}), marker: make(chan struct{}), done: make(chan struct{})}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting capstan up: %w", err)
+	}
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			p.tail = append(p.tail, line)
+			if len(p.tail) > tailLines {
+				p.tail = p.tail[len(p.tail)-tailLines:]
+			}
+			p.mu.Unlock()
+			switch {
+			case strings.Contains(line, upLine):
+				p.upOnce.Do(func() { close(p.up) })
+			case strings.HasPrefix(line, failpoint.Marker):
+				p.markOnce.Do(func() { close(p.marker) })
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	go func() {
+		err := cmd.Wait()
+		pw.Close()
+		p.mu.Lock()
+		if !errors.As(err, &p.state) {
+			p.err = err
+		}
+		p.mu.Unlock()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Tail is the end of the process's output.
+func (p *process) Tail() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.tail, "\n")
+}
+
+// waitUp waits until the process says it is up; it fails if the process
+// exits first or takes longer than timeout.
+func (p *process) waitUp(timeout time.Duration) error {
+	select {
+	case <-p.up:
+		return nil
+	case <-p.done:
+		return fmt.Errorf("capstan up exited (%s) before saying it was up:\n%s", p.exit(), p.Tail())
+	case <-time.After(timeout):
+		return fmt.Errorf("capstan up did not say it was up within %s:\n%s", timeout, p.Tail())
+	}
+}
+
+// reachedFailpoint reports whether the process killed itself at its
+// failpoint.
+func (p *process) reachedFailpoint() bool {
+	select {
+	case <-p.marker:
+		return true
+	default:
+		return false
+	}
+}
+
+// exited reports whether the process has exited.
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// exit describes how the process ended.
+func (p *process) exit() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.err != nil:
+		return p.err.Error()
+	case p.state == nil:
+		return "exit status 0"
+	default:
+		return p.state.Error()
+	}
+}
+
+// killedBySIGKILL reports whether the process ended by SIGKILL.
+func (p *process) killedBySIGKILL() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state == nil {
+		return false
+	}
+	ws, ok := p.state.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+}
+
+// kill sends SIGKILL, as a crash would, and waits for the process to go.
+func (p *process) kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// stop asks the process to stop (SIGTERM) and waits up to timeout; a
+// process that does not stop in time is killed, and stop says so.
+func (p *process) stop(timeout time.Duration) error {
+	if p.exited() {
+		return fmt.Errorf("capstan up had exited (%s)", p.exit())
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		if p.state != nil {
+			return fmt.Errorf("capstan up stopped with %s:\n%s", p.exit(), p.Tail())
+		}
+		return nil
+	case <-time.After(timeout):
+		p.kill()
+		return fmt.Errorf("capstan up did not stop within %s of SIGTERM:\n%s", timeout, p.Tail())
+	}
+}

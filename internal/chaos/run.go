@@ -1,0 +1,289 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	configclient "github.com/openshift/client-go/config/clientset/versioned"
+	machineclient "github.com/openshift/client-go/machine/clientset/versioned"
+	mcfgclient "github.com/openshift/client-go/machineconfiguration/clientset/versioned"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/capstan-dev/capstan/internal/etcdretry"
+)
+
+// Run is one run of a scenario: its cluster's data dir, clients of its
+// API, and the history of its storage.
+type Run struct {
+	Scenario *Scenario
+	Seed     uint64
+	DataDir  string
+	// Kubeconfig is the cluster's admin kubeconfig.
+	Kubeconfig string
+
+	Kube    kubernetes.Interface
+	Machine machineclient.Interface
+	Config  configclient.Interface
+	MCO     mcfgclient.Interface
+	Dynamic dynamic.Interface
+	// History is every revision of the objects the invariants read.
+	History *History
+	// Capstan runs a short-lived capstan command against the cluster
+	// (`capstan adm upgrade ...`) and returns its output.
+	Capstan func(ctx context.Context, args ...string) (string, error)
+
+	opts *Options
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// runOnce runs scenario s with seed. An error is the campaign's own
+// failure (no data dir, no process); what capstan did wrong is a
+// violation in the result.
+func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*RunResult, error) {
+	start := time.Now()
+	kills := PlanKills(s, seed, opts.Kills)
+	res := &RunResult{Scenario: s.Name, Seed: seed}
+	dir, err := tempDir(opts, s.Name, seed)
+	if err != nil {
+		return nil, err
+	}
+	apiPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	relPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	// The ports stay for the whole run: release images are pulled by a
+	// reference that names the registry's address.
+	args := append([]string{"--data-dir", dir, "--port", strconv.Itoa(apiPort), "--metrics-address", "",
+		"--release-address", "127.0.0.1:" + strconv.Itoa(relPort)}, s.Args...)
+	r := &Run{Scenario: s, Seed: seed, DataDir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig"), opts: opts}
+	r.Capstan = func(ctx context.Context, args ...string) (string, error) {
+		cmd := opts.Command(append(args, "--kubeconfig", r.Kubeconfig)...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	violate := func(inv, format string, a ...any) {
+		res.Violations = append(res.Violations, Violation{Invariant: inv, Detail: fmt.Sprintf(format, a...)})
+	}
+	defer func() {
+		res.Duration = time.Since(start)
+		if len(res.Violations) > 0 || opts.Keep {
+			res.DataDir = dir
+			return
+		}
+		os.RemoveAll(dir)
+	}()
+
+	armed := ""
+	if len(kills) > 0 {
+		armed = kills[0].armed()
+	}
+	p, err := startProcess(opts.Command, args, armed)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if !p.exited() {
+			p.kill()
+		}
+	}()
+	if err := p.waitUp(opts.StartTimeout); err != nil {
+		violate("starts", "the first start: %v", err)
+		return res, nil
+	}
+	if err := r.connect(); err != nil {
+		return nil, err
+	}
+	rctx, stopRecording := context.WithCancel(ctx)
+	defer stopRecording()
+	r.History = record(rctx, dir)
+	if err := ensureAckNamespace(ctx, r.Kube); err != nil {
+		violate("setup", "%v", err)
+		return res, nil
+	}
+	writes := newAcks(r.Kube)
+	go writes.run(rctx)
+
+	// The operation goes on from here, through the kills.
+	progress := startProgress(rctx, r)
+	for k, kill := range kills {
+		if len(res.Violations) > 0 {
+			break
+		}
+		landed := kill.String()
+		// A kill at a point waits for the point, unless the operation
+		// is over (it will not be reached any more).
+		var over <-chan struct{}
+		if kill.Point != "" {
+			over = progress.done
+		}
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-p.done:
+		case <-over:
+			landed = fmt.Sprintf("%s not reached: the operation completed", kill.Point)
+			p.kill()
+		case <-time.After(killDelay(s, kill)):
+			if kill.Point != "" {
+				landed = fmt.Sprintf("%s not reached: after %.0fs", kill.Point, killDelay(s, kill).Seconds())
+			}
+			p.kill()
+		}
+		killedAt := time.Now()
+		switch {
+		case kill.Point != "" && p.reachedFailpoint():
+		case !p.killedBySIGKILL():
+			violate("crash", "capstan up exited on its own (%s) before kill %d:\n%s", p.exit(), k+1, p.Tail())
+			return res, nil
+		}
+		// Where the operation was, as its last step said.
+		landed = fmt.Sprintf("%s [%.0fs: %s]", landed, killedAt.Sub(start).Seconds(), progress.why())
+		res.Kills = append(res.Kills, landed)
+		r.History.reconnect()
+		armed = ""
+		if k+1 < len(kills) {
+			armed = kills[k+1].armed()
+		}
+		if p, err = startProcess(opts.Command, args, armed); err != nil {
+			return nil, err
+		}
+		if err := p.waitUp(opts.StartTimeout); err != nil {
+			violate("starts", "the start after kill %d (%s): %v", k+1, landed, err)
+			return res, nil
+		}
+		at, err := writes.waitAfter(ctx, killedAt, time.Minute)
+		if err != nil {
+			violate("starts", "after kill %d (%s) capstan said it was up, but the API took no write: %v", k+1, landed, err)
+			return res, nil
+		}
+		res.Recoveries = append(res.Recoveries, at.Sub(killedAt))
+		if lost, err := writes.lost(ctx); err != nil || len(lost) > 0 {
+			violate("acknowledged writes", "after kill %d (%s): %d lost (%s) %v", k+1, landed, len(lost), summarize(lost, 5), err)
+		}
+	}
+	if len(res.Violations) > 0 {
+		return res, nil
+	}
+	select {
+	case <-progress.done:
+	case <-p.done:
+		violate("crash", "capstan up exited on its own (%s):\n%s", p.exit(), p.Tail())
+		return res, nil
+	case <-time.After(s.Timeout):
+		violate("completes", "not within %s of the last kill: %s", s.Timeout, progress.why())
+		return res, nil
+	case <-ctx.Done():
+		return res, ctx.Err()
+	}
+	if err := r.History.catchUp(ctx, time.Minute); err != nil {
+		violate("history", "%v", err)
+		return res, nil
+	}
+	if lost, err := writes.lost(ctx); err != nil || len(lost) > 0 {
+		violate("acknowledged writes", "at the end: %d lost (%s) %v", len(lost), summarize(lost, 5), err)
+	}
+	res.Changes = r.History.Len()
+	res.Completed = progress.at.Sub(start)
+	res.Violations = append(res.Violations, s.Check(ctx, r)...)
+	if err := p.stop(2 * time.Minute); err != nil {
+		violate("stops", "%v", err)
+	}
+	return res, nil
+}
+
+// killDelay is how long a kill waits: its random delay, or how long its
+// point may take to be reached.
+func killDelay(s *Scenario, k Kill) time.Duration {
+	if k.Point != "" {
+		return 3 * s.Window
+	}
+	return k.After
+}
+
+// connect makes the run's clients of the cluster's API.
+func (r *Run) connect() error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", r.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("kubeconfig %s: %w", r.Kubeconfig, err)
+	}
+	cfg = etcdretry.Wrap(cfg)
+	cfg.QPS, cfg.Burst = 100, 200
+	cfg.Timeout = 30 * time.Second
+	var errs []error
+	add := func(err error) { errs = append(errs, err) }
+	r.Kube, err = kubernetes.NewForConfig(cfg)
+	add(err)
+	r.Machine, err = machineclient.NewForConfig(cfg)
+	add(err)
+	r.Config, err = configclient.NewForConfig(cfg)
+	add(err)
+	r.MCO, err = mcfgclient.NewForConfig(cfg)
+	add(err)
+	r.Dynamic, err = dynamic.NewForConfig(cfg)
+	add(err)
+	return errors.Join(errs...)
+}
+
+// progress drives a scenario's operation in the background.
+type progress struct {
+	done chan struct{}
+	// at is when the operation was seen complete.
+	at   time.Time
+	mu   sync.Mutex
+	last string
+}
+
+func (p *progress) why() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last
+}
+
+func startProgress(ctx context.Context, r *Run) *progress {
+	p := &progress{done: make(chan struct{})}
+	go func() {
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			done, why, err := r.Scenario.Progress(ctx, r)
+			if err != nil {
+				why = err.Error()
+			}
+			p.mu.Lock()
+			p.last = why
+			p.mu.Unlock()
+			if done {
+				p.at = time.Now()
+				close(p.done)
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return p
+}

@@ -1,0 +1,99 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/capstan-dev/capstan/internal/failpoint"
+	"github.com/capstan-dev/capstan/internal/mco"
+	"github.com/capstan-dev/capstan/internal/nodes"
+)
+
+// mcoWorkers and mcoMaxUnavailable size the mco scenario's rollout.
+const (
+	mcoWorkers        = 5
+	mcoMaxUnavailable = 2
+)
+
+// mcoScenario rolls a new MachineConfig over a worker pool of 5 nodes,
+// two at a time.
+func mcoScenario() *Scenario {
+	const config = "50-chaos"
+	return &Scenario{
+		Name: "mco",
+		Doc: "a MachineConfig rolled over a worker pool of 5 nodes with maxUnavailable 2: never more than 2 nodes out of service, " +
+			"each node rebooted exactly once into the new rendered configuration, the pool Updated at the end",
+		Args:   []string{"--control-plane-nodes", "1", "--nodes", fmt.Sprint(mcoWorkers), "--mcd-apply-duration", "1s", "--mcd-reboot-duration", "3s"},
+		Window: 12 * time.Second,
+		Points: []Point{{failpoint.MCOTargetDecided, 3}, {failpoint.MCDMidApply, 3}, {failpoint.MCDMidReboot, 3},
+			{failpoint.DrainStarted, 1}},
+		Timeout: settleTime,
+		Progress: func(ctx context.Context, r *Run) (bool, string, error) {
+			pools := r.MCO.MachineconfigurationV1().MachineConfigPools()
+			patch := fmt.Sprintf(`{"spec":{"maxUnavailable":%d}}`, mcoMaxUnavailable)
+			if _, err := pools.Patch(ctx, "worker", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+				return false, "", err
+			}
+			pool, err := pools.Get(ctx, "worker", metav1.GetOptions{})
+			if err != nil {
+				return false, "", err
+			}
+			// The pool's first configuration is rendered and its nodes
+			// run it before the new one comes.
+			if ok, why, _ := poolUpdated(pool, mcoWorkers); !ok && !rendersFrom(pool, config) {
+				return false, "the worker pool is not installed: " + why, nil
+			}
+			mc := &mcfgv1.MachineConfig{ObjectMeta: metav1.ObjectMeta{Name: config, Labels: map[string]string{mco.RoleLabel: "worker"}},
+				Spec: mcfgv1.MachineConfigSpec{Config: runtime.RawExtension{Raw: []byte(
+					`{"ignition":{"version":"3.2.0"},"storage":{"files":[{"path":"/etc/chaos","contents":{"source":"data:,rolled"}}]}}`)}}}
+			if _, err := r.MCO.MachineconfigurationV1().MachineConfigs().Create(ctx, mc, metav1.CreateOptions{}); created(err) != nil {
+				return false, "", err
+			}
+			if !rendersFrom(pool, config) {
+				return false, "the worker pool does not render " + config + " yet", nil
+			}
+			return poolUpdated(pool, mcoWorkers)
+		},
+		Check: func(ctx context.Context, r *Run) []Violation {
+			pool, err := r.MCO.MachineconfigurationV1().MachineConfigPools().Get(ctx, "worker", metav1.GetOptions{})
+			if err != nil {
+				return []Violation{{"completes", err.Error()}}
+			}
+			return checkRollout(r.History, "worker", isWorker, pool.Spec.Configuration.Name, mcoMaxUnavailable)
+		},
+	}
+}
+
+func isWorker(n *corev1.Node) bool {
+	_, ok := n.Labels[nodes.LabelRoleWorker]
+	return ok && !nodes.IsControlPlane(n)
+}
+
+// rendersFrom reports whether the pool's target configuration includes
+// the MachineConfig name.
+func rendersFrom(p *mcfgv1.MachineConfigPool, name string) bool {
+	return slices.ContainsFunc(p.Spec.Configuration.Source, func(o corev1.ObjectReference) bool { return o.Name == name })
+}
+
+// poolUpdated reports whether the pool's n nodes all run its target.
+func poolUpdated(p *mcfgv1.MachineConfigPool, n int) (bool, string, error) {
+	st := p.Status
+	updated := false
+	for _, c := range st.Conditions {
+		if c.Type == mcfgv1.MachineConfigPoolUpdated {
+			updated = c.Status == corev1.ConditionTrue
+		}
+	}
+	ok := updated && p.Spec.Configuration.Name != "" && st.Configuration.Name == p.Spec.Configuration.Name &&
+		int(st.MachineCount) == n && int(st.UpdatedMachineCount) == n && int(st.ReadyMachineCount) == n
+	return ok, fmt.Sprintf("pool %s: %d of %d machines updated to %s (%d ready), status at %s, Updated %v",
+		p.Name, st.UpdatedMachineCount, st.MachineCount, p.Spec.Configuration.Name, st.ReadyMachineCount, st.Configuration.Name, updated), nil
+}

@@ -1,0 +1,208 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	machinev1 "github.com/openshift/api/machine/v1beta1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/capstan-dev/capstan/internal/machine"
+)
+
+// Scenarios are the campaign's scenarios, in the order `all` runs them.
+func Scenarios() []*Scenario {
+	return []*Scenario{updateScenario(), autoscalerScenario(), machineSetScenario(), mcoScenario(), evictionScenario()}
+}
+
+// created treats AlreadyExists as success: each write of a scenario may
+// be made again after a kill.
+func created(err error) error {
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// phase is where a multi-step scenario is, kept in the cluster (so a
+// kill of the campaign's target loses nothing of it): a ConfigMap
+// chaos-phase in the campaign's namespace.
+func phase(ctx context.Context, r *Run) (string, error) {
+	cm, err := r.Kube.CoreV1().ConfigMaps(ackNamespace).Get(ctx, "chaos-phase", metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return cm.Data["phase"], nil
+}
+
+// setPhase moves the scenario to its next step.
+func setPhase(ctx context.Context, r *Run, p string) error {
+	patch := fmt.Sprintf(`{"data":{"phase":%q}}`, p)
+	_, err := r.Kube.CoreV1().ConfigMaps(ackNamespace).Patch(ctx, "chaos-phase", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "chaos-phase", Namespace: ackNamespace}, Data: map[string]string{"phase": p}}
+		_, err = r.Kube.CoreV1().ConfigMaps(ackNamespace).Create(ctx, cm, metav1.CreateOptions{})
+	}
+	return err
+}
+
+// newMachineSet is a scenario's MachineSet of 4-core workers in one zone,
+// whose nodes carry setLabel(name).
+func newMachineSet(name string, annotations map[string]string) *machinev1.MachineSet {
+	return &machinev1.MachineSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: machine.Namespace, Annotations: annotations},
+		Spec: machinev1.MachineSetSpec{
+			Replicas: ptr.To(int32(0)),
+			Selector: metav1.LabelSelector{MatchLabels: map[string]string{machine.MachineSetLabel: name}},
+			Template: machinev1.MachineTemplateSpec{
+				ObjectMeta: machinev1.ObjectMeta{Labels: map[string]string{machine.MachineSetLabel: name}},
+				Spec: machinev1.MachineSpec{
+					ObjectMeta:   machinev1.ObjectMeta{Labels: setLabel(name)},
+					ProviderSpec: machinev1.ProviderSpec{Value: machine.RawProviderSpec(machine.ProviderSpec{InstanceType: "capstan.large", Zone: "sim-zone-a"})},
+				},
+			},
+		},
+	}
+}
+
+// ensureMachineSet creates a scenario's MachineSet unless it exists.
+func ensureMachineSet(ctx context.Context, r *Run, ms *machinev1.MachineSet) error {
+	_, err := r.Machine.MachineV1beta1().MachineSets(machine.Namespace).Create(ctx, ms, metav1.CreateOptions{})
+	return created(err)
+}
+
+// scaleTo sets a MachineSet's replicas.
+func scaleTo(ctx context.Context, r *Run, set string, replicas int) error {
+	patch := fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas)
+	_, err := r.Machine.MachineV1beta1().MachineSets(machine.Namespace).Patch(ctx, set, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	return err
+}
+
+// setState is what the cluster holds of a MachineSet: its replicas, its
+// machines (deleting ones too) and the nodes of its machines.
+type setState struct {
+	replicas int
+	machines []machinev1.Machine
+	nodes    []corev1.Node
+}
+
+func readSet(ctx context.Context, r *Run, set string) (*setState, error) {
+	ms, err := r.Machine.MachineV1beta1().MachineSets(machine.Namespace).Get(ctx, set, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	st := &setState{replicas: int(ptr.Deref(ms.Spec.Replicas, 0))}
+	ml, err := r.Machine.MachineV1beta1().Machines(machine.Namespace).List(ctx, metav1.ListOptions{LabelSelector: machine.MachineSetLabel + "=" + set})
+	if err != nil {
+		return nil, err
+	}
+	st.machines = ml.Items
+	nl, err := r.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "chaos.capstan.dev/set=" + set})
+	if err != nil {
+		return nil, err
+	}
+	st.nodes = nl.Items
+	return st, nil
+}
+
+// gone reports whether the set has no machine, instance or node left.
+func (st *setState) gone() (bool, string) {
+	if st.replicas != 0 || len(st.machines) > 0 || len(st.nodes) > 0 {
+		return false, fmt.Sprintf("%d replicas, %d machines, %d nodes left", st.replicas, len(st.machines), len(st.nodes))
+	}
+	return true, ""
+}
+
+// bigPod is a pod that takes most of a 4-core node, on a node of set.
+func bigPod(name, set string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ackNamespace, Labels: map[string]string{"app": set}},
+		Spec:       podSpec(set),
+	}
+}
+
+func podSpec(set string) corev1.PodSpec {
+	return corev1.PodSpec{
+		NodeSelector:                  setLabel(set),
+		TerminationGracePeriodSeconds: ptr.To[int64](0),
+		Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}}}},
+	}
+}
+
+// runningPods counts the pods of app that run on a node.
+func runningPods(ctx context.Context, r *Run, app string) (int, []corev1.Pod, error) {
+	list, err := r.Kube.CoreV1().Pods(ackNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
+	if err != nil {
+		return 0, nil, err
+	}
+	n := 0
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil && p.Spec.NodeName != "" && p.Status.Phase == corev1.PodRunning {
+			n++
+		}
+	}
+	return n, list.Items, nil
+}
+
+// podsOnAt replays the pods of namespace ns and returns those bound to
+// each node at revision rev, not terminating.
+func podsOnAt(h *History, ns string, rev int64) map[string][]string {
+	live := map[string]*corev1.Pod{}
+	for _, e := range h.Events(podsKey + ns + "/") {
+		if e.Rev > rev {
+			break
+		}
+		if p, ok := e.Obj.(*corev1.Pod); ok {
+			live[p.Name] = p
+		} else if p, ok := e.Prev.(*corev1.Pod); ok {
+			delete(live, p.Name)
+		}
+	}
+	out := map[string][]string{}
+	for _, p := range live {
+		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
+			out[p.Spec.NodeName] = append(out[p.Spec.NodeName], p.Name)
+		}
+	}
+	return out
+}
+
+// deletedAt is the revision at which key was deleted (0: never).
+func deletedAt(h *History, key string) int64 {
+	var rev int64
+	for _, e := range h.Events(key) {
+		if e.Key == key && e.Obj == nil {
+			rev = e.Rev
+		}
+	}
+	return rev
+}
+
+// checkDrained checks that each machine's node had no pod of namespace ns
+// left when its instance was terminated.
+func checkDrained(h *History, machines []string) []Violation {
+	var out []Violation
+	for _, m := range machines {
+		rev := deletedAt(h, instancesKey+m)
+		if rev == 0 {
+			continue
+		}
+		if left := podsOnAt(h, ackNamespace, rev)[m]; len(left) > 0 {
+			out = append(out, Violation{"drain", fmt.Sprintf("machine %s's instance was terminated (revision %d) with pods still on its node: %s", m, rev, summarize(left, 5))})
+		}
+	}
+	return out
+}
+
+// settleTime is how long a scenario may take after its last kill.
+const settleTime = 5 * time.Minute

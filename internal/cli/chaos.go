@@ -1,0 +1,144 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/capstan-dev/capstan/internal/chaos"
+	"github.com/capstan-dev/capstan/internal/failpoint"
+)
+
+func newChaosCommand() *cobra.Command {
+	var (
+		names []string
+		opts  = chaos.Options{Runs: 1, Kills: 3}
+		seed  int64
+		list  bool
+	)
+	c := &cobra.Command{
+		Use:   "chaos",
+		Short: "A fault campaign: kill capstan up in the middle of a scenario, again and again, then check what it did",
+		Long: `Runs each scenario on a fresh capstan up child process, SIGKILLs it --kills
+times (at instants drawn from the seed, or at named points of capstan's code:
+between a decision and its write, mid-drain, mid-reboot, mid-apply), starts
+it again each time, and once the scenario has settled checks its invariants
+against the cluster's storage and API: the operation completed, nothing was
+done twice, no limit was exceeded, no acknowledged write was lost, history
+and conditions agree, and capstan started every time.
+
+Run i of a scenario uses seed --seed+i; each violation prints the command
+that replays its run. The exit status is 1 when any invariant was violated.
+--list shows the scenarios and the kill points.`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			out := c.OutOrStdout()
+			if list {
+				printChaosList(out)
+				return nil
+			}
+			if seed < 0 {
+				return fmt.Errorf("--seed %d must not be negative", seed)
+			}
+			if opts.Runs < 1 {
+				return fmt.Errorf("--runs %d must be at least 1", opts.Runs)
+			}
+			if opts.Kills < 0 {
+				return fmt.Errorf("--kills %d must not be negative", opts.Kills)
+			}
+			if !c.Flags().Changed("seed") {
+				seed = time.Now().Unix()
+			}
+			opts.Seed = uint64(seed)
+			var err error
+			if opts.Scenarios, err = chaos.Find(splitNames(names)); err != nil {
+				return fmt.Errorf("--scenario: %w", err)
+			}
+			exe, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("finding the capstan binary to run: %w", err)
+			}
+			opts.Command = func(args ...string) *exec.Cmd { return exec.Command(exe, args...) }
+			opts.Log = out
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			fmt.Fprintf(out, "capstan chaos: %d run(s) of %s, %d kills each, seed %d\n", opts.Runs, strings.Join(scenarioNames(opts.Scenarios), ", "), opts.Kills, opts.Seed)
+			rep, err := chaos.Campaign(ctx, opts)
+			if rep != nil && len(rep.Runs) > 0 {
+				fmt.Fprintln(out)
+				rep.Print(out, replayCommand)
+			}
+			if err != nil {
+				return err
+			}
+			if n := rep.Violations(); n > 0 {
+				return fmt.Errorf("%d invariant violations", n)
+			}
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringSliceVar(&names, "scenario", []string{"all"}, "scenarios to run (comma-separated), or all")
+	f.IntVar(&opts.Runs, "runs", opts.Runs, "runs of each scenario")
+	f.Int64Var(&seed, "seed", 0, "seed of the first run (default: the current time)")
+	f.IntVar(&opts.Kills, "kills", opts.Kills, "SIGKILLs in each run")
+	f.StringVar(&opts.Dir, "dir", "", "where the runs' data dirs go (default: the system's temp dir)")
+	f.BoolVar(&opts.Keep, "keep", false, "keep every run's data dir (a run with a violation keeps its own anyway)")
+	f.DurationVar(&opts.StartTimeout, "start-timeout", 3*time.Minute, "how long each start of capstan up may take")
+	f.BoolVar(&list, "list", false, "list the scenarios and the kill points, and exit")
+	return c
+}
+
+func splitNames(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if n = strings.TrimSpace(n); n != "" {
+			out = append(out, n)
+		}
+	}
+	if len(out) == 0 {
+		return []string{"all"}
+	}
+	return out
+}
+
+func scenarioNames(ss []*chaos.Scenario) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = s.Name
+	}
+	return out
+}
+
+func replayCommand(scenario string, seed uint64, kills int) string {
+	return fmt.Sprintf("capstan chaos --scenario %s --seed %d --kills %d --runs 1", scenario, seed, kills)
+}
+
+func printChaosList(out interface{ Write([]byte) (int, error) }) {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tKILL POINTS\tWHAT IT CHECKS")
+	for _, s := range chaos.Scenarios() {
+		var points []string
+		for _, p := range s.Points {
+			points = append(points, p.Name)
+		}
+		if len(points) == 0 {
+			points = []string{"(random instants only)"}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Name, strings.Join(points, ","), s.Doc)
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "KILL POINT\tWHERE")
+	for _, p := range failpoint.Points {
+		fmt.Fprintf(tw, "%s\t%s\n", p.Name, p.Doc)
+	}
+	tw.Flush()
+}
