@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	machinev1 "github.com/openshift/api/machine/v1beta1"
@@ -116,13 +117,19 @@ func ensureAutoscaling(ctx context.Context, r *Run, set string) error {
 // the drain, or its instance terminated, while a preDrain hook was on it.
 func checkHooksHeld(h *History, set string) []Violation {
 	var out []Violation
-	// The last revision at which each machine still had a preDrain hook.
+	// The revision at which each machine's preDrain hooks went (the hook
+	// holds it until then).
 	held := map[string]int64{}
 	hooked := map[string]bool{}
 	for _, e := range h.Events(machinesKey) {
-		if m, ok := e.Obj.(*machinev1.Machine); ok && ownedBy(m, set) && len(m.Spec.LifecycleHooks.PreDrain) > 0 {
-			held[m.Name] = e.Rev
+		m, ok := e.Obj.(*machinev1.Machine)
+		prev, _ := e.Prev.(*machinev1.Machine)
+		switch {
+		case ok && ownedBy(m, set) && len(m.Spec.LifecycleHooks.PreDrain) > 0:
 			hooked[m.Name] = true
+			held[m.Name] = math.MaxInt64
+		case prev != nil && len(prev.Spec.LifecycleHooks.PreDrain) > 0 && held[prev.Name] == math.MaxInt64:
+			held[prev.Name] = e.Rev
 		}
 	}
 	for _, m := range machinesOf(h, set) {
@@ -131,18 +138,26 @@ func checkHooksHeld(h *History, set string) []Violation {
 			continue
 		}
 		if rev := deletedAt(h, instancesKey+m); rev != 0 && rev < held[m] {
-			out = append(out, Violation{"hooks", fmt.Sprintf("machine %s's instance was terminated (revision %d) while its preDrain hook held it (until %d)", m, rev, held[m])})
+			out = append(out, Violation{"hooks", fmt.Sprintf("machine %s's instance was terminated (revision %d) while its preDrain hook held it (%s)", m, rev, until(held[m]))})
 		}
 	}
 	nodeStates(h, func(rev int64, n, prev *corev1.Node, _ map[string]*corev1.Node) {
 		if n == nil || !inSet(n, set) || !n.Spec.Unschedulable || prev == nil || prev.Spec.Unschedulable {
 			return
 		}
-		if until, ok := held[n.Name]; ok && rev < until {
-			out = append(out, Violation{"hooks", fmt.Sprintf("node %s was cordoned for its drain (revision %d) while its machine's preDrain hook held it (until %d)", n.Name, rev, until)})
+		if released, ok := held[n.Name]; ok && rev < released {
+			out = append(out, Violation{"hooks", fmt.Sprintf("node %s was cordoned for its drain (revision %d) while its machine's preDrain hook held it (%s)", n.Name, rev, until(held[n.Name]))})
 		}
 	})
 	return out
+}
+
+// until says until when a hook held a machine.
+func until(rev int64) string {
+	if rev == math.MaxInt64 {
+		return "it still does"
+	}
+	return fmt.Sprintf("until revision %d", rev)
 }
 
 // checkOnlySetRemoved checks that no machine but set's was ever deleted.

@@ -153,16 +153,20 @@ func evictionProgress(ctx context.Context, r *Run) (bool, string, error) {
 
 // checkEviction replays the pods and the stopped node.
 func checkEviction(ctx context.Context, r *Run) []Violation {
-	var out []Violation
-	add := func(inv, format string, a ...any) { out = append(out, Violation{inv, fmt.Sprintf(format, a...)}) }
 	ws, err := workers(ctx, r)
 	if err != nil || len(ws) == 0 {
 		return []Violation{{"completes", fmt.Sprintf("no workers: %v", err)}}
 	}
-	victim := ws[0].Name
+	return evictionViolations(r.History, ws[0].Name)
+}
+
+// evictionViolations checks the evictions from victim.
+func evictionViolations(h *History, victim string) []Violation {
+	var out []Violation
+	add := func(inv, format string, a ...any) { out = append(out, Violation{inv, fmt.Sprintf(format, a...)}) }
 	// The first NoExecute taint of the stopped node.
 	var tainted time.Time
-	nodeStates(r.History, func(_ int64, n, _ *corev1.Node, _ map[string]*corev1.Node) {
+	nodeStates(h, func(_ int64, n, _ *corev1.Node, _ map[string]*corev1.Node) {
 		if n == nil || n.Name != victim || !tainted.IsZero() {
 			return
 		}
@@ -178,7 +182,7 @@ func checkEviction(ctx context.Context, r *Run) []Violation {
 	}
 	created := map[string]bool{}
 	evicted := map[string]time.Time{}
-	for _, e := range r.History.Events(podsKey + ackNamespace + "/") {
+	for _, e := range h.Events(podsKey + ackNamespace + "/") {
 		p, ok := e.Obj.(*corev1.Pod)
 		if !ok {
 			if prev, ok := e.Prev.(*corev1.Pod); ok && prev.Name == keepPod {

@@ -1,0 +1,315 @@
+package chaos
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	configv1 "github.com/openshift/api/config/v1"
+	machinev1 "github.com/openshift/api/machine/v1beta1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+
+	"github.com/capstan-dev/capstan/internal/failpoint"
+	"github.com/capstan-dev/capstan/internal/mco"
+	"github.com/capstan-dev/capstan/internal/updateservice/demo"
+)
+
+// fakeHistory builds a history change by change, each at the next
+// revision.
+type fakeHistory struct {
+	h    History
+	last map[string]runtime.Object
+}
+
+func newFakeHistory() *fakeHistory { return &fakeHistory{last: map[string]runtime.Object{}} }
+
+// put records obj as the new state of key (nil: deleted).
+func (f *fakeHistory) put(key string, obj runtime.Object) int64 {
+	f.h.rev++
+	f.h.events = append(f.h.events, Event{Rev: f.h.rev, Key: key, Obj: obj, Prev: f.last[key]})
+	if obj == nil {
+		delete(f.last, key)
+	} else {
+		f.last[key] = obj
+	}
+	return f.h.rev
+}
+
+func invariants(vs []Violation) []string {
+	var out []string
+	for _, v := range vs {
+		out = append(out, v.Invariant)
+	}
+	return out
+}
+
+func setObj(name string, replicas int32) *machinev1.MachineSet {
+	return &machinev1.MachineSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "openshift-machine-api", UID: "uid-" + "set"},
+		Spec: machinev1.MachineSetSpec{Replicas: ptr.To(replicas)}}
+}
+
+func machineObj(name, set string, hooks ...string) *machinev1.Machine {
+	m := &machinev1.Machine{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "openshift-machine-api",
+		OwnerReferences: []metav1.OwnerReference{{Kind: "MachineSet", Name: set, Controller: ptr.To(true)}}}}
+	for _, h := range hooks {
+		m.Spec.LifecycleHooks.PreDrain = append(m.Spec.LifecycleHooks.PreDrain, machinev1.LifecycleHook{Name: h, Owner: "test"})
+	}
+	return m
+}
+
+func instanceObj(name string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "capstan-sim", Labels: map[string]string{"sim.capstan.dev/instance": "true"}}}
+}
+
+func TestCheckMachineSet(t *testing.T) {
+	good := newFakeHistory()
+	good.put(machineSetsKey+"openshift-machine-api/s", setObj("s", 0))
+	good.put(machineSetsKey+"openshift-machine-api/s", setObj("s", 3))
+	for i := range 3 {
+		m := fmt.Sprintf("s-%d", i)
+		good.put(machinesKey+"openshift-machine-api/"+m, machineObj(m, "s"))
+		good.put(instancesKey+m, instanceObj(m))
+		// An update is not a creation.
+		good.put(instancesKey+m, instanceObj(m))
+	}
+	good.put(machineSetsKey+"openshift-machine-api/s", setObj("s", 0))
+	if vs := checkMachineSet(&good.h, "s", 3); len(vs) != 0 {
+		t.Fatalf("a clean scale-up: %v", vs)
+	}
+
+	bad := newFakeHistory()
+	bad.put(machineSetsKey+"openshift-machine-api/s", setObj("s", 4))
+	for i := range 4 {
+		m := fmt.Sprintf("s-%d", i)
+		bad.put(machinesKey+"openshift-machine-api/"+m, machineObj(m, "s"))
+		if i < 3 {
+			bad.put(instancesKey+m, instanceObj(m))
+		}
+	}
+	// s-0's instance made a second time.
+	bad.put(instancesKey+"s-0", nil)
+	bad.put(instancesKey+"s-0", instanceObj("s-0"))
+	// Another set's machine does not count.
+	bad.put(machinesKey+"openshift-machine-api/other-0", machineObj("other-0", "other"))
+	got := invariants(checkMachineSet(&bad.h, "s", 3))
+	want := []string{"replicas", "machines", "instances", "instances"} // s-0 twice, s-3 never
+	if !slices.Equal(got, want) {
+		t.Fatalf("violations %v, want %v", got, want)
+	}
+}
+
+func nodeObj(name, boot, current, desired string, ready, cordoned bool) *corev1.Node {
+	status := corev1.ConditionTrue
+	if !ready {
+		status = corev1.ConditionFalse
+	}
+	state := mco.StateDone
+	if current != desired {
+		state = mco.StateWorking
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"node-role.kubernetes.io/worker": ""},
+			Annotations: map[string]string{mco.CurrentConfigAnnotation: current, mco.DesiredConfigAnnotation: desired, mco.StateAnnotation: state}},
+		Spec:   corev1.NodeSpec{Unschedulable: cordoned},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status}}, NodeInfo: corev1.NodeSystemInfo{BootID: boot}},
+	}
+}
+
+func TestCheckRollout(t *testing.T) {
+	// A rollout one node at a time, each rebooted once.
+	good := newFakeHistory()
+	for _, n := range []string{"w1", "w2"} {
+		good.put(nodesKey+n, nodeObj(n, n+"-a", "r1", "r1", true, false))
+	}
+	for _, n := range []string{"w1", "w2"} {
+		good.put(nodesKey+n, nodeObj(n, n+"-a", "r1", "r2", true, false))
+		good.put(nodesKey+n, nodeObj(n, n+"-a", "r1", "r2", true, true))
+		good.put(nodesKey+n, nodeObj(n, n+"-b", "r1", "r2", false, true))
+		good.put(nodesKey+n, nodeObj(n, n+"-b", "r2", "r2", true, false))
+	}
+	if vs := checkRollout(&good.h, "worker", isWorker, "r2", 1); len(vs) != 0 {
+		t.Fatalf("a clean rollout: %v", vs)
+	}
+
+	bad := newFakeHistory()
+	for _, n := range []string{"w1", "w2", "w3"} {
+		bad.put(nodesKey+n, nodeObj(n, n+"-a", "r1", "r1", true, false))
+	}
+	// Two at once, w1 booted twice, w3 never.
+	bad.put(nodesKey+"w1", nodeObj("w1", "w1-a", "r1", "r2", true, false))
+	bad.put(nodesKey+"w2", nodeObj("w2", "w2-a", "r1", "r2", true, false))
+	bad.put(nodesKey+"w1", nodeObj("w1", "w1-b", "r1", "r2", true, false))
+	bad.put(nodesKey+"w1", nodeObj("w1", "w1-c", "r2", "r2", true, false))
+	bad.put(nodesKey+"w2", nodeObj("w2", "w2-b", "r2", "r2", true, false))
+	bad.put(nodesKey+"w3", nodeObj("w3", "w3-a", "r2", "r2", true, false))
+	vs := checkRollout(&bad.h, "worker", isWorker, "r2", 1)
+	if got, want := invariants(vs), []string{"maxUnavailable", "reboots", "reboots"}; !slices.Equal(got, want) {
+		t.Fatalf("violations %v, want %v", vs, want)
+	}
+	if !strings.Contains(vs[0].Detail, "2 nodes unavailable at once (w1, w2") || !strings.Contains(vs[1].Detail, "w1") || !strings.Contains(vs[2].Detail, "w3") {
+		t.Errorf("details: %v", vs)
+	}
+}
+
+func TestCheckHooksHeld(t *testing.T) {
+	f := newFakeHistory()
+	key := func(m string) string { return machinesKey + "openshift-machine-api/" + m }
+	f.put(key("s-1"), machineObj("s-1", "s", "hold"))
+	f.put(nodesKey+"s-1", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "s-1", Labels: setLabel("s")}})
+	f.put(key("s-2"), machineObj("s-2", "s", "hold"))
+	// s-1's node cordoned while its hook holds it; released after.
+	f.put(nodesKey+"s-1", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "s-1", Labels: setLabel("s")}, Spec: corev1.NodeSpec{Unschedulable: true}})
+	f.put(key("s-1"), machineObj("s-1", "s"))
+	// s-2's instance goes while its hook holds it.
+	f.put(instancesKey+"s-2", instanceObj("s-2"))
+	f.put(instancesKey+"s-2", nil)
+	f.put(key("s-2"), machineObj("s-2", "s", "hold"))
+	// s-3 never had the hook.
+	f.put(key("s-3"), machineObj("s-3", "s"))
+	vs := checkHooksHeld(&f.h, "s")
+	var details []string
+	for _, v := range vs {
+		details = append(details, v.Detail)
+	}
+	all := strings.Join(details, "\n")
+	for _, want := range []string{"machine s-3 never had its preDrain hook", "machine s-2's instance was terminated", "node s-1 was cordoned for its drain"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("no violation %q in:\n%s", want, all)
+		}
+	}
+	if len(vs) != 3 {
+		t.Errorf("%d violations, want 3:\n%s", len(vs), all)
+	}
+}
+
+func TestCheckRunLevels(t *testing.T) {
+	report := func(f *fakeHistory, name string) {
+		f.put(operatorsKey+name, &configv1.ClusterOperator{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Status: configv1.ClusterOperatorStatus{Versions: []configv1.OperandVersion{{Name: "operator", Version: updateTo}}}})
+	}
+	inOrder := newFakeHistory()
+	for _, op := range demo.Operators {
+		report(inOrder, op.Name)
+	}
+	if vs := checkRunLevels(&inOrder.h); len(vs) != 0 {
+		t.Fatalf("operators in run-level order: %v", vs)
+	}
+	// The last operator reports first; one never reports.
+	early := newFakeHistory()
+	ops := demo.Operators
+	report(early, ops[len(ops)-1].Name)
+	for _, op := range ops[1 : len(ops)-1] {
+		report(early, op.Name)
+	}
+	vs := checkRunLevels(&early.h)
+	got := invariants(vs)
+	if len(got) == 0 || got[len(got)-1] != "completes" || !slices.Contains(got, "run levels") {
+		t.Fatalf("violations %v", vs)
+	}
+	if !strings.Contains(vs[len(vs)-1].Detail, ops[0].Name) {
+		t.Errorf("the operator that never reported is not named: %v", vs[len(vs)-1])
+	}
+}
+
+func TestEvictionViolations(t *testing.T) {
+	taintedAt := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+	f := newFakeHistory()
+	f.put(nodesKey+"v", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "v"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{
+		{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute, TimeAdded: ptr.To(metav1.NewTime(taintedAt))}}}})
+	pod := func(name, app string, evictedAfter time.Duration) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ackNamespace, Labels: map[string]string{"app": app}}, Spec: corev1.PodSpec{NodeName: "v"}}
+		if evictedAfter != 0 {
+			p.DeletionTimestamp = ptr.To(metav1.NewTime(taintedAt.Add(evictedAfter + 30*time.Second)))
+			p.DeletionGracePeriodSeconds = ptr.To[int64](30)
+		}
+		return p
+	}
+	key := func(n string) string { return podsKey + ackNamespace + "/" + n }
+	for _, n := range []string{"a", "b", "c"} {
+		f.put(key(n), pod(n, evictApp, 0))
+	}
+	f.put(key(keepPod), pod(keepPod, keepPod, 0))
+	f.put(key("a"), pod("a", evictApp, 16*time.Second))
+	f.put(key("b"), pod("b", evictApp, 15*time.Second))
+	f.put(key("c"), pod("c", evictApp, 10*time.Second)) // early
+	for _, n := range []string{"a2", "b2", "c2"} {
+		f.put(key(n), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: ackNamespace, Labels: map[string]string{"app": evictApp}}})
+	}
+	if vs := evictionViolations(&f.h, "v"); len(vs) != 1 || !strings.Contains(vs[0].Detail, "pod c was evicted") {
+		t.Fatalf("violations %v, want pod c's early eviction", vs)
+	}
+	f.put(key("extra"), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "extra", Namespace: ackNamespace, Labels: map[string]string{"app": evictApp}}})
+	f.put(key(keepPod), pod(keepPod, keepPod, 20*time.Second))
+	got := invariants(evictionViolations(&f.h, "v"))
+	if want := []string{"tolerations", "tolerations", "replacements"}; !slices.Equal(got, want) {
+		t.Fatalf("violations %v, want %v", got, want)
+	}
+}
+
+func TestPlanKillsIsReproducible(t *testing.T) {
+	s := &Scenario{Window: 10 * time.Second, Points: []Point{{failpoint.MCDMidReboot, 3}, {failpoint.DrainStarted, 1}}}
+	a, b := PlanKills(s, 42, 20), PlanKills(s, 42, 20)
+	if !slices.Equal(a, b) {
+		t.Fatalf("the same seed planned %v then %v", a, b)
+	}
+	if c := PlanKills(s, 43, 20); slices.Equal(a, c) {
+		t.Fatalf("seeds 42 and 43 planned the same kills %v", a)
+	}
+	points, instants := 0, 0
+	for _, k := range a {
+		switch k.Point {
+		case "":
+			instants++
+			if k.After < 0 || k.After >= s.Window {
+				t.Errorf("a random kill after %s, outside [0, %s)", k.After, s.Window)
+			}
+		case failpoint.MCDMidReboot:
+			points++
+			if k.Hit < 1 || k.Hit > 3 {
+				t.Errorf("kill at hit %d of %s, want 1-3", k.Hit, k.Point)
+			}
+		case failpoint.DrainStarted:
+			points++
+			if k.Hit != 1 {
+				t.Errorf("kill at hit %d of %s, want 1", k.Hit, k.Point)
+			}
+		default:
+			t.Errorf("kill at %s, not a point of the scenario", k.Point)
+		}
+	}
+	if points == 0 || instants == 0 {
+		t.Errorf("%d kills at points and %d at instants: want both", points, instants)
+	}
+	if none := PlanKills(&Scenario{Window: time.Second}, 42, 5); slices.ContainsFunc(none, func(k Kill) bool { return k.Point != "" }) {
+		t.Errorf("a scenario without points got kills at points: %v", none)
+	}
+}
+
+func TestReportPrint(t *testing.T) {
+	rep := &Report{Kills: 2, Runs: []*RunResult{
+		{Scenario: "mco", Seed: 7, Kills: []string{"a", "b"}, Recoveries: []time.Duration{time.Second, 3 * time.Second}},
+		{Scenario: "mco", Seed: 8, Kills: []string{"a", "b"}, Recoveries: []time.Duration{2 * time.Second, 4 * time.Second},
+			Violations: []Violation{{"reboots", "node w1 booted 2 times"}}, DataDir: "/tmp/x"},
+	}}
+	var buf bytes.Buffer
+	rep.Print(&buf, func(s string, seed uint64, kills int) string { return fmt.Sprintf("replay %s %d %d", s, seed, kills) })
+	want := `SCENARIO  RUNS  KILLS  VIOLATIONS  RECOVER p50  RECOVER p99
+mco       2     4      1           2.0s         4.0s
+
+mco seed 8: reboots: node w1 booted 2 times
+  replay: replay mco 8 2
+  data:   /tmp/x
+`
+	if buf.String() != want {
+		t.Fatalf("printed:\n%s\nwant:\n%s", buf.String(), want)
+	}
+	if rep.Violations() != 1 {
+		t.Errorf("Violations() = %d", rep.Violations())
+	}
+}
