@@ -37,7 +37,7 @@ func autoscalerScenario() *Scenario {
 		Args: []string{"--control-plane-nodes", "1", "--nodes", "1", "--autoscaler-scan-interval", "2s", "--boot-delay", "3s", "--terminate-delay", "2s",
 			"--hooks", "proactive-replacement", "--hook-selector", machine.MachineSetLabel + "=" + set},
 		Window: 12 * time.Second,
-		Points: []Point{{failpoint.AutoscalerScaleUp, 1}, {failpoint.AutoscalerScaleDown, 2}, {failpoint.MachineSetCreate, 3},
+		Points: []Point{{failpoint.AutoscalerScaleUp, 1}, {failpoint.AutoscalerScaleDown, 1}, {failpoint.MachineSetCreate, 3},
 			{failpoint.DrainStarted, 1}},
 		Timeout: settleTime,
 		Progress: func(ctx context.Context, r *Run) (bool, string, error) {
