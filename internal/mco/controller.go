@@ -389,10 +389,18 @@ func selfDone(n *corev1.Node) bool {
 	return a[CurrentConfigAnnotation] == a[DesiredConfigAnnotation] && a[StateAnnotation] == StateDone
 }
 
-// unavailable counts against maxUnavailable, as the MCO counts it: not
-// ready, or updating (and not failing).
+// mcdFailing: the node's daemon gave up on the configuration it was
+// told to run (Degraded or Unreconcilable); it may be told another.
+func mcdFailing(n *corev1.Node) bool {
+	a := n.Annotations
+	return a[CurrentConfigAnnotation] != a[DesiredConfigAnnotation] && nodeDegraded(n)
+}
+
+// unavailable counts against maxUnavailable, as the MCO counts it
+// (isNodeUnavailable): not ready, or updating; a node whose daemon failed
+// is not updating any more.
 func unavailable(n *corev1.Node) bool {
-	return !nodeReady(n) || (!selfDone(n) && !nodeDegraded(n))
+	return !nodeReady(n) || (!selfDone(n) && !mcdFailing(n))
 }
 
 // MaxUnavailable is a pool's maxUnavailable for its node count: an
@@ -410,24 +418,31 @@ func MaxUnavailable(pool *mcfgv1.MachineConfigPool, nodes int) int {
 }
 
 // Candidates picks the nodes to target next, as the MCO's node
-// controller does: nodes not yet targeted at config and Ready, at most
-// maxUnavailable less those unavailable (and those failing), in zone
-// order then oldest first.
+// controller does (getAllCandidateMachines): the nodes not yet told to
+// run config, at most maxUnavailable less the unavailable ones and those
+// failing on config itself, in zone order then oldest first. A node that
+// failed on an earlier configuration is a candidate: a new configuration
+// (the fix, typically) is how it recovers.
 func Candidates(pool *mcfgv1.MachineConfigPool, nodes []*corev1.Node, config string) []*corev1.Node {
-	max := MaxUnavailable(pool, len(nodes))
-	busy, failing := 0, 0
-	var candidates []*corev1.Node
+	capacity := MaxUnavailable(pool, len(nodes))
 	for _, n := range nodes {
-		switch {
-		case nodeDegraded(n) && n.Annotations[CurrentConfigAnnotation] != n.Annotations[DesiredConfigAnnotation]:
-			failing++
-		case unavailable(n):
-			busy++
-		case n.Annotations[DesiredConfigAnnotation] != config:
-			candidates = append(candidates, n)
+		if unavailable(n) {
+			capacity--
 		}
 	}
-	capacity := max - busy - failing
+	if capacity <= 0 {
+		return nil
+	}
+	var candidates []*corev1.Node
+	for _, n := range nodes {
+		if n.Annotations[DesiredConfigAnnotation] != config {
+			candidates = append(candidates, n)
+		} else if mcdFailing(n) {
+			// Failing on this very configuration: it may be transient,
+			// and if it clears, it must not update beside others.
+			capacity--
+		}
+	}
 	if capacity <= 0 {
 		return nil
 	}

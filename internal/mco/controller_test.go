@@ -64,6 +64,18 @@ func TestCandidatesZoneThenOldest(t *testing.T) {
 	if got := Candidates(poolWith(ptr.To(intstr.FromInt32(2))), nodes, "new"); len(got) != 1 || got[0].Name != "a-young" {
 		t.Errorf("with a failing node: %v", got)
 	}
+	// A node that failed on an earlier configuration holds no slot, and
+	// is itself told to run the new one (upstream's way out of a bad
+	// MachineConfig: fix it, and the new rendered configuration reaches
+	// the failed node).
+	if got := Candidates(poolWith(ptr.To(intstr.FromInt32(1))), nodes, "newer"); len(got) != 1 || got[0].Name != "a-old" {
+		t.Errorf("a new target with a node failing on the last one: candidates %v, want a-old retargeted", got)
+	}
+	// A node that is not Ready takes a slot.
+	nodes[3].Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
+	if got := Candidates(poolWith(ptr.To(intstr.FromInt32(1))), nodes, "newer"); len(got) != 0 {
+		t.Errorf("with a node not Ready and maxUnavailable 1: candidates %v, want none", got)
+	}
 }
 
 // Property: over random pools, maxUnavailable values and finish orders,
@@ -80,7 +92,12 @@ func TestRolloutProperty(t *testing.T) {
 			if r.IntN(5) == 0 {
 				zone = ""
 			}
-			nodes = append(nodes, node(fmt.Sprintf("n%02d", i), zone, r.IntN(100), "old"))
+			n := node(fmt.Sprintf("n%02d", i), zone, r.IntN(100), "old")
+			if r.IntN(6) == 0 {
+				// Failed on an earlier target; the new one fixes it.
+				n.Annotations[DesiredConfigAnnotation], n.Annotations[StateAnnotation] = "broken", StateDegraded
+			}
+			nodes = append(nodes, n)
 		}
 		var max intstr.IntOrString
 		if r.IntN(2) == 0 {
@@ -96,7 +113,8 @@ func TestRolloutProperty(t *testing.T) {
 		updates := map[string]int{}
 		for step := 0; step < 10*count+10; step++ {
 			for _, n := range Candidates(pool, nodes, "new") {
-				n.Annotations[DesiredConfigAnnotation] = "new"
+				// The daemon picks the new target up.
+				n.Annotations[DesiredConfigAnnotation], n.Annotations[StateAnnotation] = "new", StateWorking
 				order = append(order, n.Name)
 			}
 			var busy []*corev1.Node
@@ -112,7 +130,7 @@ func TestRolloutProperty(t *testing.T) {
 				break
 			}
 			done := busy[r.IntN(len(busy))]
-			done.Annotations[CurrentConfigAnnotation] = "new"
+			done.Annotations[CurrentConfigAnnotation], done.Annotations[StateAnnotation] = "new", StateDone
 			updates[done.Name]++
 		}
 		if len(order) != count {
