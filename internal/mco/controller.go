@@ -190,37 +190,78 @@ func (c *Controller) enqueueAll() {
 	}
 }
 
-// poolNodes are the nodes a pool owns: those its nodeSelector selects,
-// less, for the worker pool, those a custom pool claims.
-func (c *Controller) poolNodes(pool *mcfgv1.MachineConfigPool) ([]*corev1.Node, error) {
+// PrimaryPool is the pool a node belongs to, as the MCO decides it
+// (GetPoolsForNode): of the pools whose nodeSelector selects it (an empty
+// selector selects nothing), master before a custom pool before worker.
+// A node that more than one custom pool selects belongs to none: which
+// configuration it should run cannot be told, and it is refused with an
+// error naming them. Nil, nil: no pool selects it.
+func PrimaryPool(pools []*mcfgv1.MachineConfigPool, node *corev1.Node) (*mcfgv1.MachineConfigPool, error) {
+	var master, worker *mcfgv1.MachineConfigPool
+	var custom []*mcfgv1.MachineConfigPool
+	for _, p := range pools {
+		if p.Spec.NodeSelector == nil {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(p.Spec.NodeSelector)
+		if err != nil || sel.Empty() || !sel.Matches(labels.Set(node.Labels)) {
+			continue
+		}
+		switch p.Name {
+		case "master":
+			master = p
+		case "worker":
+			worker = p
+		default:
+			custom = append(custom, p)
+		}
+	}
+	switch {
+	case len(custom) > 1:
+		names := make([]string, len(custom))
+		for i, p := range custom {
+			names[i] = p.Name
+		}
+		sort.Strings(names)
+		return nil, fmt.Errorf("node %s belongs to %d custom roles (%s), cannot proceed with this Node", node.Name, len(custom), strings.Join(names, ", "))
+	case master != nil:
+		// A control-plane node stays in the master pool, whatever else
+		// selects it (compact and single-node clusters).
+		return master, nil
+	case len(custom) == 1:
+		return custom[0], nil
+	}
+	return worker, nil
+}
+
+// poolNodes are the nodes whose primary pool is pool, and the refusals of
+// nodes its selector matches that cannot be placed in one pool.
+func (c *Controller) poolNodes(pool *mcfgv1.MachineConfigPool) ([]*corev1.Node, []string, error) {
 	sel, err := metav1.LabelSelectorAsSelector(pool.Spec.NodeSelector)
 	if err != nil || pool.Spec.NodeSelector == nil || sel.Empty() {
-		return nil, fmt.Errorf("pool %s: invalid or empty nodeSelector: %v", pool.Name, err)
+		return nil, nil, fmt.Errorf("pool %s: invalid or empty nodeSelector: %v", pool.Name, err)
 	}
 	nodes, err := c.nodes.List(sel)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if pool.Name != "worker" {
-		return nodes, nil
+	pools, err := c.pools.List(labels.Everything())
+	if err != nil {
+		return nil, nil, err
 	}
-	others, _ := c.pools.List(labels.Everything())
 	var out []*corev1.Node
+	var refused []string
 	for _, n := range nodes {
-		claimed := false
-		for _, o := range others {
-			if o.Name == "worker" || o.Name == "master" || o.Spec.NodeSelector == nil {
-				continue
-			}
-			if s, err := metav1.LabelSelectorAsSelector(o.Spec.NodeSelector); err == nil && !s.Empty() && s.Matches(labels.Set(n.Labels)) {
-				claimed = true
-			}
-		}
-		if !claimed {
+		primary, err := PrimaryPool(pools, n)
+		switch {
+		case err != nil:
+			refused = append(refused, err.Error())
+		case primary != nil && primary.Name == pool.Name:
 			out = append(out, n)
 		}
 	}
-	return out, nil
+	sort.Strings(refused)
+	return out, refused, nil
 }
 
 // syncPool renders the pool, targets its nodes and reports its status.
@@ -233,7 +274,7 @@ func (c *Controller) syncPool(ctx context.Context, name string) error {
 		return err
 	}
 	pool := cached.DeepCopy()
-	nodes, err := c.poolNodes(pool)
+	nodes, refused, err := c.poolNodes(pool)
 	if err != nil {
 		return err
 	}
@@ -249,13 +290,43 @@ func (c *Controller) syncPool(ctx context.Context, name string) error {
 		// is targeted from a pool that may be stale; try again.
 		return err
 	}
+	joined, err := c.bootJoining(ctx, pool, nodes)
+	if err != nil {
+		return err
+	}
 	target := pool.Spec.Configuration.Name
 	if target != "" && !pool.Spec.Paused {
-		if err := c.targetNodes(ctx, pool, nodes, target); err != nil {
+		if err := c.targetNodes(ctx, pool, joined, target); err != nil {
 			return err
 		}
 	}
-	return c.updateStatus(ctx, pool, nodes, renderErr)
+	return c.updateStatus(ctx, pool, nodes, renderErr, refused)
+}
+
+// bootJoining gives each node that joins the pool (it has no current
+// configuration) the configuration the machine-config server would serve
+// it at first boot, paused pool or not: the pool's target once one of its
+// nodes runs it, else the configuration its nodes run. It returns the
+// nodes that had one already.
+func (c *Controller) bootJoining(ctx context.Context, pool *mcfgv1.MachineConfigPool, nodes []*corev1.Node) ([]*corev1.Node, error) {
+	served := pool.Status.Configuration.Name
+	if pool.Status.UpdatedMachineCount > 0 || served == "" {
+		served = pool.Spec.Configuration.Name
+	}
+	var managed []*corev1.Node
+	for _, n := range nodes {
+		if n.Annotations[CurrentConfigAnnotation] != "" {
+			managed = append(managed, n)
+			continue
+		}
+		if served == "" {
+			continue // nothing rendered yet
+		}
+		if err := c.annotate(ctx, n.Name, map[string]any{CurrentConfigAnnotation: served, DesiredConfigAnnotation: served, StateAnnotation: StateDone}); err != nil {
+			return nil, err
+		}
+	}
+	return managed, nil
 }
 
 // releaseImages are what a release gives every rendered configuration.
@@ -473,18 +544,7 @@ func SortForUpdate(nodes []*corev1.Node) {
 
 // targetNodes gives new nodes the pool's configuration (they boot with
 // it) and points the next candidates at it.
-func (c *Controller) targetNodes(ctx context.Context, pool *mcfgv1.MachineConfigPool, nodes []*corev1.Node, target string) error {
-	var managed []*corev1.Node
-	for _, n := range nodes {
-		if n.Annotations[CurrentConfigAnnotation] == "" {
-			// A node that joins boots into the pool's configuration.
-			if err := c.annotate(ctx, n.Name, map[string]any{CurrentConfigAnnotation: target, DesiredConfigAnnotation: target, StateAnnotation: StateDone}); err != nil {
-				return err
-			}
-			continue
-		}
-		managed = append(managed, n)
-	}
+func (c *Controller) targetNodes(ctx context.Context, pool *mcfgv1.MachineConfigPool, managed []*corev1.Node, target string) error {
 	for _, n := range Candidates(pool, managed, target) {
 		failpoint.Hit(failpoint.MCOTargetDecided)
 		if err := c.annotate(ctx, n.Name, map[string]any{DesiredConfigAnnotation: target}); err != nil {
@@ -511,7 +571,7 @@ func patchNodeAnnotations(ctx context.Context, kube kubernetes.Interface, node s
 
 // updateStatus counts the pool's machines and sets its conditions as the
 // MCO's status calculation does.
-func (c *Controller) updateStatus(ctx context.Context, pool *mcfgv1.MachineConfigPool, nodes []*corev1.Node, renderErr error) error {
+func (c *Controller) updateStatus(ctx context.Context, pool *mcfgv1.MachineConfigPool, nodes []*corev1.Node, renderErr error, refused []string) error {
 	target := pool.Spec.Configuration.Name
 	st := pool.Status.DeepCopy()
 	st.ObservedGeneration = pool.Generation
@@ -582,6 +642,11 @@ func (c *Controller) updateStatus(ctx context.Context, pool *mcfgv1.MachineConfi
 		}
 	} else {
 		set(mcfgv1.MachineConfigPoolRenderDegraded, corev1.ConditionFalse, "", "")
+	}
+	if len(refused) > 0 {
+		// Nodes its selector matches that it cannot take.
+		degradedMsg = strings.Join(append([]string{degradedMsg}, refused...), ", ")
+		degradedMsg = strings.TrimPrefix(degradedMsg, ", ")
 	}
 	if degradedMsg != "" {
 		set(mcfgv1.MachineConfigPoolDegraded, corev1.ConditionTrue, "", degradedMsg)
