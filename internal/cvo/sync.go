@@ -284,10 +284,7 @@ func (w *worker) syncOnce(ctx context.Context) error {
 		if errors.Is(err, errHandover) {
 			return errHandover
 		}
-		if ue := (*payload.UpdateError)(nil); errors.As(err, &ue) {
-			return w.prog.fail(ue)
-		}
-		return w.prog.fail(&payload.UpdateError{Effect: payload.EffectFail, Reason: "UpdatePayloadFailed", Message: err.Error(), Nested: err})
+		return w.prog.fail(runFailure(err))
 	}
 	if mode == payload.Reconciling {
 		// Operators are checked, not waited for, while reconciling.
@@ -309,6 +306,24 @@ func (w *worker) syncOnce(ctx context.Context) error {
 		o.recorder.Eventf(cvRef, corev1.EventTypeNormal, "UpgradeComplete", "Cluster version %s is completed", version)
 	}
 	return o.reportOperator(ctx)
+}
+
+// runFailure is what a pass that failed reports: each component's
+// failure, folded as the CVO folds them (several make MultipleErrors).
+func runFailure(err error) *payload.UpdateError {
+	errs := []error{err}
+	if inc := (*payload.IncompleteError)(nil); errors.As(err, &inc) {
+		errs = inc.Errs
+	}
+	var out []*payload.UpdateError
+	for _, e := range errs {
+		if ue := (*payload.UpdateError)(nil); errors.As(e, &ue) {
+			out = append(out, ue)
+			continue
+		}
+		out = append(out, &payload.UpdateError{Effect: payload.EffectFail, Reason: "UpdatePayloadFailed", Message: e.Error(), Nested: e})
+	}
+	return payload.Summarize(out)
 }
 
 var cvRef = &corev1.ObjectReference{APIVersion: "config.openshift.io/v1", Kind: "ClusterVersion", Name: Name, Namespace: Namespace}

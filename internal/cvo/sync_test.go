@@ -2,6 +2,7 @@ package cvo
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -169,5 +170,22 @@ func TestUpgradeableFromOperators(t *testing.T) {
 	want := "Multiple cluster operators should not be upgraded between minor or major versions:\n* Cluster operator ingress should not be upgraded between minor or major versions: B: b\n* Cluster operator storage should not be upgraded between minor or major versions: A: a"
 	if c == nil || c.Reason != "ClusterOperatorsNotUpgradeable" || c.Message != want {
 		t.Errorf("several: %+v", c)
+	}
+}
+
+// A pass whose components failed for several reasons reports them all,
+// as MultipleErrors; one failure is reported as it is.
+func TestRunFailureFoldsEveryComponentsError(t *testing.T) {
+	a := &payload.UpdateError{Effect: payload.EffectFail, Reason: "UpdatePayloadResourceInvalid", Message: "Could not update configmap a"}
+	b := &payload.UpdateError{Effect: payload.EffectFail, Reason: "UpdatePayloadFailed", Message: "Could not update deployment b"}
+	both := runFailure(&payload.IncompleteError{Errs: []error{fmt.Errorf("a: %w", a), fmt.Errorf("b: %w", b)}})
+	if both.Reason != "MultipleErrors" || !strings.Contains(both.Message, "* Could not update configmap a\n* Could not update deployment b") {
+		t.Errorf("two failures reported as %s: %q", both.Reason, both.Message)
+	}
+	if one := runFailure(&payload.IncompleteError{Errs: []error{a}}); one != a {
+		t.Errorf("one failure reported as %+v", one)
+	}
+	if plain := runFailure(errors.New("connection refused")); plain.Reason != "UpdatePayloadFailed" || plain.Message != "connection refused" {
+		t.Errorf("a plain error reported as %+v", plain)
 	}
 }

@@ -206,20 +206,29 @@ func (e *IncompleteError) Unwrap() []error { return e.Errs }
 
 // Run applies the graph with at most workers nodes at a time: a level
 // starts only when the one before is wholly done, so nothing is applied
-// ahead of a lower run level. The first failure stops the work: nodes not
-// started are not started, and the error lists what is incomplete.
+// ahead of a lower run level. A node that fails stops there (its later
+// manifests are not applied), while the other nodes of its level go on, as
+// upstream's RunGraph continues independent edges; the levels after it
+// are not started. The error lists every failure and what is incomplete.
 func Run(ctx context.Context, g *Graph, workers int, apply ApplyFunc) error {
 	if workers < 1 {
 		workers = 1
 	}
 	for li, level := range g.Levels {
-		ctx, cancel := context.WithCancel(ctx)
 		var (
 			mu     sync.Mutex
 			errs   []error
 			failed []*Node
 			wg     sync.WaitGroup
 		)
+		incomplete := func(n *Node, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			failed = append(failed, n)
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
 		slots := make(chan struct{}, workers)
 		for _, n := range level {
 			select {
@@ -227,9 +236,7 @@ func Run(ctx context.Context, g *Graph, workers int, apply ApplyFunc) error {
 			case <-ctx.Done():
 			}
 			if ctx.Err() != nil {
-				mu.Lock()
-				failed = append(failed, n)
-				mu.Unlock()
+				incomplete(n, nil)
 				continue
 			}
 			wg.Add(1)
@@ -237,26 +244,19 @@ func Run(ctx context.Context, g *Graph, workers int, apply ApplyFunc) error {
 				defer wg.Done()
 				defer func() { <-slots }()
 				for _, m := range n.Tasks {
-					if err := ctx.Err(); err != nil {
-						mu.Lock()
-						failed = append(failed, n)
-						mu.Unlock()
+					if ctx.Err() != nil {
+						incomplete(n, nil)
 						return
 					}
 					if err := apply(ctx, m); err != nil {
-						mu.Lock()
-						errs = append(errs, fmt.Errorf("%s: %w", m, err))
-						failed = append(failed, n)
-						mu.Unlock()
-						cancel()
+						incomplete(n, fmt.Errorf("%s: %w", m, err))
 						return
 					}
 				}
 			}(n)
 		}
 		wg.Wait()
-		cancel()
-		if len(errs) > 0 || (len(failed) > 0 && ctx.Err() != nil) {
+		if len(failed) > 0 {
 			for _, l := range g.Levels[li+1:] {
 				failed = append(failed, l...)
 			}

@@ -194,3 +194,54 @@ func TestRunStopsAtTheFirstFailure(t *testing.T) {
 		}
 	}
 }
+
+// A failing component stops there, but the other components of its run
+// level are applied all the same (with one worker, after it failed); the
+// next level is not started, and every failure is reported.
+func TestRunGoesOnWithTheFailingNodesSiblings(t *testing.T) {
+	ms := []*Manifest{
+		manifest("0000_20_a_00.yaml", 0, "ConfigMap"),
+		manifest("0000_20_a_01.yaml", 0, "ConfigMap"),
+		manifest("0000_20_b_00.yaml", 0, "ConfigMap"),
+		manifest("0000_20_b_01.yaml", 0, "ConfigMap"),
+		manifest("0000_20_c_00.yaml", 0, "ConfigMap"),
+		manifest("0000_20_d_00.yaml", 0, "ConfigMap"),
+		manifest("0000_30_e_00.yaml", 0, "ConfigMap"),
+	}
+	boomA, boomD := errors.New("a is refused"), errors.New("d is refused")
+	got, err := record(t, ByRunLevel(ms), 1, func(m *Manifest) error {
+		switch m.File {
+		case "0000_20_a_00.yaml":
+			return boomA
+		case "0000_20_d_00.yaml":
+			return boomD
+		}
+		return nil
+	})
+	var inc *IncompleteError
+	if !errors.As(err, &inc) || !errors.Is(err, boomA) || !errors.Is(err, boomD) {
+		t.Fatalf("error %v, want both failures", err)
+	}
+	applied := map[string]bool{}
+	for _, a := range got {
+		applied[a.m.File] = true
+	}
+	for _, f := range []string{"0000_20_b_00.yaml", "0000_20_b_01.yaml", "0000_20_c_00.yaml"} {
+		if !applied[f] {
+			t.Errorf("%s was not applied: a sibling's failure stopped it", f)
+		}
+	}
+	for _, f := range []string{"0000_20_a_01.yaml", "0000_30_e_00.yaml"} {
+		if applied[f] {
+			t.Errorf("%s was applied after a failure before it", f)
+		}
+	}
+	var names []string
+	for _, n := range inc.Incomplete {
+		names = append(names, n.String())
+	}
+	sort.Strings(names)
+	if fmt.Sprint(names) != "[20_a 20_d 30_e]" {
+		t.Errorf("incomplete %v, want [20_a 20_d 30_e]", names)
+	}
+}
