@@ -97,6 +97,13 @@ func (w *worker) accept(ctx context.Context, cv *configv1.ClusterVersion) (*rele
 			&payload.UpdateError{Effect: payload.EffectFail, Reason: "UpdatePayloadIntegrity", Message: "The content of the update is invalid: " + readErr.Error(), Nested: readErr})
 	}
 	version := img.Payload.Metadata.Version
+	// Every manifest is read before the release is taken on: a corrupt
+	// one refuses it here, with the desired release and the history as
+	// they were (upstream's LoadPayload step), not after.
+	if _, err := payload.Load(img.Payload); err != nil {
+		return nil, w.acceptFailed(ctx, "LoadPayload", fmt.Sprintf("Loading payload failed version=%q image=%q failure=%v", t.Version, t.Image, err),
+			&payload.UpdateError{Effect: payload.EffectFail, Reason: "UpdatePayloadIntegrity", Message: "The content of the update is invalid: " + err.Error(), Nested: err})
+	}
 	if t.Version != "" && version != t.Version {
 		err := fmt.Errorf("release image version %s does not match the expected upstream version %s", version, t.Version)
 		return nil, w.acceptFailed(ctx, "VerifyPayloadVersion", fmt.Sprintf("Verifying payload failed version=%q image=%q failure=%v", t.Version, t.Image, err),

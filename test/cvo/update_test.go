@@ -89,6 +89,26 @@ func TestUpdates(t *testing.T) {
 			if f := condition(cv.Status.Conditions, cvo.Failing); f.Status != configv1.ConditionTrue || f.Reason != "UpdatePayloadIntegrity" {
 				t.Errorf("Failing %s %s %q", f.Status, f.Reason, f.Message)
 			}
+			capstanOK(t, "adm", "upgrade", "--clear", "--kubeconfig", env.Kubeconfig)
+			waitCompleted(t, "4.10.22")
+			// A manifest that does not parse: refused before the release
+			// is taken on, not while it is applied.
+			corrupt := publishRelease(t, "4.10.29", func(p *release.Payload) {
+				p.Manifests["0000_50_console-operator_99_broken.yaml"] = []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: [not, a, map\n")
+			})
+			capstanOK(t, "adm", "upgrade", "--to-image", corrupt, "--allow-explicit-upgrade", "--force", "--kubeconfig", env.Kubeconfig)
+			cv = waitCV(t, time.Minute, "the corrupt manifest was not refused", func(cv *configv1.ClusterVersion) bool {
+				return condition(cv.Status.Conditions, cvo.ReleaseAccepted).Reason == "LoadPayload"
+			})
+			if ra := condition(cv.Status.Conditions, cvo.ReleaseAccepted); ra.Status != configv1.ConditionFalse || !strings.Contains(ra.Message, "0000_50_console-operator_99_broken.yaml") {
+				t.Errorf("ReleaseAccepted %s %q, want False naming the broken file", ra.Status, ra.Message)
+			}
+			if f := condition(cv.Status.Conditions, cvo.Failing); f.Status != configv1.ConditionTrue || f.Reason != "UpdatePayloadIntegrity" {
+				t.Errorf("Failing %s %s %q", f.Status, f.Reason, f.Message)
+			}
+			if cv.Status.Desired.Version != "4.10.22" || len(cv.Status.History) != 1 || cv.Status.History[0].Version != "4.10.22" {
+				t.Errorf("a corrupt release changed the desired release or the history: %s", describeCV(cv))
+			}
 			// A version that is not the image's.
 			patchClusterVersion(t, `{"spec":{"desiredUpdate":{"version":"4.10.26","image":"`+demoImage(t, "4.10.25")+`"}}}`)
 			cv = waitCV(t, time.Minute, "the mismatched version was not refused", func(cv *configv1.ClusterVersion) bool {
