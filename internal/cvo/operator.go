@@ -162,6 +162,24 @@ func (o *Operator) Run(ctx context.Context) error {
 			<-o.work.done
 		}
 	}()
+	// The update service and the PromQL endpoint are asked in a loop of
+	// their own (the CVO's availableUpdates queue): an upstream that does
+	// not answer never delays taking a new target, Invalid or
+	// Upgradeable.
+	recommended := make(chan struct{})
+	go func() {
+		defer close(recommended)
+		wait.UntilWithContext(ctx, func(ctx context.Context) {
+			if err := o.SyncRecommendations(ctx); err != nil {
+				klog.FromContext(ctx).Error(err, "Syncing the ClusterVersion's recommendations")
+			}
+		}, time.Second)
+	}()
+	defer func() { <-recommended }()
+	if o.applier == nil {
+		<-ctx.Done()
+		return nil
+	}
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		if err := o.Sync(ctx); err != nil {
 			klog.FromContext(ctx).Error(err, "Syncing the ClusterVersion")
@@ -264,28 +282,27 @@ func (o *Operator) reportOperator(ctx context.Context) error {
 	return err
 }
 
-// Sync checks for updates when it is time and writes what it found,
-// computes Upgradeable from the cluster operators, and sets the worker
-// on the release the ClusterVersion asks for.
+// Sync computes Upgradeable from the cluster operators and sets the
+// worker on the release the ClusterVersion asks for.
 func (o *Operator) Sync(ctx context.Context) error {
-	cvs := o.client.ConfigV1().ClusterVersions()
-	cv, err := cvs.Get(ctx, Name, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	if err := o.syncRecommendations(ctx, cv); err != nil {
-		return err
-	}
-	if o.applier == nil {
-		return nil
-	}
 	if err := o.syncUpgradeable(ctx); err != nil {
 		return err
 	}
-	if cv, err = cvs.Get(ctx, Name, metav1.GetOptions{}); err != nil {
+	cv, err := o.client.ConfigV1().ClusterVersions().Get(ctx, Name, metav1.GetOptions{})
+	if err != nil {
 		return err
 	}
 	return o.syncWork(ctx, cv)
+}
+
+// SyncRecommendations checks for updates when it is time and writes what
+// it found.
+func (o *Operator) SyncRecommendations(ctx context.Context) error {
+	cv, err := o.client.ConfigV1().ClusterVersions().Get(ctx, Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	return o.syncRecommendations(ctx, cv)
 }
 
 // syncRecommendations asks the update service when it is time and writes
@@ -301,25 +318,33 @@ func (o *Operator) syncRecommendations(ctx context.Context, cv *configv1.Cluster
 		if !unknownRisk(cv) {
 			return nil
 		}
-		// Between checks, only the risks are evaluated again.
-		return o.updateStatus(ctx, func(cv *configv1.ClusterVersion, now metav1.Time) { o.reevaluate(ctx, cv, now) })
+		// Between checks, only the risks are evaluated again: queried
+		// first, written after (no status write waits on a query).
+		verdicts := map[string]metav1.Condition{}
+		for _, cu := range cv.Status.ConditionalUpdates {
+			verdicts[cu.Release.Image] = o.eval.Recommended(ctx, cu.Risks)
+		}
+		return o.updateStatus(ctx, func(cv *configv1.ClusterVersion, now metav1.Time) { reevaluate(cv, verdicts, now) })
 	}
 	r := Recommend(ctx, o.http, cv, o.opts.Upstream, o.opts.Architecture, o.eval)
 	o.lastAsked, o.lastCheck, o.nextPeriod = asked, now, o.opts.MinimumUpdateCheckInterval()
 	return o.updateStatus(ctx, func(cv *configv1.ClusterVersion, now metav1.Time) { r.Apply(cv, now) })
 }
 
-// reevaluate evaluates the known conditional updates' risks again and
-// moves the updates that became recommended (or stopped being) in or out
-// of the available updates.
-func (o *Operator) reevaluate(ctx context.Context, cv *configv1.ClusterVersion, now metav1.Time) {
+// reevaluate records the known conditional updates' risks as evaluated
+// again (verdicts, by release image) and moves the updates that became
+// recommended (or stopped being) in or out of the available updates.
+func reevaluate(cv *configv1.ClusterVersion, verdicts map[string]metav1.Condition, now metav1.Time) {
 	available := map[string]bool{}
 	for _, r := range cv.Status.AvailableUpdates {
 		available[r.Image] = true
 	}
 	for i := range cv.Status.ConditionalUpdates {
 		cu := &cv.Status.ConditionalUpdates[i]
-		cond := o.eval.Recommended(ctx, cu.Risks)
+		cond, ok := verdicts[cu.Release.Image]
+		if !ok {
+			continue // appeared since the evaluation
+		}
 		cond.LastTransitionTime = now
 		meta.SetStatusCondition(&cu.Conditions, cond)
 		switch {
