@@ -348,11 +348,16 @@ func (a *Autoscaler) planScaleUp(ctx context.Context, st *clusterState) (*ScaleU
 		return nil, err
 	}
 	now := a.opts.Clock.Now()
+	daemonSets, err := a.daemonSets.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
 	return PlanScaleUp(&ScaleUpInput{
 		Config: st.cfg, Algorithm: a.alg, Snapshot: st.snapshot(a.alg, a.listers),
 		Groups: st.groups, Usage: st.usage, Pending: youngPodsLeftOut(st.pending, st.cfg.NewPodScaleUpDelay, now),
-		BackedOff: func(id string) (bool, string) { return a.backoff.backedOff(id, now) },
-		Expander:  exp,
+		BackedOff:  func(id string) (bool, string) { return a.backoff.backedOff(id, now) },
+		Expander:   exp,
+		DaemonSets: daemonSets,
 	}), nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -30,6 +31,12 @@ type ScaleUpInput struct {
 	// scale-up, and why.
 	BackedOff func(id string) (bool, string)
 	Expander  *Expander
+	// DaemonSets run their pods on every new node that takes them: a new
+	// node has that much less room.
+	DaemonSets []*appsv1.DaemonSet
+
+	// daemonPods caches, per node group, the daemon pods of its new nodes.
+	daemonPods map[*NodeGroup][]*algorithm.PodInfo
 }
 
 // Verdict is what the autoscaler concluded for one pending pod.
@@ -181,13 +188,26 @@ func addUpcoming(in *ScaleUpInput) {
 	}
 }
 
-// newNode is a node like g's template, named name.
+// newNode is a node like g's template, named name, with the pods the
+// DaemonSets would run there.
 func (in *ScaleUpInput) newNode(g *NodeGroup, name string) *algorithm.NodeInfo {
+	if in.daemonPods == nil {
+		in.daemonPods = map[*NodeGroup][]*algorithm.PodInfo{}
+	}
+	daemons, ok := in.daemonPods[g]
+	if !ok {
+		daemons = daemonPodsFor(in.Algorithm, g.Template, in.DaemonSets)
+		in.daemonPods[g] = daemons
+	}
 	n := g.Template.DeepCopy()
 	n.Name = name
 	n.Labels = copyLabels(n.Labels)
 	n.Labels[corev1.LabelHostname] = name
-	return in.Algorithm.NewNodeInfoFor(n)
+	ni := in.Algorithm.NewNodeInfoFor(n)
+	for _, p := range daemons {
+		ni.AddPod(p)
+	}
+	return ni
 }
 
 func copyLabels(l map[string]string) map[string]string {

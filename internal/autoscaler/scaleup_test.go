@@ -8,6 +8,7 @@ import (
 	"time"
 
 	machinev1 "github.com/openshift/api/machine/v1beta1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,6 +64,8 @@ type fixture struct {
 	scheduled map[string][]*corev1.Pod
 	pending   []*corev1.Pod
 	backoff   map[string]string
+	// daemonSets run on every node that takes them.
+	daemonSets []*appsv1.DaemonSet
 }
 
 // registerFull gives ms's replicas registered nodes, each full with a pod
@@ -121,8 +124,9 @@ func (f *fixture) plan(t *testing.T) *ScaleUpPlan {
 	in := &ScaleUpInput{
 		Config: &f.cfg, Algorithm: alg, Snapshot: st.snapshot(alg, algorithm.Listers{}),
 		Groups: st.groups, Usage: st.usage, Pending: st.pending,
-		BackedOff: func(id string) (bool, string) { why, ok := f.backoff[id]; return ok, why },
-		Expander:  &Expander{Names: f.cfg.Expanders, Rand: rand.New(rand.NewPCG(1, 2))},
+		BackedOff:  func(id string) (bool, string) { why, ok := f.backoff[id]; return ok, why },
+		Expander:   &Expander{Names: f.cfg.Expanders, Rand: rand.New(rand.NewPCG(1, 2))},
+		DaemonSets: f.daemonSets,
 	}
 	return PlanScaleUp(in)
 }
@@ -245,6 +249,65 @@ func TestScaleUpCountsNodesNotStartedAsUpcoming(t *testing.T) {
 	f.nodes[0].CreationTimestamp = metav1.NewTime(fixtureNow.Add(-MaxNodeStartupTime - time.Minute))
 	if got := increases(f.plan(t)); got != "{MachineSet/openshift-machine-api/workers 3->4 (max: 20)}" {
 		t.Fatalf("increases %q, want 3->4 past the startup time", got)
+	}
+}
+
+func daemonSet(name, cpu string, selector map[string]string) *appsv1.DaemonSet {
+	return &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system", UID: types.UID("ds-" + name)},
+		Spec: appsv1.DaemonSetSpec{Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+			Spec: corev1.PodSpec{NodeSelector: selector, Containers: []corev1.Container{{Name: "c",
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}}}}}}
+}
+
+// A new node runs the DaemonSets' pods that it takes: a pod that fits
+// the template only without them does not make the group grow (it would
+// grow for ever, each new node too small for it); a DaemonSet whose node
+// selector leaves the template out takes nothing.
+func TestScaleUpCountsTheDaemonSetPodsOfNewNodes(t *testing.T) {
+	f := &fixture{cfg: DefaultConfig()}
+	f.sets = []*machinev1.MachineSet{machineSet("workers", "capstan.large", "", 0, 0, 20)} // 4 cores
+	f.pending = []*corev1.Pod{pod("big", "3600m", 0, "big")}
+	f.daemonSets = []*appsv1.DaemonSet{daemonSet("gpu-driver", "2", map[string]string{"accelerator": "yes"})}
+	if got := increases(f.plan(t)); got != "{MachineSet/openshift-machine-api/workers 0->1 (max: 20)}" {
+		t.Fatalf("with a DaemonSet for other nodes: increases %q, want 0->1", got)
+	}
+	f.daemonSets = append(f.daemonSets, daemonSet("log-agent", "500m", nil))
+	p := f.plan(t)
+	if len(p.Increases) != 0 {
+		t.Fatalf("scaled up for a pod the daemon pods leave no room for: %s", increases(p))
+	}
+	if v := p.Verdicts["big"]; v.Verdict != VerdictNotTriggered || !strings.Contains(v.Message, "pod does not fit the template: Insufficient cpu") {
+		t.Errorf("verdict %+v", v)
+	}
+	f.pending = []*corev1.Pod{pod("fits", "3400m", 0, "fits")}
+	if got := increases(f.plan(t)); got != "{MachineSet/openshift-machine-api/workers 0->1 (max: 20)}" {
+		t.Fatalf("a pod with room beside the daemon pods: increases %q, want 0->1", got)
+	}
+}
+
+// The taints a new node sheds once started (upstream's startup-taint and
+// ignore-taint prefixes, and the ClusterAutoscaler's startupTaints) do not
+// keep a pod off the template; other taints do.
+func TestScaleUpIgnoresStartupTaints(t *testing.T) {
+	for _, tc := range []struct {
+		taint   string
+		startup []string
+		grows   bool
+	}{
+		{taint: "startup-taint.cluster-autoscaler.kubernetes.io/cni", grows: true},
+		{taint: "ignore-taint.cluster-autoscaler.kubernetes.io/agent", grows: true},
+		{taint: "example.com/initializing", startup: []string{"example.com/initializing"}, grows: true},
+		{taint: "dedicated", grows: false},
+	} {
+		f := &fixture{cfg: DefaultConfig()}
+		f.cfg.StartupTaints = tc.startup
+		ms := machineSet("workers", "capstan.large", "", 0, 0, 20)
+		ms.Spec.Template.Spec.Taints = []corev1.Taint{{Key: tc.taint, Value: "x", Effect: corev1.TaintEffectNoSchedule}}
+		f.sets = []*machinev1.MachineSet{ms}
+		f.pending = []*corev1.Pod{pod("web", "1", 0, "web")}
+		if grew := len(f.plan(t).Increases) > 0; grew != tc.grows {
+			t.Errorf("taint %s (startup taints %v): scaled up %v, want %v", tc.taint, tc.startup, grew, tc.grows)
+		}
 	}
 }
 

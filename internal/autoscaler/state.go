@@ -30,6 +30,9 @@ type clusterState struct {
 func newClusterState(cfg *Config, all []*corev1.Node, pods []*corev1.Pod, sets []*machinev1.MachineSet, machines []*machinev1.Machine, now time.Time) *clusterState {
 	s := &clusterState{cfg: cfg, sets: sets, machines: machines}
 	s.groups, s.bad = NodeGroups(sets, machines, all, now)
+	for _, g := range s.groups {
+		g.Template = sanitizeTemplate(g.Template, cfg.StartupTaints)
+	}
 	// A node group's nodes that have not started are among its upcoming
 	// nodes: decisions see the group's template in their place (they
 	// cannot take pods yet), and count them once.
