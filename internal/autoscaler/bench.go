@@ -134,11 +134,10 @@ func (c *BenchCluster) RunScaleDownLoop(cfg *Config) (BenchLoop, error) {
 		return BenchLoop{}, err
 	}
 	start := time.Now()
-	st := newClusterState(cfg, c.Nodes, c.Pods, c.Sets, c.Machines, time.Now())
-	plan := PlanScaleDown(&ScaleDownInput{
-		Config: cfg, Algorithm: alg, Snapshot: st.snapshot(alg, algorithm.Listers{}), Groups: st.groups, Pods: st.podsByNode(), Usage: st.registeredUsage(),
-		ControllerExists: func(string, *metav1.OwnerReference) bool { return true },
-		UnneededSince:    map[string]time.Time{}, Now: time.Now(),
-	})
+	now := time.Now()
+	st := newClusterState(cfg, c.Nodes, c.Pods, c.Sets, c.Machines, now)
+	in := st.scaleDownInput(alg, algorithm.Listers{}, nil, now)
+	in.ControllerExists = func(string, *metav1.OwnerReference) bool { return true }
+	plan := PlanScaleDown(in)
 	return BenchLoop{Duration: time.Since(start), Unneeded: plan.Unneeded()}, nil
 }

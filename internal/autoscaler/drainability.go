@@ -67,6 +67,18 @@ type drainContext struct {
 }
 
 // replicatedKinds are the controllers that recreate an evicted pod.
+// isDaemonSetPod reports whether a DaemonSet controls the pod.
+func isDaemonSetPod(p *corev1.Pod) bool {
+	o := metav1.GetControllerOf(p)
+	return o != nil && o.Kind == "DaemonSet"
+}
+
+// isMirrorPod reports whether the pod mirrors a kubelet's static pod.
+func isMirrorPod(p *corev1.Pod) bool {
+	_, ok := p.Annotations[mirrorPodAnnotation]
+	return ok
+}
+
 var replicatedKinds = map[string]bool{"ReplicationController": true, "ReplicaSet": true, "Job": true, "StatefulSet": true}
 
 // drainability applies upstream's drainability rules, in their order, to
@@ -76,7 +88,7 @@ func (d *drainContext) drainability(p *corev1.Pod) (drainOutcome, *Blocker) {
 	block := func(r BlockingReason, format string, args ...any) (drainOutcome, *Blocker) {
 		return drainBlock, &Blocker{Pod: p, Reason: r, Message: fmt.Sprintf(format, args...)}
 	}
-	if _, ok := p.Annotations[mirrorPodAnnotation]; ok {
+	if isMirrorPod(p) {
 		return drainSkip, nil
 	}
 	if p.DeletionTimestamp != nil {
@@ -96,7 +108,7 @@ func (d *drainContext) drainability(p *corev1.Pod) (drainOutcome, *Blocker) {
 	if owner != nil && (replicatedKinds[owner.Kind] || owner.Kind == "DaemonSet") && !d.controllerExists(p.Namespace, owner) {
 		return block(ControllerNotFound, "pod %s: its %s %s does not exist", name, owner.Kind, owner.Name)
 	}
-	if owner != nil && owner.Kind == "DaemonSet" {
+	if isDaemonSetPod(p) {
 		return drainSkip, nil
 	}
 	safe := p.Annotations[SafeToEvictAnnotation]

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/capstan-dev/capstan/internal/nodes"
 	"github.com/capstan-dev/capstan/internal/scheduler/algorithm"
@@ -25,9 +26,14 @@ type ScaleDownInput struct {
 	Groups   []*NodeGroup
 	// Pods are the pods on each node, expendable ones included.
 	Pods map[string][]*corev1.Pod
-	// Usage is what the registered nodes add up to.
+	// Usage is what the registered nodes add up to, those being deleted
+	// left out.
 	Usage Usage
-	PDBs  []*policyv1.PodDisruptionBudget
+	// Deleting are the nodes whose removal is under way: their pods are
+	// found a place first, and nothing else is drained while one of them
+	// still has pods to move.
+	Deleting map[string]bool
+	PDBs     []*policyv1.PodDisruptionBudget
 	// ControllerExists says whether a pod's controller is still there.
 	ControllerExists func(ns string, ref *metav1.OwnerReference) bool
 	// UnneededSince is when each node was first found unneeded, as
@@ -115,7 +121,22 @@ func PlanScaleDown(in *ScaleDownInput) *ScaleDownPlan {
 	removed := map[string]bool{}
 	removedPerGroup := map[*NodeGroup]int{}
 	usage := in.Usage
-	drained := false
+	// Removals under way come first: their pods need a place as much as
+	// those of the nodes removed now (upstream's filterOutOngoingDeletions
+	// and the deletion tracker's budgets). A node taking them is not empty;
+	// one pod that fits nowhere stays a pending pod's business.
+	drained, budgetLeft := false, maxScaleDownParallelism
+	for _, ni := range infos {
+		if !in.Deleting[ni.Name] {
+			continue
+		}
+		removed[ni.Name] = true
+		budgetLeft--
+		for _, p := range in.podsToMove(ni, nil) {
+			drained = true
+			in.relocate(ni, []*corev1.Pod{p}, removed)
+		}
+	}
 	for _, ni := range infos {
 		v := plan.Verdicts[ni.Name]
 		node := ni.Node
@@ -136,7 +157,10 @@ func PlanScaleDown(in *ScaleDownInput) *ScaleDownPlan {
 			v.Reason, v.Code = fmt.Sprintf("utilization %.2f above the threshold %g", v.Utilization, in.Config.UtilizationThreshold), "NotUnderutilized"
 			continue
 		}
-		var move []*corev1.Pod
+		// The node's own pods as the API has them: which block it, and
+		// which must move.
+		own := map[types.UID]bool{}
+		var ownMove []*corev1.Pod
 		for _, p := range in.Pods[ni.Name] {
 			out, b := drain.drainability(p)
 			if b != nil {
@@ -144,13 +168,17 @@ func PlanScaleDown(in *ScaleDownInput) *ScaleDownPlan {
 				break
 			}
 			if out == drainMove {
-				move = append(move, p)
+				own[p.UID] = true
+				ownMove = append(ownMove, p)
 			}
 		}
 		if v.Blocker != nil {
 			continue
 		}
-		if why := in.pdbBudget(drain, move, budget); why != nil {
+		// What must move is what the simulation has on the node by now:
+		// those, and the pods it moved there from nodes removed before.
+		move := in.podsToMove(ni, own)
+		if why := in.pdbBudget(drain, ownMove, budget); why != nil {
 			v.Blocker, v.Reason, v.Code = why, why.Message, "BlockedByPod"
 			continue
 		}
@@ -158,7 +186,7 @@ func PlanScaleDown(in *ScaleDownInput) *ScaleDownPlan {
 			v.Reason, v.Code = why, "NoPlaceToMovePods"
 			continue
 		}
-		for _, p := range move {
+		for _, p := range ownMove {
 			for _, pdb := range drain.matchingPDBs(p) {
 				budget[pdb.Namespace+"/"+pdb.Name]--
 			}
@@ -190,6 +218,11 @@ func PlanScaleDown(in *ScaleDownInput) *ScaleDownPlan {
 			v.Reason, v.Code = "unneeded; waits for the node being drained", "NodeGroupMaxDeletionCountReached"
 			continue
 		}
+		if budgetLeft <= 0 {
+			v.Reason, v.Code = fmt.Sprintf("unneeded; %d nodes are being removed already", maxScaleDownParallelism), "NodeGroupMaxDeletionCountReached"
+			continue
+		}
+		budgetLeft--
 		drained = drained || !v.Empty
 		v.Remove = true
 		v.Reason = "removable: unneeded for " + shortDuration(in.Now.Sub(v.Since))
@@ -198,6 +231,31 @@ func PlanScaleDown(in *ScaleDownInput) *ScaleDownPlan {
 		plan.Remove = append(plan.Remove, v)
 	}
 	return plan
+}
+
+// maxScaleDownParallelism bounds the nodes being removed at once, those
+// under way included (upstream's --max-scale-down-parallelism default).
+const maxScaleDownParallelism = 10
+
+// podsToMove are the pods the simulation has on ni that a removal must
+// move: the node's own that must (own; nil: all its own but daemon and
+// mirror pods), and those the simulation moved there from other nodes.
+func (in *ScaleDownInput) podsToMove(ni *algorithm.NodeInfo, own map[types.UID]bool) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, pi := range ni.Pods {
+		p := pi.Pod
+		switch {
+		case p.Spec.NodeName != ni.Name:
+			out = append(out, p) // moved here in this simulation
+		case own != nil:
+			if own[p.UID] {
+				out = append(out, p)
+			}
+		case !isDaemonSetPod(p) && !isMirrorPod(p):
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // utilization is the larger of the shares of cpu and memory the pods
@@ -262,7 +320,7 @@ func (in *ScaleDownInput) pdbBudget(d *drainContext, pods []*corev1.Pod, budget 
 func (in *ScaleDownInput) relocate(from *algorithm.NodeInfo, pods []*corev1.Pod, removed map[string]bool) (string, bool) {
 	var dests []*algorithm.NodeInfo
 	for _, ni := range in.Snapshot.Nodes {
-		if ni != from && !removed[ni.Name] && !hasToBeDeletedTaint(ni.Node) {
+		if ni != from && !removed[ni.Name] && !hasToBeDeletedTaint(ni.Node) && !in.Deleting[ni.Name] {
 			dests = append(dests, ni)
 		}
 	}

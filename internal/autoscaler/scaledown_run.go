@@ -19,6 +19,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/machine"
+	"github.com/capstan-dev/capstan/internal/scheduler/algorithm"
 )
 
 // What the autoscaler keeps in the API so that a restarted autoscaler goes
@@ -93,18 +94,43 @@ func (a *Autoscaler) planScaleDown(st *clusterState, cm *corev1.ConfigMap, up *S
 			arriving = append(arriving, p)
 		}
 	}
+	in := st.scaleDownInput(a.alg, a.listers, arriving, now)
+	in.PDBs, in.ControllerExists, in.Cooldown = pdbs, a.controllerExists, cooldown(st.cfg, cm, now)
+	return PlanScaleDown(in), nil
+}
+
+// scaleDownInput is what the scale-down decides on, from the loop's state
+// and the pods arriving on registered nodes. Removals under way count: the
+// nodes being deleted (tainted ToBeDeletedByClusterAutoscaler, or of a
+// deleting machine) are left out of the usage the minimums are checked
+// against, and are named so that the decision finds their pods a place.
+func (st *clusterState) scaleDownInput(alg *algorithm.Algorithm, l algorithm.Listers, arriving []*corev1.Pod, now time.Time) *ScaleDownInput {
 	since := map[string]time.Time{}
 	for _, n := range st.nodes {
 		if t, err := time.Parse(time.RFC3339, n.Annotations[UnneededSinceAnnotation]); err == nil {
 			since[n.Name] = t
 		}
 	}
-	return PlanScaleDown(&ScaleDownInput{
-		Config: st.cfg, Algorithm: a.alg, Snapshot: st.snapshot(a.alg, a.listers, arriving...),
-		Groups: st.groups, Pods: st.podsByNode(arriving...), Usage: st.registeredUsage(), PDBs: pdbs,
-		ControllerExists: a.controllerExists, UnneededSince: since, Now: now,
-		Cooldown: cooldown(st.cfg, cm, now),
-	}), nil
+	deleting := map[string]bool{}
+	for _, m := range st.machines {
+		if m.DeletionTimestamp != nil && m.Status.NodeRef != nil {
+			deleting[m.Status.NodeRef.Name] = true
+		}
+	}
+	var usage Usage
+	for _, n := range st.nodes {
+		if hasToBeDeletedTaint(n) || n.DeletionTimestamp != nil {
+			deleting[n.Name] = true
+		}
+		if !deleting[n.Name] {
+			usage.Add(n, 1)
+		}
+	}
+	return &ScaleDownInput{
+		Config: st.cfg, Algorithm: alg, Snapshot: st.snapshot(alg, l, arriving...),
+		Groups: st.groups, Pods: st.podsByNode(arriving...), Usage: usage, Deleting: deleting,
+		UnneededSince: since, Now: now,
+	}
 }
 
 // controllerExists looks a pod's controller up in the informers' caches.

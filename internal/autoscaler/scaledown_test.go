@@ -48,31 +48,24 @@ func (f *downFixture) on(node string, p *corev1.Pod) *corev1.Pod {
 	return p
 }
 
+// plan decides on the fixture as a loop would: the state put together
+// by newClusterState, the input by scaleDownInput.
 func (f *downFixture) plan(t *testing.T) *ScaleDownPlan {
 	t.Helper()
 	alg, err := algorithm.New(policy.Default(), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	groups, _ := NodeGroups(f.fixture.sets, f.fixture.machines, f.fixture.nodes, fixtureNow)
-	var infos []*algorithm.NodeInfo
-	var usage Usage
-	for _, n := range f.fixture.nodes {
-		ni := alg.NewNodeInfoFor(n)
-		for _, p := range f.pods[n.Name] {
-			if p.Spec.Priority == nil || *p.Spec.Priority >= f.cfg.PriorityCutoff {
-				ni.AddPod(algorithm.NewPodInfo(p))
-			}
-		}
-		infos = append(infos, ni)
-		usage.Add(n, 1)
+	var all []*corev1.Pod
+	for _, ps := range f.pods {
+		all = append(all, ps...)
 	}
-	return PlanScaleDown(&ScaleDownInput{
-		Config: &f.cfg, Algorithm: alg, Snapshot: algorithm.NewSnapshot(infos, algorithm.Listers{}),
-		Groups: groups, Pods: f.pods, Usage: usage, PDBs: f.pdbs,
-		ControllerExists: func(ns string, ref *metav1.OwnerReference) bool { return !f.missing[ref.Name] },
-		UnneededSince:    f.since, Now: t0, Cooldown: f.cooldown,
-	})
+	st := newClusterState(&f.cfg, f.fixture.nodes, all, f.fixture.sets, f.fixture.machines, fixtureNow)
+	in := st.scaleDownInput(alg, algorithm.Listers{}, nil, t0)
+	in.PDBs, in.Cooldown = f.pdbs, f.cooldown
+	in.ControllerExists = func(ns string, ref *metav1.OwnerReference) bool { return !f.missing[ref.Name] }
+	in.UnneededSince = f.since
+	return PlanScaleDown(in)
 }
 
 func reason(p *ScaleDownPlan, node string) string { return p.Verdicts[node].Reason }
@@ -245,4 +238,95 @@ func TestShortDurationChangesOncePerMinuteFromAMinuteOn(t *testing.T) {
 			t.Errorf("shortDuration(%s) = %s, want %s", d, got, want)
 		}
 	}
+}
+
+// A node the simulation moved pods onto is not empty: removing it moves
+// them again (review's A -> B chain). ms-0 (a Deployment pod, 1 core) is
+// looked at before ms-1, whose only pod is expendable; a moves to ms-1,
+// and ms-1 then has a pod with nowhere else to go.
+func TestScaleDownMovesAgainThePodsItMoved(t *testing.T) {
+	f := newDownFixture(t, 3)
+	for _, n := range f.fixture.nodes {
+		f.since[n.Name] = t0.Add(-time.Hour)
+	}
+	f.on("ms-0", pod("a", "1", 0, "web"))
+	f.on("ms-1", pod("batch", "4", -100, "batch")) // expendable, below the cutoff
+	f.on("ms-2", pod("busy", "7500m", 0, "busy"))
+	p := f.plan(t)
+	var removed []string
+	for _, v := range p.Remove {
+		removed = append(removed, v.Node)
+	}
+	if len(removed) != 1 || removed[0] != "ms-0" {
+		t.Fatalf("removed %v, want ms-0 alone (a moves to ms-1, which must then stay)", removed)
+	}
+	if v := p.Verdicts["ms-1"]; v.Empty || v.Code != "NoPlaceToMovePods" || !strings.Contains(v.Reason, "pod default/a can go to no other node") {
+		t.Errorf("ms-1: empty %v, %s %q; want it kept for the pod moved there", v.Empty, v.Code, v.Reason)
+	}
+}
+
+// Removals under way count in the next decision: the pods of a node
+// being deleted need a place (an empty node that must take them is not
+// empty), its drain is the one drain at a time, and it no longer counts
+// towards the cluster's minimum cores.
+func TestScaleDownCountsRemovalsUnderWay(t *testing.T) {
+	deleting := func(f *downFixture, node string) {
+		for _, n := range f.fixture.nodes {
+			if n.Name == node {
+				n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: ToBeDeletedTaint, Effect: corev1.TaintEffectNoSchedule})
+			}
+		}
+	}
+	t.Run("its pods need a place", func(t *testing.T) {
+		f := newDownFixture(t, 3)
+		for _, n := range f.fixture.nodes {
+			f.since[n.Name] = t0.Add(-time.Hour)
+		}
+		deleting(f, "ms-0")
+		f.on("ms-0", pod("a", "6", 0, "web"))
+		p := f.plan(t)
+		if len(p.Remove) != 0 {
+			var names []string
+			for _, v := range p.Remove {
+				names = append(names, v.Node)
+			}
+			t.Fatalf("removed %v while ms-0's pod needs one of them", names)
+		}
+		if got := p.Verdicts["ms-0"].Code; got != "CurrentlyBeingDeleted" {
+			t.Errorf("ms-0: %s", got)
+		}
+	})
+	t.Run("one drain at a time, its own included", func(t *testing.T) {
+		f := newDownFixture(t, 4)
+		for _, n := range f.fixture.nodes {
+			f.since[n.Name] = t0.Add(-time.Hour)
+		}
+		deleting(f, "ms-0")
+		f.on("ms-0", pod("a", "1", 0, "web"))
+		f.on("ms-1", pod("b", "1", 0, "web"))
+		f.on("ms-2", pod("c", "5", 0, "busy"))
+		f.on("ms-3", pod("d", "5", 0, "busy"))
+		p := f.plan(t)
+		if len(p.Remove) != 0 {
+			t.Fatalf("removed %s while ms-0 drains", p.Remove[0].Node)
+		}
+		if got := reason(p, "ms-1"); got != "unneeded; waits for the node being drained" {
+			t.Errorf("ms-1: %q", got)
+		}
+	})
+	t.Run("minimums leave it out", func(t *testing.T) {
+		f := newDownFixture(t, 3) // 3 x 8 cores
+		f.cfg.Cores = Range{Min: 16, Max: 100}
+		for _, n := range f.fixture.nodes {
+			f.since[n.Name] = t0.Add(-time.Hour)
+		}
+		deleting(f, "ms-0")
+		p := f.plan(t)
+		if len(p.Remove) != 0 {
+			t.Fatalf("removed %s: with ms-0 going, 16 cores are the minimum", p.Remove[0].Node)
+		}
+		if got := p.Verdicts["ms-1"].Code; got != "MinimalResourceLimitExceeded" {
+			t.Errorf("ms-1: %s %q", got, reason(p, "ms-1"))
+		}
+	})
 }

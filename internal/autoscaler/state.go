@@ -115,16 +115,6 @@ func (s *clusterState) podsByNode(extra ...*corev1.Pod) map[string][]*corev1.Pod
 	return out
 }
 
-// registeredUsage is what the registered nodes add up to (s.usage also
-// counts the upcoming ones).
-func (s *clusterState) registeredUsage() Usage {
-	var u Usage
-	for _, n := range s.nodes {
-		u.Add(n, 1)
-	}
-	return u
-}
-
 // notStartedAndUpcoming adds up the node groups' registered nodes that
 // have not started and their upcoming nodes (which include the former).
 func (s *clusterState) notStartedAndUpcoming() (notStarted, upcoming int) {
