@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	machinev1 "github.com/openshift/api/machine/v1beta1"
@@ -13,18 +14,45 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/machine"
+	"github.com/capstan-dev/capstan/internal/waitfor"
 )
 
 // errSizeChanged means a MachineSet's replicas were not what the decision
 // started from: someone else changed them, and the next loop decides again.
 var errSizeChanged = errors.New("replicas changed since the decision")
 
+// sizeChangedError says what the replicas were instead (-1: unknown).
+type sizeChangedError struct {
+	set     string
+	current int
+}
+
+func (e *sizeChangedError) Error() string {
+	if e.current < 0 {
+		return fmt.Sprintf("machineset %s: %v", e.set, errSizeChanged)
+	}
+	return fmt.Sprintf("machineset %s: %v (%d now)", e.set, errSizeChanged, e.current)
+}
+
+func (e *sizeChangedError) Unwrap() error { return errSizeChanged }
+
+// alreadyAt reports whether err says the replicas are at to already: the
+// same change was made before (by this autoscaler's last loop, which a
+// stale cache does not show yet, or before a restart).
+func alreadyAt(err error, to int) bool {
+	var sc *sizeChangedError
+	return errors.As(err, &sc) && sc.current == to
+}
+
 // setReplicas moves a MachineSet's replicas from one count to another
 // through its scale subresource, only if they are still from: a decision
-// made on a stale view, or repeated after a restart, changes nothing.
+// made on a stale view, or repeated after a restart, changes nothing. A
+// successful change is remembered until the cache shows it (see
+// waitForCache).
 func (a *Autoscaler) setReplicas(ctx context.Context, ms *machinev1.MachineSet, from, to int) error {
 	scales := a.dynamic.Resource(machineSetResource).Namespace(ms.Namespace)
 	scale, err := scales.Get(ctx, ms.Name, metav1.GetOptions{}, "scale")
@@ -33,18 +61,36 @@ func (a *Autoscaler) setReplicas(ctx context.Context, ms *machinev1.MachineSet, 
 	}
 	cur, _, _ := unstructured.NestedInt64(scale.Object, "spec", "replicas")
 	if int(cur) != from {
-		return fmt.Errorf("machineset %s: %w (%d, not %d)", ms.Name, errSizeChanged, cur, from)
+		return &sizeChangedError{set: ms.Name, current: int(cur)}
 	}
 	if err := unstructured.SetNestedField(scale.Object, int64(to), "spec", "replicas"); err != nil {
 		return err
 	}
 	if _, err := scales.Update(ctx, scale, metav1.UpdateOptions{}, "scale"); err != nil {
 		if apierrors.IsConflict(err) {
-			return fmt.Errorf("machineset %s: %w", ms.Name, errSizeChanged)
+			return &sizeChangedError{set: ms.Name, current: -1}
 		}
 		return fmt.Errorf("scaling machineset %s to %d: %w", ms.Name, to, err)
 	}
+	a.written[ms.Namespace+"/"+ms.Name] = int32(to)
 	return nil
+}
+
+// waitForCache waits (a few seconds at most) until the MachineSet cache
+// shows the replicas this loop wrote: the next loop, which comes at once
+// after acting, must not decide again on what it has already changed.
+func (a *Autoscaler) waitForCache(ctx context.Context) {
+	defer clear(a.written)
+	_ = waitfor.Poll(ctx, 20*time.Millisecond, 5*time.Second, waitfor.Simple(func(context.Context) (bool, string) {
+		for key, want := range a.written {
+			ns, name, _ := strings.Cut(key, "/")
+			ms, err := a.sets.MachineSets(ns).Get(name)
+			if err != nil || ptr.Deref(ms.Spec.Replicas, 0) != want {
+				return false, "machineset " + key + " not in the cache yet"
+			}
+		}
+		return true, ""
+	}))
 }
 
 // executeScaleUp applies a plan's increases and reports whether any was

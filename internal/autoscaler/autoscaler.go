@@ -92,7 +92,10 @@ type Autoscaler struct {
 	trigger    chan struct{}
 	rand       *rand.Rand
 
-	backoff  *backoff
+	backoff *backoff
+	// written are the replicas this loop set, by MachineSet, until the
+	// cache shows them.
+	written  map[string]int32
 	podNotes *notes
 	cfgNotes *notes
 	// cleanedUp is set once the first loop has undone the removals a
@@ -134,6 +137,7 @@ func New(cfg *rest.Config, client kubernetes.Interface, opts Options) (*Autoscal
 		trigger:  make(chan struct{}, 1),
 		rand:     rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 		backoff:  newBackoff(),
+		written:  map[string]int32{},
 		podNotes: newNotes(5 * time.Minute),
 		cfgNotes: newNotes(5 * time.Minute),
 	}
@@ -200,7 +204,8 @@ func (a *Autoscaler) Run(ctx context.Context) error {
 		}
 		if acted && err == nil {
 			// Upstream loops again at once after acting: the next decision
-			// starts from the new sizes.
+			// starts from the new sizes, once the cache has them.
+			a.waitForCache(ctx)
 			continue
 		}
 		t := a.opts.Clock.NewTimer(a.opts.ScanInterval)

@@ -225,7 +225,16 @@ func (a *Autoscaler) executeScaleDown(ctx context.Context, st *clusterState, pla
 		}
 		if len(marked) > 0 {
 			failpoint.Hit(failpoint.AutoscalerScaleDown)
-			if err := a.setReplicas(ctx, g.Set, g.Target, g.Target-len(marked)); err != nil {
+			switch err := a.setReplicas(ctx, g.Set, g.Target, g.Target-len(marked)); {
+			case err == nil:
+			case alreadyAt(err, g.Target-len(marked)):
+				// The replicas are where this removal takes them: it was
+				// made already (the last loop, seen through a cache that
+				// had not caught up). Undoing the marks would let the
+				// MachineSet pick another machine.
+				klog.FromContext(ctx).V(2).Info("Scale-down already made", "group", g.ID, "replicas", g.Target-len(marked))
+				marked = nil
+			default:
 				errs = append(errs, err)
 				for i, v := range marked {
 					_ = a.untaintToBeDeleted(ctx, v.Node)

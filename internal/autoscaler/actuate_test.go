@@ -1,0 +1,131 @@
+package autoscaler
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	machinev1 "github.com/openshift/api/machine/v1beta1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/capstan-dev/capstan/internal/machine"
+)
+
+// scales keeps the replicas the fake API's MachineSet scale subresource
+// serves.
+type scales struct {
+	mu       sync.Mutex
+	replicas map[string]int64
+}
+
+func (s *scales) react(action k8stesting.Action) (bool, runtime.Object, error) {
+	if action.GetSubresource() != "scale" {
+		return false, nil, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch a := action.(type) {
+	case k8stesting.GetAction:
+		r, ok := s.replicas[a.GetName()]
+		if !ok {
+			return true, nil, apierrors.NewNotFound(schema.GroupResource{Resource: "machinesets"}, a.GetName())
+		}
+		return true, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "autoscaling/v1", "kind": "Scale",
+			"metadata": map[string]any{"name": a.GetName()}, "spec": map[string]any{"replicas": r}}}, nil
+	case k8stesting.UpdateAction:
+		u := a.GetObject().(*unstructured.Unstructured)
+		r, _, _ := unstructured.NestedInt64(u.Object, "spec", "replicas")
+		s.replicas[u.GetName()] = r
+		return true, u, nil
+	}
+	return false, nil, nil
+}
+
+// A removal decided twice on the same stale state (the loop after the
+// one that made it, on a cache that had not caught up): the second finds
+// the replicas where the removal took them and leaves the node's taint
+// and its machine's mark as they are; undoing them would let the
+// MachineSet delete a machine of its own choosing, a second node gone.
+func TestScaleDownDecidedTwiceOnAStaleCacheIsNotUndone(t *testing.T) {
+	f := newDownFixture(t, 3)
+	for _, n := range f.fixture.nodes {
+		f.since[n.Name] = t0.Add(-time.Hour)
+	}
+	f.on("ms-1", pod("b", "5", 0, "busy"))
+	f.on("ms-2", pod("c", "5", 0, "busy"))
+	plan := f.plan(t)
+	if len(plan.Remove) != 1 || plan.Remove[0].Node != "ms-0" {
+		t.Fatalf("the plan removes %v, want ms-0", plan.Remove)
+	}
+
+	s := runtime.NewScheme()
+	if err := machinev1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	var objs []runtime.Object
+	for _, m := range f.fixture.machines {
+		m.TypeMeta = metav1.TypeMeta{APIVersion: "machine.openshift.io/v1beta1", Kind: "Machine"}
+		objs = append(objs, m)
+	}
+	dyn := dynamicfake.NewSimpleDynamicClient(s, objs...)
+	sc := &scales{replicas: map[string]int64{"ms": 3}}
+	dyn.PrependReactor("*", "machinesets", sc.react)
+	var nodes []runtime.Object
+	for _, n := range f.fixture.nodes {
+		nodes = append(nodes, n)
+	}
+	kube := fake.NewClientset(nodes...)
+	a := &Autoscaler{opts: Options{Namespace: machine.Namespace, Clock: clocktesting.NewFakeClock(t0)}, client: kube, dynamic: dyn,
+		recorder: record.NewFakeRecorder(100), backoff: newBackoff(), written: map[string]int32{}}
+	var all []*corev1.Pod
+	for _, ps := range f.pods {
+		all = append(all, ps...)
+	}
+	st := newClusterState(&f.cfg, f.fixture.nodes, all, f.fixture.sets, f.fixture.machines, fixtureNow)
+	status := &corev1.ObjectReference{Kind: "ConfigMap", Namespace: machine.Namespace, Name: StatusConfigMap}
+	ctx := context.Background()
+	if !a.executeScaleDown(ctx, st, plan, status) {
+		t.Fatal("the first removal was not made")
+	}
+	// The same state and plan again: the cache still shows 3 replicas.
+	a.executeScaleDown(ctx, st, plan, status)
+	if got := sc.replicas["ms"]; got != 2 {
+		t.Errorf("replicas %d, want 2 (one removal)", got)
+	}
+	n, err := kube.CoreV1().Nodes().Get(ctx, "ms-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == ToBeDeletedTaint }) {
+		t.Errorf("ms-0 lost its %s taint: the removal was undone", ToBeDeletedTaint)
+	}
+	m, err := dyn.Resource(machineResource).Namespace(machine.Namespace).Get(ctx, "ms-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.GetAnnotations()[machine.DeleteMachineAnnotation]; !ok {
+		t.Errorf("ms-0's machine lost its %s mark: the MachineSet would pick another", machine.DeleteMachineAnnotation)
+	}
+	// Someone else changed the replicas meanwhile: that removal is undone.
+	sc.replicas["ms"] = 5
+	plan2 := f.plan(t)
+	plan2.Remove = plan.Remove
+	a.executeScaleDown(ctx, st, plan2, status)
+	n, _ = kube.CoreV1().Nodes().Get(ctx, "ms-0", metav1.GetOptions{})
+	if slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == ToBeDeletedTaint }) {
+		t.Errorf("ms-0 kept its taint though its removal did not happen (replicas changed to 5 by someone else)")
+	}
+
+}
