@@ -8,7 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/capstan-dev/capstan/internal/drain"
 )
 
 // Pod annotations the scale-down honours, with upstream's keys.
@@ -159,14 +160,9 @@ func localVolume(p *corev1.Pod) string {
 func (d *drainContext) matchingPDBs(p *corev1.Pod) []*policyv1.PodDisruptionBudget {
 	var out []*policyv1.PodDisruptionBudget
 	for _, pdb := range d.pdbs {
-		if pdb.Namespace != p.Namespace {
-			continue
+		if drain.BudgetCovers(pdb, p) {
+			out = append(out, pdb)
 		}
-		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
-		if err != nil || sel.Empty() || !sel.Matches(labels.Set(p.Labels)) {
-			continue
-		}
-		out = append(out, pdb)
 	}
 	return out
 }

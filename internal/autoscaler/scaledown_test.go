@@ -97,6 +97,11 @@ func TestScaleDownBlockers(t *testing.T) {
 				Spec:   policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt(1)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "app"}}},
 				Status: policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 0}}}
 		}, "not enough pod disruption budget to move pod default/app (PodDisruptionBudget app allows 0 disruptions)"},
+		{"PDB of every pod (empty selector)", func(f *downFixture, p *corev1.Pod) {
+			f.pdbs = []*policyv1.PodDisruptionBudget{{ObjectMeta: metav1.ObjectMeta{Name: "all", Namespace: "default"},
+				Spec:   policyv1.PodDisruptionBudgetSpec{MaxUnavailable: ptr.To(intstr.FromInt(0)), Selector: &metav1.LabelSelector{}},
+				Status: policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 0}}}
+		}, "not enough pod disruption budget to move pod default/app (PodDisruptionBudget all allows 0 disruptions)"},
 		{"nowhere to go", func(f *downFixture, p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"only": "here"} },
 			"pod default/app can go to no other node: 0/1 nodes are available: 1 node(s) didn't match node selector"},
 		{"scale-down disabled", func(f *downFixture, p *corev1.Pod) {

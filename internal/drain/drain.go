@@ -13,6 +13,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	kdrain "k8s.io/kubectl/pkg/drain"
@@ -110,4 +113,15 @@ func (w *logWriter) lastError() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.last
+}
+
+// BudgetCovers reports whether a PodDisruptionBudget covers a pod, with
+// policy/v1's meaning of its selector: a nil selector covers no pod, an
+// empty one ({}) every pod of its namespace, as the eviction API enforces.
+func BudgetCovers(pdb *policyv1.PodDisruptionBudget, p *corev1.Pod) bool {
+	if pdb.Namespace != p.Namespace {
+		return false
+	}
+	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	return err == nil && sel.Matches(labels.Set(p.Labels))
 }

@@ -9,10 +9,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/record"
@@ -243,7 +241,7 @@ func (d *daemon) blockers(ctx context.Context, node string) string {
 			continue
 		}
 		for _, b := range pdbs.Items {
-			if b.Namespace != p.Namespace || !selects(&b, &p) || b.Status.DisruptionsAllowed > 0 {
+			if !drain.BudgetCovers(&b, &p) || b.Status.DisruptionsAllowed > 0 {
 				continue
 			}
 			out = append(out, fmt.Sprintf("pod %s/%s cannot be evicted: PodDisruptionBudget %s allows %d disruptions (%d healthy, %d desired)",
@@ -254,10 +252,6 @@ func (d *daemon) blockers(ctx context.Context, node string) string {
 	return strings.Join(out, "; ")
 }
 
-func selects(b *policyv1.PodDisruptionBudget, p *corev1.Pod) bool {
-	sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
-	return err == nil && !sel.Empty() && sel.Matches(labels.Set(p.Labels))
-}
 
 func (d *daemon) waitReady(ctx context.Context, name string) error {
 	for {
