@@ -168,26 +168,41 @@ func (a *Autoscaler) settleProvisioning(ctx context.Context, st *clusterState, s
 			mFailedScaleUps.WithLabelValues("timeout").Inc()
 			a.recorder.Eventf(status, corev1.EventTypeWarning, ReasonScaleUpTimedOut, "Nodes added to group %s failed to register within %s (backed off until %s)", g.ID, st.cfg.MaxNodeProvisionTime, until.Format(time.RFC3339))
 		}
+		// Never below the group's minimum (upstream's DeleteNodes refuses
+		// to): the machines left stay failed, the group backed off. The
+		// replicas go down only by the machines actually marked, or the
+		// MachineSet would delete machines of its own choosing.
 		undo := append(failed, late...)
+		undo = undo[:max(0, min(len(undo), g.Target-g.Min))]
+		marked := 0
 		for _, m := range undo {
 			if err := a.markForDeletion(ctx, m); err != nil {
 				errs = append(errs, err)
+				continue
 			}
+			marked++
 		}
-		to := max(0, g.Target-len(undo))
-		if to == g.Target {
+		if marked == 0 {
 			continue
 		}
+		to := g.Target - marked
 		if err := a.setReplicas(ctx, g.Set, g.Target, to); err != nil {
 			if !errors.Is(err, errSizeChanged) {
 				errs = append(errs, err)
 			}
 			continue
 		}
-		klog.FromContext(ctx).Info("Undid a failed scale-up", "group", g.ID, "machines", len(undo), "from", g.Target, "to", to)
+		klog.FromContext(ctx).Info("Undid a failed scale-up", "group", g.ID, "machines", marked, "from", g.Target, "to", to)
 		changed = true
 	}
-	return changed, errors.Join(errs...)
+	// A machine that cannot be marked, or a size that cannot be written,
+	// is tried again next loop; it does not stop this loop's scale-up and
+	// scale-down of the other groups.
+	if err := errors.Join(errs...); err != nil {
+		klog.FromContext(ctx).Error(err, "Undoing failed scale-ups")
+		a.recorder.Eventf(status, corev1.EventTypeWarning, ReasonScaleUpFailed, "Undoing failed scale-ups: %v", err)
+	}
+	return changed, nil
 }
 
 // markForDeletion sets the annotation that makes a MachineSet delete this

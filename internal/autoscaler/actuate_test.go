@@ -2,6 +2,8 @@ package autoscaler
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -19,6 +21,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/machine"
 )
@@ -128,4 +131,82 @@ func TestScaleDownDecidedTwiceOnAStaleCacheIsNotUndone(t *testing.T) {
 		t.Errorf("ms-0 kept its taint though its removal did not happen (replicas changed to 5 by someone else)")
 	}
 
+}
+
+// Undoing a failed scale-up never goes below the group's minimum, lowers
+// the replicas only by the machines it could mark, and a machine it cannot
+// mark does not stop the loop.
+func TestUndoingAFailedScaleUp(t *testing.T) {
+	failedMachine := func(name string, ms *machinev1.MachineSet) *machinev1.Machine {
+		return &machinev1.Machine{
+			TypeMeta: metav1.TypeMeta{APIVersion: "machine.openshift.io/v1beta1", Kind: "Machine"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ms.Namespace,
+				OwnerReferences: []metav1.OwnerReference{{Kind: "MachineSet", Name: ms.Name, UID: ms.UID, Controller: ptr.To(true)}}},
+			Status: machinev1.MachineStatus{Phase: ptr.To(machinev1.PhaseFailed)},
+		}
+	}
+	for _, tc := range []struct {
+		name         string
+		min          int
+		failed       int
+		unmarkable   string
+		wantReplicas int64
+		wantMarked   int
+	}{
+		{name: "all three failed, min 2", min: 2, failed: 3, wantReplicas: 2, wantMarked: 1},
+		{name: "two failed, one cannot be marked", min: 0, failed: 2, unmarkable: "ms-1", wantReplicas: 2, wantMarked: 1},
+		{name: "at the minimum already", min: 3, failed: 3, wantReplicas: 3, wantMarked: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ms := machineSet("ms", "capstan.large", "", 3, tc.min, 10)
+			var machines []*machinev1.Machine
+			var objs []runtime.Object
+			for i := range 3 {
+				m := failedMachine(fmt.Sprintf("ms-%d", i), ms)
+				if i >= tc.failed {
+					m.Status.Phase = ptr.To(machinev1.PhaseProvisioning)
+					m.CreationTimestamp = metav1.NewTime(t0)
+				}
+				machines = append(machines, m)
+				objs = append(objs, m)
+			}
+			s := runtime.NewScheme()
+			if err := machinev1.AddToScheme(s); err != nil {
+				t.Fatal(err)
+			}
+			dyn := dynamicfake.NewSimpleDynamicClient(s, objs...)
+			sc := &scales{replicas: map[string]int64{"ms": 3}}
+			dyn.PrependReactor("*", "machinesets", sc.react)
+			dyn.PrependReactor("patch", "machines", func(action k8stesting.Action) (bool, runtime.Object, error) {
+				if action.(k8stesting.PatchAction).GetName() == tc.unmarkable {
+					return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "machines"}, tc.unmarkable, errors.New("webhook refused"))
+				}
+				return false, nil, nil
+			})
+			a := &Autoscaler{opts: Options{Namespace: machine.Namespace, Clock: clocktesting.NewFakeClock(t0)}, client: fake.NewClientset(), dynamic: dyn,
+				recorder: record.NewFakeRecorder(100), backoff: newBackoff(), written: map[string]int32{}}
+			cfg := DefaultConfig()
+			st := newClusterState(&cfg, nil, nil, []*machinev1.MachineSet{ms}, machines, t0)
+			status := &corev1.ObjectReference{Kind: "ConfigMap", Namespace: machine.Namespace, Name: StatusConfigMap}
+			if _, err := a.settleProvisioning(context.Background(), st, status); err != nil {
+				t.Fatalf("settleProvisioning failed the loop: %v", err)
+			}
+			if got := sc.replicas["ms"]; got != tc.wantReplicas {
+				t.Errorf("replicas %d, want %d", got, tc.wantReplicas)
+			}
+			marked := 0
+			for _, m := range machines {
+				u, err := dyn.Resource(machineResource).Namespace(machine.Namespace).Get(context.Background(), m.Name, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, ok := u.GetAnnotations()[machine.DeleteMachineAnnotation]; ok {
+					marked++
+				}
+			}
+			if marked != tc.wantMarked {
+				t.Errorf("%d machines marked, want %d", marked, tc.wantMarked)
+			}
+		})
+	}
 }
