@@ -94,22 +94,46 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 		os.RemoveAll(dir)
 	}()
 
-	armed := ""
-	if len(kills) > 0 {
-		armed = kills[0].armed()
-	}
-	p, err := startProcess(opts.Command, args, armed)
-	if err != nil {
-		return nil, err
-	}
+	// next is the kill the running process is armed for (if it is at a
+	// point).
+	next := 0
+	var p *process
 	defer func() {
-		if !p.exited() {
+		if p != nil && !p.exited() {
 			p.kill()
 		}
 	}()
-	if err := p.waitUp(opts.StartTimeout); err != nil {
-		violate("starts", "the first start: %v", err)
-		return res, nil
+	// boot starts capstan up until a start says it is up. A start that
+	// reaches its failpoint first is that kill, landed in the start: the
+	// next start is armed for the kill after it.
+	boot := func(which string) (bool, error) {
+		for {
+			armed := ""
+			if next < len(kills) {
+				armed = kills[next].armed()
+			}
+			var err error
+			if p, err = startProcess(opts.Command, args, armed); err != nil {
+				return false, err
+			}
+			werr := p.waitUp(opts.StartTimeout)
+			if werr == nil {
+				return true, nil
+			}
+			if armed == "" || !p.reachedFailpoint() || !p.killedBySIGKILL() {
+				violate("starts", "%s: %v", which, werr)
+				return false, nil
+			}
+			res.Kills = append(res.Kills, fmt.Sprintf("%s [%.0fs: in the start]", kills[next], time.Since(start).Seconds()))
+			next++
+			which = fmt.Sprintf("the start after kill %d (%s, in the start)", next, kills[next-1])
+			if r.History != nil {
+				r.History.reconnect()
+			}
+		}
+	}
+	if ok, err := boot("the first start"); !ok || err != nil {
+		return res, err
 	}
 	if err := r.connect(); err != nil {
 		return nil, err
@@ -126,10 +150,8 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 
 	// The operation goes on from here, through the kills.
 	progress := startProgress(rctx, r)
-	for k, kill := range kills {
-		if len(res.Violations) > 0 {
-			break
-		}
+	for next < len(kills) && len(res.Violations) == 0 {
+		kill := kills[next]
 		landed := kill.String()
 		// A kill at a point waits for the point, unless the operation
 		// is over (it will not be reached any more).
@@ -154,32 +176,25 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 		switch {
 		case kill.Point != "" && p.reachedFailpoint():
 		case !p.killedBySIGKILL():
-			violate("crash", "capstan up exited on its own (%s) before kill %d:\n%s", p.exit(), k+1, p.Tail())
+			violate("crash", "capstan up exited on its own (%s) before kill %d:\n%s", p.exit(), next+1, p.Tail())
 			return res, nil
 		}
 		// Where the operation was, as its last step said.
 		landed = fmt.Sprintf("%s [%.0fs: %s]", landed, killedAt.Sub(start).Seconds(), progress.why())
 		res.Kills = append(res.Kills, landed)
 		r.History.reconnect()
-		armed = ""
-		if k+1 < len(kills) {
-			armed = kills[k+1].armed()
-		}
-		if p, err = startProcess(opts.Command, args, armed); err != nil {
-			return nil, err
-		}
-		if err := p.waitUp(opts.StartTimeout); err != nil {
-			violate("starts", "the start after kill %d (%s): %v", k+1, landed, err)
-			return res, nil
+		next++
+		if ok, err := boot(fmt.Sprintf("the start after kill %d (%s)", next, landed)); !ok || err != nil {
+			return res, err
 		}
 		at, err := writes.waitAfter(ctx, killedAt, time.Minute)
 		if err != nil {
-			violate("starts", "after kill %d (%s) capstan said it was up, but the API took no write: %v", k+1, landed, err)
+			violate("starts", "after kill %d (%s) capstan said it was up, but the API took no write: %v", next, landed, err)
 			return res, nil
 		}
 		res.Recoveries = append(res.Recoveries, at.Sub(killedAt))
 		if lost, err := writes.lost(ctx); err != nil || len(lost) > 0 {
-			violate("acknowledged writes", "after kill %d (%s): %d lost (%s) %v", k+1, landed, len(lost), summarize(lost, 5), err)
+			violate("acknowledged writes", "after kill %d (%s): %d lost (%s) %v", next, landed, len(lost), summarize(lost, 5), err)
 		}
 	}
 	if len(res.Violations) > 0 {

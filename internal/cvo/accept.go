@@ -2,6 +2,7 @@ package cvo
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net"
@@ -254,9 +255,31 @@ func (w *worker) runJob(ctx context.Context) error {
 		_, digest, _ := strings.Cut(t.Image, "@sha256:")
 		suffix = digest[:min(len(digest), 12)]
 	}
+	jobs := w.o.kube.BatchV1().Jobs(Namespace)
+	// The retrieval of this very image, by an earlier pass (a CVO
+	// stopped before it took the release on): a finished one is used, a
+	// running one waited for, a failed one replaced. The payload is
+	// retrieved once, as upstream reuses its extracted directory.
+	imageHash := fmt.Sprintf("%x", sha256.Sum256([]byte(t.Image)))[:16]
+	earlier, err := jobs.List(ctx, metav1.ListOptions{LabelSelector: retrievedImageLabel + "=" + imageHash})
+	if err != nil {
+		return fmt.Errorf("listing the retrieval jobs of %s: %w", t.Image, err)
+	}
+	for i := range earlier.Items {
+		j := &earlier.Items[i]
+		switch {
+		case j.DeletionTimestamp != nil:
+		case jobFailed(j):
+			if err := jobs.Delete(ctx, j.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("deleting the failed retrieval job %s: %w", j.Name, err)
+			}
+		default:
+			return w.waitJob(ctx, j.Name)
+		}
+	}
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("version-%s-%s", suffix, utilrand.String(5)), Namespace: Namespace,
-			Labels: map[string]string{"k8s-app": "retrieve-openshift-release"}},
+			Labels: map[string]string{"k8s-app": "retrieve-openshift-release", retrievedImageLabel: imageHash}},
 		Spec: batchv1.JobSpec{
 			BackoffLimit:          ptr.To(int32(0)),
 			ActiveDeadlineSeconds: ptr.To(int64(w.o.opts.RetrieveTimeout / time.Second)),
@@ -275,13 +298,31 @@ func (w *worker) runJob(ctx context.Context) error {
 			},
 		},
 	}
-	jobs := w.o.kube.BatchV1().Jobs(Namespace)
 	created, err := jobs.Create(ctx, job, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("creating job %s/%s: %w", Namespace, job.Name, err)
 	}
+	return w.waitJob(ctx, created.Name)
+}
+
+// retrievedImageLabel on a retrieval Job: a hash of the image it
+// retrieves.
+const retrievedImageLabel = "release.capstan.dev/image-hash"
+
+func jobFailed(j *batchv1.Job) bool {
+	for _, c := range j.Status.Conditions {
+		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// waitJob waits until the retrieval Job name completes or fails.
+func (w *worker) waitJob(ctx context.Context, name string) error {
+	jobs := w.o.kube.BatchV1().Jobs(Namespace)
 	for {
-		got, err := jobs.Get(ctx, created.Name, metav1.GetOptions{})
+		got, err := jobs.Get(ctx, name, metav1.GetOptions{})
 		if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
 			return err
 		}
@@ -300,7 +341,7 @@ func (w *worker) runJob(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("job %s did not complete: %w", created.Name, ctx.Err())
+			return fmt.Errorf("job %s did not complete: %w", name, ctx.Err())
 		case <-time.After(250 * time.Millisecond):
 		}
 	}

@@ -2,6 +2,8 @@ package cvo
 
 import (
 	"context"
+	"crypto/sha256"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,6 +12,8 @@ import (
 
 	configv1 "github.com/openshift/api/config/v1"
 	configfake "github.com/openshift/client-go/config/clientset/versioned/fake"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -101,5 +105,52 @@ func TestHangingUpstreamsDoNotHoldTheClusterVersion(t *testing.T) {
 				t.Fatalf("the invalid desiredUpdate was not acted on while the upstream hung: %v", err)
 			}
 		})
+	}
+}
+
+// The retrieval of an image an earlier pass started (a CVO stopped before
+// taking the release on) is used, not made again: a finished Job is used
+// as it is, a failed one replaced.
+func TestRetrievalIsNotMadeTwice(t *testing.T) {
+	const image = "registry.example/ocp/release@sha256:26"
+	label := fmt.Sprintf("%x", sha256.Sum256([]byte(image)))[:16]
+	job := func(name string, cond batchv1.JobConditionType) *batchv1.Job {
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace, Labels: map[string]string{retrievedImageLabel: label}},
+			Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: cond, Status: corev1.ConditionTrue, Reason: "R", Message: "m"}}}}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	kube := fake.NewClientset(job("version-4.10.26-aaaaa", batchv1.JobComplete))
+	w := &worker{o: New(configfake.NewSimpleClientset(), Options{Kube: kube}), target: target{Version: "4.10.26", Image: image}}
+	if err := w.runJob(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := kube.BatchV1().Jobs(Namespace).List(ctx, metav1.ListOptions{}); len(list.Items) != 1 {
+		t.Errorf("%d retrieval jobs, want the finished one alone", len(list.Items))
+	}
+
+	kube = fake.NewClientset(job("version-4.10.26-bbbbb", batchv1.JobFailed))
+	w = &worker{o: New(configfake.NewSimpleClientset(), Options{Kube: kube}), target: target{Version: "4.10.26", Image: image}}
+	done := make(chan error, 1)
+	go func() { done <- w.runJob(ctx) }()
+	var fresh *batchv1.Job
+	err := waitfor.Poll(ctx, 20*time.Millisecond, 20*time.Second, waitfor.Simple(func(ctx context.Context) (bool, string) {
+		list, err := kube.BatchV1().Jobs(Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil || len(list.Items) != 1 || list.Items[0].Name == "version-4.10.26-bbbbb" {
+			return false, fmt.Sprintf("jobs %v", list)
+		}
+		fresh = &list.Items[0]
+		return true, ""
+	}))
+	if err != nil {
+		t.Fatalf("the failed job was not replaced by one new job: %v", err)
+	}
+	fresh.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+	if _, err := kube.BatchV1().Jobs(Namespace).UpdateStatus(ctx, fresh, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
