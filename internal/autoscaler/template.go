@@ -1,6 +1,7 @@
 package autoscaler
 
 import (
+	"slices"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -28,7 +29,7 @@ func sanitizeTemplate(n *corev1.Node, startup []string) *corev1.Node {
 	}
 	var kept []corev1.Taint
 	for _, t := range n.Spec.Taints {
-		if strings.HasPrefix(t.Key, startupTaintPrefix) || strings.HasPrefix(t.Key, ignoreTaintPrefix) || contains(startup, t.Key) {
+		if strings.HasPrefix(t.Key, startupTaintPrefix) || strings.HasPrefix(t.Key, ignoreTaintPrefix) || slices.Contains(startup, t.Key) {
 			continue
 		}
 		kept = append(kept, t)
@@ -39,15 +40,6 @@ func sanitizeTemplate(n *corev1.Node, startup []string) *corev1.Node {
 	out := n.DeepCopy()
 	out.Spec.Taints = kept
 	return out
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // daemonTolerations are what the DaemonSet controller adds to every

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -156,7 +157,7 @@ func checkRollout(h *History, pool string, member func(*corev1.Node) bool, confi
 	reboots := rebootsFor(h, config)
 	var members []string
 	nodeStates(h, func(_ int64, n, _ *corev1.Node, _ map[string]*corev1.Node) {
-		if n != nil && member(n) && !contains(members, n.Name) {
+		if n != nil && member(n) && !slices.Contains(members, n.Name) {
 			members = append(members, n.Name)
 		}
 	})
@@ -167,15 +168,6 @@ func checkRollout(h *History, pool string, member func(*corev1.Node) bool, confi
 		}
 	}
 	return out
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // inSet reports whether a node belongs to a machine of the MachineSet set
