@@ -252,7 +252,6 @@ func (d *daemon) blockers(ctx context.Context, node string) string {
 	return strings.Join(out, "; ")
 }
 
-
 func (d *daemon) waitReady(ctx context.Context, name string) error {
 	for {
 		n, err := d.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
