@@ -398,6 +398,21 @@ func applyError(m *payload.Manifest, err error, done, total int) *payload.Update
 		Message: fmt.Sprintf("Could not update %s %q (%d of %d): %v", strings.ToLower(m.Kind), name, done+1, total, err)}
 }
 
+// OperatorStub is what the CVO applies of a ClusterOperator manifest of
+// the payload (expected, decoded): its metadata and an empty spec (the CRD
+// requires one), never its status, which is its operator's to report.
+func OperatorStub(m *payload.Manifest, expected *configv1.ClusterOperator) (*payload.Manifest, error) {
+	stub := &payload.Manifest{Dir: m.Dir, File: m.File, Index: m.Index, APIVersion: m.APIVersion, Kind: m.Kind, Name: m.Name, Annotations: m.Annotations}
+	raw, err := json.Marshal(map[string]any{"apiVersion": m.APIVersion, "kind": m.Kind,
+		"metadata": map[string]any{"name": expected.Name, "annotations": expected.Annotations, "labels": expected.Labels},
+		"spec":     map[string]any{}})
+	if err != nil {
+		return nil, err
+	}
+	stub.Raw = raw
+	return stub, nil
+}
+
 // waitOperator creates a ClusterOperator of the payload if it is missing
 // (so it shows early), then waits until the operator is done: available,
 // not degraded, at the manifest's versions. While reconciling it looks
@@ -408,14 +423,11 @@ func (w *worker) waitOperator(ctx context.Context, m *payload.Manifest, mode pay
 		return &payload.UpdateError{Effect: payload.EffectFail, Reason: "UpdatePayloadIntegrity", Message: fmt.Sprintf("%s: %v", m, err), Nested: err}
 	}
 	// The ClusterOperator is created early, so it shows before its
-	// operator runs; the manifest's metadata is applied, never its status.
-	meta := &payload.Manifest{Dir: m.Dir, File: m.File, Index: m.Index, APIVersion: m.APIVersion, Kind: m.Kind, Name: m.Name, Annotations: m.Annotations}
-	raw, err := json.Marshal(map[string]any{"apiVersion": m.APIVersion, "kind": m.Kind,
-		"metadata": map[string]any{"name": expected.Name, "annotations": expected.Annotations, "labels": expected.Labels}})
+	// operator runs.
+	meta, err := OperatorStub(m, expected)
 	if err != nil {
 		return err
 	}
-	meta.Raw = raw
 	if err := w.o.applier.Apply(ctx, meta); err != nil {
 		done, total := w.prog.counts()
 		return applyError(m, err, done, total)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	configv1 "github.com/openshift/api/config/v1"
+	configclient "github.com/openshift/client-go/config/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -181,5 +183,45 @@ metadata:
 	cm, err := env.Client.CoreV1().ConfigMaps("cvo-e2e-web").Get(ctx, "settings", metav1.GetOptions{})
 	if err != nil || cm.Data["mode"] != "tuned" {
 		t.Errorf("a create-only object was overwritten: %v %v", cm.Data, err)
+	}
+}
+
+// A ClusterOperator of the payload that does not exist yet is created
+// from its manifest's metadata, with the empty spec the CRD requires, so
+// it shows before its operator reports.
+func TestOperatorStubCreatesAMissingClusterOperator(t *testing.T) {
+	ctx := context.Background()
+	const name = "cvo-e2e-stub"
+	p := &release.Payload{Manifests: map[string][]byte{"0000_50_stub_00_clusteroperator.yaml": []byte(`apiVersion: config.openshift.io/v1
+kind: ClusterOperator
+metadata:
+  name: ` + name + `
+` + applyPayloadHA + `status:
+  versions: [{name: operator, version: 4.10.99}]
+`)}}
+	ms, err := payload.Load(p)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("%d manifests, %v", len(ms), err)
+	}
+	expected := &configv1.ClusterOperator{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	stub, err := cvo.OperatorStub(ms[0], expected)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applier, err := cvo.NewApplier(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cos := configclient.NewForConfigOrDie(env.Config).ConfigV1().ClusterOperators()
+	t.Cleanup(func() { _ = cos.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	if err := applier.Apply(ctx, stub); err != nil {
+		t.Fatalf("creating the missing ClusterOperator: %v", err)
+	}
+	co, err := cos.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(co.Status.Versions) != 0 {
+		t.Errorf("the stub wrote the manifest's status %v; the operator reports it", co.Status.Versions)
 	}
 }
