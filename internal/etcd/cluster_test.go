@@ -212,10 +212,14 @@ func TestStartForgetsAMemberRemovedBeforeTheRegistrySaidSo(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The bootstrap member's data as it is just before its removal (the
-	// removal deletes it).
+	// removal deletes it), copied while the member is stopped.
 	bootstrapDir := filepath.Join(cfg.DataDir, cfg.Bootstrap.Dir)
 	saved := filepath.Join(t.TempDir(), "bootstrap")
+	c.StopMember(etcd.BootstrapName)
 	if err := os.CopyFS(saved, os.DirFS(bootstrapDir)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartMember(etcd.BootstrapName); err != nil {
 		t.Fatal(err)
 	}
 	remove(t, c, etcd.BootstrapName)
