@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -76,8 +77,10 @@ func (a *acks) firstAfter(t time.Time) time.Time {
 	return a.acked[i].at
 }
 
-// waitAfter waits until a write after t is acknowledged and returns when.
-func (a *acks) waitAfter(ctx context.Context, t time.Time, timeout time.Duration) (time.Time, error) {
+// waitAfter waits until a write after t is acknowledged and returns when;
+// it gives up when stop is closed (the server went away) or after
+// timeout.
+func (a *acks) waitAfter(ctx context.Context, t time.Time, timeout time.Duration, stop <-chan struct{}) (time.Time, error) {
 	deadline := time.Now().Add(timeout)
 	for {
 		if at := a.firstAfter(t); !at.IsZero() {
@@ -89,6 +92,8 @@ func (a *acks) waitAfter(ctx context.Context, t time.Time, timeout time.Duration
 		select {
 		case <-ctx.Done():
 			return time.Time{}, ctx.Err()
+		case <-stop:
+			return time.Time{}, errors.New("the server went away")
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

@@ -187,14 +187,24 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 		if ok, err := boot(fmt.Sprintf("the start after kill %d (%s)", next, landed)); !ok || err != nil {
 			return res, err
 		}
-		at, err := writes.waitAfter(ctx, killedAt, time.Minute)
-		if err != nil {
+		// The process may reach its armed point any time now, these
+		// checks included: then the next kill has landed, and they wait
+		// for the start after it.
+		killedAgain := func() bool { return p.exited() && p.reachedFailpoint() }
+		at, err := writes.waitAfter(ctx, killedAt, time.Minute, p.done)
+		switch {
+		case err == nil:
+			res.Recoveries = append(res.Recoveries, at.Sub(killedAt))
+		case !killedAgain():
 			violate("starts", "after kill %d (%s) capstan said it was up, but the API took no write: %v", next, landed, err)
 			return res, nil
 		}
-		res.Recoveries = append(res.Recoveries, at.Sub(killedAt))
-		if lost, err := writes.lost(ctx); err != nil || len(lost) > 0 {
-			violate("acknowledged writes", "after kill %d (%s): %d lost (%s) %v", next, landed, len(lost), summarize(lost, 5), err)
+		lost, err := writes.lost(ctx)
+		switch {
+		case err != nil && !killedAgain():
+			violate("acknowledged writes", "after kill %d (%s): %v", next, landed, err)
+		case len(lost) > 0:
+			violate("acknowledged writes", "after kill %d (%s): %d lost (%s)", next, landed, len(lost), summarize(lost, 5))
 		}
 	}
 	if len(res.Violations) > 0 {

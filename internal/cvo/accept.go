@@ -43,7 +43,7 @@ func (w *worker) accept(ctx context.Context, cv *configv1.ClusterVersion) (*rele
 	w.prog.start(versionOrImage(t.Version, t.Image), mode, 0)
 	w.prog.changed()
 	msg := fmt.Sprintf("Retrieving and verifying payload version=%q image=%q", t.Version, t.Image)
-	o.recorder.Event(cvRef, corev1.EventTypeNormal, "RetrievePayload", msg)
+	w.event(corev1.EventTypeNormal, "RetrievePayload", msg)
 	if err := o.setReleaseAccepted(ctx, configv1.ConditionUnknown, "RetrievePayload", msg); err != nil {
 		return nil, err
 	}
@@ -92,7 +92,7 @@ func (w *worker) accept(ctx context.Context, cv *configv1.ClusterVersion) (*rele
 		return nil, retrieveFailed(&payload.UpdateError{Effect: payload.EffectFail, Reason: "UpdatePayloadRetrievalFailed",
 			Message: "Unable to download and prepare the update: " + readErr.Error(), Nested: readErr})
 	}
-	o.recorder.Eventf(cvRef, corev1.EventTypeNormal, "LoadPayload", "Loading payload version=%q image=%q", t.Version, t.Image)
+	w.event(corev1.EventTypeNormal, "LoadPayload", fmt.Sprintf("Loading payload version=%q image=%q", t.Version, t.Image))
 	if readErr != nil {
 		return nil, w.acceptFailed(ctx, "LoadPayload", fmt.Sprintf("Loading payload failed version=%q image=%q failure=%v", t.Version, t.Image, readErr),
 			&payload.UpdateError{Effect: payload.EffectFail, Reason: "UpdatePayloadIntegrity", Message: "The content of the update is invalid: " + readErr.Error(), Nested: readErr})
@@ -121,7 +121,7 @@ func (w *worker) accept(ctx context.Context, cv *configv1.ClusterVersion) (*rele
 		if summary, block := SummarizePreconditions(errs); summary != "" {
 			switch {
 			case block && !t.Force:
-				o.recorder.Eventf(cvRef, corev1.EventTypeWarning, "PreconditionBlock", "Preconditions failed for payload loaded version=%q image=%q: %s", version, t.Image, summary)
+				w.event(corev1.EventTypeWarning, "PreconditionBlock", fmt.Sprintf("Preconditions failed for payload loaded version=%q image=%q: %s", version, t.Image, summary))
 				return nil, w.acceptFailed(ctx, "PreconditionChecks", fmt.Sprintf("Preconditions failed for payload loaded version=%q image=%q: %s", version, t.Image, summary),
 					&payload.UpdateError{Effect: payload.EffectFail, Reason: "UpgradePreconditionCheckFailed", Message: summary})
 			case block:
@@ -129,13 +129,13 @@ func (w *worker) accept(ctx context.Context, cv *configv1.ClusterVersion) (*rele
 			default:
 				risks = append(risks, summary)
 			}
-			o.recorder.Eventf(cvRef, corev1.EventTypeWarning, "PreconditionWarn", "precondition warning for payload loaded version=%q image=%q: %s", version, t.Image, summary)
+			w.event(corev1.EventTypeWarning, "PreconditionWarn", fmt.Sprintf("precondition warning for payload loaded version=%q image=%q: %s", version, t.Image, summary))
 		}
-		o.recorder.Eventf(cvRef, corev1.EventTypeNormal, "PreconditionsPassed", "preconditions passed for payload loaded version=%q image=%q", version, t.Image)
+		w.event(corev1.EventTypeNormal, "PreconditionsPassed", fmt.Sprintf("preconditions passed for payload loaded version=%q image=%q", version, t.Image))
 	}
 
 	msg = fmt.Sprintf("Payload loaded version=%q image=%q", version, t.Image)
-	o.recorder.Event(cvRef, corev1.EventTypeNormal, "PayloadLoaded", msg)
+	w.event(corev1.EventTypeNormal, "PayloadLoaded", msg)
 	o.cache(t.Image, img)
 	w.prog.clearFailure()
 	err := o.updateStatus(ctx, func(cv *configv1.ClusterVersion, now metav1.Time) {
@@ -165,7 +165,7 @@ func (w *worker) accept(ctx context.Context, cv *configv1.ClusterVersion) (*rele
 // acceptFailed reports a failed step: a warning event, ReleaseAccepted
 // False with the step as reason, and the error as the pass's failure.
 func (w *worker) acceptFailed(ctx context.Context, step, msg string, e *payload.UpdateError) error {
-	w.o.recorder.Event(cvRef, corev1.EventTypeWarning, step+"Failed", msg)
+	w.event(corev1.EventTypeWarning, step+"Failed", msg)
 	err := w.prog.fail(e)
 	// One write, so ReleaseAccepted and Failing never disagree.
 	if werr := w.o.updateStatus(ctx, func(cv *configv1.ClusterVersion, now metav1.Time) {
@@ -175,6 +175,22 @@ func (w *worker) acceptFailed(ctx context.Context, step, msg string, e *payload.
 		return werr
 	}
 	return err
+}
+
+// event records an event on the ClusterVersion, once per worker: the same
+// step retried for the same target says nothing new, and would use up the
+// event recorder's allowance for the ClusterVersion (its spam filter),
+// so that the events of the next update would be dropped.
+func (w *worker) event(eventType, reason, msg string) {
+	key := eventType + "\x00" + reason + "\x00" + msg
+	if w.emitted[key] {
+		return
+	}
+	if w.emitted == nil {
+		w.emitted = map[string]bool{}
+	}
+	w.emitted[key] = true
+	w.o.recorder.Event(cvRef, eventType, reason, msg)
 }
 
 func (o *Operator) setReleaseAccepted(ctx context.Context, status configv1.ConditionStatus, reason, msg string) error {

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/capstan-dev/capstan/internal/waitfor"
 )
@@ -152,5 +153,28 @@ func TestRetrievalIsNotMadeTwice(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A step retried for the same target is recorded once: the recorder's
+// spam filter allows a few events per object, and retries would leave
+// none for the next update's steps.
+func TestWorkerRecordsEachStepOnce(t *testing.T) {
+	rec := record.NewFakeRecorder(10)
+	w := &worker{o: &Operator{recorder: rec}}
+	for range 3 {
+		w.event(corev1.EventTypeNormal, "RetrievePayload", `Retrieving and verifying payload version="4.10.26"`)
+		w.event(corev1.EventTypeWarning, "RetrievePayloadFailed", "unreachable")
+	}
+	w.event(corev1.EventTypeNormal, "RetrievePayload", `Retrieving and verifying payload version="4.10.27"`)
+	close(rec.Events)
+	var got []string
+	for e := range rec.Events {
+		got = append(got, e)
+	}
+	want := []string{`Normal RetrievePayload Retrieving and verifying payload version="4.10.26"`, "Warning RetrievePayloadFailed unreachable",
+		`Normal RetrievePayload Retrieving and verifying payload version="4.10.27"`}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("events %q, want %q", got, want)
 	}
 }

@@ -127,6 +127,8 @@ type worker struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	prog   *progress
+	// emitted are the events this worker recorded (see event).
+	emitted map[string]bool
 }
 
 // syncWork starts a worker for the ClusterVersion's target when it
@@ -303,7 +305,7 @@ func (w *worker) syncOnce(ctx context.Context) error {
 		return err
 	}
 	if mode != payload.Reconciling {
-		o.recorder.Eventf(cvRef, corev1.EventTypeNormal, "UpgradeComplete", "Cluster version %s is completed", version)
+		w.event(corev1.EventTypeNormal, "UpgradeComplete", fmt.Sprintf("Cluster version %s is completed", version))
 	}
 	return o.reportOperator(ctx)
 }
