@@ -81,7 +81,7 @@ func TestUpdateResumesAfterSIGKILL(t *testing.T) {
 		rec = recordUpdateOf(t, kube, config, "4.10.26")
 	}
 	for i, level := range []string{"kube-apiserver", "machine-api"} {
-		testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+		testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
 			return rec.seen(level), fmt.Sprintf("%s has not reported 4.10.26: %v", level, rec.updated())
 		})
 		if rec.seen("machine-config") {
@@ -99,7 +99,7 @@ func TestUpdateResumesAfterSIGKILL(t *testing.T) {
 		}
 		return &nodes.Items[0]
 	}
-	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+	testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
 		n := master()
 		return sim.Rebooting(n), fmt.Sprintf("%s is not rebooting: %v", n.Name, n.Annotations)
 	})

@@ -105,7 +105,7 @@ func TestAutoscalerSurvivesSIGKILL(t *testing.T) {
 	}
 	// Killed as soon as the scale-up is written, before its machines are
 	// nodes.
-	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+	testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
 		r := replicasOf()
 		return r == 3, fmt.Sprintf("%d replicas", r)
 	})
@@ -125,7 +125,7 @@ func TestAutoscalerSurvivesSIGKILL(t *testing.T) {
 		}
 	}
 	since := map[string]string{}
-	testenv.Eventually(t, time.Minute, func() (bool, string) {
+	testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
 		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "autoscale-e2e=" + set})
 		if err != nil {
 			return false, err.Error()
@@ -156,7 +156,7 @@ func TestAutoscalerSurvivesSIGKILL(t *testing.T) {
 		return out
 	}
 	held := map[string]*machinev1.Machine{}
-	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+	testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
 		byNode := machineOf()
 		for name, s := range since {
 			n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
@@ -180,7 +180,7 @@ func TestAutoscalerSurvivesSIGKILL(t *testing.T) {
 	// Two status updates after the restart: at least one whole loop ran,
 	// the start-up clean-up of unfinished removals included.
 	seen := map[string]bool{}
-	testenv.Eventually(t, time.Minute, func() (bool, string) {
+	testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
 		cm, err := client.CoreV1().ConfigMaps(machine.Namespace).Get(ctx, autoscaler.StatusConfigMap, metav1.GetOptions{})
 		if err == nil {
 			seen[cm.Annotations["cluster-autoscaler.kubernetes.io/last-updated"]] = true
@@ -211,7 +211,7 @@ func TestAutoscalerSurvivesSIGKILL(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+	testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
 		for name := range held {
 			if _, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err == nil {
 				return false, "node " + name + " still there"

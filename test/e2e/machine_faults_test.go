@@ -63,7 +63,7 @@ func TestMachineDeletionResumesAfterKill(t *testing.T) {
 		}
 		return m
 	}
-	testenv.Eventually(t, time.Minute, func() (bool, string) {
+	testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
 		for _, n := range names {
 			if m := get(n); ptr.Deref(m.Status.Phase, "") != machinev1.PhaseRunning {
 				return false, n + " not Running"
@@ -95,7 +95,7 @@ func TestMachineDeletionResumesAfterKill(t *testing.T) {
 		}
 	}
 	var terminateAt time.Time
-	testenv.Eventually(t, time.Minute, func() (bool, string) {
+	testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
 		hook, drain := get("kill-hook"), get("kill-drain")
 		c := machineCondition(hook, machinev1.MachineDrainable)
 		if ptr.Deref(hook.Status.Phase, "") != machinev1.PhaseDeleting || c == nil || c.Status != corev1.ConditionFalse {
@@ -133,7 +133,7 @@ func TestMachineDeletionResumesAfterKill(t *testing.T) {
 	// both machines again: it declined to drain kill-hook and tried
 	// kill-drain against its budget.
 	for name, reason := range map[string]string{"kill-hook": machine.EventDrainBlocked, "kill-drain": machine.EventDrainRequeued} {
-		testenv.Eventually(t, time.Minute, func() (bool, string) {
+		testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
 			for _, e := range eventsOf(t, kube, name, reason) {
 				if !e.LastTimestamp.Time.Before(restarted) {
 					return true, ""
@@ -165,13 +165,13 @@ func TestMachineDeletionResumesAfterKill(t *testing.T) {
 		}
 	}
 	update(func(m *machinev1.Machine) { m.Spec.LifecycleHooks.PreDrain = nil })
-	testenv.Eventually(t, time.Minute, func() (bool, string) {
+	testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
 		d := machineCondition(get("kill-hook"), machinev1.MachineDrained)
 		return d != nil && d.Status == corev1.ConditionTrue, fmt.Sprintf("Drained %+v", d)
 	})
 	// The machine controller looked at the drained machine and kept its
 	// instance for the preTerminate hook.
-	testenv.Eventually(t, time.Minute, func() (bool, string) {
+	testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
 		return len(eventsOf(t, kube, "kill-hook", machine.EventTerminateBlocked)) > 0, "no TerminateBlocked event"
 	})
 	if _, err := cloud.GetInstance(ctx, "kill-hook"); err != nil {
@@ -181,7 +181,7 @@ func TestMachineDeletionResumesAfterKill(t *testing.T) {
 	if err := kube.PolicyV1().PodDisruptionBudgets("default").Delete(ctx, "guarded", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+	testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
 		for _, n := range names {
 			if _, err := mc.Get(ctx, n, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return false, n + " still there"

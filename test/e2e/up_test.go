@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -169,14 +170,23 @@ func TestUpStopsCleanlyAndResumesTheSameCluster(t *testing.T) {
 	up.Stop(t)
 }
 
+// waitPodRunning waits until a pod runs and is Ready. A pod may wait for a
+// whole scale-up (a machine, its boot, its node's readiness): the wait is
+// generous, and says where the pod is if it runs out.
 func waitPodRunning(t *testing.T, client kubernetes.Interface, ns, name string) {
 	t.Helper()
-	testenv.Eventually(t, time.Minute, func() (bool, string) {
+	testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
 		p, err := client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
-		return p.Status.Phase == corev1.PodRunning && testenv.PodConditionTrue(p, corev1.PodReady), string(p.Status.Phase)
+		why := fmt.Sprintf("pod %s/%s is %s on node %q", ns, name, p.Status.Phase, p.Spec.NodeName)
+		for _, c := range p.Status.Conditions {
+			if c.Status != corev1.ConditionTrue {
+				why += fmt.Sprintf("; %s=%s %s: %s", c.Type, c.Status, c.Reason, c.Message)
+			}
+		}
+		return p.Status.Phase == corev1.PodRunning && testenv.PodConditionTrue(p, corev1.PodReady), why
 	})
 }
 
