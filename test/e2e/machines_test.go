@@ -206,6 +206,21 @@ func machineEvents(t *testing.T, name string) []string {
 	return out
 }
 
+// waitMachineEvents waits for events of each reason about a Machine: events
+// are recorded asynchronously, after the write that they report.
+func waitMachineEvents(t *testing.T, name string, reasons ...string) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		evs := machineEvents(t, name)
+		for _, want := range reasons {
+			if !slices.Contains(evs, want) {
+				return false, fmt.Sprintf("events of %s %v lack %s", name, evs, want)
+			}
+		}
+		return true, ""
+	})
+}
+
 // tolerantPod runs on the node of a test machine.
 func tolerantPod(name, node string) *corev1.Pod {
 	p := boundPod(name, node)
@@ -275,12 +290,7 @@ func TestMachineDeletionWithoutHooks(t *testing.T) {
 	capstanOK(t, "kubectl", "--kubeconfig", env.Kubeconfig, "scale", "machineset", ms.Name, "-n", machine.Namespace, "--replicas=0")
 	waitMachineGone(t, m.Name, time.Minute)
 	env.WaitPodGone(t, ns, "app", 10*time.Second)
-	evs := machineEvents(t, m.Name)
-	for _, want := range []string{machine.EventDrainProceeds, machine.EventDeleted, machine.EventDrainSucceeded} {
-		if !slices.Contains(evs, want) {
-			t.Errorf("events %v lack %s", evs, want)
-		}
-	}
+	waitMachineEvents(t, m.Name, machine.EventDrainProceeds, machine.EventDeleted, machine.EventDrainSucceeded)
 }
 
 // The example configuration of 6.2.3: one preDrain and three preTerminate
@@ -496,9 +506,7 @@ func TestDrainBlockedByPodDisruptionBudget(t *testing.T) {
 				strings.Contains(d.Message, "could not drain machine") && strings.Contains(d.Message, "disruption budget"),
 			fmt.Sprintf("Drained %+v", d)
 	})
-	if !slices.Contains(machineEvents(t, m.Name), machine.EventDrainRequeued) {
-		t.Errorf("no DrainRequeued event: %v", machineEvents(t, m.Name))
-	}
+	waitMachineEvents(t, m.Name, machine.EventDrainRequeued)
 	if !env.PodAlive(t, ns, "guarded") {
 		t.Fatal("pod evicted against its budget")
 	}
@@ -596,10 +604,19 @@ func TestMachineHealthCheckRemediation(t *testing.T) {
 		c := machine.GetCondition(h.Status.Conditions, machinev1.RemediationAllowedCondition)
 		return c != nil && c.Status == corev1.ConditionFalse && c.Reason == machinev1.TooManyUnhealthyReason, fmt.Sprintf("conditions %+v", h.Status.Conditions)
 	})
-	evs, _ := env.Client.CoreV1().Events(machine.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=e2e-mhc,reason=RemediationRestricted"})
-	if len(evs.Items) == 0 || !strings.Contains(evs.Items[0].Message, "Remediation restricted due to exceeded number of unhealthy machines (total: 2, unhealthy: 2, maxUnhealthy: 1)") {
-		t.Fatalf("RemediationRestricted events: %+v", evs.Items)
-	}
+	// Events are recorded asynchronously: the condition can land first.
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		evs, err := env.Client.CoreV1().Events(machine.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=e2e-mhc,reason=RemediationRestricted"})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, ev := range evs.Items {
+			if strings.Contains(ev.Message, "Remediation restricted due to exceeded number of unhealthy machines (total: 2, unhealthy: 2, maxUnhealthy: 1)") {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("RemediationRestricted events: %+v", evs.Items)
+	})
 	for _, m := range got {
 		if getMachine(t, m.Name).DeletionTimestamp != nil {
 			t.Fatalf("machine %s remediated despite the short-circuit", m.Name)
@@ -608,9 +625,7 @@ func TestMachineHealthCheckRemediation(t *testing.T) {
 	// One recovers: the other is remediated and replaced.
 	capstanOK(t, "sim", "--kubeconfig", env.Kubeconfig, "node", "start", got[0].Status.NodeRef.Name)
 	waitMachineGone(t, got[1].Name, time.Minute)
-	if !slices.Contains(machineEvents(t, got[1].Name), machine.EventMachineDeleted) {
-		t.Errorf("no MachineDeleted event")
-	}
+	waitMachineEvents(t, got[1].Name, machine.EventMachineDeleted)
 	waitMachinesRunning(t, ms.Name, 2)
 }
 
@@ -805,9 +820,7 @@ func TestMachineFailsWhenTheCloudRefuses(t *testing.T) {
 				strings.Contains(ptr.Deref(m.Status.ErrorMessage, ""), "no capacity in sim-zone-c"),
 			fmt.Sprintf("phase %q reason %q message %q", ptr.Deref(m.Status.Phase, ""), ptr.Deref(m.Status.ErrorReason, ""), ptr.Deref(m.Status.ErrorMessage, ""))
 	})
-	if !slices.Contains(machineEvents(t, "e2e-refused"), machine.EventFailedCreate) {
-		t.Errorf("no FailedCreate event: %v", machineEvents(t, "e2e-refused"))
-	}
+	waitMachineEvents(t, "e2e-refused", machine.EventFailedCreate)
 	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		m := getMachine(t, "e2e-vanished")
 		return ptr.Deref(m.Status.Phase, "") == machinev1.PhaseRunning, "e2e-vanished not Running"
@@ -844,9 +857,7 @@ func TestExcludeNodeDrainingSkipsTheDrain(t *testing.T) {
 		d := machineCondition(getMachine(t, m.Name), machinev1.MachineDrained)
 		return d != nil && d.Status == corev1.ConditionTrue && d.Message == "Node drain skipped", fmt.Sprintf("Drained %+v", d)
 	})
-	if !slices.Contains(machineEvents(t, m.Name), machine.EventDrainSkipped) {
-		t.Errorf("no DrainSkipped event: %v", machineEvents(t, m.Name))
-	}
+	waitMachineEvents(t, m.Name, machine.EventDrainSkipped)
 	if env.GetNode(t, m.Status.NodeRef.Name).Spec.Unschedulable || !env.PodAlive(t, ns, "stays") {
 		t.Fatal("node cordoned or pod evicted although draining is excluded")
 	}

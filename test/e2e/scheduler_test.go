@@ -217,16 +217,19 @@ func TestDefaultSchedulerRunsDeploymentsAndDaemonSets(t *testing.T) {
 			t.Errorf("daemon pod %s on %s, its affinity names %s", p.Name, p.Spec.NodeName, want)
 		}
 	}
-	evs, _ := env.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=Scheduled"})
-	found := false
-	for _, e := range evs.Items {
-		if strings.HasPrefix(e.Message, "Successfully assigned "+ns+"/") && e.Source.Component == scheduler.DefaultSchedulerName {
-			found = true
+	// Events are recorded asynchronously, after the binding they report.
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		evs, err := env.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=Scheduled"})
+		if err != nil {
+			return false, err.Error()
 		}
-	}
-	if !found {
-		t.Errorf("no Scheduled event from default-scheduler among %d", len(evs.Items))
-	}
+		for _, e := range evs.Items {
+			if strings.HasPrefix(e.Message, "Successfully assigned "+ns+"/") && e.Source.Component == scheduler.DefaultSchedulerName {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("no Scheduled event from default-scheduler among %d", len(evs.Items))
+	})
 }
 
 // 14.6.3: node affinity with and without a matching label.
@@ -467,10 +470,13 @@ priorities:
 		}
 	}
 	// The events name the scheduler that decided.
-	evs, _ := env.Client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=db-1,reason=Scheduled"})
-	if len(evs.Items) == 0 || evs.Items[0].Source.Component != "policy-1" {
-		t.Errorf("Scheduled events of db-1: %v", evs.Items)
-	}
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		evs, err := env.Client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=db-1,reason=Scheduled"})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(evs.Items) > 0 && evs.Items[0].Source.Component == "policy-1", fmt.Sprintf("Scheduled events of db-1: %v", evs.Items)
+	})
 }
 
 func TestSamplePolicyCityBuildingRoom(t *testing.T) {
