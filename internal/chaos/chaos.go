@@ -295,5 +295,10 @@ func Find(names []string) ([]*Scenario, error) {
 
 // tempDir is where a run's data dir goes.
 func tempDir(opts *Options, scenario string, seed uint64) (string, error) {
+	if opts.Dir != "" {
+		if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+			return "", fmt.Errorf("--dir: %w", err)
+		}
+	}
 	return os.MkdirTemp(opts.Dir, fmt.Sprintf("capstan-chaos-%s-%d-", scenario, seed))
 }

@@ -90,7 +90,7 @@ that replays its run. The exit status is 1 when any invariant was violated.
 	f.IntVar(&opts.Runs, "runs", opts.Runs, "runs of each scenario")
 	f.Int64Var(&seed, "seed", 0, "seed of the first run (default: the current time)")
 	f.IntVar(&opts.Kills, "kills", opts.Kills, "SIGKILLs in each run")
-	f.StringVar(&opts.Dir, "dir", "", "where the runs' data dirs go (default: the system's temp dir)")
+	f.StringVar(&opts.Dir, "dir", "", "where the runs' data dirs go (created if missing; default: the system's temp dir)")
 	f.BoolVar(&opts.Keep, "keep", false, "keep every run's data dir (a run with a violation keeps its own anyway)")
 	f.DurationVar(&opts.StartTimeout, "start-timeout", 3*time.Minute, "how long each start of capstan up may take")
 	f.BoolVar(&list, "list", false, "list the scenarios and the kill points, and exit")
