@@ -99,14 +99,30 @@ func (a *acks) waitAfter(ctx context.Context, t time.Time, timeout time.Duration
 	}
 }
 
-// lost lists the acknowledged writes the API no longer has.
-func (a *acks) lost(ctx context.Context) ([]string, error) {
+// lost lists the acknowledged writes the API no longer has. A list that
+// fails (a connection cut under load) is tried again for up to timeout,
+// unless stop is closed (the server went away).
+func (a *acks) lost(ctx context.Context, timeout time.Duration, stop <-chan struct{}) ([]string, error) {
 	a.mu.Lock()
 	acked := append([]ack(nil), a.acked...)
 	a.mu.Unlock()
-	list, err := a.kube.CoreV1().ConfigMaps(ackNamespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("listing the acknowledged writes: %w", err)
+	deadline := time.Now().Add(timeout)
+	var list *corev1.ConfigMapList
+	for {
+		var err error
+		if list, err = a.kube.CoreV1().ConfigMaps(ackNamespace).List(ctx, metav1.ListOptions{}); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("listing the acknowledged writes: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-stop:
+			return nil, fmt.Errorf("listing the acknowledged writes: the server went away: %w", err)
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
 	have := map[string]bool{}
 	for _, cm := range list.Items {

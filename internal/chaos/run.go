@@ -199,7 +199,7 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 			violate("starts", "after kill %d (%s) capstan said it was up, but the API took no write: %v", next, landed, err)
 			return res, nil
 		}
-		lost, err := writes.lost(ctx)
+		lost, err := writes.lost(ctx, 30*time.Second, p.done)
 		switch {
 		case err != nil && !killedAgain():
 			violate("acknowledged writes", "after kill %d (%s): %v", next, landed, err)
@@ -225,7 +225,7 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 		violate("history", "%v", err)
 		return res, nil
 	}
-	if lost, err := writes.lost(ctx); err != nil || len(lost) > 0 {
+	if lost, err := writes.lost(ctx, 30*time.Second, p.done); err != nil || len(lost) > 0 {
 		violate("acknowledged writes", "at the end: %d lost (%s) %v", len(lost), summarize(lost, 5), err)
 	}
 	res.Changes = r.History.Len()
