@@ -32,7 +32,9 @@ func TestDecide(t *testing.T) {
 	learner := func(added time.Duration) func(*RuleMember) {
 		return func(m *RuleMember) { m.Learner, m.Added = true, now.Add(-added) }
 	}
-	unstarted := func(m *RuleMember) { m.Started, m.Healthy, m.Learner, m.Added = false, false, true, now.Add(-time.Second) }
+	unstarted := func(m *RuleMember) {
+		m.Started, m.Healthy, m.Learner, m.Added = false, false, true, now.Add(-time.Second)
+	}
 	nodeGone := func(m *RuleMember) { m.Node = false }
 	three := func() []RuleMember { return []RuleMember{mem("m-0"), mem("m-1"), mem("m-2")} }
 
