@@ -385,13 +385,19 @@ func (s *Scheduler) bind(ctx context.Context, req bindRequest) {
 		s.cache.finishBinding(pod, s.cfg.Clock.Now())
 		s.queue.Done(req.qp, pod)
 		s.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonScheduled, "Successfully assigned %s/%s to %s", pod.Namespace, pod.Name, req.node)
-	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-		// Deleted, recreated or already bound: nothing left to do for this
-		// pod object; the informer brings whatever replaced it.
+	case apierrors.IsNotFound(err):
+		// Deleted: nothing left to do for this pod object; the informer
+		// brings whatever replaced it.
 		s.cache.unassume(pod)
 		s.queue.Done(req.qp, pod)
 		logger.V(2).Info("Binding dropped", "pod", klog.KObj(pod), "err", err)
 	default:
+		// Any other failure goes back to the queue, a conflict included:
+		// the apiserver answers 409 both for a pod already bound and for a
+		// binding whose etcd write failed ("etcdserver: request timed
+		// out"), and only the informer tells them apart. A bound pod
+		// leaves the queue when its update arrives (in flight, it does
+		// not come back at all).
 		s.cache.unassume(pod)
 		if ctx.Err() != nil {
 			return

@@ -365,3 +365,46 @@ func TestSchedulerLoopUnderConcurrentChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The apiserver answers a binding whose etcd write failed with a 409
+// ("Operation cannot be fulfilled on pods/binding: etcdserver: request
+// timed out"), like one for a pod already bound. The pod, still pending,
+// must be tried again, never dropped: a dropped pod waits for ever.
+func TestBindingConflictFromEtcdIsTriedAgain(t *testing.T) {
+	p := qpod("p", 0)
+	p.Spec.SchedulerName = DefaultSchedulerName
+	s, client := newTestScheduler(t, p)
+	apiserverPods(client)
+	failed := false
+	client.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if action.GetSubresource() != "binding" || failed {
+			return false, nil, nil
+		}
+		failed = true
+		return true, nil, apierrors.NewConflict(corev1.Resource("pods/binding"), "p", fmt.Errorf("etcdserver: request timed out, possibly due to previous leader failure"))
+	})
+	s.cache.setNode(testNode("n"))
+	s.podChanged(nil, p)
+	ctx := context.Background()
+	qp, pod, cycle, _ := s.queue.Pop()
+	s.bind(ctx, bindRequest{qp: qp, pod: pod, cycle: cycle, node: "n"})
+	if !failed {
+		t.Fatal("the failing binding was never attempted")
+	}
+	if s.queue.Len() != 1 {
+		t.Fatal("a pod whose binding failed in etcd left the queue")
+	}
+	if got := podsOn(s.cache, "n"); got != 0 {
+		t.Fatalf("%d pods still assumed on the node after the failed binding", got)
+	}
+	s.cfg.Clock.(*clocktesting.FakeClock).Step(initialBackoff)
+	if activeLen(s.queue) != 1 {
+		t.Fatal("the pod did not come back after its backoff")
+	}
+	qp, pod, cycle, _ = s.queue.Pop()
+	s.bind(ctx, bindRequest{qp: qp, pod: pod, cycle: cycle, node: "n"})
+	got, err := client.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
+	if err != nil || got.Spec.NodeName != "n" {
+		t.Fatalf("pod after the second attempt: node %q, err %v", got.Spec.NodeName, err)
+	}
+}
