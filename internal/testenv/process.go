@@ -4,11 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -60,25 +64,37 @@ func FreePort(t TB) int {
 
 // UpProcess is a running `capstan up`.
 type UpProcess struct {
-	cmd    *exec.Cmd
-	output *bytes.Buffer
-	lines  chan string
-	done   chan struct{}
+	cmd   *exec.Cmd
+	mu    sync.Mutex
+	out   bytes.Buffer
+	lines chan string
+	done  chan struct{}
 }
+
+// DumpEnv names a directory: a failed test's capstan up processes still
+// running are stopped with SIGQUIT and their output, goroutine stacks
+// included, is written there.
+const DumpEnv = "CAPSTAN_TEST_DUMP_DIR"
+
+// tailOnFailure is how much of a failed test's capstan output is logged:
+// the end, where the fault is, without burying the test's own message.
+const tailOnFailure = 150
 
 func StartUp(t TB, args ...string) *UpProcess {
 	t.Helper()
 	cmd := CapstanProcess(append([]string{"up"}, args...)...)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
-	p := &UpProcess{cmd: cmd, output: &bytes.Buffer{}, lines: make(chan string, 100), done: make(chan struct{})}
+	p := &UpProcess{cmd: cmd, lines: make(chan string, 100), done: make(chan struct{})}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("%v", err)
 	}
 	go func() {
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
-			p.output.WriteString(sc.Text() + "\n")
+			p.mu.Lock()
+			p.out.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
 			select {
 			case p.lines <- sc.Text():
 			default:
@@ -91,14 +107,73 @@ func StartUp(t TB, args ...string) *UpProcess {
 		close(p.done)
 	}()
 	t.Cleanup(func() {
+		f, canFail := t.(interface {
+			Failed() bool
+			Logf(string, ...any)
+		})
+		failed := canFail && f.Failed()
 		select {
 		case <-p.done:
 		default:
+			if dir := os.Getenv(DumpEnv); dir != "" && failed {
+				// The log as it was, then every goroutine's stack (Go
+				// prints them on SIGQUIT): where each component was
+				// stuck when the test gave up.
+				base := filepath.Join(dir, fmt.Sprintf("%s-%d", strings.ReplaceAll(t.Name(), "/", "_"), cmd.Process.Pid))
+				if i := slices.Index(args, "--data-dir"); i >= 0 && i+1 < len(args) {
+					if raw, err := os.ReadFile(filepath.Join(args[i+1], "logs", "capstan.log")); err == nil {
+						_ = os.WriteFile(base+".log", raw, 0o644)
+					}
+				}
+				_ = cmd.Process.Signal(syscall.SIGQUIT)
+				select {
+				case <-p.done:
+				case <-time.After(30 * time.Second):
+				}
+				if err := os.WriteFile(base+".txt", []byte(p.Output()), 0o644); err == nil {
+					f.Logf("log and goroutine dump of capstan up in %s.{log,txt}", base)
+				}
+			}
 			cmd.Process.Kill()
 			<-p.done
 		}
+		// A failed test shows what capstan was doing: CI keeps nothing
+		// else of the process.
+		if failed {
+			lines := strings.Split(strings.TrimRight(p.Output(), "\n"), "\n")
+			if len(lines) > tailOnFailure {
+				lines = lines[len(lines)-tailOnFailure:]
+			}
+			f.Logf("last %d lines of capstan up %s:\n%s", len(lines), strings.Join(args, " "), strings.Join(lines, "\n"))
+			logTail(f, args)
+		}
 	})
 	return p
+}
+
+// logged are the data dirs whose log a failed test has shown already: the
+// processes of one test share one log.
+var logged sync.Map
+
+// logTail logs the end of the capstan log of the data dir in args.
+func logTail(t interface{ Logf(string, ...any) }, args []string) {
+	i := slices.Index(args, "--data-dir")
+	if i < 0 || i+1 >= len(args) {
+		return
+	}
+	path := filepath.Join(args[i+1], "logs", "capstan.log")
+	if _, done := logged.LoadOrStore(path, true); done {
+		return
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
+	if len(lines) > 4*tailOnFailure {
+		lines = lines[len(lines)-4*tailOnFailure:]
+	}
+	t.Logf("last %d lines of %s:\n%s", len(lines), path, strings.Join(lines, "\n"))
 }
 
 func (p *UpProcess) WaitLine(t TB, substr string, timeout time.Duration) string {
@@ -111,9 +186,9 @@ func (p *UpProcess) WaitLine(t TB, substr string, timeout time.Duration) string 
 				return l
 			}
 		case <-p.done:
-			t.Fatalf("capstan up exited before printing %q:\n%s", substr, p.output)
+			t.Fatalf("capstan up exited before printing %q:\n%s", substr, p.Output())
 		case <-deadline:
-			t.Fatalf("capstan up did not print %q within %s:\n%s", substr, timeout, p.output)
+			t.Fatalf("capstan up did not print %q within %s:\n%s", substr, timeout, p.Output())
 		}
 	}
 }
@@ -126,13 +201,13 @@ func (p *UpProcess) Stop(t TB) {
 	select {
 	case <-p.done:
 	case <-time.After(2 * time.Minute):
-		t.Fatalf("capstan up did not stop on SIGTERM:\n%s", p.output)
+		t.Fatalf("capstan up did not stop on SIGTERM:\n%s", p.Output())
 	}
 	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
-		t.Fatalf("capstan up exited %d after SIGTERM:\n%s", code, p.output)
+		t.Fatalf("capstan up exited %d after SIGTERM:\n%s", code, p.Output())
 	}
-	if !strings.Contains(p.output.String(), "capstan stopped") {
-		t.Errorf("no clean stop message:\n%s", p.output)
+	if !strings.Contains(p.Output(), "capstan stopped") {
+		t.Errorf("no clean stop message:\n%s", p.Output())
 	}
 }
 
@@ -146,7 +221,11 @@ func (p *UpProcess) Kill(t TB) {
 }
 
 // Output is everything the process printed so far.
-func (p *UpProcess) Output() string { return p.output.String() }
+func (p *UpProcess) Output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
 
 // CLI runs a capstan command in this process and returns its output
 // (stdout then stderr).

@@ -186,8 +186,38 @@ func waitPodRunning(t *testing.T, client kubernetes.Interface, ns, name string) 
 				why += fmt.Sprintf("; %s=%s %s: %s", c.Type, c.Status, c.Reason, c.Message)
 			}
 		}
-		return p.Status.Phase == corev1.PodRunning && testenv.PodConditionTrue(p, corev1.PodReady), why
+		ok := p.Status.Phase == corev1.PodRunning && testenv.PodConditionTrue(p, corev1.PodReady)
+		if !ok && p.Spec.NodeName == "" {
+			why += schedulingHistory(client, p)
+		}
+		return ok, why
 	})
+}
+
+// schedulingHistory says how often and when the scheduler last tried a
+// pending pod, and which nodes the API has: a pod that waits for ever
+// shows whether the scheduler stopped trying or did not see the nodes.
+func schedulingHistory(client kubernetes.Interface, p *corev1.Pod) string {
+	ctx := context.Background()
+	var out string
+	events, err := client.CoreV1().Events(p.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(p.UID)})
+	if err == nil {
+		for _, e := range events.Items {
+			last := e.LastTimestamp.Time
+			if last.IsZero() {
+				last = e.EventTime.Time
+			}
+			out += fmt.Sprintf("; event %s x%d last at %s: %s", e.Reason, max(e.Count, 1), last.Format(time.TimeOnly), e.Message)
+		}
+	}
+	if nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
+		var names []string
+		for _, n := range nodes.Items {
+			names = append(names, n.Name)
+		}
+		out += fmt.Sprintf("; nodes %v", names)
+	}
+	return out
 }
 
 // PodNodeSelector configured through capstan: flags and the file in the
