@@ -11,6 +11,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/nodes"
 	"github.com/capstan-dev/capstan/internal/waitfor"
 
+	cpmsv1 "github.com/openshift/api/machine/v1"
 	machinev1 "github.com/openshift/api/machine/v1beta1"
 	configclient "github.com/openshift/client-go/config/clientset/versioned"
 	machineclient "github.com/openshift/client-go/machine/clientset/versioned"
@@ -51,7 +52,8 @@ func (c *Cluster) startMachineAPI(ctx, runCtx context.Context) error {
 		if err != nil {
 			return err
 		}
-		op := &etcd.Operator{Cluster: c.ControlPlane.Etcd(), Kube: c.Client, Machines: mc, Config: config, Namespace: opts.Namespace}
+		op := &etcd.Operator{Cluster: c.ControlPlane.Etcd(), Kube: c.Client, Machines: mc, Config: config, Namespace: opts.Namespace,
+			InstallReplicas: c.opts.ControlPlaneNodes}
 		c.run(runCtx, "etcd operator", op.Run)
 		all = append([]*hooks.Hook{op.QuorumGuard()}, all...)
 	}
@@ -119,7 +121,7 @@ func (c *Cluster) ensureMachines(ctx context.Context) error {
 		return fmt.Errorf("listing machinesets: %w", err)
 	}
 	if len(existing.Items) > 0 || len(sets.Items) > 0 {
-		return nil
+		return c.ensureControlPlaneMachineSet(ctx, existing.Items)
 	}
 	infra := "capstan-" + sim.RandomSuffix()
 	zones := sim.DefaultZones
@@ -135,6 +137,13 @@ func (c *Cluster) ensureMachines(ctx context.Context) error {
 		if _, err := mc.MachineV1beta1().Machines(ns).Create(ctx, m, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating machine %s: %w", m.Name, err)
 		}
+	}
+	created, err := mc.MachineV1beta1().Machines(ns).List(ctx, metav1.ListOptions{LabelSelector: machine.ClusterIDLabel})
+	if err != nil {
+		return fmt.Errorf("listing machines: %w", err)
+	}
+	if err := c.ensureControlPlaneMachineSet(ctx, created.Items); err != nil {
+		return err
 	}
 	for i, zone := range zones {
 		replicas := int32(c.opts.Workers / len(zones))
@@ -159,6 +168,61 @@ func (c *Cluster) ensureMachines(ctx context.Context) error {
 		if _, err := mc.MachineV1beta1().MachineSets(ns).Create(ctx, ms, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating machineset %s: %w", ms.Name, err)
 		}
+	}
+	return nil
+}
+
+// ensureControlPlaneMachineSet creates the ControlPlaneMachineSet named
+// cluster, as the installer does, for a control plane of 3 or 5 machines
+// (the sizes it supports): its template is the control-plane machines'
+// spec without their zone, which each index's failure domain sets. A
+// cluster that has one keeps it.
+func (c *Cluster) ensureControlPlaneMachineSet(ctx context.Context, machines []machinev1.Machine) error {
+	if c.opts.ControlPlaneNodes != 3 && c.opts.ControlPlaneNodes != 5 {
+		return nil
+	}
+	var master *machinev1.Machine
+	for i := range machines {
+		if m := &machines[i]; m.Labels[machine.MachineRoleLabel] == "master" && (master == nil || m.Name < master.Name) {
+			master = m
+		}
+	}
+	if master == nil {
+		return nil
+	}
+	cs, err := c.MachineClient()
+	if err != nil {
+		return err
+	}
+	cpmsAPI := cs.MachineV1().ControlPlaneMachineSets(master.Namespace)
+	if _, err := cpmsAPI.Get(ctx, machine.ControlPlaneMachineSetName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		return err
+	}
+	ps, err := machine.ParseProviderSpec(master.Spec.ProviderSpec)
+	if err != nil {
+		return fmt.Errorf("machine %s: %w", master.Name, err)
+	}
+	ps.Zone = ""
+	infra := master.Labels[machine.ClusterIDLabel]
+	sel := map[string]string{machine.ClusterIDLabel: infra, machine.MachineRoleLabel: "master", machine.MachineTypeLabel: "master"}
+	cpms := &cpmsv1.ControlPlaneMachineSet{
+		ObjectMeta: metav1.ObjectMeta{Name: machine.ControlPlaneMachineSetName, Namespace: master.Namespace},
+		Spec: cpmsv1.ControlPlaneMachineSetSpec{
+			State:    cpmsv1.ControlPlaneMachineSetStateActive,
+			Replicas: ptr.To(int32(c.opts.ControlPlaneNodes)),
+			Strategy: cpmsv1.ControlPlaneMachineSetStrategy{Type: cpmsv1.RollingUpdate},
+			Selector: metav1.LabelSelector{MatchLabels: sel},
+			Template: cpmsv1.ControlPlaneMachineSetTemplate{
+				MachineType: cpmsv1.OpenShiftMachineV1Beta1MachineType,
+				OpenShiftMachineV1Beta1Machine: &cpmsv1.OpenShiftMachineV1Beta1MachineTemplate{
+					ObjectMeta: cpmsv1.ControlPlaneMachineSetTemplateObjectMeta{Labels: sel},
+					Spec:       machinev1.MachineSpec{ProviderSpec: machinev1.ProviderSpec{Value: machine.RawProviderSpec(*ps)}, Taints: master.Spec.Taints},
+				},
+			},
+		},
+	}
+	if _, err := cpmsAPI.Create(ctx, cpms, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating controlplanemachineset %s: %w", cpms.Name, err)
 	}
 	return nil
 }

@@ -31,6 +31,9 @@ type MemberSpec struct {
 	// Adding marks a member whose addition to the cluster may not have
 	// happened: capstan stopped between writing it down and adding it.
 	Adding bool `json:"adding,omitempty"`
+	// Added is when the member was added to the cluster (written before
+	// the add): a learner that has not joined some time after is given up.
+	Added time.Time `json:"added,omitzero"`
 }
 
 // ClientURL is where the member serves clients.

@@ -29,6 +29,8 @@ type MemberStatus struct {
 	Healthy bool
 	// Local: this process runs it (it is in the registry).
 	Local bool
+	// Added is when this process added it (zero when it did not).
+	Added time.Time
 }
 
 // Members lists the cluster's members with their health.
@@ -59,7 +61,7 @@ func (c *Cluster) Members(ctx context.Context) ([]MemberStatus, error) {
 		}
 		for _, s := range registry {
 			if s.PeerURL() == st.PeerURL {
-				st.Local, st.Name = true, s.Name
+				st.Local, st.Name, st.Added = true, s.Name, s.Added
 				st.ClientURL = s.ClientURL()
 			}
 		}
@@ -95,7 +97,7 @@ func (c *Cluster) AddLearner(ctx context.Context, name string) error {
 		c.mu.Unlock()
 		return err
 	}
-	spec := MemberSpec{Name: name, Dir: filepath.Join("etcd-members", name), ClientPort: clientPort, PeerPort: peerPort, Adding: true}
+	spec := MemberSpec{Name: name, Dir: filepath.Join("etcd-members", name), ClientPort: clientPort, PeerPort: peerPort, Adding: true, Added: time.Now()}
 	// Written down first: a stop between this and the member's start is
 	// settled at the next start, either way.
 	c.registry = append(c.registry, spec)
@@ -177,6 +179,15 @@ func (c *Cluster) Remove(ctx context.Context, name string) error {
 		}
 	}
 	c.forget(name)
+	return nil
+}
+
+// RemoveID removes a member this process does not run and the cluster
+// lists without a name: a member added whose start never happened.
+func (c *Cluster) RemoveID(ctx context.Context, id uint64) error {
+	if _, err := c.client.MemberRemove(ctx, id); err != nil && !strings.Contains(err.Error(), "member not found") {
+		return fmt.Errorf("removing member %x: %w", id, err)
+	}
 	return nil
 }
 

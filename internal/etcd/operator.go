@@ -2,8 +2,9 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -31,17 +32,16 @@ import (
 const (
 	QuorumGuardHook  = "EtcdQuorumOperator"
 	QuorumGuardOwner = "clusteroperator/etcd"
-	// ReplacesAnnotation on a control-plane machine names the machine it
-	// was created to replace.
-	ReplacesAnnotation = "capstan.dev/replaces"
+	// EventNamespace holds the operator's events, as OpenShift's.
+	EventNamespace = "openshift-etcd-operator"
 	// ClusterOperatorName is the etcd operator's ClusterOperator.
 	ClusterOperatorName = "etcd"
 )
 
 // Operator is the etcd operator's part of capstan: one member per
-// control-plane machine, the quorum guard hook on those machines, a
-// replacement for a control-plane machine that is deleted (the
-// ControlPlaneMachineSet's OnDelete strategy), and the etcd ClusterOperator.
+// control-plane machine (the membership rules of Decide), the quorum guard
+// hook on those machines, and the etcd ClusterOperator. Replacing a
+// deleted control-plane machine is the ControlPlaneMachineSet's part.
 type Operator struct {
 	Cluster   *Cluster
 	Kube      kubernetes.Interface
@@ -50,6 +50,15 @@ type Operator struct {
 	Namespace string
 	// Interval is how often the membership is looked at.
 	Interval time.Duration
+	// InstallReplicas is the control plane's size when there is no
+	// ControlPlaneMachineSet (a single control-plane machine).
+	InstallReplicas int
+	// LearnerTimeout is how long a learner may take to join before it is
+	// removed (default 5 minutes).
+	LearnerTimeout time.Duration
+
+	firstSeen map[uint64]time.Time
+	lastHold  string
 }
 
 func (o *Operator) namespace() string {
@@ -129,7 +138,6 @@ func (o *Operator) reconcile(ctx context.Context) error {
 		return err
 	}
 	var machines []controlPlaneMachine
-	byName := map[string]*controlPlaneMachine{}
 	for i := range list.Items {
 		m := &list.Items[i]
 		cm := controlPlaneMachine{m: m, deleting: !m.DeletionTimestamp.IsZero()}
@@ -141,12 +149,6 @@ func (o *Operator) reconcile(ctx context.Context) error {
 		machines = append(machines, cm)
 	}
 	sort.Slice(machines, func(i, j int) bool { return machines[i].m.Name < machines[j].m.Name })
-	for i := range machines {
-		byName[machines[i].m.Name] = &machines[i]
-	}
-	if err := o.replace(ctx, machines); err != nil {
-		return err
-	}
 	// A member runs on its machine: it stops with the machine. A machine
 	// started while the API was down has its node started now.
 	for _, cm := range machines {
@@ -181,108 +183,132 @@ func (o *Operator) reconcile(ctx context.Context) error {
 			o.report(ctx, members, nil)
 		}
 	}()
-	return o.changeMembership(ctx, machines, byName, members)
+	return o.changeMembership(ctx, machines, members)
 }
 
-// changeMembership makes one change at a time, as the etcd operator does:
-// promote a learner that has caught up; add a learner for a running
-// control-plane machine without a member; or, with every voting member
-// healthy and enough of them on machines that stay, remove the member of
-// a machine being deleted (or gone), or the bootstrap member.
-func (o *Operator) changeMembership(ctx context.Context, machines []controlPlaneMachine, byName map[string]*controlPlaneMachine, members []MemberStatus) error {
-	memberOf := map[string]MemberStatus{}
-	allHealthy := true
+// changeMembership makes the one change the etcd operator's rules choose
+// (see Decide).
+func (o *Operator) changeMembership(ctx context.Context, machines []controlPlaneMachine, members []MemberStatus) error {
+	desired, err := o.desired(ctx)
+	if err != nil {
+		return err
+	}
+	state := RuleState{Desired: desired, Now: time.Now(), LearnerTimeout: o.learnerTimeout()}
+	nodeOf := map[string]*corev1.Node{}
+	for _, cm := range machines {
+		nodeOf[cm.m.Name] = cm.node
+		hook := slices.ContainsFunc(cm.m.Spec.LifecycleHooks.PreDrain, func(h machinev1.LifecycleHook) bool {
+			return h.Name == QuorumGuardHook && h.Owner == QuorumGuardOwner
+		})
+		state.Machines = append(state.Machines, RuleMachine{Name: cm.m.Name, Deleting: cm.deleting, Hook: hook,
+			Running: cm.node != nil && !sim.Stopped(cm.node)})
+	}
+	seen := map[uint64]bool{}
 	for _, m := range members {
-		memberOf[m.Name] = m
-		if m.Learner {
-			return o.Cluster.Promote(ctx, m.Name)
+		seen[m.ID] = true
+		rm := RuleMember{Name: m.Name, ID: m.ID, Learner: m.Learner, Started: m.Started, Healthy: m.Healthy, Added: m.Added}
+		if n, ok := nodeOf[m.Name]; ok {
+			rm.Node = n != nil
+		} else if m.Name != "" && m.Name != BootstrapName {
+			_, err := o.Kube.CoreV1().Nodes().Get(ctx, m.Name, metav1.GetOptions{})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+			rm.Node = err == nil
 		}
-		if !m.Healthy {
-			allHealthy = false
+		if rm.Added.IsZero() && (m.Learner || !m.Started) {
+			// A member this process did not add (no registry entry):
+			// its timeout runs from when it was first seen.
+			if o.firstSeen == nil {
+				o.firstSeen = map[uint64]time.Time{}
+			}
+			if _, ok := o.firstSeen[m.ID]; !ok {
+				o.firstSeen[m.ID] = state.Now
+			}
+			rm.Added = o.firstSeen[m.ID]
+		}
+		state.Members = append(state.Members, rm)
+	}
+	for id := range o.firstSeen {
+		if !seen[id] {
+			delete(o.firstSeen, id)
 		}
 	}
-	if !allHealthy {
+	act, err := Decide(state)
+	if err != nil {
+		return err
+	}
+	log := klog.FromContext(ctx)
+	switch act.Kind {
+	case ActionNone:
+		if act.Message != "" && act.Message != o.lastHold {
+			log.Info("Etcd membership unchanged", "why", act.Message)
+		}
+		o.lastHold = act.Message
 		return nil
-	}
-	for _, cm := range machines {
-		if _, ok := memberOf[cm.m.Name]; ok || cm.deleting || cm.node == nil || sim.Stopped(cm.node) {
-			continue
-		}
-		klog.FromContext(ctx).Info("Adding an etcd member as a learner", "machine", cm.m.Name)
-		return o.Cluster.AddLearner(ctx, cm.m.Name)
-	}
-	// The control plane's size: the machines that stay, and a slot for
-	// each machine being deleted whose replacement is not there yet. A
-	// member leaves only when every slot has a voting member.
-	replaced := map[string]bool{}
-	for _, cm := range machines {
-		if r := cm.m.Annotations[ReplacesAnnotation]; r != "" {
-			replaced[r] = true
+	case ActionPromote:
+		err = o.Cluster.Promote(ctx, act.Member)
+	case ActionAddLearner:
+		err = o.Cluster.AddLearner(ctx, act.Machine)
+	case ActionRemove:
+		if act.Member == "" {
+			err = o.Cluster.RemoveID(ctx, act.ID)
+		} else {
+			err = o.Cluster.Remove(ctx, act.Member)
 		}
 	}
-	want := 0
-	for _, cm := range machines {
-		if !cm.deleting || !replaced[cm.m.Name] {
-			want++
-		}
+	o.lastHold = ""
+	if err != nil {
+		return fmt.Errorf("%s: %w", act.Message, err)
 	}
-	votingStaying := 0
-	for _, m := range members {
-		if cm := byName[m.Name]; cm != nil && !cm.deleting {
-			votingStaying++
-		}
-	}
-	if votingStaying < want || want == 0 {
-		return nil
-	}
-	for _, m := range members {
-		cm := byName[m.Name]
-		if cm != nil && !cm.deleting {
-			continue
-		}
-		klog.FromContext(ctx).Info("Removing an etcd member: its replacement votes", "member", m.Name)
-		return o.Cluster.Remove(ctx, m.Name)
-	}
+	log.Info("Changed the etcd membership", "reason", act.Reason, "change", act.Message)
+	o.event(ctx, act.Reason, act.Message)
 	return nil
 }
 
-// controlPlaneName splits a control-plane machine's name into its prefix
-// (up to "-master"), the random part a replacement adds, and its index.
-var controlPlaneName = regexp.MustCompile(`^(.*-master)(-[a-z0-9]{5})?-(\d+)$`)
+// desired is the control plane's size: the ControlPlaneMachineSet's
+// replicas, or, without one, the size the cluster was installed with.
+func (o *Operator) desired(ctx context.Context) (int, error) {
+	cpms, err := o.Machines.MachineV1().ControlPlaneMachineSets(o.namespace()).Get(ctx, machine.ControlPlaneMachineSetName, metav1.GetOptions{})
+	switch {
+	case err == nil && cpms.Spec.Replicas != nil:
+		return int(*cpms.Spec.Replicas), nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return 0, err
+	case o.InstallReplicas <= 0:
+		return 0, errors.New("no ControlPlaneMachineSet and no install-time control-plane size: the desired number of members is unknown")
+	}
+	return o.InstallReplicas, nil
+}
 
-// replace creates, for each control-plane machine being deleted, one
-// replacement with its spec, as the ControlPlaneMachineSet does with its
-// OnDelete strategy.
-func (o *Operator) replace(ctx context.Context, machines []controlPlaneMachine) error {
-	replaced := map[string]bool{}
-	for _, cm := range machines {
-		if r := cm.m.Annotations[ReplacesAnnotation]; r != "" {
-			replaced[r] = true
+func (o *Operator) learnerTimeout() time.Duration {
+	if o.LearnerTimeout > 0 {
+		return o.LearnerTimeout
+	}
+	return 5 * time.Minute
+}
+
+// event records a membership change on the etcd ClusterOperator.
+func (o *Operator) event(ctx context.Context, reason, message string) {
+	now := metav1.Now()
+	ev := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: "etcd-operator.", Namespace: EventNamespace},
+		InvolvedObject: corev1.ObjectReference{APIVersion: "config.openshift.io/v1", Kind: "ClusterOperator", Name: ClusterOperatorName},
+		Reason:         reason, Message: message, Type: corev1.EventTypeNormal,
+		Source:         corev1.EventSource{Component: "openshift-cluster-etcd-operator"},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+	_, err := o.Kube.CoreV1().Events(EventNamespace).Create(ctx, ev, metav1.CreateOptions{})
+	if apierrors.IsNotFound(err) {
+		// The operator's namespace, as OpenShift has it, made on first use.
+		_, err = o.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: EventNamespace}}, metav1.CreateOptions{})
+		if err == nil || apierrors.IsAlreadyExists(err) {
+			_, err = o.Kube.CoreV1().Events(EventNamespace).Create(ctx, ev, metav1.CreateOptions{})
 		}
 	}
-	for _, cm := range machines {
-		if !cm.deleting || replaced[cm.m.Name] {
-			continue
-		}
-		old := cm.m
-		// As the ControlPlaneMachineSet names them: <prefix>-master-<random>-<index>.
-		base, index := old.Name, "0"
-		if s := controlPlaneName.FindStringSubmatch(old.Name); s != nil {
-			base, index = s[1], s[3]
-		}
-		m := &machinev1.Machine{
-			ObjectMeta: metav1.ObjectMeta{
-				Name: fmt.Sprintf("%s-%s-%s", base, sim.RandomSuffix(), index), Namespace: old.Namespace,
-				Labels: old.Labels, Annotations: map[string]string{ReplacesAnnotation: old.Name},
-			},
-			Spec: machinev1.MachineSpec{ProviderSpec: old.Spec.ProviderSpec, ObjectMeta: old.Spec.ObjectMeta, Taints: old.Spec.Taints},
-		}
-		if _, err := o.Machines.MachineV1beta1().Machines(old.Namespace).Create(ctx, m, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("creating a replacement for %s: %w", old.Name, err)
-		}
-		klog.FromContext(ctx).Info("Created a replacement control-plane machine", "machine", m.Name, "replaces", old.Name)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Recording an etcd operator event", "err", err)
 	}
-	return nil
 }
 
 // report writes the etcd ClusterOperator from the members, in the etcd

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	cpmsv1 "github.com/openshift/api/machine/v1"
 	machinev1 "github.com/openshift/api/machine/v1beta1"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
@@ -71,6 +72,7 @@ func Scheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(s)
 	_ = machinev1.Install(s)
+	_ = cpmsv1.Install(s)
 	return s
 }
 
@@ -103,9 +105,10 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 			// Every object is looked at again this often, as OpenShift's
 			// Machine API does, whatever the events.
 			SyncPeriod: ptr.To(10 * time.Minute), ByObject: map[client.Object]cache.ByObject{
-				&machinev1.Machine{}:            {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
-				&machinev1.MachineSet{}:         {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
-				&machinev1.MachineHealthCheck{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
+				&machinev1.Machine{}:             {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
+				&machinev1.MachineSet{}:          {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
+				&machinev1.MachineHealthCheck{}:  {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
+				&cpmsv1.ControlPlaneMachineSet{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
 			}},
 	})
 	if err != nil {
@@ -170,6 +173,13 @@ func addControllers(mgr manager.Manager, cfg *rest.Config, opts *Options) error 
 		Watches(&machinev1.Machine{}, handler.EnqueueRequestsFromMapFunc(sets.machineSetsForMachine)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(sets.machineSetsForNode)).
 		Complete(sets); err != nil {
+		return err
+	}
+	cpms := &cpmsReconciler{client: c, reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorderFor("control-plane-machine-set-operator"), opts: opts}
+	if err := ctrl.NewControllerManagedBy(mgr).Named("control-plane-machine-set").For(&cpmsv1.ControlPlaneMachineSet{}).
+		Watches(&machinev1.Machine{}, handler.EnqueueRequestsFromMapFunc(cpmsOfMachine)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(cpms.cpmsOfNode)).
+		Complete(cpms); err != nil {
 		return err
 	}
 	checks := &mhcReconciler{client: c, recorder: mgr.GetEventRecorderFor("machinehealthcheck-controller")}

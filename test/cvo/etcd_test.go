@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -115,6 +116,48 @@ func (c *etcdCluster) waitSettled(t *testing.T, timeout time.Duration) []string 
 	return names
 }
 
+// checkControlPlaneMachineSet waits until the cluster ControlPlaneMachineSet
+// reports the settled control plane, in its status, its conditions and in
+// `oc get controlplanemachineset` with OpenShift's columns.
+func (c *etcdCluster) checkControlPlaneMachineSet(t *testing.T) {
+	t.Helper()
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		cpms, err := c.machines.MachineV1().ControlPlaneMachineSets(machine.Namespace).Get(context.Background(), machine.ControlPlaneMachineSetName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		st := cpms.Status
+		if st.Replicas != 3 || st.ReadyReplicas != 3 || st.UpdatedReplicas != 3 || st.UnavailableReplicas != 0 || st.ObservedGeneration != cpms.Generation {
+			return false, fmt.Sprintf("status %+v", st)
+		}
+		for typ, want := range map[string]string{"Available": "True/AllReplicasAvailable", "Degraded": "False/AsExpected", "Progressing": "False/AllReplicasUpdated"} {
+			got := "missing"
+			for _, cond := range st.Conditions {
+				if cond.Type == typ {
+					got = string(cond.Status) + "/" + cond.Reason
+				}
+			}
+			if got != want {
+				return false, fmt.Sprintf("condition %s is %s, want %s", typ, got, want)
+			}
+		}
+		out, err := testenv.CLI("kubectl", "get", "controlplanemachineset", "-n", machine.Namespace, "--kubeconfig", c.kubeconfig)
+		if err != nil {
+			return false, fmt.Sprintf("oc get controlplanemachineset: %v: %s", err, out)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "NAME DESIRED CURRENT READY UPDATED UNAVAILABLE STATE AGE" {
+			return false, "oc get controlplanemachineset printed:\n" + out
+		}
+		// Unavailable is empty at 0, as the field is omitted.
+		row := strings.Fields(lines[1])
+		if len(row) != 7 || strings.Join(row[:6], " ") != "cluster 3 3 3 3 Active" {
+			return false, "oc get controlplanemachineset printed:\n" + out
+		}
+		return true, ""
+	})
+}
+
 // writer writes ConfigMaps without pause, recording which writes the API
 // acknowledged and the longest run of failures.
 type writer struct {
@@ -220,6 +263,7 @@ func TestControlPlaneMachineReplacement(t *testing.T) {
 	start := time.Now()
 	before := c.waitSettled(t, 3*time.Minute)
 	t.Logf("the bootstrap member handed over to %v in %s", before, time.Since(start).Round(time.Second))
+	c.checkControlPlaneMachineSet(t)
 	for _, n := range before {
 		m, err := c.machines.MachineV1beta1().Machines(machine.Namespace).Get(context.Background(), n, metav1.GetOptions{})
 		if err != nil {
@@ -249,6 +293,28 @@ func TestControlPlaneMachineReplacement(t *testing.T) {
 		if strings.Contains(strings.Join(after, ","), before[1]) {
 			t.Errorf("the deleted machine is still a member: %v", after)
 		}
+		// The replacement is the ControlPlaneMachineSet's, for the same
+		// index.
+		index := machine.MachineIndex(before[1])
+		var replacement string
+		for _, n := range after {
+			if !slices.Contains(before, n) {
+				replacement = n
+			}
+		}
+		if replacement == "" || machine.MachineIndex(replacement) != index {
+			t.Errorf("machines %v after replacing %s (index %d): no replacement of the same index", after, before[1], index)
+		}
+		// The recorder writes its events after the change they report.
+		testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+			events, err := c.kube.CoreV1().Events(machine.Namespace).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.kind=ControlPlaneMachineSet,reason=SuccessfulCreate"})
+			if err != nil {
+				return false, err.Error()
+			}
+			return slices.ContainsFunc(events.Items, func(e corev1.Event) bool { return strings.Contains(e.Message, replacement) }),
+				fmt.Sprintf("no SuccessfulCreate event of the ControlPlaneMachineSet for %s", replacement)
+		})
+		c.checkControlPlaneMachineSet(t)
 	}) {
 		return
 	}
@@ -306,6 +372,41 @@ func TestControlPlaneMachineReplacement(t *testing.T) {
 		if _, err := c.kube.CoreV1().ConfigMaps("default").Get(ctx, "before-the-kill", metav1.GetOptions{}); err != nil {
 			t.Errorf("a write from before the kill: %v", err)
 		}
+	}) {
+		return
+	}
+
+	// Each step starts from where the last left the cluster.
+	if !t.Run("a dead machine, deleted, is replaced", func(t *testing.T) {
+		ctx := context.Background()
+		current := c.settledMasters(t)
+		dead := current[2]
+		capstanOK(t, "sim", "node", "stop", c.nodeOf(t, dead), "--kubeconfig", c.kubeconfig)
+		testenv.Eventually(t, time.Minute, func() (bool, string) {
+			co, err := c.config.ConfigV1().ClusterOperators().Get(ctx, etcd.ClusterOperatorName, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			d := condition(co.Status.Conditions, configv1.OperatorDegraded)
+			return d.Status == configv1.ConditionTrue && strings.Contains(d.Message, dead+" is unhealthy"), fmt.Sprintf("Degraded %s %q", d.Status, d.Message)
+		})
+		w := startWriter(t, c.kube, "writes-dead")
+		began := time.Now()
+		// The documented way to replace a failed control-plane machine:
+		// delete it; its member, unhealthy, leaves first (two healthy
+		// members are a quorum of three), then the replacement joins.
+		c.deleteMachine(t, dead)
+		after := c.waitSettled(t, 4*time.Minute)
+		took := time.Since(began)
+		acked, failed, longest := w.finish(t)
+		t.Logf("replaced the dead %s in %s; %d writes acknowledged, %d failed, longest outage %s", dead, took.Round(100*time.Millisecond), acked, failed, longest.Round(10*time.Millisecond))
+		if slices.Contains(after, dead) {
+			t.Errorf("the dead machine is still a member: %v", after)
+		}
+		if longest > maxOutage {
+			t.Errorf("the API refused writes for %s", longest)
+		}
+		c.checkControlPlaneMachineSet(t)
 	}) {
 		return
 	}

@@ -1,0 +1,381 @@
+package machine
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	cpmsv1 "github.com/openshift/api/machine/v1"
+	machinev1 "github.com/openshift/api/machine/v1beta1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/capstan-dev/capstan/internal/nodes"
+	"github.com/capstan-dev/capstan/internal/sim"
+)
+
+// The ControlPlaneMachineSet, as the control-plane-machine-set operator
+// runs it: one object named cluster in openshift-machine-api keeps
+// spec.replicas control-plane machines, one per index (the failure
+// domain a machine's name ends with, <prefix>-<random>-<index>). An index
+// with no machine that stays gets one from the template, whatever the
+// strategy; with RollingUpdate an index whose machine no longer matches
+// the template gets a replacement (one index at a time), and the old
+// machine is deleted once the replacement is ready; with OnDelete the old
+// machine stays until someone deletes it. On the simulated platform the
+// failure domains are the zones: index i goes to zone i mod len(zones).
+
+// ControlPlaneMachineSetName is the one ControlPlaneMachineSet a cluster has.
+const ControlPlaneMachineSetName = "cluster"
+
+// The CPMS's condition types and reasons, as upstream sets them.
+const (
+	cpmsAvailable   = "Available"
+	cpmsDegraded    = "Degraded"
+	cpmsProgressing = "Progressing"
+
+	reasonAllReplicasAvailable = "AllReplicasAvailable"
+	reasonUnavailableReplicas  = "UnavailableReplicas"
+	reasonAsExpected           = "AsExpected"
+	reasonNoReadyMachines      = "NoReadyMachines"
+	reasonAllReplicasUpdated   = "AllReplicasUpdated"
+	reasonNeedsUpdateReplicas  = "NeedsUpdateReplicas"
+	reasonExcessReplicas       = "ExcessReplicas"
+)
+
+// CPMSMachine is one control-plane machine as the plan sees it.
+type CPMSMachine struct {
+	Name     string
+	Index    int
+	Deleting bool
+	// Ready: Running with a Ready node.
+	Ready bool
+	// NeedsUpdate: its spec differs from the template's for its index.
+	NeedsUpdate bool
+}
+
+// CPMSPlan is what the ControlPlaneMachineSet does next.
+type CPMSPlan struct {
+	// Create lists the indexes that get a new machine.
+	Create []int
+	// Delete lists the machines to delete.
+	Delete []string
+}
+
+// PlanControlPlane decides the creations and deletions for replicas
+// indexes under strategy. Machines of indexes outside 0..replicas-1 are
+// left alone.
+func PlanControlPlane(replicas int, strategy cpmsv1.ControlPlaneMachineSetStrategyType, machines []CPMSMachine) CPMSPlan {
+	var plan CPMSPlan
+	byIndex := map[int][]CPMSMachine{}
+	for _, m := range machines {
+		byIndex[m.Index] = append(byIndex[m.Index], m)
+	}
+	// An index is being replaced while it has a machine that needs an
+	// update and another that does not: RollingUpdate replaces one index
+	// at a time.
+	replacing := false
+	for i := range replicas {
+		old, fresh := 0, 0
+		for _, m := range byIndex[i] {
+			if m.Deleting {
+				continue
+			}
+			if m.NeedsUpdate {
+				old++
+			} else {
+				fresh++
+			}
+		}
+		if old > 0 && fresh > 0 {
+			replacing = true
+		}
+	}
+	for i := range replicas {
+		var live, fresh, old []CPMSMachine
+		for _, m := range byIndex[i] {
+			if m.Deleting {
+				continue
+			}
+			live = append(live, m)
+			if m.NeedsUpdate {
+				old = append(old, m)
+			} else {
+				fresh = append(fresh, m)
+			}
+		}
+		if len(live) == 0 {
+			plan.Create = append(plan.Create, i)
+			continue
+		}
+		if strategy != cpmsv1.RollingUpdate || len(old) == 0 {
+			continue
+		}
+		switch {
+		case len(fresh) == 0 && !replacing:
+			plan.Create = append(plan.Create, i)
+			replacing = true
+		case len(fresh) > 0 && slices.ContainsFunc(fresh, func(m CPMSMachine) bool { return m.Ready }):
+			for _, m := range old {
+				plan.Delete = append(plan.Delete, m.Name)
+			}
+		}
+	}
+	return plan
+}
+
+// CPMSStatus counts as upstream does: replicas are the machines, ready
+// those Running with a Ready node, updated the ready ones that match the
+// template, unavailable the indexes without a ready machine.
+func CPMSStatus(replicas int, machines []CPMSMachine) (status cpmsv1.ControlPlaneMachineSetStatus) {
+	readyIn := map[int]bool{}
+	for _, m := range machines {
+		status.Replicas++
+		if m.Ready {
+			status.ReadyReplicas++
+			readyIn[m.Index] = true
+			if !m.NeedsUpdate {
+				status.UpdatedReplicas++
+			}
+		}
+	}
+	for i := range replicas {
+		if !readyIn[i] {
+			status.UnavailableReplicas++
+		}
+	}
+	return status
+}
+
+// cpmsConditions are the Available, Degraded and Progressing conditions of
+// a status, in upstream's words.
+func cpmsConditions(desired int32, st cpmsv1.ControlPlaneMachineSetStatus, generation int64) []metav1.Condition {
+	c := func(t string, s metav1.ConditionStatus, reason, msg string) metav1.Condition {
+		return metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: generation}
+	}
+	var out []metav1.Condition
+	if st.UnavailableReplicas != 0 {
+		out = append(out, c(cpmsAvailable, metav1.ConditionFalse, reasonUnavailableReplicas, fmt.Sprintf("Missing %d available replica(s)", st.UnavailableReplicas)))
+	} else {
+		out = append(out, c(cpmsAvailable, metav1.ConditionTrue, reasonAllReplicasAvailable, ""))
+	}
+	if st.ReadyReplicas == 0 {
+		out = append(out, c(cpmsDegraded, metav1.ConditionTrue, reasonNoReadyMachines, ""))
+	} else {
+		out = append(out, c(cpmsDegraded, metav1.ConditionFalse, reasonAsExpected, ""))
+	}
+	switch {
+	case desired > st.UpdatedReplicas:
+		out = append(out, c(cpmsProgressing, metav1.ConditionTrue, reasonNeedsUpdateReplicas, fmt.Sprintf("Observed %d replica(s) in need of update", desired-st.UpdatedReplicas)))
+	case desired < st.ReadyReplicas:
+		out = append(out, c(cpmsProgressing, metav1.ConditionTrue, reasonExcessReplicas, fmt.Sprintf("Waiting for %d old replica(s) to be removed", st.ReadyReplicas-st.UpdatedReplicas)))
+	default:
+		out = append(out, c(cpmsProgressing, metav1.ConditionFalse, reasonAllReplicasUpdated, ""))
+	}
+	return out
+}
+
+// controlPlaneIndex reads a control-plane machine's index: the number its
+// name ends with after a dash.
+var controlPlaneIndex = regexp.MustCompile(`-(\d+)$`)
+
+// MachineIndex is a control-plane machine's index, or -1.
+func MachineIndex(name string) int {
+	s := controlPlaneIndex.FindStringSubmatch(name)
+	if s == nil {
+		return -1
+	}
+	i, err := strconv.Atoi(s[1])
+	if err != nil {
+		return -1
+	}
+	return i
+}
+
+// cpmsReconciler runs the ControlPlaneMachineSet.
+type cpmsReconciler struct {
+	client   client.Client
+	reader   client.Reader
+	recorder record.EventRecorder
+	opts     *Options
+}
+
+func (r *cpmsReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	cpms := &cpmsv1.ControlPlaneMachineSet{}
+	if err := r.client.Get(ctx, req.NamespacedName, cpms); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if req.Name != ControlPlaneMachineSetName || !cpms.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, nil
+	}
+	selector, err := metav1.LabelSelectorAsSelector(&cpms.Spec.Selector)
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("controlplanemachineset %s: spec.selector: %w", cpms.Name, err)
+	}
+	tmpl := cpms.Spec.Template.OpenShiftMachineV1Beta1Machine
+	if tmpl == nil {
+		return reconcile.Result{}, fmt.Errorf("controlplanemachineset %s: spec.template has no %s", cpms.Name, cpmsv1.OpenShiftMachineV1Beta1MachineType)
+	}
+	replicas := int(ptr.Deref(cpms.Spec.Replicas, 0))
+	// Read past the cache: the few control-plane machines as they are
+	// now, so that a machine the cache has not seen yet never gets a twin.
+	list := &machinev1.MachineList{}
+	if err := r.reader.List(ctx, list, client.InNamespace(cpms.Namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing control-plane machines: %w", err)
+	}
+	var machines []CPMSMachine
+	for i := range list.Items {
+		m := &list.Items[i]
+		index := MachineIndex(m.Name)
+		if index < 0 || index >= replicas {
+			continue
+		}
+		info := CPMSMachine{Name: m.Name, Index: index, Deleting: !m.DeletionTimestamp.IsZero()}
+		if ptr.Deref(m.Status.Phase, "") == machinev1.PhaseRunning && m.Status.NodeRef != nil {
+			n := &corev1.Node{}
+			if err := r.client.Get(ctx, types.NamespacedName{Name: m.Status.NodeRef.Name}, n); err == nil {
+				info.Ready = nodes.Ready(n)
+			}
+		}
+		info.NeedsUpdate = needsUpdate(m, tmpl, index)
+		machines = append(machines, info)
+	}
+	slices.SortFunc(machines, func(a, b CPMSMachine) int { return strings.Compare(a.Name, b.Name) })
+
+	if cpms.Spec.State == cpmsv1.ControlPlaneMachineSetStateActive {
+		plan := PlanControlPlane(replicas, cpms.Spec.Strategy.Type, machines)
+		for _, index := range plan.Create {
+			name, err := r.createMachine(ctx, cpms, tmpl, index)
+			if err != nil {
+				r.recorder.Eventf(cpms, corev1.EventTypeWarning, "FailedCreate", "Failed to create machine for index %d: %v", index, err)
+				return reconcile.Result{}, err
+			}
+			klog.FromContext(ctx).Info("Created a control-plane machine", "machine", name, "index", index)
+			r.recorder.Eventf(cpms, corev1.EventTypeNormal, "SuccessfulCreate", "Created machine %s for index %d", name, index)
+		}
+		for _, name := range plan.Delete {
+			m := &machinev1.Machine{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: cpms.Namespace}}
+			if err := r.client.Delete(ctx, m); client.IgnoreNotFound(err) != nil {
+				return reconcile.Result{}, fmt.Errorf("deleting machine %s: %w", name, err)
+			}
+			r.recorder.Eventf(cpms, corev1.EventTypeNormal, "SuccessfulDelete", "Deleted outdated machine %s: its replacement is ready", name)
+		}
+	}
+	st := CPMSStatus(replicas, machines)
+	st.ObservedGeneration = cpms.Generation
+	st.Conditions = slices.Clone(cpms.Status.Conditions)
+	for _, c := range cpmsConditions(ptr.Deref(cpms.Spec.Replicas, 0), st, cpms.Generation) {
+		meta.SetStatusCondition(&st.Conditions, c)
+	}
+	if !equality.Semantic.DeepEqual(cpms.Status, st) {
+		cpms.Status = st
+		if err := r.client.Status().Update(ctx, cpms); err != nil && !apierrors.IsConflict(err) {
+			return reconcile.Result{}, fmt.Errorf("updating controlplanemachineset %s status: %w", cpms.Name, err)
+		}
+	}
+	return reconcile.Result{RequeueAfter: time.Minute}, nil
+}
+
+// needsUpdate reports whether a machine's spec differs from what the
+// template gives its index.
+func needsUpdate(m *machinev1.Machine, tmpl *cpmsv1.OpenShiftMachineV1Beta1MachineTemplate, index int) bool {
+	have, err := ParseProviderSpec(m.Spec.ProviderSpec)
+	if err != nil {
+		return true
+	}
+	want, err := ParseProviderSpec(machinev1.ProviderSpec{Value: providerSpecForIndex(tmpl.Spec.ProviderSpec, index)})
+	if err != nil {
+		return false
+	}
+	return !equality.Semantic.DeepEqual(have, want)
+}
+
+// providerSpecForIndex is the template's providerSpec with the zone of
+// index's failure domain.
+func providerSpecForIndex(ps machinev1.ProviderSpec, index int) *runtime.RawExtension {
+	spec, err := ParseProviderSpec(ps)
+	if err != nil {
+		return ps.Value
+	}
+	spec.Zone = sim.DefaultZones[index%len(sim.DefaultZones)]
+	return RawProviderSpec(*spec)
+}
+
+// createMachine creates the machine of index from the template, under a
+// name drawn once and kept across attempts whose outcome is unknown.
+func (r *cpmsReconciler) createMachine(ctx context.Context, cpms *cpmsv1.ControlPlaneMachineSet, tmpl *cpmsv1.OpenShiftMachineV1Beta1MachineTemplate, index int) (string, error) {
+	prefix := cpms.Spec.MachineNamePrefix
+	if prefix == "" {
+		prefix = tmpl.ObjectMeta.Labels[ClusterIDLabel] + "-master"
+	}
+	m := &machinev1.Machine{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        fmt.Sprintf("%s-%s-%d", prefix, randomSuffix(), index),
+			Namespace:   cpms.Namespace,
+			Labels:      tmpl.ObjectMeta.Labels,
+			Annotations: tmpl.ObjectMeta.Annotations,
+		},
+		Spec: *tmpl.Spec.DeepCopy(),
+	}
+	m.Spec.ProviderSpec.Value = providerSpecForIndex(tmpl.Spec.ProviderSpec, index)
+	var err error
+	for attempt := 1; attempt <= 5; attempt++ {
+		err = r.client.Create(ctx, m.DeepCopy())
+		switch {
+		case err == nil, apierrors.IsAlreadyExists(err) && attempt > 1:
+			return m.Name, nil
+		case !outcomeUnknown(err):
+			return "", err
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+		}
+	}
+	return "", fmt.Errorf("creating machine %s: %w", m.Name, err)
+}
+
+// randomSuffix is five characters as the operator draws them.
+func randomSuffix() string {
+	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
+	b := make([]byte, 5)
+	for i := range b {
+		b[i] = alphabet[rand.IntN(len(alphabet))]
+	}
+	return string(b)
+}
+
+// cpmsOfMachine maps any control-plane machine to the cluster CPMS.
+func cpmsOfMachine(_ context.Context, o client.Object) []reconcile.Request {
+	if o.GetLabels()[MachineRoleLabel] != "master" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ControlPlaneMachineSetName}}}
+}
+
+// cpmsOfNode maps a control-plane node to the cluster CPMS: its readiness
+// is the machine's.
+func (r *cpmsReconciler) cpmsOfNode(_ context.Context, o client.Object) []reconcile.Request {
+	if _, ok := o.GetLabels()["node-role.kubernetes.io/master"]; !ok {
+		if _, ok := o.GetLabels()["node-role.kubernetes.io/control-plane"]; !ok {
+			return nil
+		}
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: r.opts.Namespace, Name: ControlPlaneMachineSetName}}}
+}
