@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -80,9 +81,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			return nil, fmt.Errorf("%s: %w", c.registryPath(), err)
 		}
 	}
+	if err := validateRegistry(c.registry, cfg.Bootstrap.Dir); err != nil {
+		return nil, fmt.Errorf("%s: %w", c.registryPath(), err)
+	}
 	var voting []MemberSpec
 	for _, s := range c.registry {
-		if !s.Adding {
+		if !s.Adding && !s.Removing {
 			voting = append(voting, s)
 		}
 	}
@@ -193,7 +197,7 @@ func (c *Cluster) waitQuorum(ctx context.Context, timeout time.Duration) error {
 	var removed []string
 	c.mu.Lock()
 	for _, s := range c.registry {
-		if !s.Adding && byPeerURL(list.Members, s.PeerURL()) == nil {
+		if !s.Adding && !s.Removing && byPeerURL(list.Members, s.PeerURL()) == nil {
 			removed = append(removed, s.Name)
 		}
 	}
@@ -232,12 +236,36 @@ func (c *Cluster) waitQuorum(ctx context.Context, timeout time.Duration) error {
 }
 
 // settle resolves what a stop left half done: a member written down as
-// being added is started if the cluster has it, forgotten if not; the
-// proxy and the client follow the voting members.
+// being added is started if the cluster has it, forgotten if not; a
+// member written down as being removed is removed if the cluster still
+// has it, and forgotten; the proxy and the client follow the voting
+// members.
 func (c *Cluster) settle(ctx context.Context) error {
 	list, err := c.client.MemberList(ctx)
 	if err != nil {
 		return err
+	}
+	c.mu.Lock()
+	var removing []MemberSpec
+	for _, s := range c.registry {
+		if s.Removing {
+			removing = append(removing, s)
+		}
+	}
+	c.mu.Unlock()
+	for _, s := range removing {
+		if m := byPeerURL(list.Members, s.PeerURL()); m != nil {
+			klog.InfoS("Finishing the removal of an etcd member that capstan stopped in the middle of", "member", s.Name)
+			if _, err := c.client.MemberRemove(ctx, m.ID); err != nil && !strings.Contains(err.Error(), "member not found") {
+				return fmt.Errorf("finishing the removal of member %s: %w", s.Name, err)
+			}
+		}
+		c.forget(s.Name)
+	}
+	if len(removing) > 0 {
+		if list, err = c.client.MemberList(ctx); err != nil {
+			return err
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -375,8 +403,68 @@ func (c *Cluster) Stop() {
 
 func parseRegistry(raw []byte) ([]MemberSpec, error) {
 	var specs []MemberSpec
-	err := json.Unmarshal(raw, &specs)
-	return specs, err
+	if err := json.Unmarshal(raw, &specs); err != nil {
+		return nil, err
+	}
+	return specs, validateRegistry(specs, "")
+}
+
+// MembersDir holds the data dirs of the machines' members.
+const MembersDir = "etcd-members"
+
+// validateRegistry checks what the registry says before anything acts on
+// it: a member's data dir is removed with the member, so an entry must
+// never point at the data dir itself or outside it. Each entry has a
+// name, a data dir under etcd-members/ (or the bootstrap member's,
+// bootstrapDir when known, else a single directory), and ports of its
+// own.
+func validateRegistry(specs []MemberSpec, bootstrapDir string) error {
+	names := map[string]bool{}
+	ports := map[int]string{}
+	var errs []error
+	for i, s := range specs {
+		where := fmt.Sprintf("entry %d (%q)", i, s.Name)
+		switch {
+		case s.Name == "":
+			errs = append(errs, fmt.Errorf("entry %d: no name", i))
+		case names[s.Name]:
+			errs = append(errs, fmt.Errorf("%s: the name is listed twice", where))
+		}
+		names[s.Name] = true
+		if err := validMemberDir(s.Dir, bootstrapDir); err != nil {
+			errs = append(errs, fmt.Errorf("%s: dir %q: %w", where, s.Dir, err))
+		}
+		for _, p := range []int{s.ClientPort, s.PeerPort} {
+			if p <= 0 || p > 65535 {
+				errs = append(errs, fmt.Errorf("%s: port %d is not a TCP port", where, p))
+				continue
+			}
+			if other, ok := ports[p]; ok {
+				errs = append(errs, fmt.Errorf("%s: port %d is also %s's", where, p, other))
+			}
+			ports[p] = s.Name
+		}
+		if s.Adding && s.Removing {
+			errs = append(errs, fmt.Errorf("%s: both adding and removing", where))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func validMemberDir(dir, bootstrapDir string) error {
+	switch {
+	case dir == "":
+		return errors.New("empty: the member's data would be the whole data dir")
+	case filepath.IsAbs(dir) || !filepath.IsLocal(dir) || filepath.Clean(dir) != dir:
+		return errors.New("not a clean path inside the data dir")
+	case bootstrapDir != "" && dir == bootstrapDir:
+		return nil
+	case filepath.Dir(dir) == MembersDir:
+		return nil
+	case bootstrapDir == "" && !strings.ContainsRune(dir, filepath.Separator) && dir != MembersDir:
+		return nil
+	}
+	return fmt.Errorf("not the bootstrap member's dir nor one under %s/", MembersDir)
 }
 
 // ReadRegistry returns the members a data dir's registry lists (none when

@@ -2,9 +2,11 @@ package etcd_test
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -249,5 +251,130 @@ func TestStartForgetsAMemberRemovedBeforeTheRegistrySaidSo(t *testing.T) {
 	resp, err := proxyClient(t, cfg, c).Get(ctx, "/registry/test")
 	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "kept" {
 		t.Fatalf("after the start the key reads %v, %v", resp, err)
+	}
+}
+
+// capstan killed after writing a member down as being removed and before
+// (or while) asking the cluster to remove it: the next start never starts
+// that member (etcd panics in a member that finds itself removed), and
+// finishes the removal, entry and data.
+func TestStartFinishesARemovalCutShort(t *testing.T) {
+	ctx := context.Background()
+	cfg := testConfig(t)
+	c, err := etcd.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if c != nil {
+			c.Stop()
+		}
+	}()
+	join(t, c, "master-0")
+	join(t, c, "master-1")
+	if _, err := proxyClient(t, cfg, c).Put(ctx, "/registry/test", "kept"); err != nil {
+		t.Fatal(err)
+	}
+	c.Stop()
+	c = nil
+	specs, err := etcd.ReadRegistry(cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range specs {
+		if specs[i].Name == etcd.BootstrapName {
+			specs[i].Removing = true
+		}
+	}
+	raw, err := json.Marshal(specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cfg.DataDir, "etcd-members.json"), raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err = etcd.Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("the start after a removal cut short: %v", err)
+	}
+	members, err := c.Members(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, m := range members {
+		names = append(names, m.Name)
+	}
+	if strings.Join(names, ",") != "master-0,master-1" {
+		t.Fatalf("members after the start: %v, want master-0 and master-1", names)
+	}
+	if specs, _ := etcd.ReadRegistry(cfg.DataDir); len(specs) != 2 {
+		t.Fatalf("registry after the start: %+v", specs)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, cfg.Bootstrap.Dir)); !os.IsNotExist(err) {
+		t.Errorf("the removed member's data dir is still there (%v)", err)
+	}
+	resp, err := proxyClient(t, cfg, c).Get(ctx, "/registry/test")
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "kept" {
+		t.Fatalf("after the start the key reads %v, %v", resp, err)
+	}
+}
+
+// A registry entry that would make capstan delete or serve from the wrong
+// place is refused, by name, before anything is started or removed.
+func TestStartRefusesABadRegistry(t *testing.T) {
+	good := func(cfg etcd.Config) etcd.MemberSpec { return cfg.Bootstrap }
+	cases := map[string]struct {
+		entry func(etcd.Config) etcd.MemberSpec
+		want  string
+	}{
+		"empty dir": {func(cfg etcd.Config) etcd.MemberSpec { return etcd.MemberSpec{Name: "m", ClientPort: 1, PeerPort: 2} }, `dir "": empty`},
+		"dir outside": {func(cfg etcd.Config) etcd.MemberSpec {
+			return etcd.MemberSpec{Name: "m", Dir: "../elsewhere", ClientPort: 1, PeerPort: 2}
+		}, "not a clean path inside the data dir"},
+		"absolute dir": {func(cfg etcd.Config) etcd.MemberSpec {
+			return etcd.MemberSpec{Name: "m", Dir: "/var/lib/etcd", ClientPort: 1, PeerPort: 2}
+		}, "not a clean path inside the data dir"},
+		"the pki dir": {func(cfg etcd.Config) etcd.MemberSpec {
+			return etcd.MemberSpec{Name: "m", Dir: "pki", ClientPort: 1, PeerPort: 2}
+		}, "nor one under etcd-members/"},
+		"the members dir": {func(cfg etcd.Config) etcd.MemberSpec {
+			return etcd.MemberSpec{Name: "m", Dir: "etcd-members", ClientPort: 1, PeerPort: 2}
+		}, "nor one under etcd-members/"},
+		"no name": {func(cfg etcd.Config) etcd.MemberSpec {
+			return etcd.MemberSpec{Dir: "etcd-members/x", ClientPort: 1, PeerPort: 2}
+		}, "no name"},
+		"name twice": {func(cfg etcd.Config) etcd.MemberSpec {
+			return etcd.MemberSpec{Name: etcd.BootstrapName, Dir: "etcd-members/x", ClientPort: 1, PeerPort: 2}
+		}, "the name is listed twice"},
+		"port shared": {func(cfg etcd.Config) etcd.MemberSpec {
+			return etcd.MemberSpec{Name: "m", Dir: "etcd-members/m", ClientPort: cfg.Bootstrap.PeerPort, PeerPort: 2}
+		}, "is also etcd-bootstrap's"},
+		"port out of range": {func(cfg etcd.Config) etcd.MemberSpec {
+			return etcd.MemberSpec{Name: "m", Dir: "etcd-members/m", ClientPort: 70000, PeerPort: 2}
+		}, "port 70000 is not a TCP port"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			cfg := testConfig(t)
+			raw, err := json.Marshal([]etcd.MemberSpec{good(cfg), tc.entry(cfg)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(cfg.DataDir, "etcd-members.json"), raw, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			c, err := etcd.Start(context.Background(), cfg)
+			if err == nil {
+				c.Stop()
+				t.Fatal("a bad registry was accepted")
+			}
+			if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "etcd-members.json") {
+				t.Errorf("error %q, want it to name the file and say %q", err, tc.want)
+			}
+			if _, err := os.Stat(cfg.TLS.CA); err != nil {
+				t.Errorf("the data dir lost its CA: %v", err)
+			}
+		})
 	}
 }

@@ -31,6 +31,11 @@ type MemberSpec struct {
 	// Adding marks a member whose addition to the cluster may not have
 	// happened: capstan stopped between writing it down and adding it.
 	Adding bool `json:"adding,omitempty"`
+	// Removing marks a member whose removal from the cluster may have
+	// happened: written before the removal is asked for, so a restart
+	// never starts a member the cluster may no longer have (etcd panics
+	// on finding itself removed) and finishes what was decided.
+	Removing bool `json:"removing,omitempty"`
 	// Added is when the member was added to the cluster (written before
 	// the add): a learner that has not joined some time after is given up.
 	Added time.Time `json:"added,omitzero"`

@@ -97,7 +97,7 @@ func (c *Cluster) AddLearner(ctx context.Context, name string) error {
 		c.mu.Unlock()
 		return err
 	}
-	spec := MemberSpec{Name: name, Dir: filepath.Join("etcd-members", name), ClientPort: clientPort, PeerPort: peerPort, Adding: true, Added: time.Now()}
+	spec := MemberSpec{Name: name, Dir: filepath.Join(MembersDir, name), ClientPort: clientPort, PeerPort: peerPort, Adding: true, Added: time.Now()}
 	// Written down first: a stop between this and the member's start is
 	// settled at the next start, either way.
 	c.registry = append(c.registry, spec)
@@ -157,9 +157,11 @@ func (c *Cluster) Remove(ctx context.Context, name string) error {
 	}
 	if err == nil {
 		// Out of every client's way first: the proxy drops its
-		// connections, the client its endpoint.
+		// connections, the client its endpoint; and written down as
+		// being removed before the removal is asked for.
 		c.mu.Lock()
 		c.leaving[name] = true
+		c.setRemovingLocked(name, true)
 		list, lerr := c.client.MemberList(ctx)
 		if lerr == nil {
 			lerr = c.syncLocked(list.Members)
@@ -191,10 +193,23 @@ func (c *Cluster) RemoveID(ctx context.Context, id uint64) error {
 	return nil
 }
 
+// unleave takes back a removal that did not happen.
 func (c *Cluster) unleave(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.leaving, name)
+	c.setRemovingLocked(name, false)
+	if err := c.writeRegistryLocked(); err != nil {
+		klog.ErrorS(err, "Writing the etcd member registry", "member", name)
+	}
+}
+
+func (c *Cluster) setRemovingLocked(name string, removing bool) {
+	for i := range c.registry {
+		if c.registry[i].Name == name {
+			c.registry[i].Removing = removing
+		}
+	}
 }
 
 // forget stops a local member and drops it from the registry.
