@@ -369,11 +369,31 @@ func (o *Operator) report(ctx context.Context, members []MemberStatus, listErr e
 	}
 	set(configv1.OperatorUpgradeable, configv1.ConditionTrue, "AsExpected", "All is well")
 	st.RelatedObjects = []configv1.ObjectReference{{Group: "machine.openshift.io", Resource: "machines", Namespace: o.namespace()}}
+	if v := o.releaseVersion(ctx); v != "" {
+		// As the cluster-etcd-operator reports them; `oc get co etcd`
+		// shows the operator's.
+		st.Versions = []configv1.OperandVersion{{Name: "raw-internal", Version: v}, {Name: "etcd", Version: v}, {Name: "operator", Version: v}}
+	}
 	if equality.Semantic.DeepEqual(&co.Status, st) {
 		return
 	}
 	co.Status = *st
 	_, _ = cos.UpdateStatus(ctx, co, metav1.UpdateOptions{})
+}
+
+// releaseVersion is the version of the release the cluster last
+// completed: the one whose etcd runs (none before the first completes).
+func (o *Operator) releaseVersion(ctx context.Context) string {
+	cv, err := o.Config.ConfigV1().ClusterVersions().Get(ctx, "version", metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	for _, h := range cv.Status.History {
+		if h.State == configv1.CompletedUpdate {
+			return h.Version
+		}
+	}
+	return ""
 }
 
 // memberMessage words the members as the etcd operator does: "3 members

@@ -264,6 +264,21 @@ func TestControlPlaneMachineReplacement(t *testing.T) {
 	before := c.waitSettled(t, 3*time.Minute)
 	t.Logf("the bootstrap member handed over to %v in %s", before, time.Since(start).Round(time.Second))
 	c.checkControlPlaneMachineSet(t)
+	// `oc get co etcd` shows the version of the release the cluster runs.
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		cv, err := c.config.ConfigV1().ClusterVersions().Get(context.Background(), "version", metav1.GetOptions{})
+		if err != nil || len(cv.Status.History) == 0 {
+			return false, fmt.Sprintf("no cluster version history yet (%v)", err)
+		}
+		out, err := testenv.CLI("kubectl", "get", "co", "etcd", "--kubeconfig", c.kubeconfig)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if err != nil || len(lines) != 2 {
+			return false, fmt.Sprintf("oc get co etcd: %v: %s", err, out)
+		}
+		row := strings.Fields(lines[1])
+		return len(row) > 2 && row[0] == "etcd" && row[1] == cv.Status.History[0].Version && row[2] == "True",
+			fmt.Sprintf("oc get co etcd printed (want version %s):\n%s", cv.Status.History[0].Version, out)
+	})
 	for _, n := range before {
 		m, err := c.machines.MachineV1beta1().Machines(machine.Namespace).Get(context.Background(), n, metav1.GetOptions{})
 		if err != nil {
