@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/capstan-dev/capstan/internal/etcdretry"
+	"github.com/capstan-dev/capstan/internal/ports"
 )
 
 // Run is one run of a scenario: its cluster's data dir, clients of its
@@ -44,15 +44,6 @@ type Run struct {
 	opts *Options
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // runOnce runs scenario s with seed. An error is the campaign's own
 // failure (no data dir, no process); what capstan did wrong is a
 // violation in the result.
@@ -64,11 +55,11 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 	if err != nil {
 		return nil, err
 	}
-	apiPort, err := freePort()
+	apiPort, err := ports.Free()
 	if err != nil {
 		return nil, err
 	}
-	relPort, err := freePort()
+	relPort, err := ports.Free()
 	if err != nil {
 		return nil, err
 	}

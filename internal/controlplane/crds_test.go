@@ -40,15 +40,15 @@ func TestCRDsMatchModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(crds) != n+2 || n != 7 {
-		t.Errorf("%d CRDs embedded, %d sources, want 7 sources and 2 of capstan's own", len(crds), n)
+	if len(crds) != n+2 || n != 8 {
+		t.Errorf("%d CRDs embedded, %d sources, want 8 sources and 2 of capstan's own", len(crds), n)
 	}
 	names := map[string]bool{}
 	for _, c := range crds {
 		names[c.Name] = true
 	}
 	for _, want := range []string{"machines.machine.openshift.io", "machinesets.machine.openshift.io",
-		"machinehealthchecks.machine.openshift.io", "clusterversions.config.openshift.io",
+		"machinehealthchecks.machine.openshift.io", "controlplanemachinesets.machine.openshift.io", "clusterversions.config.openshift.io",
 		"clusteroperators.config.openshift.io", "machineconfigs.machineconfiguration.openshift.io",
 		"machineconfigpools.machineconfiguration.openshift.io",
 		"clusterautoscalers.autoscaling.openshift.io", "machineautoscalers.autoscaling.openshift.io"} {

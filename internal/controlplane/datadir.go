@@ -150,12 +150,12 @@ func (d *DataDir) etcdPorts() (client, peer int, err error) {
 			return 0, 0, err
 		}
 	}
-	if st.EtcdPeerPort == 0 {
+	// A taken peer port moves too: the etcd package points the
+	// membership at the new one once the member serves.
+	if st.EtcdPeerPort == 0 || !portFree(st.EtcdPeerPort) {
 		if st.EtcdPeerPort, err = ports.Free(); err != nil {
 			return 0, 0, err
 		}
-	} else if !portFree(st.EtcdPeerPort) {
-		return 0, 0, fmt.Errorf("etcd peer port 127.0.0.1:%d recorded in %s is in use by another program", st.EtcdPeerPort, d.statePath())
 	}
 	raw, _ := json.MarshalIndent(st, "", "  ")
 	if err := writeFileAtomic(d.statePath(), append(raw, '\n'), 0o600); err != nil {

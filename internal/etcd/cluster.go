@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/klog/v2"
 
+	"github.com/capstan-dev/capstan/internal/ports"
 	"github.com/capstan-dev/capstan/internal/waitfor"
 )
 
@@ -84,6 +85,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err := validateRegistry(c.registry, cfg.Bootstrap.Dir); err != nil {
 		return nil, fmt.Errorf("%s: %w", c.registryPath(), err)
 	}
+	if err := c.relocate(); err != nil {
+		return nil, err
+	}
 	var voting []MemberSpec
 	for _, s := range c.registry {
 		if !s.Adding && !s.Removing {
@@ -133,6 +137,46 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// relocate gives a member whose recorded port another program took while
+// capstan was down new ports, written down before the member starts on
+// them; fixPeerURLs then points the membership at its new peer URL.
+func (c *Cluster) relocate() error {
+	moved := false
+	for i, s := range c.registry {
+		if s.Adding || s.Removing || portFree(s.ClientPort) && portFree(s.PeerPort) {
+			continue
+		}
+		client, err := ports.Free()
+		if err != nil {
+			return err
+		}
+		peer, err := ports.Free()
+		if err != nil {
+			return err
+		}
+		klog.InfoS("An etcd member's port is taken by another program: the member moves", "member", s.Name,
+			"clientPort", s.ClientPort, "newClientPort", client, "peerPort", s.PeerPort, "newPeerPort", peer)
+		c.registry[i].ClientPort, c.registry[i].PeerPort = client, peer
+		moved = true
+	}
+	if !moved {
+		return nil
+	}
+	if err := validateRegistry(c.registry, c.cfg.Bootstrap.Dir); err != nil {
+		return err
+	}
+	return c.writeRegistryLocked()
+}
+
+func portFree(port int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
 }
 
 func (c *Cluster) start(s MemberSpec, cluster, state string) (*Member, error) {
@@ -197,7 +241,10 @@ func (c *Cluster) waitQuorum(ctx context.Context, timeout time.Duration) error {
 	var removed []string
 	c.mu.Lock()
 	for _, s := range c.registry {
-		if !s.Adding && !s.Removing && byPeerURL(list.Members, s.PeerURL()) == nil {
+		// By name too: a member that moved (relocate) is listed under
+		// its old peer URL until fixPeerURLs.
+		if !s.Adding && !s.Removing && byPeerURL(list.Members, s.PeerURL()) == nil &&
+			!slices.ContainsFunc(list.Members, func(m *etcdserverpb.Member) bool { return m.Name == s.Name }) {
 			removed = append(removed, s.Name)
 		}
 	}

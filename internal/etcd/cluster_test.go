@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -376,5 +377,83 @@ func TestStartRefusesABadRegistry(t *testing.T) {
 				t.Errorf("the data dir lost its CA: %v", err)
 			}
 		})
+	}
+}
+
+// A member whose ports another program took while capstan was down moves
+// to new ones, written down first, and the cluster points at its new peer
+// URL: the start neither fails nor forgets the member.
+func TestAMemberWhosePortsWereTakenMoves(t *testing.T) {
+	ctx := context.Background()
+	cfg := testConfig(t)
+	c, err := etcd.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if c != nil {
+			c.Stop()
+		}
+	}()
+	join(t, c, "master-0")
+	join(t, c, "master-1")
+	if _, err := proxyClient(t, cfg, c).Put(ctx, "/registry/test", "kept"); err != nil {
+		t.Fatal(err)
+	}
+	c.Stop()
+	c = nil
+	specs, err := etcd.ReadRegistry(cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var old etcd.MemberSpec
+	for _, s := range specs {
+		if s.Name == "master-0" {
+			old = s
+		}
+	}
+	for _, p := range []int{old.ClientPort, old.PeerPort} {
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+	}
+	c, err = etcd.Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("the start with master-0's ports taken: %v", err)
+	}
+	specs, err = etcd.ReadRegistry(cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var moved etcd.MemberSpec
+	for _, s := range specs {
+		if s.Name == "master-0" {
+			moved = s
+		}
+	}
+	if moved.Name == "" || moved.ClientPort == old.ClientPort || moved.PeerPort == old.PeerPort {
+		t.Fatalf("registry after the start: %+v, want master-0 on new ports (was %+v)", specs, old)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for !voting(t, c)["master-0"] {
+		if time.Now().After(deadline) {
+			t.Fatalf("master-0 never became a healthy voting member on its new ports: %v", voting(t, c))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	members, err := c.Client().MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range members.Members {
+		if m.Name == "master-0" && (len(m.PeerURLs) != 1 || m.PeerURLs[0] != moved.PeerURL()) {
+			t.Errorf("master-0's peer URLs %v, want %s", m.PeerURLs, moved.PeerURL())
+		}
+	}
+	resp, err := proxyClient(t, cfg, c).Get(ctx, "/registry/test")
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "kept" {
+		t.Fatalf("after the move the key reads %v, %v", resp, err)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/cli"
 	"github.com/capstan-dev/capstan/internal/etcdretry"
+	"github.com/capstan-dev/capstan/internal/ports"
 )
 
 // CLIEnv set to "1" makes a test binary act as the capstan binary (its
@@ -54,12 +54,12 @@ func RunCapstan(t TB, args ...string) (int, string) {
 
 func FreePort(t TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	// Below the ephemeral range: a restarted capstan listens on it again.
+	p, err := ports.Free()
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // UpProcess is a running `capstan up`.
