@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -122,5 +124,58 @@ func TestInstancesWithoutClaimsKeepTheirIndexes(t *testing.T) {
 	inst, err := NewAPICloud(client, CloudOptions{}).CreateInstance(ctx, spec("new"))
 	if err != nil || inst.Index == 0 {
 		t.Fatalf("new instance: %v, %v; want an index other than the old instance's 0", inst, err)
+	}
+}
+
+// A kubelet's status is computed from the node it last saw: once the node
+// has changed (its reboot ended), that status is not written over the
+// change. The reactor refuses a patch whose resourceVersion is not the
+// node's, as the apiserver does.
+func TestAStatusFromAnOlderNodeIsNotWritten(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "u", ResourceVersion: "1",
+		Annotations: map[string]string{RebootingAnnotation: "true"}}}
+	client := fake.NewClientset(node)
+	client.PrependReactor("patch", "nodes", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		var meta struct {
+			Metadata struct {
+				ResourceVersion string `json:"resourceVersion"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(action.(k8stesting.PatchAction).GetPatch(), &meta); err != nil {
+			return true, nil, err
+		}
+		current, err := client.Tracker().Get(corev1.SchemeGroupVersion.WithResource("nodes"), "", "n")
+		if err != nil {
+			return true, nil, err
+		}
+		if rv := meta.Metadata.ResourceVersion; rv != "" && rv != current.(*corev1.Node).ResourceVersion {
+			return true, nil, apierrors.NewConflict(corev1.Resource("nodes"), "n", fmt.Errorf("resourceVersion %s is not %s", rv, current.(*corev1.Node).ResourceVersion))
+		}
+		return false, nil, nil
+	})
+	seen := node.DeepCopy()
+	// The reboot ends: a newer version of the node.
+	finished := node.DeepCopy()
+	delete(finished.Annotations, RebootingAnnotation)
+	finished.ResourceVersion = "2"
+	finished.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}}
+	if err := client.Tracker().Update(corev1.SchemeGroupVersion.WithResource("nodes"), finished, ""); err != nil {
+		t.Fatal(err)
+	}
+	stale := &corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletNotReady", Message: "node is rebooting"}}}
+	err := postNodeStatus(context.Background(), client, seen, stale)
+	if !apierrors.IsConflict(err) {
+		t.Fatalf("writing a status computed from version 1 over version 2: %v, want a conflict", err)
+	}
+	got, err := client.CoreV1().Nodes().Get(context.Background(), "n", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := got.Status.Conditions; len(c) != 1 || c[0].Status != corev1.ConditionTrue {
+		t.Fatalf("the node's Ready condition is %+v, want the newer True", c)
+	}
+	// From the current version it is written.
+	if err := postNodeStatus(context.Background(), client, got, stale); err != nil {
+		t.Fatalf("writing a status computed from the current version: %v", err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 )
 
 // KubeletVersion is what simulated kubelets report.
@@ -100,17 +101,37 @@ func (s *Simulator) syncNode(ctx context.Context, name string) error {
 		s.nodeQueue.AddAfter(name, s.opts.NodeStatusReportFrequency-heartbeatAge(node, now))
 		return nil
 	}
+	if err := postNodeStatus(ctx, s.client, node, desired); err != nil {
+		if apierrors.IsConflict(err) {
+			// The node changed since the cache's copy: the status is
+			// computed again from the change once the cache has it.
+			s.nodeQueue.AddAfter(name, 100*time.Millisecond)
+			return nil
+		}
+		return err
+	}
+	s.nodeQueue.AddAfter(name, s.opts.NodeStatusReportFrequency)
+	return nil
+}
+
+// postNodeStatus writes the status computed from node, only if node is
+// still the node's current version: a status computed from an older one
+// (the node was rebooting, and the reboot ended meanwhile) would report
+// what is no longer so, after what came later (found by the chaos
+// campaign: a node reported NotReady for a reboot that had ended, after
+// its daemon had reported it done, and the MCO took a third node out of
+// a pool with maxUnavailable 2).
+func postNodeStatus(ctx context.Context, client kubernetes.Interface, node *corev1.Node, desired *corev1.NodeStatus) error {
 	patch, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"uid": node.UID},
+		"metadata": map[string]any{"uid": node.UID, "resourceVersion": node.ResourceVersion},
 		"status":   desired,
 	})
 	if err != nil {
 		return err
 	}
-	if _, err := s.client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-		return fmt.Errorf("posting status of node %s: %w", name, err)
+	if _, err := client.CoreV1().Nodes().Patch(ctx, node.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		return fmt.Errorf("posting status of node %s: %w", node.Name, err)
 	}
-	s.nodeQueue.AddAfter(name, s.opts.NodeStatusReportFrequency)
 	return nil
 }
 
