@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -151,8 +150,7 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	}
 	pki := d.PKIDir()
 	cp.etcd, err = etcd.Start(ctx, etcd.Config{DataDir: d.Root, LogFile: d.Path("logs", "etcd.log"), NoFsync: cfg.EtcdNoFsync,
-		TLS: etcd.TLSFiles{CA: filepath.Join(pki, "ca.crt"), ServingCert: filepath.Join(pki, "etcd.crt"), ServingKey: filepath.Join(pki, "etcd.key"),
-			ClientCert: filepath.Join(pki, "etcd-client.crt"), ClientKey: filepath.Join(pki, "etcd-client.key")},
+		TLS:       EtcdTLSFiles(pki),
 		Bootstrap: etcd.MemberSpec{Name: etcd.BootstrapName, Dir: "etcd", ClientPort: clientPort, PeerPort: peerPort}})
 	if err != nil {
 		listener.Close()

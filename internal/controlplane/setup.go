@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"github.com/capstan-dev/capstan/internal/etcd"
 	"github.com/capstan-dev/capstan/internal/etcdretry"
 )
 
@@ -52,15 +53,7 @@ func (cp *ControlPlane) ensurePKI() error {
 	if err := ca.EnsureLeaf(filepath.Join(pki, "apiserver.crt"), filepath.Join(pki, "apiserver.key"), serving); err != nil {
 		return err
 	}
-	// etcd's members serve clients and peers on loopback with one
-	// certificate; capstan's clients (kube-apiserver, the etcd operator)
-	// present another.
-	if err := ca.EnsureLeaf(filepath.Join(pki, "etcd.crt"), filepath.Join(pki, "etcd.key"), LeafSpec{CommonName: "etcd",
-		DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}, Server: true, Client: true}); err != nil {
-		return err
-	}
-	if err := ca.EnsureLeaf(filepath.Join(pki, "etcd-client.crt"), filepath.Join(pki, "etcd-client.key"),
-		LeafSpec{CommonName: "system:etcd-client", Client: true}); err != nil {
+	if _, err := EnsureEtcdPKI(ca, pki); err != nil {
 		return err
 	}
 	if err := EnsureKey(filepath.Join(pki, "sa.key"), filepath.Join(pki, "sa.pub")); err != nil {
@@ -147,4 +140,26 @@ func (cp *ControlPlane) setupLogging() error {
 		}
 	})
 	return err
+}
+
+// EnsureEtcdPKI creates, or reuses, etcd's certificates in pki, signed by
+// ca: the members serve clients and peers on loopback with one
+// certificate; capstan's clients (kube-apiserver, the etcd operator)
+// present another.
+func EnsureEtcdPKI(ca *CertificateAuthority, pki string) (etcd.TLSFiles, error) {
+	files := EtcdTLSFiles(pki)
+	if err := ca.EnsureLeaf(files.ServingCert, files.ServingKey, LeafSpec{CommonName: "etcd",
+		DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}, Server: true, Client: true}); err != nil {
+		return etcd.TLSFiles{}, err
+	}
+	if err := ca.EnsureLeaf(files.ClientCert, files.ClientKey, LeafSpec{CommonName: "system:etcd-client", Client: true}); err != nil {
+		return etcd.TLSFiles{}, err
+	}
+	return files, nil
+}
+
+// EtcdTLSFiles are where etcd's certificates are in pki.
+func EtcdTLSFiles(pki string) etcd.TLSFiles {
+	return etcd.TLSFiles{CA: filepath.Join(pki, "ca.crt"), ServingCert: filepath.Join(pki, "etcd.crt"), ServingKey: filepath.Join(pki, "etcd.key"),
+		ClientCert: filepath.Join(pki, "etcd-client.crt"), ClientKey: filepath.Join(pki, "etcd-client.key")}
 }

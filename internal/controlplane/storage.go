@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -27,7 +26,8 @@ func StorageClient(dataDir string) (*clientv3.Client, error) {
 		return nil, err
 	}
 	pki := (&DataDir{Root: dataDir}).PKIDir()
-	tlsInfo := transport.TLSInfo{CertFile: filepath.Join(pki, "etcd-client.crt"), KeyFile: filepath.Join(pki, "etcd-client.key"), TrustedCAFile: filepath.Join(pki, "ca.crt")}
+	files := EtcdTLSFiles(pki)
+	tlsInfo := transport.TLSInfo{CertFile: files.ClientCert, KeyFile: files.ClientKey, TrustedCAFile: files.CA}
 	tlsConfig, err := tlsInfo.ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("the etcd client certificate of %s: %w", dataDir, err)

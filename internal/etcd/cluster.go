@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -52,9 +53,11 @@ type Cluster struct {
 	running  map[string]*Member
 	stopped  map[string]bool
 	// leaving are members being removed: no request is sent to them, as
-	// a removed member that is asked anything takes the process down
-	// (etcd panics on finding itself no longer a member).
+	// a removed member that is asked anything panics on finding itself
+	// no longer a member.
 	leaving map[string]bool
+	// members is the membership as last listed (syncLocked).
+	members []*etcdserverpb.Member
 }
 
 func (c *Cluster) registryPath() string { return filepath.Join(c.cfg.DataDir, registryFile) }
@@ -88,19 +91,38 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err := c.relocate(); err != nil {
 		return nil, err
 	}
-	var voting []MemberSpec
+	// A member being removed starts too: the removal may not have
+	// happened, and then the quorum needs it until settle finishes the
+	// removal. If it did happen, the member's process ends on finding
+	// itself removed, and it alone.
+	var voting, serving []MemberSpec
 	for _, s := range c.registry {
-		if !s.Adding && !s.Removing {
-			voting = append(voting, s)
+		if s.Adding {
+			continue
+		}
+		voting = append(voting, s)
+		if s.Removing {
+			c.leaving[s.Name] = true
+		} else {
+			serving = append(serving, s)
 		}
 	}
 	if len(voting) == 0 {
 		return nil, fmt.Errorf("%s lists no member to start", c.registryPath())
 	}
+	if len(serving) == 0 {
+		serving = voting
+	}
+	if err := c.powerOnAtStart(voting); err != nil {
+		return nil, err
+	}
 	// A member that cannot start (its data went with a removal the
 	// registry does not show yet) is left out: waitQuorum decides.
 	var startErrs []error
 	for _, s := range voting {
+		if c.stopped[s.Name] {
+			continue
+		}
 		m, err := c.start(s, initialCluster(voting), state)
 		if err != nil {
 			klog.ErrorS(err, "An etcd member did not start", "member", s.Name)
@@ -116,7 +138,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		c.Stop()
 		return nil, err
 	}
-	if c.client, err = c.newClient(voting); err != nil {
+	if c.client, err = c.newClient(serving); err != nil {
 		c.Stop()
 		return nil, err
 	}
@@ -145,7 +167,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 func (c *Cluster) relocate() error {
 	moved := false
 	for i, s := range c.registry {
-		if s.Adding || s.Removing || portFree(s.ClientPort) && portFree(s.PeerPort) {
+		if s.Adding || portFree(s.ClientPort) && portFree(s.PeerPort) {
 			continue
 		}
 		client, err := ports.Free()
@@ -166,6 +188,41 @@ func (c *Cluster) relocate() error {
 	}
 	if err := validateRegistry(c.registry, c.cfg.Bootstrap.Dir); err != nil {
 		return err
+	}
+	return c.writeRegistryLocked()
+}
+
+// powerOnAtStart decides which members of stopped machines stay stopped:
+// those whose machines were not asked to start while capstan was down
+// (RequestPowerOn), as long as the others are a quorum of the voting
+// members. Without a quorum no API could ever start a machine, so then
+// every member starts, as a cluster's machines are all powered on to
+// recover it.
+func (c *Cluster) powerOnAtStart(voting []MemberSpec) error {
+	var stopped []string
+	for _, s := range voting {
+		if s.Stopped && !c.powerOnPending(s.Name) {
+			stopped = append(stopped, s.Name)
+		}
+	}
+	if len(voting)-len(stopped) < len(voting)/2+1 {
+		if len(stopped) > 0 {
+			klog.InfoS("The etcd members of stopped machines start with capstan: the others are no quorum", "members", stopped)
+		}
+		stopped = nil
+	}
+	changed := false
+	for i, s := range c.registry {
+		stop := slices.Contains(stopped, s.Name)
+		if stop {
+			c.stopped[s.Name] = true
+		}
+		if s.Stopped != stop {
+			c.registry[i].Stopped, changed = stop, true
+		}
+	}
+	if !changed {
+		return nil
 	}
 	return c.writeRegistryLocked()
 }
@@ -303,7 +360,20 @@ func (c *Cluster) settle(ctx context.Context) error {
 	for _, s := range removing {
 		if m := byPeerURL(list.Members, s.PeerURL()); m != nil {
 			klog.InfoS("Finishing the removal of an etcd member that capstan stopped in the middle of", "member", s.Name)
-			if _, err := c.client.MemberRemove(ctx, m.ID); err != nil && !strings.Contains(err.Error(), "member not found") {
+			// etcd refuses membership changes until its leader has
+			// heard from a quorum for a while ("unhealthy cluster"),
+			// which a cluster that just started has not.
+			err := waitfor.Poll(ctx, 200*time.Millisecond, time.Minute, func(ctx context.Context) (bool, string, error) {
+				_, err := c.client.MemberRemove(ctx, m.ID)
+				switch {
+				case err == nil || strings.Contains(err.Error(), "member not found"):
+					return true, "", nil
+				case errors.Is(err, rpctypes.ErrUnhealthy) || strings.Contains(err.Error(), rpctypes.ErrUnhealthy.Error()):
+					return false, err.Error(), nil
+				}
+				return false, "", err
+			})
+			if err != nil {
 				return fmt.Errorf("finishing the removal of member %s: %w", s.Name, err)
 			}
 		}
@@ -347,12 +417,13 @@ func (c *Cluster) syncLocked(members []*etcdserverpb.Member) error {
 	var backends, endpoints []string
 	for _, s := range c.registry {
 		m := byPeerURL(members, s.PeerURL())
-		if m == nil || m.IsLearner || c.leaving[s.Name] {
+		if m == nil || m.IsLearner || c.leaving[s.Name] || c.stopped[s.Name] {
 			continue
 		}
 		backends = append(backends, net.JoinHostPort("127.0.0.1", strconv.Itoa(s.ClientPort)))
 		endpoints = append(endpoints, s.ClientURL())
 	}
+	c.members = members
 	c.proxy.SetBackends(backends)
 	if len(endpoints) > 0 {
 		c.client.SetEndpoints(endpoints...)

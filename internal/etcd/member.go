@@ -1,6 +1,7 @@
 // Package etcd runs the control plane's etcd as OpenShift does: one member
-// per control-plane machine, each a real embedded etcd with its own data
-// dir and loopback ports, serving TLS with the cluster's CA. A bootstrap
+// per control-plane machine, each a real etcd in its own process (see
+// MemberMain) with its own data dir and loopback ports, serving TLS with
+// the cluster's CA. A bootstrap
 // member starts the cluster and leaves it once the machines' members have
 // joined (as the bootstrap node's etcd does in an OpenShift install).
 // kube-apiserver reaches whichever members are up through one loopback
@@ -10,13 +11,13 @@ package etcd
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
-	"go.etcd.io/etcd/server/v3/embed"
 	"k8s.io/klog/v2"
 )
 
@@ -36,6 +37,11 @@ type MemberSpec struct {
 	// never starts a member the cluster may no longer have (etcd panics
 	// on finding itself removed) and finishes what was decided.
 	Removing bool `json:"removing,omitempty"`
+	// Stopped marks a member whose machine is stopped, written before
+	// its process is stopped: a restart of capstan does not start it
+	// (unless its machine was asked to start meanwhile, or the quorum
+	// needs it: see Start).
+	Stopped bool `json:"stopped,omitempty"`
 	// Added is when the member was added to the cluster (written before
 	// the add): a learner that has not joined some time after is given up.
 	Added time.Time `json:"added,omitzero"`
@@ -62,10 +68,19 @@ func (t TLSFiles) serving() transport.TLSInfo {
 	return transport.TLSInfo{CertFile: t.ServingCert, KeyFile: t.ServingKey, TrustedCAFile: t.CA, ClientCertAuth: true}
 }
 
-// Member is a running member.
+// Member is a member's process and its supervisor: like a kubelet with
+// etcd's static pod, the supervisor starts the process again when it
+// exits on its own, backing off while it keeps failing.
 type Member struct {
 	Spec MemberSpec
-	etcd *embed.Etcd
+	cfg  memberConfig
+
+	mu       sync.Mutex
+	cur      *memberProcess
+	restarts int
+	stopOnce sync.Once
+	stop     chan struct{} // closed by Stop
+	done     chan struct{} // closed when supervision has ended
 }
 
 // memberConfig is how a member is started.
@@ -81,43 +96,99 @@ type memberConfig struct {
 }
 
 func startMember(c memberConfig) (*Member, error) {
-	cfg := embed.NewConfig()
-	cfg.Name = c.spec.Name
-	cfg.Dir = c.dir
-	client, _ := url.Parse(c.spec.ClientURL())
-	peer, _ := url.Parse(c.spec.PeerURL())
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
-	cfg.ClientTLSInfo = c.tls.serving()
-	cfg.PeerTLSInfo = c.tls.serving()
-	cfg.InitialCluster = c.initialCluster
-	cfg.ClusterState = c.state
-	cfg.InitialClusterToken = "capstan"
-	cfg.LogLevel = "warn"
-	cfg.LogOutputs = []string{c.logFile}
-	// Room for large simulated clusters; the apiserver compacts history
-	// every five minutes itself.
-	cfg.QuotaBackendBytes = 8 << 30
-	cfg.UnsafeNoFsync = c.noFsync
-	cfg.MaxTxnOps = 10000
-	// Elections on one machine's loopback: a dead leader is noticed in
-	// about a second, as on a real low-latency network.
-	cfg.TickMs = 100
-	cfg.ElectionMs = 1000
-	e, err := embed.StartEtcd(cfg)
+	p, err := launch(c)
 	if err != nil {
-		return nil, fmt.Errorf("starting etcd member %s in %s: %w", c.spec.Name, c.dir, err)
+		return nil, err
 	}
-	return &Member{Spec: c.spec, etcd: e}, nil
+	m := &Member{Spec: c.spec, cfg: c, cur: p, stop: make(chan struct{}), done: make(chan struct{})}
+	go m.supervise()
+	return m, nil
 }
 
-// waitReady waits until the member serves (it has joined a quorum).
+// Restart backoff: a member that keeps failing is started again at most
+// this often, as a kubelet backs off a crashing container (from 1s here,
+// as loopback members start in well under a second).
+const (
+	restartBackoffMin = time.Second
+	restartBackoffMax = 20 * time.Second
+	// restartBackoffReset: a process that served this long before it
+	// ended starts the backoff over.
+	restartBackoffReset = 30 * time.Second
+)
+
+func (m *Member) supervise() {
+	defer close(m.done)
+	backoff := restartBackoffMin
+	for {
+		m.mu.Lock()
+		p := m.cur
+		m.mu.Unlock()
+		began := time.Now()
+		select {
+		case <-m.stop:
+			p.signal(syscall.SIGTERM)
+			select {
+			case <-p.exited:
+			case <-time.After(stopTimeout):
+				klog.InfoS("etcd member did not stop in time; killing it", "member", m.Spec.Name, "timeout", stopTimeout)
+				p.signal(syscall.SIGKILL)
+				<-p.exited
+			}
+			return
+		case <-p.exited:
+		}
+		if time.Since(began) > restartBackoffReset {
+			backoff = restartBackoffMin
+		}
+		klog.InfoS("An etcd member's process ended; starting it again", "member", m.Spec.Name, "err", p.err, "after", backoff)
+		for {
+			select {
+			case <-m.stop:
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, restartBackoffMax)
+			// Started again with its data: the initial cluster no
+			// longer matters, unless it never wrote any.
+			next, err := launch(m.cfg)
+			if err != nil {
+				klog.ErrorS(err, "Starting an etcd member's process again", "member", m.Spec.Name)
+				continue
+			}
+			m.mu.Lock()
+			m.cur = next
+			m.restarts++
+			m.mu.Unlock()
+			break
+		}
+	}
+}
+
+// PID is the process the member runs in now.
+func (m *Member) PID() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cur.cmd.Process.Pid
+}
+
+// Restarts counts the member's processes started after its first.
+func (m *Member) Restarts() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.restarts
+}
+
+// waitReady waits until the member's current process serves (it has
+// joined a quorum), and fails if that process ends first.
 func (m *Member) waitReady(ctx context.Context, timeout time.Duration, logFile string) error {
+	m.mu.Lock()
+	p := m.cur
+	m.mu.Unlock()
 	select {
-	case <-m.etcd.Server.ReadyNotify():
+	case <-p.ready:
 		return nil
-	case err := <-m.etcd.Err():
-		return fmt.Errorf("etcd member %s failed: %w", m.Spec.Name, err)
+	case <-p.exited:
+		return fmt.Errorf("etcd member %s failed: %w (see %s)", m.Spec.Name, p.err, logFile)
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(timeout):
@@ -125,23 +196,17 @@ func (m *Member) waitReady(ctx context.Context, timeout time.Duration, logFile s
 	}
 }
 
-// stopTimeout bounds a member's stop: its servers wait on their clients'
-// streams, which a client that went away may never close.
+// stopTimeout bounds a member's clean stop: its servers wait on their
+// clients' streams, which a client that went away may never close. The
+// process is killed after it.
 const stopTimeout = 10 * time.Second
 
-// Stop stops the member (its data stays), giving up the wait after
-// stopTimeout.
+// Stop stops the member's process (its data stays) and its supervision:
+// SIGTERM, and SIGKILL if it has not ended within stopTimeout. It
+// returns once the process has ended.
 func (m *Member) Stop() {
-	done := make(chan struct{})
-	go func() {
-		m.etcd.Close()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(stopTimeout):
-		klog.InfoS("etcd member did not stop in time; going on", "member", m.Spec.Name, "timeout", stopTimeout)
-	}
+	m.stopOnce.Do(func() { close(m.stop) })
+	<-m.done
 }
 
 // initialCluster writes name=peerURL pairs.

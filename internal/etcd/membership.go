@@ -272,12 +272,18 @@ func (c *Cluster) member(ctx context.Context, name string) (MemberStatus, error)
 }
 
 // StopMember stops a local member as its machine stops; its data stays.
+// The stop is written down first, and the member leaves the proxy and the
+// client before its process goes.
 func (c *Cluster) StopMember(name string) {
 	c.mu.Lock()
 	m := c.running[name]
 	if m != nil {
 		delete(c.running, name)
 		c.stopped[name] = true
+		c.setStoppedLocked(name, true)
+		if err := c.syncLocked(c.members); err != nil {
+			klog.ErrorS(err, "Writing the etcd member registry", "member", name)
+		}
 	}
 	c.mu.Unlock()
 	if m != nil {
@@ -300,9 +306,42 @@ func (c *Cluster) StartMember(name string) error {
 			}
 			c.running[name] = m
 			delete(c.stopped, name)
+			c.setStoppedLocked(name, false)
+			return c.syncLocked(c.members)
 		}
 	}
 	return nil
+}
+
+func (c *Cluster) setStoppedLocked(name string, stopped bool) {
+	for i := range c.registry {
+		if c.registry[i].Name == name {
+			c.registry[i].Stopped = stopped
+		}
+	}
+}
+
+// runningNames lists the members running now.
+func (c *Cluster) runningNames() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var names []string
+	for name := range c.running {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// MemberPIDs are the processes of the members running now, by name.
+func (c *Cluster) MemberPIDs() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int{}
+	for name, m := range c.running {
+		out[name] = m.PID()
+	}
+	return out
 }
 
 // Running reports whether this process runs the member now.

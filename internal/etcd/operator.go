@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	configv1 "github.com/openshift/api/config/v1"
@@ -57,8 +58,18 @@ type Operator struct {
 	// removed (default 5 minutes).
 	LearnerTimeout time.Duration
 
+	// RebootDowntime is how long a control-plane machine's reboot keeps
+	// its member down (default 5 seconds, the machine config daemon's
+	// reboot).
+	RebootDowntime time.Duration
+
 	firstSeen map[uint64]time.Time
 	lastHold  string
+
+	rebootMu sync.Mutex
+	// rebooted are the boots (sim.Boot) of the rebooting machines whose
+	// members were stopped for them.
+	rebooted map[string]int
 }
 
 func (o *Operator) namespace() string {
@@ -132,6 +143,50 @@ type controlPlaneMachine struct {
 	deleting bool
 }
 
+// rebootMember takes a rebooting machine's member down for the reboot,
+// once per boot, and starts it again after RebootDowntime without the
+// API, as the machine comes back by itself: the reboot of the only
+// control-plane machine (or of one of two) takes the API down with it,
+// and the API is what ends the reboot for its node (sim.FinishReboot).
+func (o *Operator) rebootMember(ctx context.Context, name string, boot int) {
+	o.rebootMu.Lock()
+	defer o.rebootMu.Unlock()
+	if b, ok := o.rebooted[name]; ok && b == boot {
+		return
+	}
+	if o.rebooted == nil {
+		o.rebooted = map[string]int{}
+	}
+	o.rebooted[name] = boot
+	o.Cluster.StopMember(name)
+	downtime := o.RebootDowntime
+	if downtime <= 0 {
+		downtime = 5 * time.Second
+	}
+	time.AfterFunc(downtime, func() {
+		o.rebootMu.Lock()
+		b, ok := o.rebooted[name]
+		o.rebootMu.Unlock()
+		if !ok || b != boot || ctx.Err() != nil {
+			return // the machine was stopped, deleted or booted since
+		}
+		if err := o.Cluster.StartMember(name); err != nil {
+			klog.FromContext(ctx).Info("Starting a member after its machine's reboot", "member", name, "err", err)
+		}
+	})
+}
+
+// instanceDown reports whether a machine's instance is not running: it is
+// stopped, or it was terminated (the machine is being deleted and its
+// node is gone). Its member's process is down with it (a reboot: see
+// rebootMember).
+func instanceDown(cm controlPlaneMachine) bool {
+	if cm.node == nil {
+		return cm.deleting && cm.m.Status.NodeRef != nil
+	}
+	return sim.Stopped(cm.node)
+}
+
 func (o *Operator) reconcile(ctx context.Context) error {
 	list, err := o.Machines.MachineV1beta1().Machines(o.namespace()).List(ctx, metav1.ListOptions{LabelSelector: machine.MachineRoleLabel + "=master"})
 	if err != nil {
@@ -164,13 +219,26 @@ func (o *Operator) reconcile(ctx context.Context) error {
 			}
 			continue
 		}
+		if cm.node != nil && sim.Rebooting(cm.node) {
+			o.rebootMember(ctx, name, sim.Boot(cm.node))
+			continue
+		}
+		o.rebootMu.Lock()
+		delete(o.rebooted, name)
+		o.rebootMu.Unlock()
 		switch {
-		case cm.node != nil && sim.Stopped(cm.node) && o.Cluster.Running(cm.m.Name):
-			o.Cluster.StopMember(cm.m.Name)
-		case cm.node != nil && !sim.Stopped(cm.node):
-			if err := o.Cluster.StartMember(cm.m.Name); err != nil {
+		case instanceDown(cm) && o.Cluster.Running(name):
+			o.Cluster.StopMember(name)
+		case cm.node != nil && !instanceDown(cm):
+			if err := o.Cluster.StartMember(name); err != nil {
 				return err
 			}
+		}
+	}
+	// A member whose machine is gone went with its instance.
+	for _, name := range o.Cluster.runningNames() {
+		if name != BootstrapName && !slices.ContainsFunc(machines, func(cm controlPlaneMachine) bool { return cm.m.Name == name }) {
+			o.Cluster.StopMember(name)
 		}
 	}
 	members, err := o.Cluster.Members(ctx)

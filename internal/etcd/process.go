@@ -1,0 +1,287 @@
+package etcd
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// A member runs in its own process, as each control-plane machine's
+// kubelet runs etcd as a static pod: `capstan etcd member --name ...`. The
+// process prints "ready" on its standard output once it serves, stops
+// cleanly on SIGTERM, and, started by capstan, dies with capstan (the
+// kernel's parent-death signal, and the end of its standard input as a
+// second warning).
+
+// memberEnv marks a process that capstan started to run one member: any
+// binary that links this package (capstan, and the test binaries that
+// start clusters) runs the member from its arguments before anything else
+// (see init), so the member is always the same code as its supervisor.
+const memberEnv = "CAPSTAN_ETCD_MEMBER"
+
+// memberReady is the line a member prints once it serves.
+const memberReady = "ready"
+
+func init() {
+	if os.Getenv(memberEnv) != "1" || len(os.Args) < 3 || os.Args[1] != "etcd" || os.Args[2] != "member" {
+		return
+	}
+	os.Exit(MemberMain(os.Args[3:], os.Stdout, os.Stderr))
+}
+
+// memberArgs are the flags of `capstan etcd member` for this member.
+func (c memberConfig) memberArgs() []string {
+	args := []string{"etcd", "member",
+		"--name", c.spec.Name,
+		"--data-dir", c.dir,
+		"--client-port", strconv.Itoa(c.spec.ClientPort),
+		"--peer-port", strconv.Itoa(c.spec.PeerPort),
+		"--trusted-ca-file", c.tls.CA,
+		"--cert-file", c.tls.ServingCert,
+		"--key-file", c.tls.ServingKey,
+		"--log-file", c.logFile,
+		"--exit-with-parent",
+	}
+	if c.initialCluster != "" {
+		args = append(args, "--initial-cluster", c.initialCluster, "--initial-cluster-state", c.state)
+	}
+	if c.noFsync {
+		args = append(args, "--unsafe-no-fsync")
+	}
+	return args
+}
+
+// MemberMain runs one etcd member from its command-line flags until it is
+// stopped (SIGTERM or SIGINT: exit 0) or fails (exit 1); 2 is a usage
+// error. It prints "ready" to stdout once the member serves.
+func MemberMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("capstan etcd member", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		c                     memberConfig
+		exitWithParent        bool
+		initialCluster, state string
+	)
+	fs.StringVar(&c.spec.Name, "name", "", "the member's name (its machine's)")
+	fs.StringVar(&c.dir, "data-dir", "", "the member's data dir")
+	fs.IntVar(&c.spec.ClientPort, "client-port", 0, "loopback port serving clients")
+	fs.IntVar(&c.spec.PeerPort, "peer-port", 0, "loopback port serving peers")
+	fs.StringVar(&c.tls.CA, "trusted-ca-file", "", "CA of clients and peers")
+	fs.StringVar(&c.tls.ServingCert, "cert-file", "", "serving (and peer client) certificate")
+	fs.StringVar(&c.tls.ServingKey, "key-file", "", "its key")
+	fs.StringVar(&c.logFile, "log-file", "", "where the member logs (default: standard error)")
+	fs.StringVar(&initialCluster, "initial-cluster", "", "name=peerURL,... of a member without data")
+	fs.StringVar(&state, "initial-cluster-state", "existing", "new or existing, for a member without data")
+	fs.BoolVar(&c.noFsync, "unsafe-no-fsync", false, "skip fsync (tests only)")
+	fs.BoolVar(&exitWithParent, "exit-with-parent", false, "exit at once when standard input ends (the parent died)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var missing []string
+	for flagName, v := range map[string]string{"name": c.spec.Name, "data-dir": c.dir, "trusted-ca-file": c.tls.CA,
+		"cert-file": c.tls.ServingCert, "key-file": c.tls.ServingKey} {
+		if v == "" {
+			missing = append(missing, "--"+flagName)
+		}
+	}
+	for flagName, p := range map[string]int{"client-port": c.spec.ClientPort, "peer-port": c.spec.PeerPort} {
+		if p <= 0 || p > 65535 {
+			missing = append(missing, fmt.Sprintf("--%s (a TCP port, not %d)", flagName, p))
+		}
+	}
+	if state != "new" && state != "existing" {
+		missing = append(missing, fmt.Sprintf("--initial-cluster-state (new or existing, not %q)", state))
+	}
+	if len(missing) > 0 || fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "capstan etcd member: missing or wrong flags: %v; unexpected arguments: %v\n", missing, fs.Args())
+		return 2
+	}
+	if initialCluster == "" {
+		initialCluster = c.spec.Name + "=" + c.spec.PeerURL()
+	}
+	c.initialCluster, c.state = initialCluster, state
+	if exitWithParent {
+		go func() {
+			_, _ = io.Copy(io.Discard, os.Stdin)
+			fmt.Fprintf(stderr, "etcd member %s: capstan went away; exiting\n", c.spec.Name)
+			os.Exit(1)
+		}()
+	}
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	e, err := embed.StartEtcd(c.embedConfig())
+	if err != nil {
+		fmt.Fprintf(stderr, "etcd member %s: %v\n", c.spec.Name, err)
+		return 1
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+		fmt.Fprintln(stdout, memberReady)
+	case err := <-e.Err():
+		fmt.Fprintf(stderr, "etcd member %s failed before it was ready: %v\n", c.spec.Name, err)
+		return 1
+	case <-e.Server.StopNotify():
+		fmt.Fprintf(stderr, "etcd member %s stopped before it was ready\n", c.spec.Name)
+		return 1
+	case <-signals:
+		e.Close()
+		return 0
+	}
+	select {
+	case err := <-e.Err():
+		fmt.Fprintf(stderr, "etcd member %s failed: %v\n", c.spec.Name, err)
+		return 1
+	case <-e.Server.StopNotify():
+		// The server stopped on its own: it was removed from the cluster.
+		fmt.Fprintf(stderr, "etcd member %s stopped on its own (a member the cluster removed stops so)\n", c.spec.Name)
+		e.Close()
+		return 1
+	case <-signals:
+		e.Close()
+		return 0
+	}
+}
+
+func (c memberConfig) embedConfig() *embed.Config {
+	cfg := embed.NewConfig()
+	cfg.Name = c.spec.Name
+	cfg.Dir = c.dir
+	client, _ := url.Parse(c.spec.ClientURL())
+	peer, _ := url.Parse(c.spec.PeerURL())
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
+	cfg.ClientTLSInfo = c.tls.serving()
+	cfg.PeerTLSInfo = c.tls.serving()
+	cfg.InitialCluster = c.initialCluster
+	cfg.ClusterState = c.state
+	cfg.InitialClusterToken = "capstan"
+	cfg.LogLevel = "warn"
+	if c.logFile != "" {
+		cfg.LogOutputs = []string{c.logFile}
+	} else {
+		cfg.LogOutputs = []string{"stderr"}
+	}
+	// Room for large simulated clusters; the apiserver compacts history
+	// every five minutes itself.
+	cfg.QuotaBackendBytes = 8 << 30
+	cfg.UnsafeNoFsync = c.noFsync
+	cfg.MaxTxnOps = 10000
+	// Elections on one machine's loopback: a dead leader is noticed in
+	// about a second, as on a real low-latency network.
+	cfg.TickMs = 100
+	cfg.ElectionMs = 1000
+	return cfg
+}
+
+// memberProcess is one run of a member's process.
+type memberProcess struct {
+	cmd *exec.Cmd
+	// stdin's write end: held open while capstan lives; the member
+	// exits when it ends.
+	stdin *os.File
+	// ready is closed when the member prints that it serves; exited
+	// when the process has ended, err then saying how.
+	ready, exited chan struct{}
+	err           error
+}
+
+// launch starts a process for the member c describes.
+func launch(c memberConfig) (*memberProcess, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	logf, err := os.OpenFile(c.logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer stdinR.Close()
+	cmd := exec.Command(self, c.memberArgs()...)
+	cmd.Env = append(os.Environ(), memberEnv+"=1")
+	cmd.Stdin, cmd.Stderr = stdinR, logf
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		stdinW.Close()
+		return nil, err
+	}
+	setParentDeathSignal(cmd)
+	if err := startOnLockedThread(cmd); err != nil {
+		stdinW.Close()
+		return nil, fmt.Errorf("starting the process of etcd member %s: %w", c.spec.Name, err)
+	}
+	p := &memberProcess{cmd: cmd, stdin: stdinW, ready: make(chan struct{}), exited: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		readied := false
+		for sc.Scan() {
+			if sc.Text() == memberReady && !readied {
+				readied = true
+				close(p.ready)
+			}
+		}
+		// Wait after the output is read to its end, as exec asks.
+		err := cmd.Wait()
+		stdinW.Close()
+		if err == nil {
+			err = errors.New("exited")
+		}
+		p.err = err
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// signal sends sig to the process unless it has exited.
+func (p *memberProcess) signal(sig os.Signal) {
+	select {
+	case <-p.exited:
+	default:
+		_ = p.cmd.Process.Signal(sig)
+	}
+}
+
+// A parent-death signal is sent when the thread that started the child
+// ends, not the process: the members are started from one goroutine
+// locked to its thread for ever, so the signal comes only with capstan's
+// end.
+var spawner struct {
+	once sync.Once
+	reqs chan spawnRequest
+}
+
+type spawnRequest struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func startOnLockedThread(cmd *exec.Cmd) error {
+	spawner.once.Do(func() {
+		spawner.reqs = make(chan spawnRequest)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread lives as long as capstan
+			for r := range spawner.reqs {
+				r.done <- r.cmd.Start()
+			}
+		}()
+	})
+	r := spawnRequest{cmd: cmd, done: make(chan error, 1)}
+	spawner.reqs <- r
+	return <-r.done
+}
