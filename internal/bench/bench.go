@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -17,16 +18,34 @@ import (
 	"github.com/capstan-dev/capstan/internal/cluster"
 )
 
-// PeakRSS returns the process's peak resident set size in bytes (VmHWM).
+// PeakRSS returns the peak resident set size (VmHWM) of this process plus
+// those of the processes it started that still run (the etcd members, one
+// process each), in bytes.
 func PeakRSS() (int64, error) {
-	f, err := os.Open("/proc/self/status")
+	total, err := vmField("/proc/self/status", "VmHWM:")
+	if err != nil {
+		return 0, err
+	}
+	for _, pid := range descendants(os.Getpid()) {
+		// A child that ended meanwhile has no status any more.
+		if kb, err := vmField(fmt.Sprintf("/proc/%d/status", pid), "VmHWM:"); err == nil {
+			total += kb
+		}
+	}
+	return total, nil
+}
+
+// vmField reads a size field (VmHWM:, VmRSS:) of a /proc status file, in
+// bytes.
+func vmField(path, field string) (int64, error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return 0, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), field); ok {
 			fields := strings.Fields(v)
 			if len(fields) == 0 {
 				break
@@ -38,7 +57,47 @@ func PeakRSS() (int64, error) {
 			return kb * 1024, nil
 		}
 	}
-	return 0, fmt.Errorf("no VmHWM in /proc/self/status")
+	return 0, fmt.Errorf("no %s in %s", strings.TrimSuffix(field, ":"), path)
+}
+
+// descendants lists the processes below pid, from /proc.
+func descendants(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parens.
+		rest := string(raw)
+		if i := strings.LastIndexByte(rest, ')'); i >= 0 {
+			rest = rest[i+1:]
+		}
+		fields := strings.Fields(rest)
+		if len(fields) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(fields[1]); err == nil {
+			children[ppid] = append(children[ppid], p)
+		}
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		out = append(out, children[p]...)
+		queue = append(queue, children[p]...)
+	}
+	return out
 }
 
 // MiB formats bytes as MiB.

@@ -20,7 +20,7 @@ func newBenchCommand() *cobra.Command {
 		Use:   "bench",
 		Short: "Benchmarks on a fresh embedded control plane",
 	}
-	c.AddCommand(newBenchUpCommand(), newBenchMachinesCommand(), newBenchAutoscalerCommand(), newBenchCVOCommand(), newBenchMCOCommand())
+	c.AddCommand(newBenchUpCommand(), newBenchMachinesCommand(), newBenchAutoscalerCommand(), newBenchCVOCommand(), newBenchMCOCommand(), newBenchEtcdCommand())
 	c.AddCommand(newBenchSchedulerCommands()...)
 	return c
 }
