@@ -57,6 +57,8 @@ type Scenario struct {
 	// operation is from the cluster, never from memory, and each of its
 	// writes may be made twice: a kill can land anywhere in it.
 	Progress func(ctx context.Context, r *Run) (done bool, why string, err error)
+	// SampleMembers has the run sample the etcd membership (Run.Members).
+	SampleMembers bool
 	// Check returns the scenario's invariant violations once the
 	// operation is complete.
 	Check func(ctx context.Context, r *Run) []Violation

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
+	"github.com/capstan-dev/capstan/internal/etcd"
 	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/mco"
 	"github.com/capstan-dev/capstan/internal/updateservice/demo"
@@ -311,5 +312,46 @@ mco seed 8: reboots: node w1 booted 2 times
 	}
 	if rep.Violations() != 1 {
 		t.Errorf("Violations() = %d", rep.Violations())
+	}
+}
+
+// The quorum check counts samples from the formation on, and only those
+// taken while capstan was up; each limit is caught.
+func TestCheckQuorum(t *testing.T) {
+	at := time.Unix(0, 0)
+	s := func(up bool, healthy int, voting ...string) memberSample {
+		at = at.Add(time.Second)
+		return memberSample{At: at, Up: up, Voting: voting, Healthy: healthy}
+	}
+	boot := s(true, 1, etcd.BootstrapName)
+	formed := s(true, 3, "m0", "m1", "m2")
+	cases := map[string]struct {
+		samples []memberSample
+		want    []string
+	}{
+		"a replacement as it should go": {[]memberSample{boot, formed, s(true, 2, "m0", "m1", "m2"), s(true, 2, "m1", "m2"),
+			s(true, 3, "m1", "m2", "m3")}, nil},
+		"before the formation and while down do not count": {[]memberSample{s(true, 1, "x", "y", "z", "w"), formed,
+			s(false, 0, "m0", "m1", "m2"), s(false, 1, "m0", "m1", "m2", "m3")}, nil},
+		"four voting": {[]memberSample{formed, s(true, 4, "m0", "m1", "m2", "m3")}, []string{"etcd members: 4 voting members"}},
+		"one healthy": {[]memberSample{formed, s(true, 1, "m0", "m1", "m2"), s(true, 1, "m0", "m1", "m2")}, []string{"etcd quorum: 1 healthy voting members of 3"}},
+		"one slow answer": {[]memberSample{formed, s(true, 1, "m0", "m1", "m2"), s(true, 3, "m0", "m1", "m2"), s(true, 1, "m0", "m1", "m2"),
+			s(false, 0, "m0", "m1", "m2")}, nil},
+		"never formed": {[]memberSample{boot}, []string{"etcd members: the members never formed"}},
+		"both, at once": {[]memberSample{formed, s(true, 1, "m0", "m1", "m2", "m3"), s(true, 0, "m0", "m1", "m2", "m3")},
+			[]string{"etcd members: 4 voting", "etcd quorum: 1 healthy"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := checkQuorum(tc.samples, formedWithoutBootstrap, 3, 2)
+			if len(got) != len(tc.want) {
+				t.Fatalf("violations %v, want %d", got, len(tc.want))
+			}
+			for i, w := range tc.want {
+				if !strings.HasPrefix(got[i].String(), w) {
+					t.Errorf("violation %d is %q, want it to start %q", i, got[i], w)
+				}
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	configclient "github.com/openshift/client-go/config/clientset/versioned"
@@ -37,11 +38,25 @@ type Run struct {
 	Dynamic dynamic.Interface
 	// History is every revision of the objects the invariants read.
 	History *History
+	// Members samples the etcd membership, for scenarios that ask
+	// (SampleMembers).
+	Members *memberSampler
 	// Capstan runs a short-lived capstan command against the cluster
 	// (`capstan adm upgrade ...`) and returns its output.
 	Capstan func(ctx context.Context, args ...string) (string, error)
 
 	opts *Options
+	// up: the current process said it was up and has not been killed;
+	// proc is that process.
+	up   atomic.Bool
+	proc atomic.Pointer[process]
+}
+
+// alive reports whether capstan is up: it said so, was not killed since,
+// and has not died.
+func (r *Run) alive() bool {
+	p := r.proc.Load()
+	return r.up.Load() && p != nil && !p.exited()
 }
 
 // runOnce runs scenario s with seed. An error is the campaign's own
@@ -109,6 +124,8 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 			}
 			werr := p.waitUp(opts.StartTimeout)
 			if werr == nil {
+				r.proc.Store(p)
+				r.up.Store(true)
 				return true, nil
 			}
 			if armed == "" || !p.reachedFailpoint() || !p.killedBySIGKILL() {
@@ -138,6 +155,13 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 	}
 	writes := newAcks(r.Kube)
 	go writes.run(rctx)
+	if s.SampleMembers {
+		r.Members = sampleMembers(rctx, dir, r.alive)
+	}
+	killNow := func() {
+		r.up.Store(false)
+		p.kill()
+	}
 
 	// The operation goes on from here, through the kills.
 	progress := startProgress(rctx, r)
@@ -156,13 +180,14 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 		case <-p.done:
 		case <-over:
 			landed = fmt.Sprintf("%s not reached: the operation completed", kill.Point)
-			p.kill()
+			killNow()
 		case <-time.After(killDelay(s, kill)):
 			if kill.Point != "" {
 				landed = fmt.Sprintf("%s not reached: after %.0fs", kill.Point, killDelay(s, kill).Seconds())
 			}
-			p.kill()
+			killNow()
 		}
+		r.up.Store(false)
 		killedAt := time.Now()
 		switch {
 		case kill.Point != "" && p.reachedFailpoint():

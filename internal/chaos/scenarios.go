@@ -18,7 +18,7 @@ import (
 
 // Scenarios are the campaign's scenarios, in the order `all` runs them.
 func Scenarios() []*Scenario {
-	return []*Scenario{updateScenario(), autoscalerScenario(), machineSetScenario(), mcoScenario(), evictionScenario()}
+	return []*Scenario{updateScenario(), autoscalerScenario(), machineSetScenario(), mcoScenario(), evictionScenario(), etcdScenario()}
 }
 
 // created treats AlreadyExists as success: each write of a scenario may

@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/ports"
 )
 
@@ -109,6 +110,7 @@ func (c *Cluster) AddLearner(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	failpoint.Hit(failpoint.EtcdAddWritten)
 	added, err := c.client.MemberAddAsLearner(ctx, []string{spec.PeerURL()})
 	if err != nil {
 		c.forget(name)
@@ -171,6 +173,7 @@ func (c *Cluster) Remove(ctx context.Context, name string) error {
 			c.unleave(name)
 			return lerr
 		}
+		failpoint.Hit(failpoint.EtcdRemovalWritten)
 		if _, err := c.client.MemberRemove(ctx, st.ID); err != nil && !strings.Contains(err.Error(), "member not found") {
 			// A removal that timed out may still have happened: a member
 			// gone from the list is forgotten, never asked again.

@@ -47,6 +47,8 @@ const (
 	MCDMidReboot            = "mcd/mid-reboot"
 	CVOMidApply             = "cvo/mid-apply"
 	CVOApplied              = "cvo/applied-not-recorded"
+	EtcdAddWritten          = "etcd/add-written"
+	EtcdRemovalWritten      = "etcd/removal-written"
 )
 
 // Points are every point, documented.
@@ -61,6 +63,8 @@ var Points = []Point{
 	{MCDMidReboot, "a node is rebooting into its new configuration"},
 	{CVOMidApply, "the CVO has applied some of a release's manifests"},
 	{CVOApplied, "the CVO applied a whole release and has not recorded it as completed"},
+	{EtcdAddWritten, "a learner member is written down as being added and etcd has not been asked to add it"},
+	{EtcdRemovalWritten, "a member is written down as being removed and etcd has not been asked to remove it"},
 }
 
 // Known reports whether name is a point.

@@ -1,0 +1,173 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/capstan-dev/capstan/internal/controlplane"
+)
+
+// memberSample is what etcd itself said of its members at one instant:
+// its member list, and which voting members answered a status request
+// naming a leader.
+type memberSample struct {
+	At time.Time
+	// Up: capstan had said it was up, and was neither killed nor dead,
+	// from before the sample was taken until after.
+	Up       bool
+	Voting   []string
+	Healthy  int
+	Learners int
+}
+
+// memberSampler samples the etcd membership of a run's data dir, from
+// etcd (never from capstan's registry of members), as the run goes on.
+type memberSampler struct {
+	dataDir string
+	alive   func() bool
+
+	mu      sync.Mutex
+	samples []memberSample
+}
+
+func sampleMembers(ctx context.Context, dataDir string, alive func() bool) *memberSampler {
+	s := &memberSampler{dataDir: dataDir, alive: alive}
+	go s.run(ctx)
+	return s
+}
+
+func (s *memberSampler) run(ctx context.Context) {
+	var client *clientv3.Client
+	var endpoints []string
+	defer func() {
+		if client != nil {
+			client.Close()
+		}
+	}()
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now, err := controlplane.StorageEndpoints(s.dataDir)
+		if err != nil {
+			continue
+		}
+		if client == nil || !slices.Equal(now, endpoints) {
+			if client != nil {
+				client.Close()
+			}
+			if client, err = controlplane.StorageClient(s.dataDir); err != nil {
+				client = nil
+				continue
+			}
+			endpoints = now
+		}
+		if sample, ok := s.sample(ctx, client); ok {
+			s.mu.Lock()
+			s.samples = append(s.samples, sample)
+			s.mu.Unlock()
+		}
+	}
+}
+
+func (s *memberSampler) sample(ctx context.Context, client *clientv3.Client) (memberSample, bool) {
+	up := s.alive()
+	sample := memberSample{At: time.Now()}
+	lctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	list, err := client.MemberList(lctx)
+	if err != nil {
+		return sample, false
+	}
+	for _, m := range list.Members {
+		if m.IsLearner {
+			sample.Learners++
+			continue
+		}
+		sample.Voting = append(sample.Voting, m.Name)
+		if len(m.ClientURLs) == 0 {
+			continue // added, never started
+		}
+		// Generous: a loaded machine answers slowly, and a slow answer
+		// is not a lost member.
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := client.Status(sctx, m.ClientURLs[0])
+		cancel()
+		if err == nil && st.Leader != 0 {
+			sample.Healthy++
+		}
+	}
+	sort.Strings(sample.Voting)
+	sample.Up = up && s.alive()
+	return sample, true
+}
+
+// last is the latest sample (none: the zero sample).
+func (s *memberSampler) last() memberSample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.samples) == 0 {
+		return memberSample{}
+	}
+	return s.samples[len(s.samples)-1]
+}
+
+func (s *memberSampler) all() []memberSample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.samples)
+}
+
+// checkQuorum checks the samples taken while capstan was up, from the
+// first that showed the wanted voting members all healthy (the bootstrap
+// member handed over) on: never more than maxVoting voting members, and
+// never fewer than minHealthy of them healthy in two samples in a row (a
+// member too slow to answer once, on a loaded machine, is not a lost
+// one; a member lost stays lost for a while).
+func checkQuorum(samples []memberSample, formed func(memberSample) bool, maxVoting, minHealthy int) []Violation {
+	var out []Violation
+	started := false
+	var mostVoting, fewestHealthy, prev *memberSample
+	for i := range samples {
+		s := &samples[i]
+		started = started || formed(*s)
+		if !started || !s.Up {
+			prev = nil
+			continue
+		}
+		if len(s.Voting) > maxVoting && (mostVoting == nil || len(s.Voting) > len(mostVoting.Voting)) {
+			mostVoting = s
+		}
+		if s.Healthy < minHealthy && prev != nil && prev.Healthy < minHealthy &&
+			(fewestHealthy == nil || max(s.Healthy, prev.Healthy) < fewestHealthy.Healthy) {
+			worse := s
+			if prev.Healthy > s.Healthy {
+				worse = prev
+			}
+			fewestHealthy = worse
+		}
+		prev = s
+	}
+	if !started {
+		out = append(out, Violation{"etcd members", "the members never formed"})
+	}
+	if s := mostVoting; s != nil {
+		out = append(out, Violation{"etcd members", fmt.Sprintf("%d voting members at %s (%v), at most %d allowed",
+			len(s.Voting), s.At.Format("15:04:05.000"), s.Voting, maxVoting)})
+	}
+	if s := fewestHealthy; s != nil {
+		out = append(out, Violation{"etcd quorum", fmt.Sprintf("%d healthy voting members of %d at %s (%v), and no more in the sample before, at least %d wanted",
+			s.Healthy, len(s.Voting), s.At.Format("15:04:05.000"), s.Voting, minHealthy)})
+	}
+	return out
+}
