@@ -237,13 +237,7 @@ func TestStartForgetsAMemberRemovedBeforeTheRegistrySaidSo(t *testing.T) {
 	if len(specs) != 1 || specs[0].Name != "master-0" {
 		t.Fatalf("registry after the start: %+v, want master-0 alone", specs)
 	}
-	if _, err := os.Stat(filepath.Join(cfg.DataDir, cfg.Bootstrap.Dir)); !os.IsNotExist(err) {
-		t.Errorf("the removed member's data dir is still there (%v)", err)
-	}
-	resp, err := proxyClient(t, cfg, c).Get(ctx, "/registry/test")
-	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "kept" {
-		t.Fatalf("after the start the key reads %v, %v", resp, err)
-	}
+	bootstrapGoneDataKept(t, cfg, c)
 }
 
 // A removal written down (Removing) and cut short by a stop is finished at
@@ -303,13 +297,7 @@ func TestStartFinishesARemovalCutShort(t *testing.T) {
 			if specs, _ := etcd.ReadRegistry(cfg.DataDir); len(specs) != len(tc.members) {
 				t.Fatalf("registry after the start: %+v", specs)
 			}
-			if _, err := os.Stat(filepath.Join(cfg.DataDir, cfg.Bootstrap.Dir)); !os.IsNotExist(err) {
-				t.Errorf("the removed member's data dir is still there (%v)", err)
-			}
-			resp, err := proxyClient(t, cfg, c).Get(ctx, "/registry/test")
-			if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "kept" {
-				t.Fatalf("after the start the key reads %v, %v", resp, err)
-			}
+			bootstrapGoneDataKept(t, cfg, c)
 		})
 	}
 }
@@ -521,5 +509,18 @@ func waitFor(t *testing.T, timeout time.Duration, cond func() (bool, string)) {
 		return cond()
 	})); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// bootstrapGoneDataKept checks that the removed bootstrap member's data
+// dir went, and that the key written before the restart reads "kept".
+func bootstrapGoneDataKept(t *testing.T, cfg etcd.Config, c *etcd.Cluster) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, cfg.Bootstrap.Dir)); !os.IsNotExist(err) {
+		t.Errorf("the removed member's data dir is still there (%v)", err)
+	}
+	resp, err := proxyClient(t, cfg, c).Get(context.Background(), "/registry/test")
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "kept" {
+		t.Fatalf("after the start the key reads %v, %v", resp, err)
 	}
 }
