@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -52,8 +54,77 @@ they work against any cluster a simulator serves.`,
 	c.Flags().DurationVar(&terminateDelay, "terminate-delay", 0, "how long deleted instances take to disappear")
 	node := &cobra.Command{Use: "node", Short: "Inject faults into simulated nodes, add or remove them"}
 	node.AddCommand(simNodeStop(cf), simNodeStart(cf), simNodeReboot(cf), simNodeSetCondition(cf), simNodeAdd(cf), simNodeDelete(cf), simNodeList(cf))
-	c.AddCommand(node)
+	zone := &cobra.Command{Use: "zone", Short: "Run a zone of the simulated cloud out of capacity, or restore it"}
+	zone.AddCommand(simZoneSet(cf, true), simZoneSet(cf, false), simZoneList(cf))
+	c.AddCommand(node, zone)
 	return c
+}
+
+// simZoneSet is `capstan sim zone exhaust` (exhaust) or `restore`.
+func simZoneSet(cf *clientFlags, exhaust bool) *cobra.Command {
+	use, short, verb, f := "restore ZONE...", "Let zones launch instances again", "restored", sim.RestoreZone
+	if exhaust {
+		use, short, verb, f = "exhaust ZONE...",
+			"Run zones out of capacity: every new instance in them is refused (InsufficientInstanceCapacity) and its machine goes Failed",
+			"exhausted", sim.ExhaustZone
+	}
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			client, _, err := cf.client()
+			if err != nil {
+				return err
+			}
+			for _, z := range args {
+				if err := f(c.Context(), client, z); err != nil {
+					return err
+				}
+				fmt.Fprintf(c.OutOrStdout(), "zone/%s %s\n", z, verb)
+			}
+			return nil
+		},
+	}
+}
+
+func simZoneList(cf *clientFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the zones: the default ones, those of instances and the exhausted ones, with their instances",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			client, _, err := cf.client()
+			if err != nil {
+				return err
+			}
+			insts, err := sim.NewAPICloud(client, sim.CloudOptions{}).ListInstances(c.Context())
+			if err != nil {
+				return err
+			}
+			exhausted, err := sim.ExhaustedZones(c.Context(), client)
+			if err != nil {
+				return err
+			}
+			count := map[string]int{}
+			for _, z := range append(slices.Clone(sim.DefaultZones), exhausted...) {
+				count[z] += 0
+			}
+			for _, inst := range insts {
+				count[inst.Spec.Zone]++
+			}
+			tw := tabwriter.NewWriter(c.OutOrStdout(), 0, 8, 3, ' ', 0)
+			fmt.Fprintln(tw, "ZONE\tINSTANCES\tCAPACITY")
+			for _, z := range slices.Sorted(maps.Keys(count)) {
+				capacity := "available"
+				if slices.Contains(exhausted, z) {
+					capacity = "exhausted"
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\n", z, count[z], capacity)
+			}
+			return tw.Flush()
+		},
+	}
 }
 
 func simNodeStop(cf *clientFlags) *cobra.Command {

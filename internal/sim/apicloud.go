@@ -129,6 +129,9 @@ func (c *APICloud) CreateInstance(ctx context.Context, spec InstanceSpec) (*Inst
 	if spec.Name == "" {
 		spec.Name = generateName(spec)
 	}
+	if err := c.zoneCapacity(ctx, spec); err != nil {
+		return nil, err
+	}
 	idx, err := c.claimIndex(ctx, spec.Name)
 	if err != nil {
 		return nil, err
