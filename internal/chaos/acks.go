@@ -20,14 +20,23 @@ import (
 const ackNamespace = "capstan-chaos"
 
 // acks writes a ConfigMap every interval while the cluster serves, and
-// remembers which writes the API acknowledged and when.
+// remembers which writes the API acknowledged and when, and the longest
+// the API refused writes while capstan was up.
 type acks struct {
 	kube     kubernetes.Interface
 	interval time.Duration
+	// upAs is the process serving the API while capstan is up, nil
+	// while it is not (killed, dead, starting).
+	upAs func() *process
 
 	mu    sync.Mutex
 	next  int
 	acked []ack
+	// failingSince is when the first write of the current run of
+	// failures started, all while failingProc was up.
+	failingSince time.Time
+	failingProc  *process
+	outage       time.Duration
 }
 
 type ack struct {
@@ -35,8 +44,8 @@ type ack struct {
 	at   time.Time
 }
 
-func newAcks(kube kubernetes.Interface) *acks {
-	return &acks{kube: kube, interval: 250 * time.Millisecond}
+func newAcks(kube kubernetes.Interface, upAs func() *process) *acks {
+	return &acks{kube: kube, interval: 250 * time.Millisecond, upAs: upAs}
 }
 
 // run writes until ctx ends.
@@ -48,21 +57,51 @@ func (a *acks) run(ctx context.Context) {
 		a.next++
 		name := fmt.Sprintf("ack-%06d", a.next)
 		a.mu.Unlock()
+		before, start := a.upAs(), time.Now()
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ackNamespace}, Data: map[string]string{"written": time.Now().Format(time.RFC3339Nano)}}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ackNamespace}, Data: map[string]string{"written": start.Format(time.RFC3339Nano)}}
 		_, err := a.kube.CoreV1().ConfigMaps(ackNamespace).Create(wctx, cm, metav1.CreateOptions{})
 		cancel()
-		if err == nil {
-			a.mu.Lock()
-			a.acked = append(a.acked, ack{name: name, at: time.Now()})
-			a.mu.Unlock()
-		}
+		a.wrote(name, err == nil, start, time.Now(), before, a.upAs())
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// wrote records a write that started at start, while before was up, and
+// ended at end while after was: an acknowledged one, and the outage it
+// ends when every write since the first failure was made while the same
+// process stayed up (an outage across a kill is the kill's, not the
+// API's).
+func (a *acks) wrote(name string, ok bool, start, end time.Time, before, after *process) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if ok {
+		a.acked = append(a.acked, ack{name: name, at: end})
+	}
+	switch {
+	case before == nil || before != after:
+		a.failingSince, a.failingProc = time.Time{}, nil
+	case ok:
+		if !a.failingSince.IsZero() && a.failingProc == before {
+			a.outage = max(a.outage, end.Sub(a.failingSince))
+		}
+		a.failingSince, a.failingProc = time.Time{}, nil
+	case a.failingSince.IsZero() || a.failingProc != before:
+		a.failingSince, a.failingProc = start, before
+	}
+}
+
+// longestOutage is the longest the API refused writes while capstan was
+// up: from the start of the first refused write to the acknowledgement
+// of the next one that was not.
+func (a *acks) longestOutage() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.outage
 }
 
 // firstAfter is when the first write after t was acknowledged (zero when

@@ -59,6 +59,9 @@ type Scenario struct {
 	Progress func(ctx context.Context, r *Run) (done bool, why string, err error)
 	// SampleMembers has the run sample the etcd membership (Run.Members).
 	SampleMembers bool
+	// MaxOutage, when set, bounds how long the API may refuse writes
+	// while capstan is up.
+	MaxOutage time.Duration
 	// Check returns the scenario's invariant violations once the
 	// operation is complete.
 	Check func(ctx context.Context, r *Run) []Violation
@@ -152,6 +155,9 @@ type RunResult struct {
 	// Completed is when, from the run's start, the operation was seen
 	// complete.
 	Completed time.Duration
+	// Outage is the longest the API refused writes while capstan was up
+	// (a kill's own outage is a recovery, not counted here).
+	Outage time.Duration
 	// DataDir is kept when the run found a violation.
 	DataDir  string
 	Duration time.Duration
@@ -193,8 +199,8 @@ func Campaign(ctx context.Context, opts Options) (*Report, error) {
 			if n := len(res.Violations); n > 0 {
 				status = fmt.Sprintf("%d VIOLATIONS (data in %s)", n, res.DataDir)
 			}
-			fmt.Fprintf(opts.Log, "%s run %d/%d seed %d: %s; recovered in %s; complete at %.0fs; %d changes checked; %.0fs\n", s.Name, i+1, opts.Runs, seed,
-				status, durations(res.Recoveries), res.Completed.Seconds(), res.Changes, res.Duration.Seconds())
+			fmt.Fprintf(opts.Log, "%s run %d/%d seed %d: %s; recovered in %s; longest API outage while up %.1fs; complete at %.0fs; %d changes checked; %.0fs\n", s.Name, i+1, opts.Runs, seed,
+				status, durations(res.Recoveries), res.Outage.Seconds(), res.Completed.Seconds(), res.Changes, res.Duration.Seconds())
 			for i, k := range res.Kills {
 				fmt.Fprintf(opts.Log, "  kill %d %s\n", i+1, k)
 			}
@@ -232,7 +238,7 @@ func (r *Report) Violations() int {
 // violation with the command that replays its run.
 func (r *Report) Print(w io.Writer, replay func(scenario string, seed uint64, kills int) string) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tRUNS\tKILLS\tVIOLATIONS\tRECOVER p50\tRECOVER p99")
+	fmt.Fprintln(tw, "SCENARIO\tRUNS\tKILLS\tVIOLATIONS\tRECOVER p50\tRECOVER p99\tOUTAGE p50\tOUTAGE p99\tOUTAGE max")
 	var order []string
 	byScenario := map[string][]*RunResult{}
 	for _, run := range r.Runs {
@@ -244,13 +250,15 @@ func (r *Report) Print(w io.Writer, replay func(scenario string, seed uint64, ki
 	for _, name := range order {
 		runs := byScenario[name]
 		kills, violations := 0, 0
-		var rec []time.Duration
+		var rec, outages []time.Duration
 		for _, run := range runs {
 			kills += len(run.Kills)
 			violations += len(run.Violations)
 			rec = append(rec, run.Recoveries...)
+			outages = append(outages, run.Outage)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", name, len(runs), kills, violations, quantile(rec, 0.5), quantile(rec, 0.99))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", name, len(runs), kills, violations, quantile(rec, 0.5), quantile(rec, 0.99),
+			quantile(outages, 0.5), quantile(outages, 0.99), quantile(outages, 1))
 	}
 	tw.Flush()
 	for _, run := range r.Runs {

@@ -239,13 +239,23 @@ func TestEvictionViolations(t *testing.T) {
 	f.put(key("a"), pod("a", evictApp, 16*time.Second))
 	f.put(key("b"), pod("b", evictApp, 15*time.Second))
 	f.put(key("c"), pod("c", evictApp, 10*time.Second)) // early
+	// A pod the scheduler placed elsewhere before the cordon reached it,
+	// deleted before the node stopped: not a replacement.
+	misplaced := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere", Namespace: ackNamespace, Labels: map[string]string{"app": evictApp},
+		CreationTimestamp: metav1.NewTime(taintedAt.Add(-time.Minute))}, Spec: corev1.PodSpec{NodeName: "w2"}}
+	f.put(key("elsewhere"), misplaced)
+	f.put(key("elsewhere"), nil)
+	replacement := func(n string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: ackNamespace, Labels: map[string]string{"app": evictApp},
+			CreationTimestamp: metav1.NewTime(taintedAt.Add(20 * time.Second))}}
+	}
 	for _, n := range []string{"a2", "b2", "c2"} {
-		f.put(key(n), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: ackNamespace, Labels: map[string]string{"app": evictApp}}})
+		f.put(key(n), replacement(n))
 	}
 	if vs := evictionViolations(&f.h, "v"); len(vs) != 1 || !strings.Contains(vs[0].Detail, "pod c was evicted") {
 		t.Fatalf("violations %v, want pod c's early eviction", vs)
 	}
-	f.put(key("extra"), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "extra", Namespace: ackNamespace, Labels: map[string]string{"app": evictApp}}})
+	f.put(key("extra"), replacement("extra"))
 	f.put(key(keepPod), pod(keepPod, keepPod, 20*time.Second))
 	got := invariants(evictionViolations(&f.h, "v"))
 	if want := []string{"tolerations", "tolerations", "replacements"}; !slices.Equal(got, want) {
@@ -294,14 +304,14 @@ func TestPlanKillsIsReproducible(t *testing.T) {
 
 func TestReportPrint(t *testing.T) {
 	rep := &Report{Kills: 2, Runs: []*RunResult{
-		{Scenario: "mco", Seed: 7, Kills: []string{"a", "b"}, Recoveries: []time.Duration{time.Second, 3 * time.Second}},
-		{Scenario: "mco", Seed: 8, Kills: []string{"a", "b"}, Recoveries: []time.Duration{2 * time.Second, 4 * time.Second},
+		{Scenario: "mco", Seed: 7, Kills: []string{"a", "b"}, Recoveries: []time.Duration{time.Second, 3 * time.Second}, Outage: 1500 * time.Millisecond},
+		{Scenario: "mco", Seed: 8, Kills: []string{"a", "b"}, Recoveries: []time.Duration{2 * time.Second, 4 * time.Second}, Outage: 6 * time.Second,
 			Violations: []Violation{{"reboots", "node w1 booted 2 times"}}, DataDir: "/tmp/x"},
 	}}
 	var buf bytes.Buffer
 	rep.Print(&buf, func(s string, seed uint64, kills int) string { return fmt.Sprintf("replay %s %d %d", s, seed, kills) })
-	want := `SCENARIO  RUNS  KILLS  VIOLATIONS  RECOVER p50  RECOVER p99
-mco       2     4      1           2.0s         4.0s
+	want := `SCENARIO  RUNS  KILLS  VIOLATIONS  RECOVER p50  RECOVER p99  OUTAGE p50  OUTAGE p99  OUTAGE max
+mco       2     4      1           2.0s         4.0s         1.5s        6.0s        6.0s
 
 mco seed 8: reboots: node w1 booted 2 times
   replay: replay mco 8 2
@@ -326,24 +336,29 @@ func TestCheckQuorum(t *testing.T) {
 	boot := s(true, 1, etcd.BootstrapName)
 	formed := s(true, 3, "m0", "m1", "m2")
 	cases := map[string]struct {
-		samples []memberSample
-		want    []string
+		samples   []memberSample
+		want      []string
+		maxVoting int
 	}{
 		"a replacement as it should go": {[]memberSample{boot, formed, s(true, 2, "m0", "m1", "m2"), s(true, 2, "m1", "m2"),
-			s(true, 3, "m1", "m2", "m3")}, nil},
+			s(true, 3, "m1", "m2", "m3")}, nil, 3},
 		"before the formation and while down do not count": {[]memberSample{s(true, 1, "x", "y", "z", "w"), formed,
-			s(false, 0, "m0", "m1", "m2"), s(false, 1, "m0", "m1", "m2", "m3")}, nil},
-		"four voting": {[]memberSample{formed, s(true, 4, "m0", "m1", "m2", "m3")}, []string{"etcd members: 4 voting members"}},
-		"one healthy": {[]memberSample{formed, s(true, 1, "m0", "m1", "m2"), s(true, 1, "m0", "m1", "m2")}, []string{"etcd quorum: 1 healthy voting members of 3"}},
+			s(false, 0, "m0", "m1", "m2"), s(false, 1, "m0", "m1", "m2", "m3")}, nil, 3},
+		"four voting": {[]memberSample{formed, s(true, 4, "m0", "m1", "m2", "m3")}, []string{"etcd members: 4 voting members"}, 3},
+		"one healthy": {[]memberSample{formed, s(true, 1, "m0", "m1", "m2"), s(true, 1, "m0", "m1", "m2")}, []string{"etcd quorum: 1 healthy voting members of 3"}, 3},
 		"one slow answer": {[]memberSample{formed, s(true, 1, "m0", "m1", "m2"), s(true, 3, "m0", "m1", "m2"), s(true, 1, "m0", "m1", "m2"),
-			s(false, 0, "m0", "m1", "m2")}, nil},
-		"never formed": {[]memberSample{boot}, []string{"etcd members: the members never formed"}},
+			s(false, 0, "m0", "m1", "m2")}, nil, 3},
+		"never formed": {[]memberSample{boot}, []string{"etcd members: the members never formed"}, 3},
 		"both, at once": {[]memberSample{formed, s(true, 1, "m0", "m1", "m2", "m3"), s(true, 0, "m0", "m1", "m2", "m3")},
-			[]string{"etcd members: 4 voting", "etcd quorum: 1 healthy"}},
+			[]string{"etcd members: 4 voting", "etcd quorum: 0 healthy"}, 3},
+		"four voting allowed, their quorum kept": {[]memberSample{formed, s(true, 3, "m0", "m1", "m2", "m3"), s(true, 3, "m0", "m1", "m2", "m3"),
+			s(true, 3, "m1", "m2", "m3")}, nil, 4},
+		"four voting, two healthy: no quorum": {[]memberSample{formed, s(true, 2, "m0", "m1", "m2", "m3"), s(true, 2, "m0", "m1", "m2", "m3")},
+			[]string{"etcd quorum: 2 healthy voting members of 4"}, 4},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got := checkQuorum(tc.samples, formedWithoutBootstrap, 3, 2)
+			got := checkQuorum(tc.samples, formedWithoutBootstrap, tc.maxVoting)
 			if len(got) != len(tc.want) {
 				t.Fatalf("violations %v, want %d", got, len(tc.want))
 			}
@@ -351,6 +366,41 @@ func TestCheckQuorum(t *testing.T) {
 				if !strings.HasPrefix(got[i].String(), w) {
 					t.Errorf("violation %d is %q, want it to start %q", i, got[i], w)
 				}
+			}
+		})
+	}
+}
+
+// The API's outage is counted while one process stays up: from the
+// first refused write to the next acknowledged one; refusals across a
+// kill are the kill's.
+func TestAcksOutage(t *testing.T) {
+	p1, p2 := &process{}, &process{}
+	at := func(s float64) time.Time { return time.Unix(0, 0).Add(time.Duration(s * float64(time.Second))) }
+	type write struct {
+		ok            bool
+		start, end    float64
+		before, after *process
+	}
+	cases := map[string]struct {
+		writes []write
+		want   time.Duration
+	}{
+		"no refusal": {[]write{{true, 0, 0.1, p1, p1}, {true, 1, 1.1, p1, p1}}, 0},
+		"refused, then taken": {[]write{{true, 0, 0.1, p1, p1}, {false, 1, 3, p1, p1}, {false, 3, 5, p1, p1}, {true, 5, 5.5, p1, p1},
+			{false, 6, 6.5, p1, p1}, {true, 7, 7.2, p1, p1}}, 4500 * time.Millisecond},
+		"killed while refused":                         {[]write{{false, 1, 3, p1, p1}, {false, 3, 4, p1, nil}, {false, 4, 5, nil, nil}, {true, 9, 9.1, p2, p2}}, 0},
+		"refused by a process that was then replaced":  {[]write{{false, 1, 3, p1, p1}, {true, 9, 9.1, p2, p2}}, 0},
+		"taken by a write that began before the start": {[]write{{false, 1, 2, p2, p2}, {true, 0, 3, p1, p2}}, 0},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			a := newAcks(nil, nil)
+			for i, w := range tc.writes {
+				a.wrote(fmt.Sprintf("w%d", i), w.ok, at(w.start), at(w.end), w.before, w.after)
+			}
+			if got := a.longestOutage(); got != tc.want {
+				t.Errorf("outage %s, want %s", got, tc.want)
 			}
 		})
 	}

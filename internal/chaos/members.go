@@ -131,12 +131,13 @@ func (s *memberSampler) all() []memberSample {
 // checkQuorum checks the samples taken while capstan was up, from the
 // first that showed the wanted voting members all healthy (the bootstrap
 // member handed over) on: never more than maxVoting voting members, and
-// never fewer than minHealthy of them healthy in two samples in a row (a
-// member too slow to answer once, on a loaded machine, is not a lost
+// never fewer healthy ones than a quorum of them in two samples in a row
+// (a member too slow to answer once, on a loaded machine, is not a lost
 // one; a member lost stays lost for a while).
-func checkQuorum(samples []memberSample, formed func(memberSample) bool, maxVoting, minHealthy int) []Violation {
+func checkQuorum(samples []memberSample, formed func(memberSample) bool, maxVoting int) []Violation {
 	var out []Violation
 	started := false
+	lacking := func(s *memberSample) bool { return s.Healthy < quorum(len(s.Voting)) }
 	var mostVoting, fewestHealthy, prev *memberSample
 	for i := range samples {
 		s := &samples[i]
@@ -148,13 +149,14 @@ func checkQuorum(samples []memberSample, formed func(memberSample) bool, maxVoti
 		if len(s.Voting) > maxVoting && (mostVoting == nil || len(s.Voting) > len(mostVoting.Voting)) {
 			mostVoting = s
 		}
-		if s.Healthy < minHealthy && prev != nil && prev.Healthy < minHealthy &&
-			(fewestHealthy == nil || max(s.Healthy, prev.Healthy) < fewestHealthy.Healthy) {
+		if lacking(s) && prev != nil && lacking(prev) {
 			worse := s
-			if prev.Healthy > s.Healthy {
+			if quorum(len(prev.Voting))-prev.Healthy > quorum(len(s.Voting))-s.Healthy {
 				worse = prev
 			}
-			fewestHealthy = worse
+			if fewestHealthy == nil || quorum(len(worse.Voting))-worse.Healthy > quorum(len(fewestHealthy.Voting))-fewestHealthy.Healthy {
+				fewestHealthy = worse
+			}
 		}
 		prev = s
 	}
@@ -166,8 +168,11 @@ func checkQuorum(samples []memberSample, formed func(memberSample) bool, maxVoti
 			len(s.Voting), s.At.Format("15:04:05.000"), s.Voting, maxVoting)})
 	}
 	if s := fewestHealthy; s != nil {
-		out = append(out, Violation{"etcd quorum", fmt.Sprintf("%d healthy voting members of %d at %s (%v), and no more in the sample before, at least %d wanted",
-			s.Healthy, len(s.Voting), s.At.Format("15:04:05.000"), s.Voting, minHealthy)})
+		out = append(out, Violation{"etcd quorum", fmt.Sprintf("%d healthy voting members of %d at %s (%v), and no quorum in the sample before either, at least %d wanted",
+			s.Healthy, len(s.Voting), s.At.Format("15:04:05.000"), s.Voting, quorum(len(s.Voting)))})
 	}
 	return out
 }
+
+// quorum is the majority of n voting members.
+func quorum(n int) int { return n/2 + 1 }

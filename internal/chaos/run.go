@@ -59,6 +59,15 @@ func (r *Run) alive() bool {
 	return r.up.Load() && p != nil && !p.exited()
 }
 
+// upProcess is the process serving the API while capstan is up, nil
+// while it is not.
+func (r *Run) upProcess() *process {
+	if !r.alive() {
+		return nil
+	}
+	return r.proc.Load()
+}
+
 // runOnce runs scenario s with seed. An error is the campaign's own
 // failure (no data dir, no process); what capstan did wrong is a
 // violation in the result.
@@ -153,7 +162,7 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 		violate("setup", "%v", err)
 		return res, nil
 	}
-	writes := newAcks(r.Kube)
+	writes := newAcks(r.Kube, r.upProcess)
 	go writes.run(rctx)
 	if s.SampleMembers {
 		r.Members = sampleMembers(rctx, dir, r.alive)
@@ -246,6 +255,10 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 	}
 	res.Changes = r.History.Len()
 	res.Completed = progress.at.Sub(start)
+	res.Outage = writes.longestOutage()
+	if s.MaxOutage > 0 && res.Outage > s.MaxOutage {
+		violate("API outage", "the API refused writes for %.1fs while capstan was up, more than the %s a leader election may take", res.Outage.Seconds(), s.MaxOutage)
+	}
 	res.Violations = append(res.Violations, s.Check(ctx, r)...)
 	if err := p.stop(2 * time.Minute); err != nil {
 		violate("stops", "%v", err)

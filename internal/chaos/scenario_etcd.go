@@ -37,7 +37,7 @@ func etcdScenario() *Scenario {
 		SampleMembers: true,
 		Progress:      etcdProgress,
 		Check: func(ctx context.Context, r *Run) []Violation {
-			out := checkQuorum(r.Members.all(), formedWithoutBootstrap, etcdMasters, etcdMasters/2+1)
+			out := checkQuorum(r.Members.all(), formedWithoutBootstrap, etcdMasters)
 			if made := mastersOf(r.History); len(made) != etcdMasters+1 {
 				out = append(out, Violation{"nothing twice", fmt.Sprintf("%d control-plane machines ever made (%v), want %d and one replacement",
 					len(made), made, etcdMasters)})
