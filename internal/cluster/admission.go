@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"k8s.io/klog/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -52,6 +53,7 @@ func (c *Cluster) startAdmission(ctx, runCtx context.Context) error {
 		machine.MachineSetWebhookPath:    machine.MachineSetReviewer{},
 	})
 	c.run(runCtx, "admission webhooks", srv.Run)
+	klog.InfoS("Serving the admission webhooks", "address", l.Addr().String())
 	clientConfig := func(path string) admissionregistrationv1.WebhookClientConfig {
 		url := fmt.Sprintf("https://%s%s", l.Addr().String(), path)
 		return admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca.CertPEM}

@@ -229,29 +229,37 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	cp, err := controlplane.Start(ctx, opts.ControlPlane)
+	runCtx, cancel := context.WithCancel(context.Background())
+	c := &Cluster{opts: opts, cancel: cancel, simDone: make(chan error, 1)}
+	cpOpts := opts.ControlPlane
+	// The webhooks serve before any controller writes (see
+	// BeforeControllers).
+	cpOpts.BeforeControllers = func(ctx context.Context, cp *controlplane.ControlPlane) error {
+		client, err := kubernetes.NewForConfig(ProtobufConfig(cp.AdminConfig()))
+		if err != nil {
+			return err
+		}
+		c.ControlPlane, c.Client = cp, client
+		if err := c.startAdmission(ctx, runCtx); err != nil {
+			return fmt.Errorf("admission webhooks: %w", err)
+		}
+		return nil
+	}
+	cp, err := controlplane.Start(ctx, cpOpts)
 	if err != nil {
+		cancel()
 		return nil, err
 	}
-	client, err := kubernetes.NewForConfig(ProtobufConfig(cp.AdminConfig()))
-	if err != nil {
-		cp.Stop()
-		return nil, err
-	}
-	cloud := sim.NewAPICloud(client, opts.Cloud)
+	cloud := sim.NewAPICloud(c.Client, opts.Cloud)
 	simOpts := opts.Sim
 	simOpts.Cloud = cloud
-	s := sim.New(client, simOpts)
-	runCtx, cancel := context.WithCancel(context.Background())
-	c := &Cluster{ControlPlane: cp, Sim: s, Cloud: cloud, Client: client, opts: opts, cancel: cancel, simDone: make(chan error, 1)}
+	s := sim.New(c.Client, simOpts)
+	c.ControlPlane, c.Sim, c.Cloud = cp, s, cloud
+	client := c.Client
 	go func() { c.simDone <- s.Run(runCtx) }()
 	if !s.WaitForSync(ctx) {
 		c.Stop()
 		return nil, fmt.Errorf("simulator did not start: %w", ctx.Err())
-	}
-	if err := c.startAdmission(ctx, runCtx); err != nil {
-		c.Stop()
-		return nil, fmt.Errorf("admission webhooks: %w", err)
 	}
 	if opts.MachineAPI != nil {
 		if err := c.startMachineAPI(ctx, runCtx); err != nil {

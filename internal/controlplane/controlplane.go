@@ -59,6 +59,14 @@ type Config struct {
 	// Admission are `capstan up` flags layered over the admission files.
 	Admission AdmissionOverrides
 
+	// BeforeControllers runs once the apiserver is ready and before the
+	// controller manager starts: it starts what must serve before any
+	// controller writes. capstan's admission webhooks fail closed, and a
+	// controller whose write a webhook refused may never try again (the
+	// deployment controller drops a failed scale-down until the next
+	// event), so they serve first.
+	BeforeControllers func(ctx context.Context, cp *ControlPlane) error
+
 	// Extra flags appended verbatim to the upstream components' flags.
 	ExtraAPIServerFlags         []string
 	ExtraControllerManagerFlags []string
@@ -165,6 +173,12 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	if err := cp.waitReady(ctx); err != nil {
 		return nil, err
 	}
+	if cfg.BeforeControllers != nil {
+		if err := cfg.BeforeControllers(ctx, cp); err != nil {
+			return nil, err
+		}
+	}
+	klog.InfoS("Starting kube-controller-manager")
 	if cp.kcmDone, err = cp.runControllerManager(runCtx); err != nil {
 		return nil, err
 	}

@@ -168,6 +168,40 @@ func TestUpStopsCleanlyAndResumesTheSameCluster(t *testing.T) {
 	}
 	waitPodRunning(t, client, "default", "kept")
 	up.Stop(t)
+	webhooksServedFirst(t, filepath.Join(dir, "logs", "capstan.log"), 2)
+}
+
+// webhooksServedFirst checks, in the log of a data dir, that each of the
+// starts of capstan up (at least starts) served its admission webhooks
+// before its controller manager started: the webhooks fail closed, and a
+// controller whose write was refused at its start may not try again.
+func webhooksServedFirst(t *testing.T, logFile string, starts int) {
+	t.Helper()
+	raw, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// klog lines: Lmmdd hh:mm:ss.uuuuuu PID file:line] msg
+	served, kcm := map[string]bool{}, map[string]bool{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		pid := f[2]
+		switch {
+		case strings.Contains(line, `"Serving the admission webhooks"`):
+			served[pid] = true
+		case strings.Contains(line, `"Starting kube-controller-manager"`):
+			if !served[pid] {
+				t.Errorf("process %s started its controller manager before its admission webhooks served", pid)
+			}
+			kcm[pid] = true
+		}
+	}
+	if len(kcm) < starts {
+		t.Errorf("%d starts of the controller manager in %s, want %d", len(kcm), logFile, starts)
+	}
 }
 
 // waitPodRunning waits until a pod runs and is Ready. A pod may wait for a
