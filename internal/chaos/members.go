@@ -24,6 +24,9 @@ type memberSample struct {
 	Voting   []string
 	Healthy  int
 	Learners int
+	// Leader is the member a voting member named its leader ("" when
+	// none did).
+	Leader string
 }
 
 // memberSampler samples the etcd membership of a run's data dir, from
@@ -89,6 +92,10 @@ func (s *memberSampler) sample(ctx context.Context, client *clientv3.Client) (me
 	if err != nil {
 		return sample, false
 	}
+	names := map[uint64]string{}
+	for _, m := range list.Members {
+		names[m.ID] = m.Name
+	}
 	for _, m := range list.Members {
 		if m.IsLearner {
 			sample.Learners++
@@ -105,6 +112,7 @@ func (s *memberSampler) sample(ctx context.Context, client *clientv3.Client) (me
 		cancel()
 		if err == nil && st.Leader != 0 {
 			sample.Healthy++
+			sample.Leader = names[st.Leader]
 		}
 	}
 	sort.Strings(sample.Voting)

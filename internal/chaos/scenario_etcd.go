@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	machinev1 "github.com/openshift/api/machine/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/etcd"
 	"github.com/capstan-dev/capstan/internal/failpoint"
@@ -19,32 +22,85 @@ import (
 	"github.com/capstan-dev/capstan/internal/sim"
 )
 
-// etcdMasters is the control plane's size in the etcd scenario.
+// etcdMasters is the control plane's size in the etcd scenarios.
 const etcdMasters = 3
 
-// etcdScenario replaces a dead master, the documented way: its machine is
-// stopped, then deleted.
-func etcdScenario() *Scenario {
+// leaderElection bounds how long the API may refuse writes in the etcd
+// scenarios while capstan is up: etcd elects a leader within a second or
+// two (its election timeout is 1s); the rest is room for a loaded
+// machine. Longer means the API waited on a member that was gone.
+const leaderElection = 30 * time.Second
+
+// etcdScenario is the base of the etcd scenarios: a control plane of 3
+// machines and a worker, the membership sampled from etcd.
+func etcdScenario(name, doc string, progress func(context.Context, *Run) (bool, string, error), maxVoting, replacements int) *Scenario {
 	return &Scenario{
-		Name: "etcd",
-		Doc: "a dead master replaced: one of 3 control-plane machines stopped, then deleted; the ControlPlaneMachineSet makes one " +
-			"replacement, whose member joins once the dead one left: one replacement machine ever made, never more than 3 voting " +
-			"members, never fewer than 2 of them healthy while capstan is up, the 3 masters' members healthy at the end (read from etcd)",
+		Name:          name,
+		Doc:           doc,
 		Args:          []string{"--control-plane-nodes", "3", "--nodes", "1"},
 		Window:        20 * time.Second,
 		Points:        []Point{{failpoint.EtcdAddWritten, 4}, {failpoint.EtcdRemovalWritten, 2}, {failpoint.DrainStarted, 1}},
 		Timeout:       settleTime,
 		SampleMembers: true,
-		Progress:      etcdProgress,
+		MaxOutage:     leaderElection,
+		Progress:      progress,
 		Check: func(ctx context.Context, r *Run) []Violation {
-			out := checkQuorum(r.Members.all(), formedWithoutBootstrap, etcdMasters)
-			if made := mastersOf(r.History); len(made) != etcdMasters+1 {
-				out = append(out, Violation{"nothing twice", fmt.Sprintf("%d control-plane machines ever made (%v), want %d and one replacement",
-					len(made), made, etcdMasters)})
+			out := checkQuorum(r.Members.all(), formedWithoutBootstrap, maxVoting)
+			if made := mastersOf(r.History); len(made) != etcdMasters+replacements {
+				out = append(out, Violation{"nothing twice", fmt.Sprintf("%d control-plane machines ever made (%v), want %d and %d replacements",
+					len(made), made, etcdMasters, replacements)})
 			}
 			return out
 		},
 	}
+}
+
+// etcdDeadScenario replaces a dead master, the documented way: its
+// machine is stopped, then deleted.
+func etcdDeadScenario() *Scenario {
+	return etcdScenario("etcd",
+		"a dead master replaced: one of 3 control-plane machines stopped, then deleted; the ControlPlaneMachineSet makes one "+
+			"replacement, whose member joins once the dead one left: one replacement machine ever made, never more than 3 voting "+
+			"members, never fewer healthy than a quorum of them while capstan is up, the API never down longer than a leader election, "+
+			"the 3 masters' members healthy at the end (read from etcd)",
+		etcdDeadProgress, etcdMasters, 1)
+}
+
+// etcdTwoScenario deletes two healthy masters at once.
+func etcdTwoScenario() *Scenario {
+	return etcdScenario("etcd-two",
+		"two of 3 healthy control-plane machines deleted at once: each replaced, one at a time, its replacement voting before the "+
+			"old member leaves: two replacement machines ever made, never more than 4 voting members, never fewer healthy than a "+
+			"quorum of them while capstan is up, the API never down longer than a leader election, the 3 masters' members healthy at the end",
+		etcdTwoProgress, etcdMasters+1, 2)
+}
+
+// etcdFailedScenario deletes a replacement that failed: a dead master is
+// deleted while its zone has no capacity, its replacement goes Failed,
+// the zone comes back and the failed replacement is deleted.
+func etcdFailedScenario() *Scenario {
+	return etcdScenario("etcd-failed",
+		"a dead master deleted while its zone has no capacity: the replacement goes Failed (InsufficientInstanceCapacity), the dead "+
+			"member leaves anyway; the zone restored and the failed replacement deleted, the ControlPlaneMachineSet makes one more for "+
+			"that index: two replacement machines ever made, never more than 3 voting members, never fewer healthy than a quorum of them "+
+			"while capstan is up, the API never down longer than a leader election, the 3 masters' members healthy at the end",
+		etcdFailedProgress, etcdMasters, 2)
+}
+
+// memberKills is how many member processes the etcd-member scenario
+// SIGKILLs.
+const memberKills = 3
+
+// etcdMemberScenario SIGKILLs the leader's member process, again and
+// again, under the campaign's stream of writes.
+func etcdMemberScenario() *Scenario {
+	s := etcdScenario("etcd-member",
+		fmt.Sprintf("the etcd leader's member process SIGKILLed %d times under a stream of writes, each time once the members are "+
+			"all healthy again: no acknowledged write lost, the API never down longer than a leader election, the member started "+
+			"again by capstan, no machine replaced, never fewer healthy voting members than a quorum while capstan is up", memberKills),
+		etcdMemberProgress, etcdMasters, 0)
+	s.Points = nil
+	return s
 }
 
 // formedWithoutBootstrap: the masters' members all vote and are healthy,
@@ -53,7 +109,97 @@ func formedWithoutBootstrap(s memberSample) bool {
 	return len(s.Voting) == etcdMasters && s.Healthy == etcdMasters && s.Learners == 0 && !slices.Contains(s.Voting, etcd.BootstrapName)
 }
 
-func etcdProgress(ctx context.Context, r *Run) (bool, string, error) {
+// formed waits for the masters' members to form, and names the
+// control-plane machines.
+func formed(ctx context.Context, r *Run) ([]machinev1.Machine, string, error) {
+	if s := r.Members.last(); !formedWithoutBootstrap(s) {
+		return nil, fmt.Sprintf("waiting for the masters' members: voting %v, %d healthy, %d learners", s.Voting, s.Healthy, s.Learners), nil
+	}
+	masters, err := masterMachines(ctx, r)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(masters) != etcdMasters {
+		return nil, fmt.Sprintf("%d control-plane machines", len(masters)), nil
+	}
+	return masters, "", nil
+}
+
+// deleteMachines deletes the named machines (those gone already too).
+func deleteMachines(ctx context.Context, r *Run, names ...string) error {
+	for _, n := range names {
+		if err := r.Machine.MachineV1beta1().Machines(machine.Namespace).Delete(ctx, n, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// replaceProgress drives a replacement in three phases kept in the
+// cluster: the victims picked once the members formed
+// (<verb>:<victims>), act done to each of them (it may be done twice),
+// then replacing:<victims> until the control plane settled without them.
+func replaceProgress(verb string, pick func([]machinev1.Machine) []string, act func(context.Context, *Run, string) error) func(context.Context, *Run) (bool, string, error) {
+	return func(ctx context.Context, r *Run) (bool, string, error) {
+		ph, err := phase(ctx, r)
+		if err != nil {
+			return false, "", err
+		}
+		switch {
+		case ph == "":
+			masters, why, err := formed(ctx, r)
+			if masters == nil {
+				return false, why, err
+			}
+			victims := strings.Join(pick(masters), ",")
+			return false, verb + " " + victims, setPhase(ctx, r, verb+":"+victims)
+		case strings.HasPrefix(ph, verb+":"):
+			victims := strings.TrimPrefix(ph, verb+":")
+			for _, v := range strings.Split(victims, ",") {
+				if err := act(ctx, r, v); err != nil {
+					return false, "", err
+				}
+			}
+			return false, "replacing " + victims, setPhase(ctx, r, "replacing:"+victims)
+		}
+		return replacedWithout(ctx, r, strings.Split(strings.TrimPrefix(ph, "replacing:"), ",")...)
+	}
+}
+
+// etcdDeadProgress stops the first master's machine, then deletes it.
+var etcdDeadProgress = replaceProgress("dead",
+	func(m []machinev1.Machine) []string { return []string{m[0].Name} },
+	func(ctx context.Context, r *Run, victim string) error {
+		if err := stopMachine(ctx, r, victim); err != nil {
+			return err
+		}
+		return deleteMachines(ctx, r, victim)
+	})
+
+// etcdTwoProgress deletes the first and the last master at once.
+var etcdTwoProgress = replaceProgress("deleting",
+	func(m []machinev1.Machine) []string { return []string{m[0].Name, m[2].Name} },
+	func(ctx context.Context, r *Run, victim string) error { return deleteMachines(ctx, r, victim) })
+
+// stopMachine stops the kubelet of a machine's node: the machine is
+// dead, its member stopped with it.
+func stopMachine(ctx context.Context, r *Run, name string) error {
+	m, err := r.Machine.MachineV1beta1().Machines(machine.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) || (err == nil && m.Status.NodeRef == nil) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := sim.StopNode(ctx, r.Kube, m.Status.NodeRef.Name); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+// etcdFailedProgress goes through the phases dead:<victim>/<zone>,
+// failing:<victim>/<zone> and replacing:<victim>,<failed>.
+func etcdFailedProgress(ctx context.Context, r *Run) (bool, string, error) {
 	ph, err := phase(ctx, r)
 	if err != nil {
 		return false, "", err
@@ -61,38 +207,137 @@ func etcdProgress(ctx context.Context, r *Run) (bool, string, error) {
 	mc := r.Machine.MachineV1beta1().Machines(machine.Namespace)
 	switch {
 	case ph == "":
-		if s := r.Members.last(); !formedWithoutBootstrap(s) {
-			return false, fmt.Sprintf("waiting for the masters' members: voting %v, %d healthy, %d learners", s.Voting, s.Healthy, s.Learners), nil
+		masters, why, err := formed(ctx, r)
+		if masters == nil {
+			return false, why, err
 		}
-		masters, err := masterMachines(ctx, r)
-		if err != nil || len(masters) == 0 {
-			return false, "no control-plane machine", err
-		}
-		return false, "stopping " + masters[0].Name, setPhase(ctx, r, "dead:"+masters[0].Name)
-	case strings.HasPrefix(ph, "dead:"):
-		victim := strings.TrimPrefix(ph, "dead:")
-		m, err := mc.Get(ctx, victim, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return false, "replacing " + victim, setPhase(ctx, r, "replacing:"+victim)
-		}
+		ps, err := machine.ParseProviderSpec(masters[0].Spec.ProviderSpec)
 		if err != nil {
 			return false, "", err
 		}
-		if m.Status.NodeRef != nil {
-			if err := sim.StopNode(ctx, r.Kube, m.Status.NodeRef.Name); err != nil && !apierrors.IsNotFound(err) {
+		return false, "stopping " + masters[0].Name, setPhase(ctx, r, "dead:"+masters[0].Name+"/"+ps.Zone)
+	case strings.HasPrefix(ph, "dead:"):
+		victim, zone, _ := strings.Cut(strings.TrimPrefix(ph, "dead:"), "/")
+		// The zone first: the replacement is made as soon as the
+		// machine is deleted.
+		if err := sim.ExhaustZone(ctx, r.Kube, zone); err != nil {
+			return false, "", err
+		}
+		if err := stopMachine(ctx, r, victim); err != nil {
+			return false, "", err
+		}
+		if err := deleteMachines(ctx, r, victim); err != nil {
+			return false, "", err
+		}
+		return false, "waiting for the replacement of " + victim + " to fail", setPhase(ctx, r, "failing:"+victim+"/"+zone)
+	case strings.HasPrefix(ph, "failing:"):
+		victim, zone, _ := strings.Cut(strings.TrimPrefix(ph, "failing:"), "/")
+		masters, err := masterMachines(ctx, r)
+		if err != nil {
+			return false, "", err
+		}
+		for _, m := range masters {
+			if m.Name == victim || machine.MachineIndex(m.Name) != machine.MachineIndex(victim) {
+				continue
+			}
+			if ptr.Deref(m.Status.Phase, "") != machinev1.PhaseFailed {
+				return false, fmt.Sprintf("the replacement %s of %s is %s, not Failed yet", m.Name, victim, ptr.Deref(m.Status.Phase, "new")), nil
+			}
+			if err := sim.RestoreZone(ctx, r.Kube, zone); err != nil {
+				return false, "", err
+			}
+			return false, "deleting the failed replacement " + m.Name, setPhase(ctx, r, "replacing:"+victim+","+m.Name)
+		}
+		return false, "no replacement of " + victim + " yet", nil
+	case strings.HasPrefix(ph, "replacing:"):
+		gone := strings.Split(strings.TrimPrefix(ph, "replacing:"), ",")
+		if m, err := mc.Get(ctx, gone[1], metav1.GetOptions{}); err == nil && m.DeletionTimestamp.IsZero() {
+			if err := deleteMachines(ctx, r, gone[1]); err != nil {
 				return false, "", err
 			}
 		}
-		if err := mc.Delete(ctx, victim, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return replacedWithout(ctx, r, gone...)
+	}
+	return false, "", fmt.Errorf("unknown phase %q", ph)
+}
+
+// etcdMemberProgress goes through the phases kill:<i> and
+// killed:<i>:<member>:<pid>:<unix nanoseconds>, then done.
+func etcdMemberProgress(ctx context.Context, r *Run) (bool, string, error) {
+	ph, err := phase(ctx, r)
+	if err != nil {
+		return false, "", err
+	}
+	s := r.Members.last()
+	switch {
+	case ph == "":
+		if masters, why, err := formed(ctx, r); masters == nil {
+			return false, why, err
+		}
+		return false, "members formed", setPhase(ctx, r, "kill:1")
+	case strings.HasPrefix(ph, "kill:"):
+		i, err := strconv.Atoi(strings.TrimPrefix(ph, "kill:"))
+		if err != nil {
+			return false, "", fmt.Errorf("phase %q: %w", ph, err)
+		}
+		if !formedWithoutBootstrap(s) || s.Leader == "" {
+			return false, fmt.Sprintf("kill %d waits for the members: voting %v, %d healthy, leader %q", i, s.Voting, s.Healthy, s.Leader), nil
+		}
+		pids, err := etcd.MemberProcesses(r.DataDir)
+		if err != nil {
 			return false, "", err
 		}
-		return false, "replacing " + victim, setPhase(ctx, r, "replacing:"+victim)
+		pid := pids[s.Leader]
+		if pid == 0 {
+			return false, fmt.Sprintf("kill %d: no process of the leader %s (processes %v)", i, s.Leader, pids), nil
+		}
+		at := time.Now()
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			return false, "", fmt.Errorf("killing member %s (pid %d): %w", s.Leader, pid, err)
+		}
+		return false, fmt.Sprintf("killed the leader %s (pid %d)", s.Leader, pid), setPhase(ctx, r, fmt.Sprintf("killed:%d:%s:%d:%d", i, s.Leader, pid, at.UnixNano()))
+	case strings.HasPrefix(ph, "killed:"):
+		f := strings.Split(strings.TrimPrefix(ph, "killed:"), ":")
+		if len(f) != 4 {
+			return false, "", fmt.Errorf("phase %q is not killed:<i>:<member>:<pid>:<time>", ph)
+		}
+		i, _ := strconv.Atoi(f[0])
+		name, pid := f[1], f[2]
+		ns, _ := strconv.ParseInt(f[3], 10, 64)
+		pids, err := etcd.MemberProcesses(r.DataDir)
+		if err != nil {
+			return false, "", err
+		}
+		if now := pids[name]; now == 0 || strconv.Itoa(now) == pid {
+			return false, fmt.Sprintf("member %s not started again (killed pid %s)", name, pid), nil
+		}
+		if !s.At.After(time.Unix(0, ns)) || !formedWithoutBootstrap(s) {
+			return false, fmt.Sprintf("after kill %d: voting %v, %d healthy", i, s.Voting, s.Healthy), nil
+		}
+		if i >= memberKills {
+			return false, "every kill done", setPhase(ctx, r, "done")
+		}
+		return false, fmt.Sprintf("member %s back", name), setPhase(ctx, r, fmt.Sprintf("kill:%d", i+1))
+	case ph == "done":
+		if masters, why, err := formed(ctx, r); masters == nil {
+			return false, why, err
+		}
+		return true, "", nil
 	}
-	victim := strings.TrimPrefix(ph, "replacing:")
-	if _, err := mc.Get(ctx, victim, metav1.GetOptions{}); err == nil {
-		return false, "the dead machine " + victim + " is still there", nil
-	} else if !apierrors.IsNotFound(err) {
-		return false, "", err
+	return false, "", fmt.Errorf("unknown phase %q", ph)
+}
+
+// replacedWithout reports whether the control plane settled without the
+// named machines: they are gone, 3 control-plane machines run with Ready
+// nodes, and their members, and only theirs, vote and are healthy.
+func replacedWithout(ctx context.Context, r *Run, gone ...string) (bool, string, error) {
+	mc := r.Machine.MachineV1beta1().Machines(machine.Namespace)
+	for _, g := range gone {
+		if _, err := mc.Get(ctx, g, metav1.GetOptions{}); err == nil {
+			return false, "machine " + g + " is still there", nil
+		} else if !apierrors.IsNotFound(err) {
+			return false, "", err
+		}
 	}
 	masters, err := masterMachines(ctx, r)
 	if err != nil {

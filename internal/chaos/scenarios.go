@@ -18,7 +18,7 @@ import (
 
 // Scenarios are the campaign's scenarios, in the order `all` runs them.
 func Scenarios() []*Scenario {
-	return []*Scenario{updateScenario(), autoscalerScenario(), machineSetScenario(), mcoScenario(), evictionScenario(), etcdScenario()}
+	return []*Scenario{updateScenario(), autoscalerScenario(), machineSetScenario(), mcoScenario(), evictionScenario(), etcdDeadScenario(), etcdTwoScenario(), etcdFailedScenario(), etcdMemberScenario()}
 }
 
 // created treats AlreadyExists as success: each write of a scenario may

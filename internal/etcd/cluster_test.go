@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -481,6 +482,10 @@ func TestAKilledMemberProcessIsStartedAgain(t *testing.T) {
 		pid := before[victim]
 		if pid == 0 || pid == os.Getpid() {
 			t.Fatalf("member %s runs in process %d (this test's is %d): %v", victim, pid, os.Getpid(), before)
+		}
+		// The process table shows the same members, as ps would.
+		if procs, err := etcd.MemberProcesses(cfg.DataDir); err != nil || !maps.Equal(procs, before) {
+			t.Fatalf("the process table shows members %v (%v), capstan runs %v", procs, err, before)
 		}
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)

@@ -11,16 +11,20 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	configv1 "github.com/openshift/api/config/v1"
+	machinev1 "github.com/openshift/api/machine/v1beta1"
 	configclient "github.com/openshift/client-go/config/clientset/versioned"
 	machineclient "github.com/openshift/client-go/machine/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
+	"github.com/capstan-dev/capstan/internal/controlplane"
 	"github.com/capstan-dev/capstan/internal/etcd"
 	"github.com/capstan-dev/capstan/internal/machine"
 	"github.com/capstan-dev/capstan/internal/testenv"
@@ -254,10 +258,13 @@ const maxOutage = 10 * time.Second
 
 // TestControlPlaneMachineReplacement replaces control-plane machines under
 // a continuous stream of writes: one, then two at once, then one with a
-// SIGKILL of capstan in the middle. Each time the quorum guard holds the
-// old machine until its replacement's member votes, the API stays up
-// (outages measured, bounded by a leader election), and no acknowledged
-// write is lost.
+// SIGKILL of capstan in the middle, a dead one, a dead one whose
+// replacement fails and is deleted; it SIGKILLs the leader's member
+// process, then stops machines until the API goes down and back. Each
+// time the quorum guard holds the old machine until its replacement's
+// member votes (or, dead, lets it go first), the API stays up (outages
+// measured, bounded by a leader election), and no acknowledged write is
+// lost.
 func TestControlPlaneMachineReplacement(t *testing.T) {
 	c := startEtcdCluster(t)
 	start := time.Now()
@@ -427,6 +434,103 @@ func TestControlPlaneMachineReplacement(t *testing.T) {
 	}
 
 	// Each step starts from where the last left the cluster.
+	if !t.Run("a failed replacement, deleted, is replaced once: never four voting members", func(t *testing.T) {
+		ctx := context.Background()
+		dead := c.settledMasters(t)[0]
+		m, err := c.machines.MachineV1beta1().Machines(machine.Namespace).Get(ctx, dead, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps, err := machine.ParseProviderSpec(m.Spec.ProviderSpec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A dead master, deleted while its zone has no capacity: the
+		// replacement is refused by the cloud and goes Failed.
+		if out := capstanOK(t, "sim", "zone", "exhaust", ps.Zone, "--kubeconfig", c.kubeconfig); out != "zone/"+ps.Zone+" exhausted\n" {
+			t.Errorf("sim zone exhaust said %q", out)
+		}
+		capstanOK(t, "sim", "node", "stop", c.nodeOf(t, dead), "--kubeconfig", c.kubeconfig)
+		most := c.watchVoting(t)
+		c.deleteMachine(t, dead)
+		var failed string
+		testenv.Eventually(t, 4*time.Minute, func() (bool, string) {
+			names, deleting := c.masters(t)
+			for _, n := range names {
+				if deleting[n] || n == dead || machine.MachineIndex(n) != machine.MachineIndex(dead) {
+					continue
+				}
+				r, err := c.machines.MachineV1beta1().Machines(machine.Namespace).Get(ctx, n, metav1.GetOptions{})
+				if err == nil && ptr.Deref(r.Status.Phase, "") == machinev1.PhaseFailed &&
+					ptr.Deref(r.Status.ErrorReason, "") == machinev1.InsufficientResourcesMachineError {
+					failed = n
+				}
+			}
+			// The dead member leaves anyway: two healthy members are a
+			// quorum of three.
+			members := c.registry()
+			return failed != "" && !slices.Contains(names, dead) && !slices.Contains(members, dead),
+				fmt.Sprintf("machines %v (deleting %v), members %v, failed replacement %q", names, deleting, members, failed)
+		})
+		capstanOK(t, "sim", "zone", "restore", ps.Zone, "--kubeconfig", c.kubeconfig)
+		c.deleteMachine(t, failed)
+		after := c.waitSettled(t, 4*time.Minute)
+		if n := most(); n > 3 {
+			t.Errorf("%d voting members at once: the failed replacement was replaced twice", n)
+		}
+		if slices.Contains(after, failed) || slices.Contains(after, dead) {
+			t.Errorf("machines %v after replacing %s and its failed replacement %s", after, dead, failed)
+		}
+		index := 0
+		for _, n := range after {
+			if machine.MachineIndex(n) == machine.MachineIndex(dead) {
+				index++
+			}
+		}
+		if index != 1 || len(after) != 3 {
+			t.Errorf("machines %v: want 3, one of index %d", after, machine.MachineIndex(dead))
+		}
+		c.checkControlPlaneMachineSet(t)
+	}) {
+		return
+	}
+
+	// Each step starts from where the last left the cluster.
+	if !t.Run("the leader's member process SIGKILLed under writes: nothing acknowledged lost, the outage a leader election", func(t *testing.T) {
+		before := c.settledMasters(t)
+		w := startWriter(t, c.kube, "writes-member-kill")
+		for range 2 {
+			_, _, leader := c.etcdStatus(t)
+			pids, err := etcd.MemberProcesses(c.dir)
+			if err != nil || pids[leader] == 0 {
+				t.Fatalf("the leader %q has no process (%v): %v", leader, err, pids)
+			}
+			killed := pids[leader]
+			if err := syscall.Kill(killed, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+				now, err := etcd.MemberProcesses(c.dir)
+				if err != nil || now[leader] == 0 || now[leader] == killed {
+					return false, fmt.Sprintf("member %s not started again (killed %d): %v %v", leader, killed, now, err)
+				}
+				voting, healthy, _ := c.etcdStatus(t)
+				return len(voting) == 3 && healthy == 3, fmt.Sprintf("voting %v, %d healthy", voting, healthy)
+			})
+		}
+		acked, failed, longest := w.finish(t)
+		t.Logf("%d writes acknowledged, %d failed, longest outage %s", acked, failed, longest.Round(10*time.Millisecond))
+		if longest > maxOutage {
+			t.Errorf("the API refused writes for %s, longer than a leader election", longest)
+		}
+		if after := c.settledMasters(t); !slices.Equal(after, before) {
+			t.Errorf("machines %v became %v: a member's process is not the machine", before, after)
+		}
+	}) {
+		return
+	}
+
+	// Each step starts from where the last left the cluster.
 	if !t.Run("stopped machines: one degrades etcd, two take the API down, one back restores it", func(t *testing.T) {
 		ctx := context.Background()
 		current := c.settledMasters(t)
@@ -537,4 +641,79 @@ func (c *etcdCluster) settledMasters(t *testing.T) []string {
 		t.Fatalf("the control plane is not settled: machines %v, deleting %v", names, deleting)
 	}
 	return names
+}
+
+// etcdStatus asks etcd itself (not capstan's registry) for its voting
+// members, how many of them answer naming a leader, and the leader.
+func (c *etcdCluster) etcdStatus(t *testing.T) (voting []string, healthy int, leader string) {
+	t.Helper()
+	cl, err := controlplane.StorageClient(c.dir)
+	if err != nil {
+		return nil, 0, ""
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	list, err := cl.MemberList(ctx)
+	if err != nil {
+		return nil, 0, ""
+	}
+	names := map[uint64]string{}
+	for _, m := range list.Members {
+		names[m.ID] = m.Name
+	}
+	for _, m := range list.Members {
+		if m.IsLearner {
+			continue
+		}
+		voting = append(voting, m.Name)
+		if len(m.ClientURLs) == 0 {
+			continue
+		}
+		if st, err := cl.Status(ctx, m.ClientURLs[0]); err == nil && st.Leader != 0 {
+			healthy++
+			leader = names[st.Leader]
+		}
+	}
+	sort.Strings(voting)
+	return voting, healthy, leader
+}
+
+// watchVoting samples how many voting members etcd has until the
+// returned function is called, which says the most seen.
+func (c *etcdCluster) watchVoting(t *testing.T) func() int {
+	done := make(chan struct{})
+	result := make(chan int, 1)
+	go func() {
+		most := 0
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			cl, err := controlplane.StorageClient(c.dir)
+			if err == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				if list, err := cl.MemberList(ctx); err == nil {
+					n := 0
+					for _, m := range list.Members {
+						if !m.IsLearner {
+							n++
+						}
+					}
+					most = max(most, n)
+				}
+				cancel()
+				cl.Close()
+			}
+			select {
+			case <-done:
+				result <- most
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() int {
+		close(done)
+		return <-result
+	}
 }
