@@ -73,17 +73,7 @@ func simZoneSet(cf *clientFlags, exhaust bool) *cobra.Command {
 		Short: short,
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			client, _, err := cf.client()
-			if err != nil {
-				return err
-			}
-			for _, z := range args {
-				if err := f(c.Context(), client, z); err != nil {
-					return err
-				}
-				fmt.Fprintf(c.OutOrStdout(), "zone/%s %s\n", z, verb)
-			}
-			return nil
+			return forEach(c, cf, "zone", args, verb, f)
 		},
 	}
 }
@@ -223,6 +213,12 @@ func simNodeReboot(cf *clientFlags) *cobra.Command {
 }
 
 func forEachNode(c *cobra.Command, cf *clientFlags, names []string, verb string, f func(context.Context, kubernetes.Interface, string) error) error {
+	return forEach(c, cf, "node", names, verb, f)
+}
+
+// forEach does f to each named object of a kind, saying "kind/name verb"
+// of each, and stops at the first error.
+func forEach(c *cobra.Command, cf *clientFlags, kind string, names []string, verb string, f func(context.Context, kubernetes.Interface, string) error) error {
 	client, _, err := cf.client()
 	if err != nil {
 		return err
@@ -231,7 +227,7 @@ func forEachNode(c *cobra.Command, cf *clientFlags, names []string, verb string,
 		if err := f(c.Context(), client, n); err != nil {
 			return err
 		}
-		fmt.Fprintf(c.OutOrStdout(), "node/%s %s\n", n, verb)
+		fmt.Fprintf(c.OutOrStdout(), "%s/%s %s\n", kind, n, verb)
 	}
 	return nil
 }
