@@ -3,6 +3,7 @@ package release
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -101,22 +102,37 @@ func Build(p *Payload, opts BuildOptions) (v1.Image, error) {
 }
 
 // Ref is where a release image is: a registry reference, or an OCI layout
-// directory written as oci:PATH[:TAG].
+// directory written as oci:PATH[:TAG] or oci:PATH@sha256:HEX.
 type Ref struct {
 	Registry name.Reference
 	Layout   string
-	Tag      string
+	// Tag names an image of the layout by its ref.name annotation;
+	// LayoutDigest names it by the digest of its manifest.
+	Tag          string
+	LayoutDigest string
 }
 
 // ParseRef reads a release image reference.
 func ParseRef(s string) (Ref, error) {
 	if rest, ok := strings.CutPrefix(s, "oci:"); ok {
+		// A digest is the text after the last "@": a path may hold ":"
+		// and "@", a digest never does.
+		if i := strings.LastIndex(rest, "@"); i >= 0 && strings.HasPrefix(rest[i+1:], "sha256:") {
+			dir, digest := rest[:i], rest[i+1:]
+			if _, err := v1.NewHash(digest); err != nil {
+				return Ref{}, fmt.Errorf("%q: the digest %q: %w", s, digest, err)
+			}
+			if dir == "" {
+				return Ref{}, fmt.Errorf("%q: an OCI layout reference is oci:PATH[:TAG] or oci:PATH@sha256:HEX", s)
+			}
+			return Ref{Layout: dir, LayoutDigest: digest}, nil
+		}
 		dir, tag := rest, ""
 		if i := strings.LastIndex(rest, ":"); i > 0 && !strings.Contains(rest[i:], "/") {
 			dir, tag = rest[:i], rest[i+1:]
 		}
 		if dir == "" {
-			return Ref{}, fmt.Errorf("%q: an OCI layout reference is oci:PATH[:TAG]", s)
+			return Ref{}, fmt.Errorf("%q: an OCI layout reference is oci:PATH[:TAG] or oci:PATH@sha256:HEX", s)
 		}
 		return Ref{Layout: dir, Tag: tag}, nil
 	}
@@ -128,13 +144,24 @@ func ParseRef(s string) (Ref, error) {
 }
 
 func (r Ref) String() string {
-	if r.Registry != nil {
+	switch {
+	case r.Registry != nil:
 		return r.Registry.String()
-	}
-	if r.Tag != "" {
+	case r.LayoutDigest != "":
+		return "oci:" + r.Layout + "@" + r.LayoutDigest
+	case r.Tag != "":
 		return "oci:" + r.Layout + ":" + r.Tag
 	}
 	return "oci:" + r.Layout
+}
+
+// Digest is the digest the reference names the image by, or "" for a
+// reference by tag.
+func (r Ref) Digest() string {
+	if d, ok := r.Registry.(name.Digest); ok {
+		return d.DigestStr()
+	}
+	return r.LayoutDigest
 }
 
 // refNameAnnotation names an image in an OCI layout's index.
@@ -151,6 +178,9 @@ func Write(ctx context.Context, ref Ref, img v1.Image) (v1.Hash, error) {
 			return v1.Hash{}, fmt.Errorf("pushing %s: %w", ref, err)
 		}
 		return digest, nil
+	}
+	if ref.LayoutDigest != "" {
+		return v1.Hash{}, fmt.Errorf("%s: an image is written to a layout by tag (oci:PATH:TAG) or unnamed (oci:PATH), not by digest", ref)
 	}
 	p, err := layout.FromPath(ref.Layout)
 	if err != nil {
@@ -179,43 +209,100 @@ func matchRefName(tag string) func(v1.Descriptor) bool {
 
 // Image is a release image read back.
 type Image struct {
-	Ref      Ref
+	Ref Ref
+	// Digest is the sha256 of the manifest bytes read, computed here.
 	Digest   v1.Hash
 	Config   *v1.ConfigFile
 	Payload  *Payload
 	PullSpec string
 }
 
-// Read fetches a release image and its payload.
+// DigestMismatchError is content whose bytes do not hash to the digest
+// that names it: a manifest, a config or a layer altered after it was
+// written, or a reference by digest answered with another image.
+type DigestMismatchError struct {
+	// What names the content: "the manifest of REF", "layer N of REF".
+	What string
+	// Want is the digest it was asked for by, Got what its bytes hash to.
+	Want, Got v1.Hash
+}
+
+func (e *DigestMismatchError) Error() string {
+	return fmt.Sprintf("%s hashes to %s, not the %s it was asked for by", e.What, e.Got, e.Want)
+}
+
+// maxBlob bounds what one blob of a release image may hold: a payload is
+// a few megabytes, and a blob is hashed whole before it is read.
+const maxBlob = 256 << 20
+
+// Read fetches a release image and its payload. Every byte it returns is
+// hashed against the digest that names it, whatever the source: the
+// manifest against the reference's digest (or, for a tag, the digest the
+// source lists it under), the config and each layer against the manifest
+// read. An OCI layout's files are not trusted to match their names.
 func Read(ctx context.Context, ref Ref) (*Image, error) {
-	var img v1.Image
-	var err error
-	pull := ref.String()
+	var (
+		img v1.Image
+		// listed is the digest the source gives the image under.
+		listed v1.Hash
+		err    error
+	)
 	if ref.Registry != nil {
 		img, err = remote.Image(ref.Registry, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain))
 		if err != nil {
 			return nil, fmt.Errorf("reading %s: %w", ref, err)
 		}
+		if listed, err = img.Digest(); err != nil {
+			return nil, fmt.Errorf("reading %s: %w", ref, err)
+		}
 	} else {
-		img, err = readLayout(ref)
+		img, listed, err = readLayout(ref)
 		if err != nil {
 			return nil, err
 		}
 	}
-	digest, err := img.Digest()
+	raw, err := img.RawManifest()
+	if err != nil {
+		return nil, fmt.Errorf("reading the manifest of %s: %w", ref, err)
+	}
+	digest, _, err := v1.SHA256(bytes.NewReader(raw))
 	if err != nil {
 		return nil, err
 	}
+	want := listed
+	if d := ref.Digest(); d != "" {
+		if want, err = v1.NewHash(d); err != nil {
+			return nil, fmt.Errorf("%s: %w", ref, err)
+		}
+	}
+	if digest != want || digest != listed {
+		if digest == want {
+			want = listed
+		}
+		return nil, &DigestMismatchError{What: "the manifest of " + ref.String(), Want: want, Got: digest}
+	}
+	// Everything else is found through the manifest just hashed, never
+	// through one read again.
+	m, err := v1.ParseManifest(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("the manifest of %s: %w", ref, err)
+	}
+	pull := "oci:" + ref.Layout + "@" + digest.String()
 	if ref.Registry != nil {
 		pull = ref.Registry.Context().Digest(digest.String()).String()
-	} else {
-		pull = "oci:" + ref.Layout + "@" + digest.String()
 	}
-	cfg, err := img.ConfigFile()
+	rawCfg, err := img.RawConfigFile()
 	if err != nil {
 		return nil, fmt.Errorf("reading the config of %s: %w", ref, err)
 	}
-	p, err := payloadOf(img)
+	if got, _, err := v1.SHA256(bytes.NewReader(rawCfg)); err != nil || got != m.Config.Digest {
+		return nil, &DigestMismatchError{What: "the config of " + ref.String(), Want: m.Config.Digest, Got: got}
+	}
+	cfg, err := v1.ParseConfigFile(bytes.NewReader(rawCfg))
+	if err != nil {
+		return nil, fmt.Errorf("the config of %s: %w", ref, err)
+	}
+	p, err := payloadOf(img, ref, m)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ref, err)
 	}
@@ -247,53 +334,103 @@ func LayoutRefs(dir string) ([]Ref, error) {
 	}
 	refs := make([]Ref, 0, len(descs))
 	for _, d := range descs {
-		refs = append(refs, Ref{Layout: dir, Tag: d.Digest.String()})
+		refs = append(refs, Ref{Layout: dir, LayoutDigest: d.Digest.String()})
 	}
 	return refs, nil
 }
 
-func readLayout(ref Ref) (v1.Image, error) {
+// readLayout finds the image a layout reference names: by digest, the
+// one listed under that digest (never one whose name looks like it); by
+// tag, the one whose ref.name annotation is the tag.
+func readLayout(ref Ref) (v1.Image, v1.Hash, error) {
 	idx, descs, err := layoutIndex(ref.Layout)
 	if err != nil {
-		return nil, err
+		return nil, v1.Hash{}, err
 	}
 	var found []v1.Descriptor
 	for _, d := range descs {
-		if ref.Tag == "" || d.Annotations[refNameAnnotation] == ref.Tag || d.Digest.String() == ref.Tag {
+		switch {
+		case ref.LayoutDigest != "":
+			if d.Digest.String() == ref.LayoutDigest {
+				found = append(found, d)
+			}
+		case ref.Tag == "" || d.Annotations[refNameAnnotation] == ref.Tag:
 			found = append(found, d)
 		}
 	}
 	switch {
+	case len(found) == 0 && ref.LayoutDigest != "":
+		return nil, v1.Hash{}, fmt.Errorf("OCI layout %s has no image %s", ref.Layout, ref.LayoutDigest)
 	case len(found) == 0 && ref.Tag != "":
-		return nil, fmt.Errorf("OCI layout %s has no image %q", ref.Layout, ref.Tag)
+		return nil, v1.Hash{}, fmt.Errorf("OCI layout %s has no image %q", ref.Layout, ref.Tag)
 	case len(found) == 0:
-		return nil, fmt.Errorf("OCI layout %s holds no image", ref.Layout)
-	case len(found) > 1:
-		return nil, fmt.Errorf("OCI layout %s holds %d images: name one as oci:%s:TAG", ref.Layout, len(found), ref.Layout)
+		return nil, v1.Hash{}, fmt.Errorf("OCI layout %s holds no image", ref.Layout)
+	case len(found) > 1 && ref.LayoutDigest == "":
+		return nil, v1.Hash{}, fmt.Errorf("OCI layout %s holds %d images: name one as oci:%s:TAG", ref.Layout, len(found), ref.Layout)
 	}
-	return idx.Image(found[0].Digest)
+	img, err := idx.Image(found[0].Digest)
+	return img, found[0].Digest, err
 }
 
-// payloadOf reads the payload out of a release image's layers.
-func payloadOf(img v1.Image) (*Payload, error) {
-	layers, err := img.Layers()
+// layerBytes reads a layer whole, checks that it hashes to the digest
+// the manifest gives it, and returns it uncompressed.
+func layerBytes(img v1.Image, ref Ref, i int, d v1.Descriptor) ([]byte, error) {
+	l, err := img.LayerByDigest(d.Digest)
+	if err != nil {
+		return nil, fmt.Errorf("layer %d: %w", i, err)
+	}
+	rc, err := l.Compressed()
+	if err != nil {
+		return nil, fmt.Errorf("layer %d: %w", i, err)
+	}
+	defer rc.Close()
+	raw, err := io.ReadAll(io.LimitReader(rc, maxBlob+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading layer %d: %w", i, err)
+	}
+	if len(raw) > maxBlob {
+		return nil, fmt.Errorf("layer %d is larger than %d MiB", i, maxBlob>>20)
+	}
+	got, _, err := v1.SHA256(bytes.NewReader(raw))
 	if err != nil {
 		return nil, err
 	}
+	if got != d.Digest {
+		return nil, &DigestMismatchError{What: fmt.Sprintf("layer %d of %s", i, ref), Want: d.Digest, Got: got}
+	}
+	if !bytes.HasPrefix(raw, []byte{0x1f, 0x8b}) {
+		return raw, nil
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("layer %d: %w", i, err)
+	}
+	out, err := io.ReadAll(io.LimitReader(zr, maxBlob+1))
+	if err != nil {
+		return nil, fmt.Errorf("layer %d: %w", i, err)
+	}
+	if len(out) > maxBlob {
+		return nil, fmt.Errorf("layer %d is larger than %d MiB uncompressed", i, maxBlob>>20)
+	}
+	return out, nil
+}
+
+// payloadOf reads the payload out of a release image's layers, as its
+// manifest m lists them.
+func payloadOf(img v1.Image, ref Ref, m *v1.Manifest) (*Payload, error) {
 	files := map[string][]byte{}
-	for _, l := range layers {
-		rc, err := l.Uncompressed()
+	for i, d := range m.Layers {
+		layer, err := layerBytes(img, ref, i, d)
 		if err != nil {
 			return nil, err
 		}
-		tr := tar.NewReader(rc)
+		tr := tar.NewReader(bytes.NewReader(layer))
 		for {
 			h, err := tr.Next()
 			if errors.Is(err, io.EOF) {
 				break
 			}
 			if err != nil {
-				rc.Close()
 				return nil, fmt.Errorf("reading a layer: %w", err)
 			}
 			n := path.Clean(strings.TrimPrefix(h.Name, "/"))
@@ -302,12 +439,10 @@ func payloadOf(img v1.Image) (*Payload, error) {
 			}
 			raw, err := io.ReadAll(tr)
 			if err != nil {
-				rc.Close()
 				return nil, err
 			}
 			files[n] = raw
 		}
-		rc.Close()
 	}
 	p := &Payload{Manifests: map[string][]byte{}, CVOManifests: map[string][]byte{}, raw: files}
 	meta, ok := files[ReleaseManifestsDir+"/"+MetadataFile]

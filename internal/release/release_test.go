@@ -3,6 +3,7 @@ package release
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log"
 	"net/http/httptest"
@@ -13,6 +14,9 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 )
 
 const deployment = `apiVersion: apps/v1
@@ -217,6 +221,119 @@ func TestLoadDirRefusesBadInput(t *testing.T) {
 			_, err := LoadDir(writeFiles(t, tc.files), meta)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("LoadDir: %v, want an error saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// writeLayout builds the demo payload at version into a new OCI layout
+// under dir, tagged tag, and returns the layout's path and the image's
+// digest.
+func writeLayout(t *testing.T, dir, tag, version string) (string, v1.Hash) {
+	t.Helper()
+	p := demoPayload(t)
+	p.Metadata.Version = version
+	p.ImageReferences.Name = version
+	img, err := Build(p, BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Write(context.Background(), Ref{Layout: dir, Tag: tag}, img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, d
+}
+
+// A reference by digest reads the image listed under that digest, never
+// one whose ref.name merely reads like it (review S2: oci:DIR:x@sha256:H
+// was a layout "DIR:x@sha256" and a tag H, so a signed digest H named an
+// image of anyone's making).
+func TestALayoutReferenceByDigestIsReadByDigest(t *testing.T) {
+	ctx := context.Background()
+	tmp := t.TempDir()
+	_, signed := writeLayout(t, filepath.Join(tmp, "signed"), "4.10.23", "4.10.23")
+	// Someone else's release, in a layout whose path ends in "x@sha256"
+	// and whose image is named with the hex of the signed digest.
+	evil := filepath.Join(tmp, "l:x@sha256")
+	writeLayout(t, evil, signed.Hex, "6.6.6")
+	ref, err := ParseRef("oci:" + filepath.Join(tmp, "l:x") + "@" + signed.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref.Layout != filepath.Join(tmp, "l:x") || ref.Digest() != signed.String() || ref.Tag != "" {
+		t.Fatalf("parsed as layout %q, digest %q, tag %q", ref.Layout, ref.Digest(), ref.Tag)
+	}
+	if img, err := Read(ctx, ref); err == nil {
+		t.Fatalf("read %s (version %s) by a digest it does not have", ref, img.Payload.Metadata.Version)
+	}
+	// A layout that holds the image under that digest: read, and only it.
+	writeLayout(t, filepath.Join(tmp, "both"), signed.Hex, "6.6.6")
+	_, d := writeLayout(t, filepath.Join(tmp, "both"), "4.10.23", "4.10.23")
+	if d != signed {
+		t.Fatalf("the same payload built twice: %s and %s", d, signed)
+	}
+	img, err := Read(ctx, Ref{Layout: filepath.Join(tmp, "both"), LayoutDigest: signed.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Digest != signed || img.Payload.Metadata.Version != "4.10.23" {
+		t.Errorf("read %s version %s, want %s version 4.10.23", img.Digest, img.Payload.Metadata.Version, signed)
+	}
+	if again, err := ParseRef(img.PullSpec); err != nil || again.Digest() != signed.String() || again.Layout != filepath.Join(tmp, "both") {
+		t.Errorf("the pull spec %s parses as %+v (%v)", img.PullSpec, again, err)
+	}
+	for _, bad := range []string{"oci:@" + signed.String(), "oci:/d@sha256:12", "oci:/d@sha256:" + strings.Repeat("g", 64)} {
+		if _, err := ParseRef(bad); err == nil {
+			t.Errorf("ParseRef(%q) took it", bad)
+		}
+	}
+	if _, err := Write(ctx, Ref{Layout: tmp, LayoutDigest: signed.String()}, empty.Image); err == nil || !strings.Contains(err.Error(), "not by digest") {
+		t.Errorf("writing to a layout by digest: %v", err)
+	}
+}
+
+// Every blob of a layout is hashed as it is read: a manifest, config or
+// layer file changed after it was written is a DigestMismatchError that
+// names both digests, whether the image is asked for by digest or by tag.
+func TestAlteredLayoutBlobsAreRefused(t *testing.T) {
+	ctx := context.Background()
+	for _, which := range []string{"manifest", "config", "layer"} {
+		t.Run(which, func(t *testing.T) {
+			dir, digest := writeLayout(t, filepath.Join(t.TempDir(), "l"), "4.10.23", "4.10.23")
+			p, err := layout.FromPath(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			img, err := p.Image(digest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := img.Manifest()
+			if err != nil {
+				t.Fatal(err)
+			}
+			blob := map[string]v1.Hash{"manifest": digest, "config": m.Config.Digest, "layer": m.Layers[0].Digest}[which]
+			file := filepath.Join(dir, "blobs", blob.Algorithm, blob.Hex)
+			raw, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// One byte changed; the size stays.
+			raw[len(raw)/2] ^= 0x01
+			if err := os.WriteFile(file, raw, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			changed, _, _ := v1.SHA256(bytes.NewReader(raw))
+			for _, ref := range []Ref{{Layout: dir, LayoutDigest: digest.String()}, {Layout: dir, Tag: "4.10.23"}} {
+				_, err := Read(ctx, ref)
+				var mismatch *DigestMismatchError
+				if !errors.As(err, &mismatch) {
+					t.Fatalf("%s: read with its %s changed: %v", ref, which, err)
+				}
+				if mismatch.Want != blob || mismatch.Got != changed || !strings.Contains(err.Error(), blob.String()) || !strings.Contains(err.Error(), changed.String()) {
+					t.Errorf("%s: %v; want %s asked for and %s read", ref, err, blob, changed)
+				}
 			}
 		})
 	}
