@@ -19,7 +19,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	configv1 "github.com/openshift/api/config/v1"
 	configclient "github.com/openshift/client-go/config/clientset/versioned"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -62,8 +61,6 @@ func DefaultReleaseOptions() ReleaseOptions {
 const (
 	releasesDir       = "releases"
 	releaseRepository = "ocp/release"
-	// VerificationConfigMap is the CVO's verification configuration.
-	VerificationConfigMap = "release-verification"
 )
 
 // startReleases serves the registry, the signatures and the update
@@ -75,6 +72,9 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 	reg, err := registry.Open(filepath.Join(dir, "registry"))
 	if err != nil {
 		return err
+	}
+	for _, w := range reg.Warnings {
+		c.Warnings = append(c.Warnings, "releases: "+w)
 	}
 	ln, err := net.Listen("tcp", o.Address)
 	if err != nil {
@@ -122,12 +122,9 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 	}
 	r, _ := name.NewRepository(repo, name.WeakValidation)
 	if tags, err := remote.List(r, remote.WithContext(ctx)); err != nil || len(tags) == 0 {
-		if err := c.publishDemoReleases(ctx, repo, key, sigDir); err != nil {
+		if err := c.publishDemoReleases(ctx, repo, key, sigDir, "http://"+host+"/signatures"); err != nil {
 			return fmt.Errorf("publishing the demo releases: %w", err)
 		}
-	}
-	if err := c.ensureVerificationConfigMap(ctx, key, "http://"+host+"/signatures"); err != nil {
-		return err
 	}
 	svc, err := updateservice.New(ctx, repo, graphData)
 	if err != nil {
@@ -187,9 +184,24 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 }
 
 // publishDemoReleases pushes the demo releases and publishes a signature
-// of each, in the signature store and as a ConfigMap.
-func (c *Cluster) publishDemoReleases(ctx context.Context, repo string, key *openpgp.Entity, sigDir string) error {
-	built, err := demo.BuildReleases(ctx, repo)
+// of each, in the signature store and as a ConfigMap. Each release carries
+// the cluster's public key and that store in its verification manifest:
+// the CVO running it verifies the next release with them, and with
+// nothing from the cluster's own ConfigMaps.
+func (c *Cluster) publishDemoReleases(ctx context.Context, repo string, key *openpgp.Entity, sigDir, store string) error {
+	var pub bytes.Buffer
+	w, err := armor.Encode(&pub, openpgp.PublicKeyType, nil)
+	if err != nil {
+		return err
+	}
+	if err := key.Serialize(w); err != nil {
+		return err
+	}
+	if err := w.Close(); err != nil {
+		return err
+	}
+	built, err := demo.BuildReleases(ctx, repo, &demo.Verification{
+		Keys: map[string][]byte{"capstan": pub.Bytes()}, Stores: map[string]string{"capstan": store}})
 	if err != nil {
 		return err
 	}
@@ -210,35 +222,6 @@ func (c *Cluster) publishDemoReleases(ctx context.Context, repo string, key *ope
 		}
 	}
 	return nil
-}
-
-// ensureVerificationConfigMap publishes the key releases are verified
-// with and the store their signatures are in, as the CVO reads them.
-func (c *Cluster) ensureVerificationConfigMap(ctx context.Context, key *openpgp.Entity, store string) error {
-	var pub bytes.Buffer
-	w, err := armor.Encode(&pub, openpgp.PublicKeyType, nil)
-	if err != nil {
-		return err
-	}
-	if err := key.Serialize(w); err != nil {
-		return err
-	}
-	w.Close()
-	want := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: VerificationConfigMap, Namespace: signature.Namespace,
-			Annotations: map[string]string{signature.VerificationConfigMapAnnotation: "true"}},
-		Data: map[string]string{signature.KeyringPrefix + "capstan": pub.String(), signature.StorePrefix + "capstan": store},
-	}
-	cms := c.Client.CoreV1().ConfigMaps(signature.Namespace)
-	cur, err := cms.Get(ctx, VerificationConfigMap, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		_, err = cms.Create(ctx, want, metav1.CreateOptions{})
-	case err == nil:
-		cur.Data, cur.Annotations = want.Data, want.Annotations
-		_, err = cms.Update(ctx, cur, metav1.UpdateOptions{})
-	}
-	return err
 }
 
 // signingKey loads the cluster's release signing key, or makes one.

@@ -6,6 +6,8 @@ package registry
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +17,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -27,6 +30,9 @@ type Registry struct {
 	handler http.Handler
 	dir     string
 	mu      sync.Mutex
+	// Warnings are the journal entries Open could not restore: each was
+	// set aside under rejected/ and the rest was served.
+	Warnings []string
 }
 
 // maxManifest bounds a manifest pushed (the distribution spec's 4 MiB).
@@ -71,17 +77,22 @@ func (r *Registry) replay() error {
 			return err
 		}
 		rel, _ := filepath.Rel(root, path)
-		repo, ref, ok := strings.Cut(filepath.ToSlash(rel), "/_refs/")
-		if !ok {
+		rel = filepath.ToSlash(rel)
+		// A valid repository has no component starting with "_", so the
+		// last "/_refs/" is the separator whatever the name.
+		i := strings.LastIndex(rel, "/_refs/")
+		if i < 0 {
 			return nil
 		}
+		repo, ref := rel[:i], rel[i+len("/_refs/"):]
 		body, err := os.ReadFile(path)
 		if err != nil {
 			return err
 		}
 		mt, err := os.ReadFile(path + ".type")
 		if err != nil {
-			return fmt.Errorf("registry journal %s: %w", path, err)
+			r.reject(path, fmt.Sprintf("%s:%s has no media type: %v", repo, ref, err))
+			return nil
 		}
 		entries = append(entries, entry{repo: repo, ref: ref, mediaType: string(mt), body: body})
 		return nil
@@ -93,37 +104,109 @@ func (r *Registry) replay() error {
 		return strings.HasPrefix(entries[i].ref, "sha256:") && !strings.HasPrefix(entries[j].ref, "sha256:")
 	})
 	for _, e := range entries {
+		path := r.journalPath(e.repo, e.ref)
+		if err := validName(e.repo, e.ref); err != nil {
+			r.reject(path, err.Error())
+			continue
+		}
+		if err := matchesDigest(e.ref, e.body); err != nil {
+			r.reject(path, fmt.Sprintf("%s: %v", e.repo, err))
+			continue
+		}
 		req := httptest.NewRequest(http.MethodPut, "/v2/"+e.repo+"/manifests/"+e.ref, bytes.NewReader(e.body))
 		req.Header.Set("Content-Type", e.mediaType)
 		rec := httptest.NewRecorder()
 		r.handler.ServeHTTP(rec, req)
 		if rec.Code != http.StatusCreated {
-			return fmt.Errorf("registry journal: restoring %s:%s: %d %s", e.repo, e.ref, rec.Code, rec.Body.String())
+			r.reject(path, fmt.Sprintf("restoring %s:%s: %d %s", e.repo, e.ref, rec.Code, strings.TrimSpace(rec.Body.String())))
 		}
 	}
 	return nil
 }
 
-// manifestTarget splits /v2/<repo>/manifests/<ref>.
-func manifestTarget(path string) (repo, ref string, ok bool) {
+// reject sets a journal entry that cannot be restored aside, under
+// rejected/ with its path, so that the rest of the registry opens (and
+// the entry is kept for whoever wants to look at it).
+func (r *Registry) reject(path, why string) {
+	rel, err := filepath.Rel(filepath.Join(r.dir, "manifests"), path)
+	if err != nil {
+		rel = filepath.Base(path)
+	}
+	to := filepath.Join(r.dir, "rejected", rel)
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err == nil {
+		for _, suffix := range []string{"", ".type"} {
+			if err := os.Rename(path+suffix, to+suffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				why += fmt.Sprintf(" (and it could not be set aside: %v)", err)
+			}
+		}
+	}
+	r.Warnings = append(r.Warnings, "registry journal: "+why+"; set aside in "+to)
+}
+
+// The distribution spec's grammar of repository names, tags and digests.
+var (
+	repoName  = regexp.MustCompile(`^[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*$`)
+	tagName   = regexp.MustCompile(`^[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}$`)
+	digestRef = regexp.MustCompile(`^[a-z0-9]+([+._-][a-z0-9]+)*:[a-zA-Z0-9=_-]+$`)
+)
+
+// validName checks a repository name and, unless empty, a reference (a
+// tag or a digest) against the distribution spec, so that nothing named
+// otherwise is served, journaled or replayed.
+func validName(repo, ref string) error {
+	if len(repo) > 255 || !repoName.MatchString(repo) {
+		return fmt.Errorf("invalid repository name %q: lowercase letters and digits in /-separated components, joined by '.', '_', '__' or '-'", repo)
+	}
+	if ref != "" && !tagName.MatchString(ref) && !digestRef.MatchString(ref) {
+		return fmt.Errorf("invalid reference %q of %s: a tag is [A-Za-z0-9_][A-Za-z0-9._-]{0,127}, a digest algorithm:hex", ref, repo)
+	}
+	return nil
+}
+
+// matchesDigest checks that a manifest named by a sha256 digest hashes to
+// it (the registry library stores it under the name it is given).
+func matchesDigest(ref string, body []byte) error {
+	hex, ok := strings.CutPrefix(ref, "sha256:")
+	if !ok {
+		return nil
+	}
+	if got := fmt.Sprintf("%x", sha256.Sum256(body)); got != hex {
+		return fmt.Errorf("manifest %s hashes to sha256:%s", ref, got)
+	}
+	return nil
+}
+
+// target splits /v2/<repo>/manifests/<ref>, /v2/<repo>/blobs/..., and
+// /v2/<repo>/tags/list: the repository any request names, and the
+// manifest reference (ref) of a manifest request.
+func target(path string) (repo, ref string, manifest, ok bool) {
 	rest, ok := strings.CutPrefix(path, "/v2/")
 	if !ok {
-		return "", "", false
+		return "", "", false, false
 	}
-	i := strings.LastIndex(rest, "/manifests/")
-	if i <= 0 {
-		return "", "", false
+	for _, kind := range []string{"/manifests/", "/blobs/", "/tags/"} {
+		if i := strings.LastIndex(rest, kind); i > 0 {
+			if kind == "/manifests/" {
+				return rest[:i], rest[i+len(kind):], true, true
+			}
+			return rest[:i], "", false, true
+		}
 	}
-	repo, ref = rest[:i], rest[i+len("/manifests/"):]
-	if ref == "" || strings.Contains(ref, "/") || strings.Contains(repo, "..") || strings.Contains(ref, "..") {
-		return "", "", false
-	}
-	return repo, ref, true
+	return "", "", false, false
 }
 
 // ServeHTTP serves the registry, journaling manifest pushes and deletes.
+// A name outside the distribution grammar is refused before anything is
+// served or written. A push is journaled before it is acknowledged: a
+// kill before the answer loses only a push nobody was told had worked.
 func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	repo, ref, isManifest := manifestTarget(req.URL.Path)
+	repo, ref, isManifest, named := target(req.URL.Path)
+	if named {
+		if err := validName(repo, ref); err != nil {
+			writeError(w, http.StatusBadRequest, "NAME_INVALID", err.Error())
+			return
+		}
+	}
 	if !isManifest || (req.Method != http.MethodPut && req.Method != http.MethodDelete) {
 		r.handler.ServeHTTP(w, req)
 		return
@@ -135,7 +218,11 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		var err error
 		body, err = io.ReadAll(io.LimitReader(req.Body, maxManifest+1))
 		if err != nil || len(body) > maxManifest {
-			http.Error(w, "manifest unreadable or larger than 4 MiB", http.StatusBadRequest)
+			writeError(w, http.StatusBadRequest, "MANIFEST_INVALID", "manifest unreadable or larger than 4 MiB")
+			return
+		}
+		if err := matchesDigest(ref, body); err != nil {
+			writeError(w, http.StatusBadRequest, "DIGEST_INVALID", err.Error())
 			return
 		}
 		req.Body = io.NopCloser(bytes.NewReader(body))
@@ -150,7 +237,7 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			err = r.forget(repo, ref)
 		}
 		if err != nil {
-			http.Error(w, "registry journal: "+err.Error(), http.StatusInternalServerError)
+			writeError(w, http.StatusInternalServerError, "UNKNOWN", "registry journal: "+err.Error())
 			return
 		}
 	}
@@ -159,6 +246,13 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	w.WriteHeader(rec.Code)
 	_, _ = w.Write(rec.Body.Bytes())
+}
+
+// writeError answers in the distribution spec's error format.
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"errors": []map[string]string{{"code": code, "message": msg}}})
 }
 
 // journal records a pushed manifest under its reference and its digest.
