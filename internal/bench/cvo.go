@@ -188,7 +188,7 @@ func CVO(ctx context.Context, o CVOOptions, log io.Writer) (*CVOResult, error) {
 // publishBenchRelease builds and pushes a release of ops at version.
 func publishBenchRelease(ctx context.Context, dir, host, version string, ops []demo.Operator) (string, error) {
 	src := dir + "/src-" + version
-	if err := demo.WriteSource(src, version, ops); err != nil {
+	if err := demo.WriteSource(src, version, ops, nil); err != nil {
 		return "", err
 	}
 	p, err := release.LoadDir(src, release.Metadata{Version: version})

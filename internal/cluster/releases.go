@@ -189,19 +189,12 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 // the CVO running it verifies the next release with them, and with
 // nothing from the cluster's own ConfigMaps.
 func (c *Cluster) publishDemoReleases(ctx context.Context, repo string, key *openpgp.Entity, sigDir, store string) error {
-	var pub bytes.Buffer
-	w, err := armor.Encode(&pub, openpgp.PublicKeyType, nil)
+	pub, err := signature.ArmorPublicKey(key)
 	if err != nil {
 		return err
 	}
-	if err := key.Serialize(w); err != nil {
-		return err
-	}
-	if err := w.Close(); err != nil {
-		return err
-	}
 	built, err := demo.BuildReleases(ctx, repo, &demo.Verification{
-		Keys: map[string][]byte{"capstan": pub.Bytes()}, Stores: map[string]string{"capstan": store}})
+		Keys: map[string][]byte{"capstan": pub}, Stores: map[string]string{"capstan": store}})
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	configv1 "github.com/openshift/api/config/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -21,13 +22,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/cvo/payload"
 	"github.com/capstan-dev/capstan/internal/release"
-	"github.com/capstan-dev/capstan/internal/release/signature"
 )
-
-// VerificationConfigMap is the ConfigMap (in openshift-config-managed)
-// the CVO verifies releases with: its verifier-public-key-* keyrings
-// must each have signed, its store-* URLs hold signatures.
-const VerificationConfigMap = "release-verification"
 
 // accept takes a new release on, as the CVO's payload sync does:
 // retrieve and verify it, download it with a Job while loading it, check
@@ -54,7 +49,7 @@ func (w *worker) accept(ctx context.Context, cv *configv1.ClusterVersion) (*rele
 	var risks []string
 	verified := false
 	vctx, cancel := context.WithTimeout(ctx, o.opts.RetrieveTimeout/2)
-	verr := o.verify(vctx, t.Image)
+	verr := o.verify(vctx, cv, t.Image)
 	cancel()
 	switch {
 	case verr == nil:
@@ -93,6 +88,9 @@ func (w *worker) accept(ctx context.Context, cv *configv1.ClusterVersion) (*rele
 			Message: "Unable to download and prepare the update: " + readErr.Error(), Nested: readErr})
 	}
 	w.event(corev1.EventTypeNormal, "LoadPayload", fmt.Sprintf("Loading payload version=%q image=%q", t.Version, t.Image))
+	if readErr == nil {
+		readErr = sameDigest(t.Image, img)
+	}
 	if readErr != nil {
 		return nil, w.acceptFailed(ctx, "LoadPayload", fmt.Sprintf("Loading payload failed version=%q image=%q failure=%v", t.Version, t.Image, readErr),
 			&payload.UpdateError{Effect: payload.EffectFail, Reason: "UpdatePayloadIntegrity", Message: "The content of the update is invalid: " + readErr.Error(), Nested: readErr})
@@ -215,6 +213,25 @@ func readRelease(ctx context.Context, image string) (*release.Image, error) {
 	return release.Read(ctx, ref)
 }
 
+// sameDigest checks that what was read is the image the reference names
+// by digest, the one whose signature was verified: release.Read hashes
+// it, and this ties the two together.
+func sameDigest(image string, img *release.Image) error {
+	ref, err := release.ParseRef(image)
+	if err != nil {
+		return err
+	}
+	d := ref.Digest()
+	if d == "" || d == img.Digest.String() {
+		return nil
+	}
+	want, err := v1.NewHash(d)
+	if err != nil {
+		return err
+	}
+	return &release.DigestMismatchError{What: "release image " + image, Want: want, Got: img.Digest}
+}
+
 // loadAccepted reads a release accepted before (after a restart, or
 // while reconciling): it is not verified or checked again.
 func (o *Operator) loadAccepted(ctx context.Context, t target) (*release.Image, error) {
@@ -233,33 +250,15 @@ func (o *Operator) loadAccepted(ctx context.Context, t target) (*release.Image, 
 	return img, nil
 }
 
-// cache keeps the last releases read (an update's source and target).
+// cache keeps the last releases read (an update's source and target, and
+// the running release its verifier comes from).
 func (o *Operator) cache(image string, img *release.Image) {
 	o.loadedMu.Lock()
 	defer o.loadedMu.Unlock()
-	if len(o.loaded) >= 2 {
+	if len(o.loaded) >= 4 {
 		clear(o.loaded)
 	}
 	o.loaded[image] = img
-}
-
-// verify checks the release's signatures with the cluster's verification
-// ConfigMap: the signature ConfigMaps first, then its stores.
-func (o *Operator) verify(ctx context.Context, image string) error {
-	_, digest, ok := strings.Cut(image, "@")
-	if !ok {
-		return signature.ErrNotByDigest
-	}
-	cm, err := o.kube.CoreV1().ConfigMaps(signature.Namespace).Get(ctx, VerificationConfigMap, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("no verification configuration: %w", err)
-	}
-	v, err := signature.FromConfigMap(cm)
-	if err != nil {
-		return err
-	}
-	v.Stores = append([]signature.Store{&signature.ConfigMapStore{Client: o.kube}}, v.Stores...)
-	return v.Verify(ctx, digest)
 }
 
 // runJob runs the Job that prepares the release on a node, as the CVO's

@@ -33,58 +33,92 @@ const (
 
 // ReadReleases reads every release image of a repository (a registry
 // repository, or an OCI layout as oci:DIR): its version, previous, next,
-// metadata and digest.
-func ReadReleases(ctx context.Context, repo string) ([]Release, error) {
-	var refs []release.Ref
+// metadata and digest. An image that cannot be read as a release is
+// skipped, as Cincinnati's graph-builder skips it: each is one error of
+// skipped, naming the image. known holds releases read before, by digest:
+// an image listed under a known digest is not read again.
+func ReadReleases(ctx context.Context, repo string, known map[string]Release) (releases []Release, skipped []error, err error) {
+	type listed struct {
+		ref    release.Ref
+		digest string
+	}
+	var refs []listed
 	if dir, ok := strings.CutPrefix(repo, "oci:"); ok {
-		var err error
-		if refs, err = release.LayoutRefs(dir); err != nil {
-			return nil, err
+		layoutRefs, err := release.LayoutRefs(dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, r := range layoutRefs {
+			refs = append(refs, listed{ref: r, digest: r.Digest()})
 		}
 	} else {
 		r, err := name.NewRepository(repo, name.WeakValidation)
 		if err != nil {
-			return nil, fmt.Errorf("%q is not a repository: %w", repo, err)
+			return nil, nil, fmt.Errorf("%q is not a repository: %w", repo, err)
 		}
-		tags, err := remote.List(r, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain))
+		opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)}
+		tags, err := remote.List(r, opts...)
 		if err != nil {
-			return nil, fmt.Errorf("listing %s: %w", repo, err)
+			return nil, nil, fmt.Errorf("listing %s: %w", repo, err)
 		}
 		for _, t := range tags {
-			refs = append(refs, release.Ref{Registry: r.Tag(t)})
+			l := listed{ref: release.Ref{Registry: r.Tag(t)}}
+			if d, err := remote.Head(r.Tag(t), opts...); err == nil {
+				l.digest = d.Digest.String()
+			}
+			refs = append(refs, l)
 		}
 	}
 	byDigest := map[string]bool{}
-	var out []Release
-	for _, ref := range refs {
-		img, err := release.Read(ctx, ref)
-		if err != nil {
-			return nil, err
-		}
-		if byDigest[img.Digest.String()] {
+	for _, l := range refs {
+		if r, ok := known[l.digest]; ok && l.digest != "" {
+			if !byDigest[l.digest] {
+				byDigest[l.digest] = true
+				releases = append(releases, r)
+			}
 			continue
 		}
-		byDigest[img.Digest.String()] = true
-		m := img.Payload.Metadata
-		r := Release{Payload: img.PullSpec, Digest: img.Digest.String(), Architecture: img.Config.Architecture, Metadata: m.Metadata}
-		if r.Version, err = semver.Parse(m.Version); err != nil {
-			return nil, fmt.Errorf("%s: %w", ref, err)
-		}
-		for _, list := range []struct {
-			in  []string
-			out *[]semver.Version
-		}{{m.Previous, &r.Previous}, {m.Next, &r.Next}} {
-			for _, s := range list.in {
-				v, err := semver.Parse(s)
-				if err != nil {
-					return nil, fmt.Errorf("%s: %w", ref, err)
-				}
-				*list.out = append(*list.out, v)
+		r, err := readRelease(ctx, l.ref)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, nil, ctx.Err()
 			}
+			skipped = append(skipped, fmt.Errorf("skipping %s: %w", l.ref, err))
+			continue
 		}
-		out = append(out, r)
+		if byDigest[r.Digest] {
+			continue
+		}
+		byDigest[r.Digest] = true
+		releases = append(releases, r)
 	}
-	return out, nil
+	return releases, skipped, nil
+}
+
+// readRelease reads one release image's metadata.
+func readRelease(ctx context.Context, ref release.Ref) (Release, error) {
+	img, err := release.Read(ctx, ref)
+	if err != nil {
+		return Release{}, err
+	}
+	m := img.Payload.Metadata
+	r := Release{Payload: img.PullSpec, Digest: img.Digest.String(), Architecture: img.Config.Architecture, Metadata: m.Metadata}
+	if r.Version, err = semver.Parse(m.Version); err != nil {
+		return Release{}, fmt.Errorf("version %q: %w", m.Version, err)
+	}
+	for _, list := range []struct {
+		in  []string
+		out *[]semver.Version
+	}{{m.Previous, &r.Previous}, {m.Next, &r.Next}} {
+		for _, s := range list.in {
+			v, err := semver.Parse(s)
+			if err != nil {
+				return Release{}, fmt.Errorf("release-metadata %q: %w", s, err)
+			}
+			*list.out = append(*list.out, v)
+		}
+	}
+	return r, nil
 }
 
 // Service serves the graph of one repository of releases and one
@@ -96,6 +130,10 @@ type Service struct {
 	mu       sync.RWMutex
 	releases []Release
 	data     *GraphData
+	// skipped are the images of the last reload that are not releases;
+	// warned, those already logged.
+	skipped []string
+	warned  map[string]bool
 }
 
 // New loads the releases and the graph data; an error names what is
@@ -114,14 +152,38 @@ func (s *Service) Reload(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	releases, err := ReadReleases(ctx, s.repo)
+	s.mu.RLock()
+	known := make(map[string]Release, len(s.releases))
+	for _, r := range s.releases {
+		known[r.Digest] = r
+	}
+	s.mu.RUnlock()
+	releases, skipped, err := ReadReleases(ctx, s.repo, known)
 	if err != nil {
 		return err
 	}
 	s.mu.Lock()
-	s.releases, s.data = releases, data
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	s.releases, s.data, s.skipped = releases, data, nil
+	if s.warned == nil {
+		s.warned = map[string]bool{}
+	}
+	for _, e := range skipped {
+		s.skipped = append(s.skipped, e.Error())
+		if !s.warned[e.Error()] {
+			s.warned[e.Error()] = true
+			klog.FromContext(ctx).Info("Warning: an image of the release repository is not a release; it is left out of the graph", "repository", s.repo, "err", e)
+		}
+	}
 	return nil
+}
+
+// Skipped lists the images of the repository that the last reload left
+// out of the graph, each with why.
+func (s *Service) Skipped() []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return append([]string(nil), s.skipped...)
 }
 
 // Run reloads every interval until ctx ends, keeping the last good state

@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/v1/random"
+
+	"github.com/capstan-dev/capstan/internal/release"
 	"github.com/capstan-dev/capstan/internal/updateservice"
 	"github.com/capstan-dev/capstan/internal/updateservice/demo"
 )
@@ -200,5 +203,44 @@ func TestMalformedGraphDataIsRefusedWithFileAndLine(t *testing.T) {
 				t.Errorf("LoadGraphData: %v, want an error saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// An image of the release repository that is not a release is left out of
+// the graph, with why, and the rest is served (review M5: it made the
+// service, and so capstan up, fail to start).
+func TestAnImageThatIsNotAReleaseIsSkipped(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	repo := "oci:" + filepath.Join(dir, "releases")
+	if _, err := demo.BuildReleases(ctx, repo, nil); err != nil {
+		t.Fatal(err)
+	}
+	junk, err := random.Image(256, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := release.Write(ctx, release.Ref{Layout: filepath.Join(dir, "releases"), Tag: "not-a-release"}, junk); err != nil {
+		t.Fatal(err)
+	}
+	if err := demo.WriteGraphData(filepath.Join(dir, "graph-data")); err != nil {
+		t.Fatal(err)
+	}
+	s, err := updateservice.New(ctx, repo, filepath.Join(dir, "graph-data"))
+	if err != nil {
+		t.Fatalf("the update service with a non-release image in its repository: %v", err)
+	}
+	junkDigest, _ := junk.Digest()
+	skipped := s.Skipped()
+	if len(skipped) != 1 || !strings.Contains(skipped[0], "skipping oci:"+filepath.Join(dir, "releases")+"@"+junkDigest.String()+": ") ||
+		!strings.Contains(skipped[0], "not a release image") {
+		t.Errorf("skipped %q, want the random image, not a release", skipped)
+	}
+	if g := graphOf(t, s, "fast-4.11"); len(g.Nodes) != len(demo.Versions) {
+		t.Errorf("%d nodes served, want the %d releases", len(g.Nodes), len(demo.Versions))
+	}
+	// A reload reads only what it has not read before, and skips again.
+	if err := s.Reload(ctx); err != nil || len(s.Skipped()) != 1 {
+		t.Errorf("reload: %v, skipped %q", err, s.Skipped())
 	}
 }

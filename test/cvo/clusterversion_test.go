@@ -19,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/capstan-dev/capstan/internal/cluster"
 	"github.com/capstan-dev/capstan/internal/cvo"
 	"github.com/capstan-dev/capstan/internal/release"
 	"github.com/capstan-dev/capstan/internal/release/signature"
@@ -113,16 +112,24 @@ func TestClusterVersionRecommendations(t *testing.T) {
 		t.Errorf("channels of 4.10.22: %s", got)
 	}
 
-	// Every release is signed: verified against the cluster's
-	// configuration, by its HTTP store and by its ConfigMaps.
+	// Every release is signed: verified with the keys of the installed
+	// release's own verification manifest, by the signature store it
+	// names and by the cluster's signature ConfigMaps.
 	ctx := context.Background()
-	vcm, err := env.Client.CoreV1().ConfigMaps(signature.Namespace).Get(ctx, cluster.VerificationConfigMap, metav1.GetOptions{})
+	ref, err := release.ParseRef(cv.Status.Desired.Image)
 	if err != nil {
 		t.Fatal(err)
 	}
-	verifier, err := signature.FromConfigMap(vcm)
+	img, err := release.Read(ctx, ref)
+	if err != nil || img.Payload.Metadata.Version != "4.10.22" {
+		t.Fatalf("reading the installed release: %v", err)
+	}
+	verifier, err := cvo.VerifierOf(img.Payload, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(verifier.Keyrings) != 1 || len(verifier.Stores) != 1 || verifier.Stores[0].String() != env.ReleasesURL+"/signatures" {
+		t.Errorf("the installed release trusts keyrings %v and stores %v", verifier.Keyrings, verifier.Stores)
 	}
 	_, digest, _ := strings.Cut(cv.Status.Desired.Image, "@")
 	if err := verifier.Verify(ctx, digest); err != nil {
@@ -137,15 +144,6 @@ func TestClusterVersionRecommendations(t *testing.T) {
 	}
 	if err := inCluster.Verify(ctx, "sha256:"+strings.Repeat("0", 64)); !errors.Is(err, signature.ErrNoSignatures) {
 		t.Errorf("an unsigned digest: %v", err)
-	}
-	// And the images are real: what the registry serves is the release.
-	ref, err := release.ParseRef(cv.Status.Desired.Image)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := release.Read(ctx, ref)
-	if err != nil || img.Payload.Metadata.Version != "4.10.22" {
-		t.Fatalf("reading the installed release: %v", err)
 	}
 
 	// A channel without the version, then none at all.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	configv1 "github.com/openshift/api/config/v1"
 	configclient "github.com/openshift/client-go/config/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
@@ -93,14 +94,37 @@ func annotateNamespace(t *testing.T, ns, key, value string) {
 // cluster's registry and returns its pull spec by digest.
 func publishRelease(t *testing.T, version string, edit func(p *release.Payload)) string {
 	t.Helper()
+	host := strings.TrimPrefix(env.ReleasesURL, "http://")
+	digest, err := release.Write(context.Background(), mustRef(t, host+"/ocp/release:"+version+"-x86_64"), buildRelease(t, version, edit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return host + "/ocp/release@" + digest.String()
+}
+
+// buildRelease builds a release of the demo operators at version, with
+// edit applied to its source directory. It carries the verification
+// manifest of the installed demo release, as a release built from the
+// same sources would: updates from it are verified with the cluster's key.
+func buildRelease(t *testing.T, version string, edit func(p *release.Payload)) v1.Image {
+	t.Helper()
 	src := t.TempDir()
-	if err := demo.WriteSource(src, version, demo.Operators); err != nil {
+	if err := demo.WriteSource(src, version, demo.Operators, nil); err != nil {
 		t.Fatal(err)
 	}
 	p, err := release.LoadDir(src, release.Metadata{Version: version})
 	if err != nil {
 		t.Fatal(err)
 	}
+	installed, err := release.Read(context.Background(), mustRef(t, demoImage(t, demo.Versions[0])))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, ok := installed.Payload.Manifests[demo.VerificationFile]
+	if !ok {
+		t.Fatalf("the installed release has no %s", demo.VerificationFile)
+	}
+	p.Manifests[demo.VerificationFile] = keys
 	if edit != nil {
 		edit(p)
 	}
@@ -108,16 +132,7 @@ func publishRelease(t *testing.T, version string, edit func(p *release.Payload))
 	if err != nil {
 		t.Fatal(err)
 	}
-	host := strings.TrimPrefix(env.ReleasesURL, "http://")
-	ref, err := release.ParseRef(host + "/ocp/release:" + version + "-x86_64")
-	if err != nil {
-		t.Fatal(err)
-	}
-	digest, err := release.Write(context.Background(), ref, img)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return host + "/ocp/release@" + digest.String()
+	return img
 }
 
 // demoImage is the pull spec of a demo release in the cluster's registry.

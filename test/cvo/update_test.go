@@ -1,13 +1,20 @@
 package cvo
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ProtonMail/go-crypto/openpgp"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	configv1 "github.com/openshift/api/config/v1"
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	mcfgclient "github.com/openshift/client-go/machineconfiguration/clientset/versioned"
@@ -22,6 +29,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/mco"
 	"github.com/capstan-dev/capstan/internal/operators"
 	"github.com/capstan-dev/capstan/internal/release"
+	"github.com/capstan-dev/capstan/internal/release/signature"
 	"github.com/capstan-dev/capstan/internal/testenv"
 	"github.com/capstan-dev/capstan/internal/updateservice/demo"
 )
@@ -34,7 +42,9 @@ var releaseNotes = schema.GroupVersionResource{Group: "demo.capstan.dev", Versio
 // 4.10.26 with every step observed in order, drift put back, a forced
 // unsigned update, an operator that degrades and one that is slow, a
 // manifest that cannot be applied, a minor update held by an operator's
-// Upgradeable=False and then let through, and a refused rollback.
+// Upgradeable=False and then let through, a refused rollback, and the
+// verification bypasses of the review (keys from the cluster's ConfigMap,
+// a layout named after a signed digest, content that does not hash to it).
 func TestUpdates(t *testing.T) {
 	ctx := context.Background()
 	for _, step := range []struct {
@@ -232,6 +242,88 @@ func TestUpdates(t *testing.T) {
 			}
 			capstanOK(t, "adm", "upgrade", "--clear", "--kubeconfig", env.Kubeconfig)
 			waitCompleted(t, "4.11.0")
+		}},
+		// Last: each refusal is events on the ClusterVersion, and the
+		// event recorder's spam filter allows an object only so many; the
+		// steps above read theirs.
+		{"keys in the cluster's verification ConfigMap are not trusted", func(t *testing.T) {
+			// Review S1: the keys came from openshift-config-managed/
+			// release-verification, which anyone who may edit ConfigMaps
+			// there can rewrite. Here an attacker's key replaces the
+			// cluster's, and the attacker's release is signed by it and
+			// published where signatures are looked for.
+			evil := publishRelease(t, "4.10.27", nil)
+			_, digest, _ := strings.Cut(evil, "@")
+			attacker, pub := newKey(t, "attacker")
+			sig, err := signature.Sign(attacker, digest, evil, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			sigs, err := signature.ConfigMap(digest, sig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cms := env.Client.CoreV1().ConfigMaps(signature.Namespace)
+			if _, err := cms.Create(ctx, sigs, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cms.Delete(context.Background(), sigs.Name, metav1.DeleteOptions{}) })
+			forged := &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{Name: signature.VerificationConfigMapName, Namespace: signature.Namespace,
+					Annotations: map[string]string{signature.VerificationConfigMapAnnotation: ""}},
+				Data: map[string]string{signature.KeyringPrefix + "attacker": pub},
+			}
+			if cur, err := cms.Get(ctx, forged.Name, metav1.GetOptions{}); err == nil {
+				forged.ResourceVersion = cur.ResourceVersion
+				_, err = cms.Update(ctx, forged, metav1.UpdateOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+			} else if _, err := cms.Create(ctx, forged, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			cv := refuseRelease(t, evil, "RetrievePayload")
+			ra := condition(cv.Status.Conditions, cvo.ReleaseAccepted)
+			if f := condition(cv.Status.Conditions, cvo.Failing); f.Reason != "ImageVerificationFailed" ||
+				!strings.Contains(ra.Message, "against keyrings: "+signature.KeyringPrefix+"capstan") {
+				t.Errorf("Failing %s; ReleaseAccepted %q: want ImageVerificationFailed by the release's own key", f.Reason, ra.Message)
+			}
+		}},
+		{"a layout named after a signed digest is not that release", func(t *testing.T) {
+			// Review S2: oci:DIR:x@sha256:H was read as the layout
+			// "DIR:x@sha256" and its image named H, so the signature of a
+			// genuine release H vouched for anyone's content.
+			signed := demoImage(t, "4.10.26")
+			_, digest, _ := strings.Cut(signed, "@")
+			h, err := v1.NewHash(digest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			evil := buildRelease(t, "4.10.27", nil)
+			if _, err := release.Write(ctx, release.Ref{Layout: filepath.Join(dir, "l:x@sha256"), Tag: h.Hex}, evil); err != nil {
+				t.Fatal(err)
+			}
+			// Read by its digest, it is the layout "DIR/l:x", which does not
+			// exist: nothing to retrieve.
+			cv := refuseRelease(t, "oci:"+filepath.Join(dir, "l:x")+"@"+digest, "RetrievePayload")
+			if f := condition(cv.Status.Conditions, cvo.Failing); f.Reason != "UpdatePayloadRetrievalFailed" || !strings.Contains(f.Message, filepath.Join(dir, "l:x")+" is not an OCI layout") {
+				t.Errorf("Failing %s %q: want UpdatePayloadRetrievalFailed, the layout DIR/l:x not found", f.Reason, f.Message)
+			}
+
+			// The attacker's manifest stored under the signed digest: read,
+			// hashed, refused with both digests named.
+			evilDigest, err := release.Write(ctx, release.Ref{Layout: filepath.Join(dir, "swapped"), Tag: "4.10.27"}, evil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			swapDigest(t, filepath.Join(dir, "swapped"), evilDigest, h)
+			cv = refuseRelease(t, "oci:"+filepath.Join(dir, "swapped")+"@"+digest, "LoadPayload")
+			ra := condition(cv.Status.Conditions, cvo.ReleaseAccepted)
+			if f := condition(cv.Status.Conditions, cvo.Failing); f.Reason != "UpdatePayloadIntegrity" ||
+				!strings.Contains(ra.Message, "hashes to "+evilDigest.String()+", not the "+digest) {
+				t.Errorf("Failing %s; ReleaseAccepted %q: want UpdatePayloadIntegrity naming %s and %s", f.Reason, ra.Message, evilDigest, digest)
+			}
 		}},
 	} {
 		if !t.Run(step.name, step.run) {
@@ -545,4 +637,70 @@ func runsVersion(d *appsv1.Deployment, v string) bool {
 		}
 	}
 	return false
+}
+
+// refuseRelease requests an update to image, written into
+// spec.desiredUpdate as any client of the API can (capstan adm upgrade,
+// as oc, takes only registry pull specs), waits for the CVO to refuse it
+// at step (ReleaseAccepted=False with that reason), checks that the
+// desired release and the history are as they were, then clears the
+// request and waits for the cluster to be back where it was. It returns
+// the ClusterVersion as refused.
+func refuseRelease(t *testing.T, image, step string) *configv1.ClusterVersion {
+	t.Helper()
+	before := clusterVersion(t)
+	desired, err := json.Marshal(map[string]any{"spec": map[string]any{"desiredUpdate": map[string]any{"image": image, "version": "", "force": false}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	patchClusterVersion(t, string(desired))
+	cv := waitCV(t, time.Minute, image+" was not refused at "+step, func(cv *configv1.ClusterVersion) bool {
+		ra := condition(cv.Status.Conditions, cvo.ReleaseAccepted)
+		return ra.Status == configv1.ConditionFalse && ra.Reason == step && strings.Contains(ra.Message, image)
+	})
+	if !reflect.DeepEqual(cv.Status.Desired, before.Status.Desired) || len(cv.Status.History) != len(before.Status.History) {
+		t.Errorf("a refused release changed the desired release or the history: %s", describeCV(cv))
+	}
+	capstanOK(t, "adm", "upgrade", "--clear", "--kubeconfig", env.Kubeconfig)
+	waitCV(t, time.Minute, "--clear did not go back", func(cv *configv1.ClusterVersion) bool {
+		return condition(cv.Status.Conditions, cvo.ReleaseAccepted).Status == configv1.ConditionTrue &&
+			condition(cv.Status.Conditions, cvo.Failing).Status == configv1.ConditionFalse &&
+			condition(cv.Status.Conditions, configv1.OperatorProgressing).Message == "Cluster version is "+before.Status.Desired.Version
+	})
+	return cv
+}
+
+// newKey makes an OpenPGP key and returns it with its armored public key.
+func newKey(t *testing.T, name string) (*openpgp.Entity, string) {
+	t.Helper()
+	key, err := openpgp.NewEntity(name, "", name+"@capstan.dev", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := signature.ArmorPublicKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key, string(pub)
+}
+
+// swapDigest makes an OCI layout list the image stored under from as if
+// it were to: its manifest blob moved to to's file, its index entry
+// renamed. The bytes are untouched, so they still hash to from.
+func swapDigest(t *testing.T, dir string, from, to v1.Hash) {
+	t.Helper()
+	if err := os.Rename(filepath.Join(dir, "blobs", from.Algorithm, from.Hex), filepath.Join(dir, "blobs", to.Algorithm, to.Hex)); err != nil {
+		t.Fatal(err)
+	}
+	index := filepath.Join(dir, "index.json")
+	raw, err := os.ReadFile(index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(raw, []byte(from.String())) {
+		t.Fatalf("%s does not list %s", index, from)
+	}
+	if err := os.WriteFile(index, bytes.ReplaceAll(raw, []byte(from.String()), []byte(to.String())), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }

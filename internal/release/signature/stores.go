@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
+	"github.com/ProtonMail/go-crypto/openpgp/armor"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -29,8 +30,13 @@ const (
 	// SignaturesLabel marks a ConfigMap of signatures.
 	SignaturesLabel = "release.openshift.io/verification-signatures"
 	// VerificationConfigMapAnnotation marks the payload's verification
-	// ConfigMap (OpenShift: release-verification).
+	// ConfigMap manifest: the one source of the keys a CVO verifies the
+	// next release with.
 	VerificationConfigMapAnnotation = "release.openshift.io/verification-config-map"
+	// VerificationConfigMapName is that ConfigMap's name in OpenShift's
+	// releases (applied to openshift-config-managed, where the copy in
+	// the cluster is never read for keys).
+	VerificationConfigMapName = "release-verification"
 	// KeyringPrefix and StorePrefix start its data keys.
 	KeyringPrefix = "verifier-public-key-"
 	StorePrefix   = "store-"
@@ -227,6 +233,23 @@ func FromConfigMap(cm *corev1.ConfigMap) (*Verifier, error) {
 		return nil, fmt.Errorf("%s/%s has no %s* keys", cm.Namespace, cm.Name, KeyringPrefix)
 	}
 	return v, nil
+}
+
+// ArmorPublicKey writes the public part of key as an armored keyring, as
+// a verifier-public-key-* holds it.
+func ArmorPublicKey(key *openpgp.Entity) ([]byte, error) {
+	var pub bytes.Buffer
+	w, err := armor.Encode(&pub, openpgp.PublicKeyType, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := key.Serialize(w); err != nil {
+		return nil, err
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return pub.Bytes(), nil
 }
 
 // ReadKeyring reads an armored or binary OpenPGP public keyring.

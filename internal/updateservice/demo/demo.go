@@ -55,8 +55,9 @@ type Built struct {
 // repo:<version>-x86_64 (repo is a registry repository, or oci:DIR).
 // Every release updates from each earlier one of its own or the previous
 // minor, as the real 4.10 and 4.11 streams do. Each carries the CVO's own
-// manifests and the demo Operators at their run levels.
-func BuildReleases(ctx context.Context, repo string) ([]Built, error) {
+// manifests and the demo Operators at their run levels, and v's
+// verification manifest (none when v is nil).
+func BuildReleases(ctx context.Context, repo string, v *Verification) ([]Built, error) {
 	tmp, err := os.MkdirTemp("", "capstan-demo-release-")
 	if err != nil {
 		return nil, err
@@ -64,11 +65,11 @@ func BuildReleases(ctx context.Context, repo string) ([]Built, error) {
 	defer os.RemoveAll(tmp)
 	created := time.Date(2022, 7, 1, 0, 0, 0, 0, time.UTC)
 	var out []Built
-	for i, v := range Versions {
-		meta := release.Metadata{Version: v, Previous: append([]string(nil), Versions[:i]...),
+	for i, version := range Versions {
+		meta := release.Metadata{Version: version, Previous: append([]string(nil), Versions[:i]...),
 			Metadata: map[string]string{release.URLMetadata: fmt.Sprintf("https://access.redhat.com/errata/RHBA-2022:%04d", 5000+i)}}
-		src := filepath.Join(tmp, v)
-		if err := WriteSource(src, v, Operators); err != nil {
+		src := filepath.Join(tmp, version)
+		if err := WriteSource(src, version, Operators, v); err != nil {
 			return nil, err
 		}
 		p, err := release.LoadDir(src, meta)
@@ -79,7 +80,7 @@ func BuildReleases(ctx context.Context, repo string) ([]Built, error) {
 		if err != nil {
 			return nil, err
 		}
-		ref, err := release.ParseRef(repo + ":" + v + "-x86_64")
+		ref, err := release.ParseRef(repo + ":" + version + "-x86_64")
 		if err != nil {
 			return nil, err
 		}
@@ -87,7 +88,7 @@ func BuildReleases(ctx context.Context, repo string) ([]Built, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Built{Version: v, Ref: ref, Digest: digest})
+		out = append(out, Built{Version: version, Ref: ref, Digest: digest})
 	}
 	return out, nil
 }
@@ -96,7 +97,7 @@ func BuildReleases(ctx context.Context, repo string) ([]Built, error) {
 // the demo graph data there, and loads an update service over both.
 func Service(ctx context.Context, dir string) (*updateservice.Service, []Built, error) {
 	repo := "oci:" + filepath.Join(dir, "releases")
-	built, err := BuildReleases(ctx, repo)
+	built, err := BuildReleases(ctx, repo, nil)
 	if err != nil {
 		return nil, nil, err
 	}

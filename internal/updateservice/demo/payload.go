@@ -62,9 +62,19 @@ func componentImage(component, version string) string {
 // ops: the CVO's own manifests (manifests/: its namespace and Deployment,
 // run level 00), a CustomResourceDefinition at run level 03, and for each
 // operator its namespace, Deployment, extra ConfigMaps and ClusterOperator,
-// plus image-references listing every component by digest.
-func WriteSource(dir, version string, ops []Operator) error {
+// plus image-references listing every component by digest. With v, the
+// release also carries the verification ConfigMap that its CVO verifies
+// the next release with; without, its CVO verifies nothing (every update
+// from it must be forced).
+func WriteSource(dir, version string, ops []Operator, v *Verification) error {
 	files := map[string]string{}
+	if v != nil {
+		raw, err := v.Manifest()
+		if err != nil {
+			return err
+		}
+		files[VerificationFile] = string(raw)
+	}
 	files["manifests/0000_00_cluster-version-operator_00_namespace.yaml"] = namespace(CVONamespace)
 	files["manifests/0000_00_cluster-version-operator_03_deployment.yaml"] = deployment(CVONamespace, CVODeployment, "", componentImage("cluster-version-operator", version), version)
 	files["0000_03_config-operator_01_releasenote.crd.yaml"] = releaseNoteCRD
