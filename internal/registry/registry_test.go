@@ -13,14 +13,22 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
-func TestPushedImagesSurviveARestart(t *testing.T) {
-	dir := t.TempDir()
+// serve opens the registry kept in dir and serves it until the test ends;
+// it returns the registry, its server and the server's host:port.
+func serve(t *testing.T, dir string) (*Registry, *httptest.Server, string) {
+	t.Helper()
 	reg, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(reg)
-	host := strings.TrimPrefix(srv.URL, "http://")
+	t.Cleanup(srv.Close)
+	return reg, srv, strings.TrimPrefix(srv.URL, "http://")
+}
+
+func TestPushedImagesSurviveARestart(t *testing.T) {
+	dir := t.TempDir()
+	_, srv, host := serve(t, dir)
 	img, err := random.Image(1024, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -38,13 +46,7 @@ func TestPushedImagesSurviveARestart(t *testing.T) {
 	digest, _ := img.Digest()
 	srv.Close()
 
-	reg, err = Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv = httptest.NewServer(reg)
-	defer srv.Close()
-	host = strings.TrimPrefix(srv.URL, "http://")
+	_, _, host = serve(t, dir)
 	for _, s := range []string{host + "/ocp/release:4.10.22", host + "/ocp/release@" + digest.String()} {
 		ref, _ := name.ParseReference(s)
 		got, err := remote.Image(ref)
@@ -72,12 +74,7 @@ func TestPushedImagesSurviveARestart(t *testing.T) {
 // the registry refuses) is set aside and reported; the rest opens.
 func TestABrokenJournalEntryIsSetAsideAndReported(t *testing.T) {
 	dir := t.TempDir()
-	reg, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(reg)
-	host := strings.TrimPrefix(srv.URL, "http://")
+	_, srv, host := serve(t, dir)
 	img, err := random.Image(512, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -105,10 +102,7 @@ func TestABrokenJournalEntryIsSetAsideAndReported(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	reg, err = Open(dir)
-	if err != nil {
-		t.Fatalf("Open with broken entries: %v", err)
-	}
+	reg, srv, host := serve(t, dir)
 	warnings := strings.Join(reg.Warnings, "\n")
 	for _, want := range []string{"release:no-type has no media type", "ocp/release: manifest " + zeros + " hashes to sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a", `invalid repository name "ocp/Bad_Name"`} {
 		if !strings.Contains(warnings, want) {
@@ -123,9 +117,7 @@ func TestABrokenJournalEntryIsSetAsideAndReported(t *testing.T) {
 			t.Errorf("not set aside: %v", err)
 		}
 	}
-	srv = httptest.NewServer(reg)
-	defer srv.Close()
-	good, _ = name.ParseReference(strings.TrimPrefix(srv.URL, "http://") + "/ocp/release:4.10.22")
+	good, _ = name.ParseReference(host + "/ocp/release:4.10.22")
 	if _, err := remote.Image(good); err != nil {
 		t.Errorf("the good entry was not restored: %v", err)
 	}
@@ -141,12 +133,7 @@ func TestABrokenJournalEntryIsSetAsideAndReported(t *testing.T) {
 // every valid tag survives a restart, ".." in it included.
 func TestNamesAreValidatedBeforeAnythingIsWritten(t *testing.T) {
 	dir := t.TempDir()
-	reg, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(reg)
-	host := strings.TrimPrefix(srv.URL, "http://")
+	_, srv, host := serve(t, dir)
 	img, err := random.Image(512, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -189,13 +176,11 @@ func TestNamesAreValidatedBeforeAnythingIsWritten(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "manifests", "x")); err == nil {
 		t.Error("a refused name was journaled")
 	}
-	reg, err = Open(dir)
-	if err != nil || len(reg.Warnings) != 0 {
-		t.Fatalf("Open after the refused pushes: %v %v", err, reg.Warnings)
+	reg, _, host := serve(t, dir)
+	if len(reg.Warnings) != 0 {
+		t.Fatalf("warnings after the refused pushes: %v", reg.Warnings)
 	}
-	srv = httptest.NewServer(reg)
-	defer srv.Close()
-	dots, _ = name.ParseReference(strings.TrimPrefix(srv.URL, "http://") + "/ocp/release:4.10..22")
+	dots, _ = name.ParseReference(host + "/ocp/release:4.10..22")
 	if _, err := remote.Image(dots); err != nil {
 		t.Errorf("a tag with .. after the restart: %v", err)
 	}
