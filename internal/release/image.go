@@ -275,11 +275,12 @@ func Read(ctx context.Context, ref Ref) (*Image, error) {
 			return nil, fmt.Errorf("%s: %w", ref, err)
 		}
 	}
-	if digest != want || digest != listed {
-		if digest == want {
-			want = listed
+	// The bytes must hash to the digest asked for, and to the one the
+	// source lists them under.
+	for _, w := range []v1.Hash{want, listed} {
+		if digest != w {
+			return nil, &DigestMismatchError{What: "the manifest of " + ref.String(), Want: w, Got: digest}
 		}
-		return nil, &DigestMismatchError{What: "the manifest of " + ref.String(), Want: want, Got: digest}
 	}
 	// Everything else is found through the manifest just hashed, never
 	// through one read again.
