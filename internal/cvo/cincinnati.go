@@ -88,12 +88,20 @@ func FetchUpdates(ctx context.Context, client *http.Client, upstream, arch, chan
 	if err != nil {
 		return nil, &UpdatesError{Reason: "ResponseFailed", Message: err.Error()}
 	}
+	return ParseGraph(body, version, channel)
+}
+
+// ParseGraph reads an update service's answer (Cincinnati graph JSON)
+// for the cluster running version in channel: the current release's
+// node and its next hops, recommended and conditional.
+func ParseGraph(body []byte, version semver.Version, channel string) (*Updates, error) {
 	var g graph
 	if err := json.Unmarshal(body, &g); err != nil {
 		return nil, &UpdatesError{Reason: "ResponseInvalid", Message: err.Error()}
 	}
 	out := &Updates{}
 	current := -1
+	var err error
 	for i, n := range g.Nodes {
 		if version.EQ(n.Version) {
 			current = i

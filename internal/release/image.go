@@ -419,12 +419,23 @@ func layerBytes(img v1.Image, ref Ref, i int, d v1.Descriptor) ([]byte, error) {
 // payloadOf reads the payload out of a release image's layers, as its
 // manifest m lists them.
 func payloadOf(img v1.Image, ref Ref, m *v1.Manifest) (*Payload, error) {
-	files := map[string][]byte{}
+	layers := make([][]byte, 0, len(m.Layers))
 	for i, d := range m.Layers {
 		layer, err := layerBytes(img, ref, i, d)
 		if err != nil {
 			return nil, err
 		}
+		layers = append(layers, layer)
+	}
+	return ParseLayers(layers)
+}
+
+// ParseLayers reads a release payload out of a release image's
+// uncompressed layers (tar archives), in the manifest's order: a later
+// layer's file replaces an earlier one's.
+func ParseLayers(layers [][]byte) (*Payload, error) {
+	files := map[string][]byte{}
+	for _, layer := range layers {
 		tr := tar.NewReader(bytes.NewReader(layer))
 		for {
 			h, err := tr.Next()
@@ -466,6 +477,9 @@ func payloadOf(img v1.Image, ref Ref, m *v1.Manifest) (*Payload, error) {
 	}
 	if p.ImageReferences.Name != p.Metadata.Version {
 		return nil, fmt.Errorf("version from image-references (%s) differs from release-metadata (%s)", p.ImageReferences.Name, p.Metadata.Version)
+	}
+	if err := validTags(p.ImageReferences); err != nil {
+		return nil, err
 	}
 	for n, raw := range files {
 		dir, file := path.Split(n)

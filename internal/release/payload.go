@@ -130,12 +130,21 @@ func LoadDir(dir string, meta Metadata) (*Payload, error) {
 		return nil, fmt.Errorf("version from image-references (%s) differs from release-metadata (%s)", is.Name, meta.Version)
 	}
 	is.Name = meta.Version
-	for _, tag := range is.Spec.Tags {
-		if tag.From == nil || tag.From.Kind != "DockerImage" || !digestRef.MatchString(tag.From.Name) {
-			return nil, fmt.Errorf("image-references: tag %q must name a DockerImage by digest (repository@sha256:...)", tag.Name)
-		}
+	if err := validTags(is); err != nil {
+		return nil, err
 	}
 	return p, nil
+}
+
+// validTags checks that every tag of image-references names a
+// DockerImage by digest.
+func validTags(is *imagev1.ImageStream) error {
+	for _, tag := range is.Spec.Tags {
+		if tag.From == nil || tag.From.Kind != "DockerImage" || !digestRef.MatchString(tag.From.Name) {
+			return fmt.Errorf("image-references: tag %q must name a DockerImage by digest (repository@sha256:...)", tag.Name)
+		}
+	}
+	return nil
 }
 
 func isManifest(name string) bool {

@@ -44,7 +44,7 @@ spec:
       name: quay.io/capstan/cvo@sha256:2222222222222222222222222222222222222222222222222222222222222222
 `
 
-func writeFiles(t *testing.T, files map[string]string) string {
+func writeFiles(t testing.TB, files map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
 	for name, content := range files {
@@ -59,7 +59,7 @@ func writeFiles(t *testing.T, files map[string]string) string {
 	return dir
 }
 
-func demoPayload(t *testing.T) *Payload {
+func demoPayload(t testing.TB) *Payload {
 	t.Helper()
 	dir := writeFiles(t, map[string]string{
 		"0000_50_demo-operator_01_deployment.yaml":                      deployment,

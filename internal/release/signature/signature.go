@@ -195,13 +195,28 @@ func verifyWith(sig []byte, keyring openpgp.EntityList) (*Content, error) {
 	if !md.IsSigned || md.SignedBy == nil {
 		return nil, errors.New("not signed by a key of the keyring")
 	}
-	body, err := io.ReadAll(md.UnverifiedBody)
+	// The body is read whole before its signature is checked; a
+	// compressed message must not expand past what a document needs.
+	body, err := io.ReadAll(io.LimitReader(md.UnverifiedBody, maxContent+1))
 	if err != nil {
 		return nil, err
+	}
+	if len(body) > maxContent {
+		return nil, fmt.Errorf("signature content is larger than %d KiB", maxContent>>10)
 	}
 	if md.SignatureError != nil {
 		return nil, md.SignatureError
 	}
+	return ParseContent(body)
+}
+
+// maxContent bounds a signed document: they are a few hundred bytes.
+const maxContent = 64 << 10
+
+// ParseContent reads a signature's signed JSON document: only the
+// fields of an atomic container signature, of that type, naming a
+// docker-reference.
+func ParseContent(body []byte) (*Content, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	var c Content

@@ -252,10 +252,21 @@ func ArmorPublicKey(key *openpgp.Entity) ([]byte, error) {
 	return pub.Bytes(), nil
 }
 
-// ReadKeyring reads an armored or binary OpenPGP public keyring.
+// ReadKeyring reads an armored or binary OpenPGP public keyring; one
+// without a key is an error, as it could never verify anything.
 func ReadKeyring(raw []byte) (openpgp.EntityList, error) {
+	var ring openpgp.EntityList
+	var err error
 	if bytes.Contains(raw, []byte("-----BEGIN PGP")) {
-		return openpgp.ReadArmoredKeyRing(bytes.NewReader(raw))
+		ring, err = openpgp.ReadArmoredKeyRing(bytes.NewReader(raw))
+	} else {
+		ring, err = openpgp.ReadKeyRing(bytes.NewReader(raw))
 	}
-	return openpgp.ReadKeyRing(bytes.NewReader(raw))
+	if err == nil && len(ring) == 0 {
+		err = errors.New("the keyring holds no key")
+	}
+	if err != nil {
+		return nil, err
+	}
+	return ring, nil
 }
