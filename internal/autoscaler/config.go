@@ -92,6 +92,9 @@ func ConfigFrom(ca *autoscalingv1.ClusterAutoscaler) (Config, error) {
 	s := &ca.Spec
 	if rl := s.ResourceLimits; rl != nil {
 		if rl.MaxNodesTotal != nil {
+			if *rl.MaxNodesTotal < 0 {
+				return c, fmt.Errorf("spec.resourceLimits.maxNodesTotal: %d is negative", *rl.MaxNodesTotal)
+			}
 			c.MaxNodesTotal = int(*rl.MaxNodesTotal)
 		}
 		if rl.Cores != nil {
@@ -100,7 +103,10 @@ func ConfigFrom(ca *autoscalingv1.ClusterAutoscaler) (Config, error) {
 		if rl.Memory != nil {
 			c.MemoryGiB = Range{int64(rl.Memory.Min), int64(rl.Memory.Max)}
 		}
-		for _, g := range rl.GPUS {
+		for i, g := range rl.GPUS {
+			if g.Type == "" || g.Min < 0 || g.Min > g.Max {
+				return c, fmt.Errorf("spec.resourceLimits.gpus[%d]: type %q, min %d and max %d: want a type and 0 <= min <= max", i, g.Type, g.Min, g.Max)
+			}
 			c.GPUs = append(c.GPUs, GPURange{Type: g.Type, Min: int64(g.Min), Max: int64(g.Max)})
 		}
 		for name, r := range map[string]Range{"cores": c.Cores, "memory": c.MemoryGiB} {
@@ -142,6 +148,9 @@ func ConfigFrom(ca *autoscalingv1.ClusterAutoscaler) (Config, error) {
 		}
 	}
 	if s.MaxPodGracePeriod != nil {
+		if *s.MaxPodGracePeriod < 0 {
+			return c, fmt.Errorf("spec.maxPodGracePeriod: %d seconds is negative", *s.MaxPodGracePeriod)
+		}
 		c.MaxPodGracePeriod = time.Duration(*s.MaxPodGracePeriod) * time.Second
 	}
 	if s.MaxNodeProvisionTime != "" {

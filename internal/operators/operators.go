@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	configv1 "github.com/openshift/api/config/v1"
 	configclient "github.com/openshift/client-go/config/clientset/versioned"
@@ -195,7 +196,7 @@ func (c *Controller) Run(ctx context.Context) error {
 // reasonMessage splits "Reason: message".
 func reasonMessage(v, defaultReason string) (string, string) {
 	reason, msg, ok := strings.Cut(v, ":")
-	if !ok || strings.ContainsAny(strings.TrimSpace(reason), " \t") {
+	if !ok || strings.TrimSpace(reason) == "" || strings.ContainsFunc(strings.TrimSpace(reason), unicode.IsSpace) {
 		return defaultReason, strings.TrimSpace(v)
 	}
 	return strings.TrimSpace(reason), strings.TrimSpace(msg)

@@ -165,6 +165,9 @@ func RunDuration(pod *corev1.Pod) (time.Duration, error) {
 	return d, err
 }
 
+// maxSeconds is the most seconds a time.Duration holds.
+const maxSeconds = float64(math.MaxInt64 / int64(time.Second))
+
 // secondsAnnotation reads an annotation of a number of seconds, 0 or more.
 func secondsAnnotation(pod *corev1.Pod, key string) (d time.Duration, ok bool, err error) {
 	v, ok := pod.Annotations[key]
@@ -172,8 +175,10 @@ func secondsAnnotation(pod *corev1.Pod, key string) (d time.Duration, ok bool, e
 		return 0, false, nil
 	}
 	secs, perr := strconv.ParseFloat(strings.TrimSpace(v), 64)
-	if perr != nil || secs < 0 || math.IsInf(secs, 0) || math.IsNaN(secs) {
-		return 0, false, InvalidAnnotation{Key: key, Value: v, Err: errors.New("want a number of seconds, 0 or more")}
+	// NaN and infinities fail the range check; so does a number of
+	// seconds too large for a time.Duration, which would wrap negative.
+	if perr != nil || !(secs >= 0 && secs <= maxSeconds) {
+		return 0, false, InvalidAnnotation{Key: key, Value: v, Err: fmt.Errorf("want a number of seconds, 0 to %d", int64(maxSeconds))}
 	}
 	return time.Duration(secs * float64(time.Second)), true, nil
 }

@@ -152,7 +152,7 @@ func TestInvalidFaultsAreIgnoredAndNamed(t *testing.T) {
 }
 
 func TestShutdownDelay(t *testing.T) {
-	for v, want := range map[string]any{"2.5": 2500 * time.Millisecond, "0": time.Duration(0), "-1": "0 or more", "soon": "0 or more", "NaN": "0 or more", "+Inf": "0 or more"} {
+	for v, want := range map[string]any{"2.5": 2500 * time.Millisecond, "0": time.Duration(0), "-1": "0 to 9223372036", "soon": "0 to 9223372036", "NaN": "0 to 9223372036", "+Inf": "0 to 9223372036", "1e300": "0 to 9223372036"} {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{ShutdownSecondsAnnotation: v}}}
 		d, ok, err := ShutdownDelay(pod)
 		switch w := want.(type) {
