@@ -115,6 +115,11 @@ func CVO(ctx context.Context, o CVOOptions, log io.Writer) (*CVOResult, error) {
 	}
 	ops := benchOperators(o.Operators, o.Manifests)
 	host := strings.TrimPrefix(cl.ReleasesURL, "http://")
+	kc, err := release.ReadAuthFile(cl.RegistryAuth)
+	if err != nil {
+		return nil, err
+	}
+	ctx = release.WithKeychain(ctx, kc)
 	var images []string
 	for _, v := range []string{"4.10.90", "4.10.91"} {
 		img, err := publishBenchRelease(ctx, dir, host, v, ops)

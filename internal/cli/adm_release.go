@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/capstan-dev/capstan/internal/cluster"
 	"github.com/capstan-dev/capstan/internal/release"
 	"github.com/capstan-dev/capstan/internal/release/signature"
 )
@@ -117,9 +120,9 @@ func readPrivateKey(path string) (*openpgp.Entity, error) {
 
 func newReleaseNewCommand() *cobra.Command {
 	var (
-		fromDir, version, to, toDir, metadata, arch string
-		previous, next                              []string
-		sf                                          signFlags
+		fromDir, version, to, toDir, metadata, arch, registryConfig string
+		previous, next                                              []string
+		sf                                                          signFlags
 	)
 	c := &cobra.Command{
 		Use:   "new --from-dir DIR --version V (--to REF | --to-dir DIR)",
@@ -165,7 +168,11 @@ with the version).`,
 			if err != nil {
 				return err
 			}
-			digest, err := release.Write(c.Context(), ref, img)
+			ctx, err := registryContext(c.Context(), registryConfig)
+			if err != nil {
+				return err
+			}
+			digest, err := release.Write(ctx, ref, img)
 			if err != nil {
 				return err
 			}
@@ -182,6 +189,7 @@ with the version).`,
 	c.Flags().StringVar(&to, "to", "", "registry reference to push the release image to")
 	c.Flags().StringVar(&toDir, "to-dir", "", "OCI layout directory to write the release image to")
 	c.Flags().StringVar(&arch, "arch", "amd64", "the image's architecture")
+	c.Flags().StringVarP(&registryConfig, "registry-config", "a", "", "Docker config (auth.json) with credentials for --to (default: the capstan cluster's DATA_DIR/releases/auth.json, when it exists)")
 	sf.add(c)
 	return c
 }
@@ -208,6 +216,23 @@ func newReleaseSignCommand() *cobra.Command {
 	}
 	sf.add(c)
 	return c
+}
+
+// registryContext authenticates release pushes and pulls with the
+// credentials of a Docker config: path, or else the capstan cluster's in
+// the default data dir when there is one.
+func registryContext(ctx context.Context, path string) (context.Context, error) {
+	if path == "" {
+		path = filepath.Join(defaultDataDir(), "releases", cluster.RegistryAuthFile)
+		if _, err := os.Stat(path); err != nil {
+			return ctx, nil
+		}
+	}
+	kc, err := release.ReadAuthFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return release.WithKeychain(ctx, kc), nil
 }
 
 func readRelease(c *cobra.Command, s string) (*release.Image, error) {

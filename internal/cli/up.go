@@ -181,6 +181,7 @@ func (o *upOptions) run(c *cobra.Command) error {
 	fmt.Fprintf(out, "%s, data in %s\n", summary, cl.ControlPlane.DataDir().Root)
 	if cl.ReleasesURL != "" {
 		fmt.Fprintf(out, "Releases: %s/v2/%s (update graph: %s/api/upgrades_info/v1/graph)\n", cl.ReleasesURL, "ocp/release", cl.ReleasesURL)
+		fmt.Fprintf(out, "Registry credentials for pushes: %s\n", cl.RegistryAuth)
 	}
 	if cl.MetricsURL != "" {
 		fmt.Fprintf(out, "Metrics: %s\n", cl.MetricsURL)

@@ -172,6 +172,9 @@ type Cluster struct {
 	// ReleasesURL is where the registry, the update graph and the
 	// signatures are served, when they are.
 	ReleasesURL string
+	// RegistryAuth is a Docker config (auth.json) with the credentials
+	// pushes to the registry at ReleasesURL need.
+	RegistryAuth string
 	// Warnings are problems that did not stop the cluster.
 	Warnings []string
 

@@ -19,12 +19,17 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	configv1 "github.com/openshift/api/config/v1"
 	configclient "github.com/openshift/client-go/config/clientset/versioned"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/capstan-dev/capstan/internal/cvo"
 	"github.com/capstan-dev/capstan/internal/operators"
 	"github.com/capstan-dev/capstan/internal/registry"
+	"github.com/capstan-dev/capstan/internal/release"
 	"github.com/capstan-dev/capstan/internal/release/signature"
 	"github.com/capstan-dev/capstan/internal/updateservice"
 	"github.com/capstan-dev/capstan/internal/updateservice/demo"
@@ -61,6 +66,9 @@ func DefaultReleaseOptions() ReleaseOptions {
 const (
 	releasesDir       = "releases"
 	releaseRepository = "ocp/release"
+	// RegistryAuthFile, in the releases directory, grants pushes to the
+	// registry (see Cluster.RegistryAuth).
+	RegistryAuthFile = "auth.json"
 )
 
 // startReleases serves the registry, the signatures and the update
@@ -83,6 +91,17 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 	}
 	host := ln.Addr().String()
 	c.ReleasesURL = "http://" + host
+	// capstan's own pushes authenticate as the registry's user, with
+	// the credentials it keeps in its directory.
+	c.RegistryAuth = filepath.Join(dir, RegistryAuthFile)
+	if err := reg.WriteDockerConfig(c.RegistryAuth, host); err != nil {
+		return err
+	}
+	kc, err := release.ReadAuthFile(c.RegistryAuth)
+	if err != nil {
+		return err
+	}
+	ctx = release.WithKeychain(ctx, kc)
 	mux := http.NewServeMux()
 	mux.Handle("/v2/", reg)
 	sigDir := filepath.Join(dir, "signatures")
@@ -131,6 +150,14 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 		return err
 	}
 	graph.set(svc)
+	// Whoever looks at the cluster's events sees an image of the release
+	// repository the graph leaves out, on the ClusterVersion.
+	events := record.NewBroadcaster(record.WithContext(runCtx))
+	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.Client.CoreV1().Events("")})
+	recorder := events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "capstan-update-service"})
+	svc.OnSkip(func(msg string) {
+		recorder.Event(cvo.ClusterVersionRef, corev1.EventTypeWarning, updateservice.SkippedImageReason, msg)
+	})
 	c.run(runCtx, "update-service", func(ctx context.Context) error {
 		svc.Run(ctx, o.GraphReload)
 		return nil

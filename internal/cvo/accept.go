@@ -188,7 +188,7 @@ func (w *worker) event(eventType, reason, msg string) {
 		w.emitted = map[string]bool{}
 	}
 	w.emitted[key] = true
-	w.o.recorder.Event(cvRef, eventType, reason, msg)
+	w.o.recorder.Event(ClusterVersionRef, eventType, reason, msg)
 }
 
 func (o *Operator) setReleaseAccepted(ctx context.Context, status configv1.ConditionStatus, reason, msg string) error {

@@ -328,7 +328,9 @@ func runFailure(err error) *payload.UpdateError {
 	return payload.Summarize(out)
 }
 
-var cvRef = &corev1.ObjectReference{APIVersion: "config.openshift.io/v1", Kind: "ClusterVersion", Name: Name, Namespace: Namespace}
+// ClusterVersionRef is what the CVO's events are about: the ClusterVersion,
+// its events kept in the CVO's namespace, as OpenShift's.
+var ClusterVersionRef = &corev1.ObjectReference{APIVersion: "config.openshift.io/v1", Kind: "ClusterVersion", Name: Name, Namespace: Namespace}
 
 func conditionTrue(conds []configv1.ClusterOperatorStatusCondition, t configv1.ClusterStatusConditionType) bool {
 	c := FindCondition(conds, t)

@@ -1,7 +1,9 @@
 // Package registry is the OCI registry capstan up embeds: the
 // go-containerregistry registry, with its blobs in files and every
 // manifest pushed kept in a journal that is replayed at start, so that
-// what was pushed survives a restart.
+// what was pushed survives a restart. Pushes need the registry's
+// credentials (HTTP basic); pulls need them too, except from loopback,
+// as a disconnected mirror serves its own host.
 package registry
 
 import (
@@ -30,6 +32,8 @@ type Registry struct {
 	handler http.Handler
 	dir     string
 	mu      sync.Mutex
+	// Username and Password are the credentials every push needs.
+	Username, Password string
 	// Warnings are the journal entries Open could not restore: each was
 	// set aside under rejected/ and the rest was served.
 	Warnings []string
@@ -48,6 +52,10 @@ func Open(dir string) (*Registry, error) {
 		ggcr.WithBlobHandler(ggcr.NewDiskBlobHandler(blobs)),
 		ggcr.Logger(log.New(io.Discard, "", 0)),
 	)}
+	var err error
+	if r.Username, r.Password, err = loadOrCreateCredentials(filepath.Join(dir, CredentialsFile)); err != nil {
+		return nil, err
+	}
 	if err := r.replay(); err != nil {
 		return nil, err
 	}
@@ -200,6 +208,11 @@ func target(path string) (repo, ref string, manifest, ok bool) {
 // served or written. A push is journaled before it is acknowledged: a
 // kill before the answer loses only a push nobody was told had worked.
 func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if !r.authorized(req) {
+		w.Header().Set("WWW-Authenticate", `Basic realm="capstan registry"`)
+		writeError(w, http.StatusUnauthorized, "UNAUTHORIZED", "authentication required: pushes, and pulls from other hosts, need the registry's credentials")
+		return
+	}
 	repo, ref, isManifest, named := target(req.URL.Path)
 	if named {
 		if err := validName(repo, ref); err != nil {

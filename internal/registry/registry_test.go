@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -26,9 +27,14 @@ func serve(t *testing.T, dir string) (*Registry, *httptest.Server, string) {
 	return reg, srv, strings.TrimPrefix(srv.URL, "http://")
 }
 
+// pusher authenticates as the registry's own user.
+func pusher(reg *Registry) remote.Option {
+	return remote.WithAuth(&authn.Basic{Username: reg.Username, Password: reg.Password})
+}
+
 func TestPushedImagesSurviveARestart(t *testing.T) {
 	dir := t.TempDir()
-	_, srv, host := serve(t, dir)
+	reg, srv, host := serve(t, dir)
 	img, err := random.Image(1024, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -36,11 +42,11 @@ func TestPushedImagesSurviveARestart(t *testing.T) {
 	kept, _ := name.ParseReference(host + "/ocp/release:4.10.22")
 	gone, _ := name.ParseReference(host + "/ocp/release:deleted")
 	for _, ref := range []name.Reference{kept, gone} {
-		if err := remote.Write(ref, img); err != nil {
+		if err := remote.Write(ref, img, pusher(reg)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := remote.Delete(gone); err != nil {
+	if err := remote.Delete(gone, pusher(reg)); err != nil {
 		t.Fatal(err)
 	}
 	digest, _ := img.Digest()
@@ -74,13 +80,13 @@ func TestPushedImagesSurviveARestart(t *testing.T) {
 // the registry refuses) is set aside and reported; the rest opens.
 func TestABrokenJournalEntryIsSetAsideAndReported(t *testing.T) {
 	dir := t.TempDir()
-	_, srv, host := serve(t, dir)
+	reg, srv, host := serve(t, dir)
 	img, err := random.Image(512, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	good, _ := name.ParseReference(host + "/ocp/release:4.10.22")
-	if err := remote.Write(good, img); err != nil {
+	if err := remote.Write(good, img, pusher(reg)); err != nil {
 		t.Fatal(err)
 	}
 	srv.Close()
@@ -102,7 +108,7 @@ func TestABrokenJournalEntryIsSetAsideAndReported(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	reg, srv, host := serve(t, dir)
+	reg, srv, host = serve(t, dir)
 	warnings := strings.Join(reg.Warnings, "\n")
 	for _, want := range []string{"release:no-type has no media type", "ocp/release: manifest " + zeros + " hashes to sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a", `invalid repository name "ocp/Bad_Name"`} {
 		if !strings.Contains(warnings, want) {
@@ -133,7 +139,7 @@ func TestABrokenJournalEntryIsSetAsideAndReported(t *testing.T) {
 // every valid tag survives a restart, ".." in it included.
 func TestNamesAreValidatedBeforeAnythingIsWritten(t *testing.T) {
 	dir := t.TempDir()
-	_, srv, host := serve(t, dir)
+	reg, srv, host := serve(t, dir)
 	img, err := random.Image(512, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +149,10 @@ func TestNamesAreValidatedBeforeAnythingIsWritten(t *testing.T) {
 		if err != nil {
 			// go-containerregistry's client refuses some names itself:
 			// ask the registry directly.
-			resp, herr := http.Post(srv.URL+"/v2"+strings.Replace(bad, ":", "/manifests/", 1), "application/json", strings.NewReader("{}"))
+			req, _ := http.NewRequest(http.MethodPut, srv.URL+"/v2"+strings.Replace(bad, ":", "/manifests/", 1), strings.NewReader("{}"))
+			req.SetBasicAuth(reg.Username, reg.Password)
+			req.Header.Set("Content-Type", "application/json")
+			resp, herr := http.DefaultClient.Do(req)
 			if herr != nil {
 				t.Fatal(herr)
 			}
@@ -153,12 +162,13 @@ func TestNamesAreValidatedBeforeAnythingIsWritten(t *testing.T) {
 			}
 			continue
 		}
-		if err := remote.Write(ref, img); err == nil || !strings.Contains(err.Error(), "400 Bad Request") {
+		if err := remote.Write(ref, img, pusher(reg)); err == nil || !strings.Contains(err.Error(), "400 Bad Request") {
 			t.Errorf("pushing %s: %v, want 400 Bad Request", bad, err)
 		}
 	}
 	// A manifest pushed under a digest it does not hash to.
 	req, _ := http.NewRequest(http.MethodPut, srv.URL+"/v2/ocp/release/manifests/sha256:"+strings.Repeat("0", 64), strings.NewReader("{}"))
+	req.SetBasicAuth(reg.Username, reg.Password)
 	req.Header.Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -169,14 +179,14 @@ func TestNamesAreValidatedBeforeAnythingIsWritten(t *testing.T) {
 		t.Errorf("a manifest under a digest it does not hash to: %d, want 400", resp.StatusCode)
 	}
 	dots, _ := name.ParseReference(host + "/ocp/release:4.10..22")
-	if err := remote.Write(dots, img); err != nil {
+	if err := remote.Write(dots, img, pusher(reg)); err != nil {
 		t.Fatal(err)
 	}
 	srv.Close()
 	if _, err := os.Stat(filepath.Join(dir, "manifests", "x")); err == nil {
 		t.Error("a refused name was journaled")
 	}
-	reg, _, host := serve(t, dir)
+	reg, _, host = serve(t, dir)
 	if len(reg.Warnings) != 0 {
 		t.Fatalf("warnings after the refused pushes: %v", reg.Warnings)
 	}
@@ -205,5 +215,73 @@ func TestValidName(t *testing.T) {
 		if err := validName(tc.repo, tc.ref); (err == nil) != tc.ok {
 			t.Errorf("validName(%q, %q) = %v, want ok %v", tc.repo, tc.ref, err, tc.ok)
 		}
+	}
+}
+
+// Pushes need the registry's credentials; pulls need them only from
+// another host (review: the registry accepted pushes from anyone who
+// could reach it). The credentials are made once and kept.
+func TestPushesNeedCredentials(t *testing.T) {
+	dir := t.TempDir()
+	reg, _, host := serve(t, dir)
+	img, err := random.Image(512, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := name.ParseReference(host + "/ocp/release:4.10.22")
+	for what, opts := range map[string][]remote.Option{
+		"anonymously":           nil,
+		"with a wrong password": {remote.WithAuth(&authn.Basic{Username: reg.Username, Password: reg.Password + "x"})},
+	} {
+		if err := remote.Write(ref, img, opts...); err == nil || !strings.Contains(err.Error(), "401") && !strings.Contains(err.Error(), "UNAUTHORIZED") {
+			t.Errorf("pushing %s: %v, want it unauthorized", what, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "manifests", "ocp")); err == nil {
+		t.Error("a refused push was journaled")
+	}
+	if err := remote.Write(ref, img, pusher(reg)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := remote.Image(ref); err != nil {
+		t.Errorf("an anonymous pull on loopback: %v", err)
+	}
+	// The same pull from another host.
+	for what, auth := range map[string]bool{"anonymously": false, "with the credentials": true} {
+		req := httptest.NewRequest(http.MethodGet, "/v2/ocp/release/manifests/4.10.22", nil)
+		req.RemoteAddr = "192.0.2.7:40000"
+		req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json,application/vnd.docker.distribution.manifest.v2+json")
+		if auth {
+			req.SetBasicAuth(reg.Username, reg.Password)
+		}
+		rec := httptest.NewRecorder()
+		reg.ServeHTTP(rec, req)
+		want := http.StatusUnauthorized
+		if auth {
+			want = http.StatusOK
+		}
+		if rec.Code != want {
+			t.Errorf("a pull from another host %s: %d, want %d", what, rec.Code, want)
+		}
+		if !auth && rec.Header().Get("WWW-Authenticate") != `Basic realm="capstan registry"` {
+			t.Errorf("no basic challenge: %q", rec.Header().Get("WWW-Authenticate"))
+		}
+	}
+	st, err := os.Stat(filepath.Join(dir, CredentialsFile))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("credentials file: %v %v, want mode 0600", st, err)
+	}
+	again, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Username != reg.Username || again.Password != reg.Password || len(reg.Password) < 24 {
+		t.Error("the credentials changed when the registry reopened, or are short")
+	}
+	if err := os.WriteFile(filepath.Join(dir, CredentialsFile), []byte(`{"username":"capstan"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "both set") {
+		t.Errorf("credentials without a password: %v", err)
 	}
 }

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -174,7 +173,7 @@ func Write(ctx context.Context, ref Ref, img v1.Image) (v1.Hash, error) {
 		return v1.Hash{}, err
 	}
 	if ref.Registry != nil {
-		if err := remote.Write(ref.Registry, img, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
+		if err := remote.Write(ref.Registry, img, remote.WithContext(ctx), remote.WithAuthFromKeychain(Keychain(ctx))); err != nil {
 			return v1.Hash{}, fmt.Errorf("pushing %s: %w", ref, err)
 		}
 		return digest, nil
@@ -248,7 +247,7 @@ func Read(ctx context.Context, ref Ref) (*Image, error) {
 		err    error
 	)
 	if ref.Registry != nil {
-		img, err = remote.Image(ref.Registry, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain))
+		img, err = remote.Image(ref.Registry, remote.WithContext(ctx), remote.WithAuthFromKeychain(Keychain(ctx)))
 		if err != nil {
 			return nil, fmt.Errorf("reading %s: %w", ref, err)
 		}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/blang/semver/v4"
-	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"k8s.io/klog/v2"
@@ -30,6 +29,10 @@ const (
 	defaultArch      = "amd64"
 	mandatoryChannel = "channel"
 )
+
+// SkippedImageReason is the reason of the warning event for an image of
+// the release repository that is not a release.
+const SkippedImageReason = "ReleaseImageSkipped"
 
 // ReadReleases reads every release image of a repository (a registry
 // repository, or an OCI layout as oci:DIR): its version, previous, next,
@@ -56,7 +59,7 @@ func ReadReleases(ctx context.Context, repo string, known map[string]Release) (r
 		if err != nil {
 			return nil, nil, fmt.Errorf("%q is not a repository: %w", repo, err)
 		}
-		opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)}
+		opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(release.Keychain(ctx))}
 		tags, err := remote.List(r, opts...)
 		if err != nil {
 			return nil, nil, fmt.Errorf("listing %s: %w", repo, err)
@@ -134,6 +137,19 @@ type Service struct {
 	// warned, those already logged.
 	skipped []string
 	warned  map[string]bool
+	warn    func(string)
+}
+
+// OnSkip calls warn, once each, for every image of the repository left
+// out of the graph because it is not a release: those of the last reload
+// now, and each new one as a reload finds it.
+func (s *Service) OnSkip(warn func(string)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.warn = warn
+	for _, msg := range s.skipped {
+		warn(msg)
+	}
 }
 
 // New loads the releases and the graph data; an error names what is
@@ -173,6 +189,9 @@ func (s *Service) Reload(ctx context.Context) error {
 		if !s.warned[e.Error()] {
 			s.warned[e.Error()] = true
 			klog.FromContext(ctx).Info("Warning: an image of the release repository is not a release; it is left out of the graph", "repository", s.repo, "err", e)
+			if s.warn != nil {
+				s.warn(e.Error())
+			}
 		}
 	}
 	return nil

@@ -239,8 +239,25 @@ func TestAnImageThatIsNotAReleaseIsSkipped(t *testing.T) {
 	if g := graphOf(t, s, "fast-4.11"); len(g.Nodes) != len(demo.Versions) {
 		t.Errorf("%d nodes served, want the %d releases", len(g.Nodes), len(demo.Versions))
 	}
+	// Each skipped image is warned of once: those already found when the
+	// hook is set, then each new one a reload finds.
+	var warned []string
+	s.OnSkip(func(msg string) { warned = append(warned, msg) })
+	if len(warned) != 1 || warned[0] != skipped[0] {
+		t.Errorf("warned %q, want %q", warned, skipped)
+	}
 	// A reload reads only what it has not read before, and skips again.
-	if err := s.Reload(ctx); err != nil || len(s.Skipped()) != 1 {
-		t.Errorf("reload: %v, skipped %q", err, s.Skipped())
+	if err := s.Reload(ctx); err != nil || len(s.Skipped()) != 1 || len(warned) != 1 {
+		t.Errorf("reload: %v, skipped %q, warned %q", err, s.Skipped(), warned)
+	}
+	more, err := random.Image(128, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := release.Write(ctx, release.Ref{Layout: filepath.Join(dir, "releases"), Tag: "not-a-release-either"}, more); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reload(ctx); err != nil || len(s.Skipped()) != 2 || len(warned) != 2 {
+		t.Errorf("reload with a second image that is not a release: %v, skipped %q, warned %q", err, s.Skipped(), warned)
 	}
 }

@@ -89,13 +89,24 @@ func annotateNamespace(t *testing.T, ns, key, value string) {
 	t.Cleanup(func() { _ = patch(nil) })
 }
 
+// pushContext authenticates pushes to the cluster's registry with the
+// credentials capstan up wrote.
+func pushContext(t *testing.T) context.Context {
+	t.Helper()
+	kc, err := release.ReadAuthFile(env.RegistryAuth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return release.WithKeychain(context.Background(), kc)
+}
+
 // publishRelease builds a release of the demo operators at version, with
 // edit applied to its source directory, pushes it unsigned to the
 // cluster's registry and returns its pull spec by digest.
 func publishRelease(t *testing.T, version string, edit func(p *release.Payload)) string {
 	t.Helper()
 	host := strings.TrimPrefix(env.ReleasesURL, "http://")
-	digest, err := release.Write(context.Background(), mustRef(t, host+"/ocp/release:"+version+"-x86_64"), buildRelease(t, version, edit))
+	digest, err := release.Write(pushContext(t), mustRef(t, host+"/ocp/release:"+version+"-x86_64"), buildRelease(t, version, edit))
 	if err != nil {
 		t.Fatal(err)
 	}
