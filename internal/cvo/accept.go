@@ -3,6 +3,7 @@ package cvo
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -17,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
 
@@ -132,6 +134,9 @@ func (w *worker) accept(ctx context.Context, cv *configv1.ClusterVersion) (*rele
 		w.event(corev1.EventTypeNormal, "PreconditionsPassed", fmt.Sprintf("preconditions passed for payload loaded version=%q image=%q", version, t.Image))
 	}
 
+	if err := o.pinDigest(ctx, t.Image, img.Digest); err != nil {
+		return nil, err
+	}
 	msg = fmt.Sprintf("Payload loaded version=%q image=%q", version, t.Image)
 	w.event(corev1.EventTypeNormal, "PayloadLoaded", msg)
 	o.cache(t.Image, img)
@@ -232,16 +237,57 @@ func sameDigest(image string, img *release.Image) error {
 	return &release.DigestMismatchError{What: "release image " + image, Want: want, Got: img.Digest}
 }
 
+// AcceptedDigestAnnotation on the ClusterVersion pins a release accepted
+// by tag (only a forced update takes one) to the digest read when it was
+// accepted: "<digest> <image>". A tag moved since is not applied.
+const AcceptedDigestAnnotation = "release.capstan.dev/accepted-digest"
+
+// acceptedRef is the reference a release accepted as image is read by
+// again: image itself when it names a digest, else the digest pinned
+// when it was accepted (by tag when none was, as before pinning).
+func acceptedRef(cv *configv1.ClusterVersion, image string) (release.Ref, error) {
+	ref, err := release.ParseRef(image)
+	if err != nil || ref.Digest() != "" {
+		return ref, err
+	}
+	digest, pinned, ok := strings.Cut(cv.Annotations[AcceptedDigestAnnotation], " ")
+	if !ok || pinned != image {
+		return ref, nil
+	}
+	if _, err := v1.NewHash(digest); err != nil {
+		return release.Ref{}, fmt.Errorf("annotation %s: %w", AcceptedDigestAnnotation, err)
+	}
+	return ref.ByDigest(digest), nil
+}
+
+// pinDigest records the digest a release accepted by tag was read at.
+func (o *Operator) pinDigest(ctx context.Context, image string, digest v1.Hash) error {
+	ref, err := release.ParseRef(image)
+	if err != nil || ref.Digest() != "" {
+		return err
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{AcceptedDigestAnnotation: digest.String() + " " + image}}})
+	if err != nil {
+		return err
+	}
+	_, err = o.client.ConfigV1().ClusterVersions().Patch(ctx, Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
 // loadAccepted reads a release accepted before (after a restart, or
-// while reconciling): it is not verified or checked again.
-func (o *Operator) loadAccepted(ctx context.Context, t target) (*release.Image, error) {
+// while reconciling): it is not verified or checked again, and is read
+// by the digest it was accepted at.
+func (o *Operator) loadAccepted(ctx context.Context, cv *configv1.ClusterVersion, t target) (*release.Image, error) {
 	o.loadedMu.Lock()
 	img := o.loaded[t.Image]
 	o.loadedMu.Unlock()
 	if img != nil {
 		return img, nil
 	}
-	img, err := readRelease(ctx, t.Image)
+	ref, err := acceptedRef(cv, t.Image)
+	if err == nil {
+		img, err = release.Read(ctx, ref)
+	}
 	if err != nil {
 		return nil, &payload.UpdateError{Effect: payload.EffectFail, Reason: "UpdatePayloadRetrievalFailed",
 			Message: "Unable to download and prepare the update: " + err.Error(), Nested: err}

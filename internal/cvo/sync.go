@@ -242,7 +242,7 @@ func (w *worker) syncOnce(ctx context.Context) error {
 	accepted := cv.Status.Desired.Image == t.Image && conditionTrue(cv.Status.Conditions, ReleaseAccepted)
 	var img *release.Image
 	if accepted {
-		img, err = o.loadAccepted(ctx, t)
+		img, err = o.loadAccepted(ctx, cv, t)
 	} else {
 		img, err = w.accept(ctx, cv)
 	}

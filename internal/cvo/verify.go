@@ -71,7 +71,7 @@ func (o *Operator) verify(ctx context.Context, cv *configv1.ClusterVersion, imag
 	if running == "" {
 		return fmt.Errorf("the cluster has no running release to take verification keys from: %w", ErrNoVerifier)
 	}
-	img, err := o.loadAccepted(ctx, target{Image: running})
+	img, err := o.loadAccepted(ctx, cv, target{Image: running})
 	if err != nil {
 		return fmt.Errorf("reading the running release %s for its verification keys: %w", running, err)
 	}

@@ -1,11 +1,16 @@
 package cvo
 
 import (
+	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	configv1 "github.com/openshift/api/config/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/capstan-dev/capstan/internal/release"
 	"github.com/capstan-dev/capstan/internal/release/signature"
@@ -77,5 +82,69 @@ func TestVerifierOfARelease(t *testing.T) {
 	}
 	if _, err := (&demo.Verification{}).Manifest(); err == nil {
 		t.Error("a verification manifest without keys was written")
+	}
+}
+
+// A release accepted by tag (a forced update) is read again by the digest
+// it was accepted at: a tag moved since, to another release, is not what
+// the cluster applies or takes its verification keys from.
+func TestAReleaseAcceptedByTagIsReadAgainByItsDigest(t *testing.T) {
+	ctx := context.Background()
+	layout := filepath.Join(t.TempDir(), "releases")
+	build := func(version string) v1.Image {
+		dir := t.TempDir()
+		if err := demo.WriteSource(dir, version, demo.Operators, nil); err != nil {
+			t.Fatal(err)
+		}
+		p, err := release.LoadDir(dir, release.Metadata{Version: version})
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := release.Build(p, release.BuildOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return img
+	}
+	image := "oci:" + layout + ":next"
+	ref, err := release.ParseRef(image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := build("4.10.27")
+	accepted, err := release.Write(ctx, ref, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The layout keeps the accepted image under another name, as a
+	// registry keeps a manifest by digest when its tag moves.
+	if _, err := release.Write(ctx, release.Ref{Layout: layout, Tag: "kept"}, first); err != nil {
+		t.Fatal(err)
+	}
+	cv := &configv1.ClusterVersion{ObjectMeta: metav1.ObjectMeta{Name: Name,
+		Annotations: map[string]string{AcceptedDigestAnnotation: accepted.String() + " " + image}}}
+	if _, err := release.Write(ctx, ref, build("4.10.28")); err != nil {
+		t.Fatal(err)
+	}
+	o := &Operator{loaded: map[string]*release.Image{}}
+	img, err := o.loadAccepted(ctx, cv, target{Image: image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Digest != accepted || img.Payload.Metadata.Version != "4.10.27" {
+		t.Errorf("read %s (%s), want the accepted %s (4.10.27)", img.Digest, img.Payload.Metadata.Version, accepted)
+	}
+	// Without the pin (a release accepted before pinning) it is read by
+	// tag; a pin for another image is not used; a bad pin is an error.
+	for what, ann := range map[string]string{"no pin": "", "another image's pin": accepted.String() + " oci:" + layout + ":other"} {
+		cv.Annotations[AcceptedDigestAnnotation] = ann
+		ref, err := acceptedRef(cv, image)
+		if err != nil || ref.String() != image {
+			t.Errorf("%s: %v %v, want %s", what, ref, err, image)
+		}
+	}
+	cv.Annotations[AcceptedDigestAnnotation] = "sha256:nothex " + image
+	if _, err := acceptedRef(cv, image); err == nil || !strings.Contains(err.Error(), AcceptedDigestAnnotation) {
+		t.Errorf("a bad pin: %v", err)
 	}
 }

@@ -163,6 +163,15 @@ func (r Ref) Digest() string {
 	return r.LayoutDigest
 }
 
+// ByDigest is the reference to the same repository or layout naming the
+// image by digest d.
+func (r Ref) ByDigest(d string) Ref {
+	if r.Registry != nil {
+		return Ref{Registry: r.Registry.Context().Digest(d)}
+	}
+	return Ref{Layout: r.Layout, LayoutDigest: d}
+}
+
 // refNameAnnotation names an image in an OCI layout's index.
 const refNameAnnotation = "org.opencontainers.image.ref.name"
 

@@ -41,6 +41,8 @@ func TestMain(m *testing.M) {
 	}
 	var err error
 	env, err = testenv.Start(testenv.Options{ControlPlaneNodes: 3, Workers: 1, Configure: func(o *cluster.Options) {
+		// The update service sees a pushed image within seconds.
+		o.Releases.GraphReload = 5 * time.Second
 		c := &o.Releases.CVO
 		c.ReconcileInterval = reconcileInterval
 		c.RetryInterval = 500 * time.Millisecond

@@ -2,12 +2,23 @@ package cvo
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/capstan-dev/capstan/internal/cvo"
 	"github.com/capstan-dev/capstan/internal/release"
+	"github.com/capstan-dev/capstan/internal/updateservice"
+	"github.com/capstan-dev/capstan/internal/waitfor"
 )
 
 // The registry capstan up serves refuses anonymous pushes (review: anyone
@@ -39,5 +50,42 @@ func TestTheRegistryNeedsCredentialsToPush(t *testing.T) {
 	}
 	if _, err := release.Read(context.Background(), mustRef(t, host+"/e2e/registry:cli")); err != nil {
 		t.Errorf("the pushed release, pulled anonymously on loopback: %v", err)
+	}
+
+	// An image of the release repository that is not a release is left
+	// out of the graph with a warning event; the service goes on.
+	junk, err := random.Image(256, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest, err := release.Write(pushContext(t), mustRef(t, host+"/ocp/release:e2e-not-a-release"), junk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	err = waitfor.Poll(ctx, time.Second, 3*time.Minute, waitfor.Simple(func(ctx context.Context) (bool, string) {
+		evs, err := env.Client.CoreV1().Events(cvo.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + updateservice.SkippedImageReason})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, ev := range evs.Items {
+			if ev.Type == corev1.EventTypeWarning && ev.InvolvedObject.Kind == "ClusterVersion" && strings.Contains(ev.Message, digest.String()) {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d %s events, none for %s", len(evs.Items), updateservice.SkippedImageReason, digest)
+	}))
+	if err != nil {
+		t.Fatalf("the warning event for an image that is not a release: %v", err)
+	}
+	resp, err := http.Get(env.ReleasesURL + "/api/upgrades_info/v1/graph?channel=fast-4.11")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var g updateservice.Graph
+	if err := json.NewDecoder(resp.Body).Decode(&g); err != nil || resp.StatusCode != http.StatusOK || len(g.Nodes) == 0 {
+		t.Errorf("the graph beside an image that is not a release: %s, %d nodes, %v", resp.Status, len(g.Nodes), err)
 	}
 }
