@@ -99,10 +99,14 @@ func Merge(pool string, configs []*mcfgv1.MachineConfig, osImageURL, extensionsI
 		}
 		out = ign.Merge(out, cfg)
 	}
+	// Files overwrite what is on the node unless they say otherwise; a
+	// file without contents only makes sure the file exists, and
+	// Ignition requires it not to overwrite.
 	for i := range out.Storage.Files {
-		if out.Storage.Files[i].Overwrite == nil {
+		f := &out.Storage.Files[i]
+		if f.Overwrite == nil && f.Contents.Source != nil {
 			yes := true
-			out.Storage.Files[i].Overwrite = &yes
+			f.Overwrite = &yes
 		}
 	}
 	raw, err := json.Marshal(out)

@@ -44,7 +44,7 @@ func FuzzManifestPush(f *testing.F) {
 		get := httptest.NewRequest(http.MethodGet, "/v2/", nil)
 		get.URL.Path = req.URL.Path
 		get.SetBasicAuth(reg.Username, reg.Password)
-	get.Header.Set("Accept", mediaType)
+		get.Header.Set("Accept", mediaType)
 		got := httptest.NewRecorder()
 		again.ServeHTTP(got, get)
 		if rec.Code == http.StatusCreated {
