@@ -7,6 +7,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	autoscalingv1 "github.com/capstan-dev/capstan/internal/autoscaler/apis/v1"
+	autoscalingv1beta1 "github.com/capstan-dev/capstan/internal/autoscaler/apis/v1beta1"
 	"github.com/capstan-dev/capstan/internal/fuzzseed"
 	"github.com/capstan-dev/capstan/internal/machine"
 )
@@ -105,6 +106,42 @@ func FuzzNodeGroupAnnotations(f *testing.F) {
 		for name, q := range g.Template.Status.Capacity {
 			if q.Sign() < 0 {
 				t.Fatalf("template capacity %s=%s", name, q.String())
+			}
+		}
+	})
+}
+
+// FuzzMachineAutoscaler writes an arbitrary MachineAutoscaler's bounds
+// onto a MachineSet and reads them back as the autoscaler does: the
+// bounds it reads are the spec's, or the set is not autoscaled (max 0),
+// or it is set apart with why (bounds the API server would refuse).
+func FuzzMachineAutoscaler(f *testing.F) {
+	fuzzseed.Files(f, "testdata/machineautoscalers")
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		ma := &autoscalingv1beta1.MachineAutoscaler{}
+		if err := yaml.UnmarshalStrict(raw, ma); err != nil {
+			return
+		}
+		ms := machineSet("target", "capstan.large", "", 1, 0, 0)
+		delete(ms.Annotations, MinSizeAnnotation)
+		delete(ms.Annotations, MaxSizeAnnotation)
+		if _, err := setBounds(ms, ma); err != nil {
+			t.Fatalf("setBounds on an unowned MachineSet: %v", err)
+		}
+		groups, bad := NodeGroups([]*machinev1.MachineSet{ms}, nil, nil, fixtureNow)
+		minR, maxR := int(ma.Spec.MinReplicas), int(ma.Spec.MaxReplicas)
+		switch {
+		case minR < 0 || maxR < 0 || maxR < minR:
+			if len(bad) != 1 || len(groups) != 0 {
+				t.Fatalf("bounds %d..%d gave groups %v and bad %v, want the set apart", minR, maxR, groups, bad)
+			}
+		case maxR == 0:
+			if len(groups)+len(bad) != 0 {
+				t.Fatalf("max 0 gave groups %v and bad %v, want none", groups, bad)
+			}
+		default:
+			if len(groups) != 1 || groups[0].Min != minR || groups[0].Max != maxR {
+				t.Fatalf("bounds %d..%d read back as %v (bad %v)", minR, maxR, groups, bad)
 			}
 		}
 	})
