@@ -86,7 +86,11 @@ func ReadReleases(ctx context.Context, repo string, known map[string]Release) (r
 			if ctx.Err() != nil {
 				return nil, nil, ctx.Err()
 			}
-			skipped = append(skipped, fmt.Errorf("skipping %s: %w", l.ref, err))
+			what := l.ref.String()
+			if l.ref.Digest() == "" && l.digest != "" {
+				what += " (" + l.digest + ")"
+			}
+			skipped = append(skipped, fmt.Errorf("skipping %s: %w", what, err))
 			continue
 		}
 		if byDigest[r.Digest] {
