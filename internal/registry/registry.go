@@ -192,8 +192,10 @@ func target(path string) (repo, ref string, manifest, ok bool) {
 	if !ok {
 		return "", "", false, false
 	}
+	// An empty repository (/v2//manifests/x) is named too, and refused
+	// as a name: the library would serve it, and nothing could journal it.
 	for _, kind := range []string{"/manifests/", "/blobs/", "/tags/"} {
-		if i := strings.LastIndex(rest, kind); i > 0 {
+		if i := strings.LastIndex(rest, kind); i >= 0 {
 			if kind == "/manifests/" {
 				return rest[:i], rest[i+len(kind):], true, true
 			}
@@ -215,6 +217,10 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	repo, ref, isManifest, named := target(req.URL.Path)
 	if named {
+		if isManifest && ref == "" {
+			writeError(w, http.StatusBadRequest, "NAME_INVALID", "a manifest request names a tag or a digest: /v2/<name>/manifests/<reference>")
+			return
+		}
 		if err := validName(repo, ref); err != nil {
 			writeError(w, http.StatusBadRequest, "NAME_INVALID", err.Error())
 			return

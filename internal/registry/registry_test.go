@@ -144,7 +144,7 @@ func TestNamesAreValidatedBeforeAnythingIsWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, bad := range []string{"/x/_refs/y:tag", "/UPPER/case:tag", "/ocp/release:-leading-dash", "/a//b:tag"} {
+	for _, bad := range []string{"/x/_refs/y:tag", "/UPPER/case:tag", "/ocp/release:-leading-dash", "/a//b:tag", "/:0", "/ocp/release:"} {
 		ref, err := name.ParseReference(host+bad, name.WeakValidation)
 		if err != nil {
 			// go-containerregistry's client refuses some names itself:
