@@ -137,7 +137,7 @@ func (e *Evaluator) query(ctx context.Context, query string) (bool, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	result, _, err := promv1.NewAPI(client).Query(ctx, query, e.Clock.Now())
+	result, _, _, err := promv1.NewAPI(client).Query(ctx, query, e.Clock.Now())
 	if err != nil {
 		return false, fmt.Errorf("executing the PromQL query: %w", err)
 	}

@@ -1,0 +1,432 @@
+// Package monitoring is capstan's Prometheus: the Prometheus project's own
+// TSDB, scrape manager, PromQL engine and rules manager, embedded. It
+// scrapes every component capstan runs (and whatever a Prometheus
+// configuration file names), keeps the series in the data dir, evaluates
+// OpenShift's alerting rules, and serves the Prometheus HTTP API the
+// cluster version operator, `oc adm upgrade status` and Grafana read.
+package monitoring
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/config"
+	"github.com/prometheus/prometheus/discovery"
+	_ "github.com/prometheus/prometheus/discovery/file" // file_sd_configs in a scrape config file
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/rules"
+	"github.com/prometheus/prometheus/scrape"
+	"github.com/prometheus/prometheus/tsdb"
+	"go.yaml.in/yaml/v2"
+)
+
+// Defaults, as Prometheus's and OpenShift's.
+const (
+	// DefaultRetention is how long Prometheus keeps samples unless told.
+	DefaultRetention = 15 * 24 * time.Hour
+	// DefaultScrapeInterval is how often capstan scrapes its components.
+	DefaultScrapeInterval = 15 * time.Second
+	// DefaultEvaluationInterval is how often the rules are evaluated.
+	DefaultEvaluationInterval = 15 * time.Second
+)
+
+// Options configure the monitor.
+type Options struct {
+	// Dir holds the TSDB (blocks and write-ahead log).
+	Dir string
+	// Retention is how long samples are kept (--metrics-retention).
+	Retention time.Duration
+	// ScrapeInterval and EvaluationInterval: how often targets are
+	// scraped and rules evaluated.
+	ScrapeInterval     time.Duration
+	EvaluationInterval time.Duration
+	// ConfigFile is a Prometheus configuration file: its scrape_configs
+	// are scraped beside capstan's own targets, its rule_files evaluated
+	// beside capstan's rules.
+	ConfigFile string
+	// MaxAlertFor, when set, shortens every alerting rule's `for` to at
+	// most this: a demo or a test sees an alert fire in seconds, with
+	// the expression OpenShift evaluates. Zero keeps the rules as written.
+	MaxAlertFor time.Duration
+	// Logger logs Prometheus's own messages; nil discards them.
+	Logger *slog.Logger
+}
+
+// Target is a component to scrape.
+type Target struct {
+	// Job is the job label, as OpenShift's ServiceMonitors give it
+	// (cluster-version-operator, kube-state-metrics, etcd, ...).
+	Job string
+	// Labels are added to every series of the target (namespace,
+	// service, endpoint, as service discovery would give them).
+	Labels map[string]string
+	// Gatherer is an in-process component's registry, served on the
+	// monitor's loopback listener at /targets/JOB/metrics and scraped
+	// there like any endpoint.
+	Gatherer prometheus.Gatherer
+	// Healthy, when set, says whether the component runs: while it
+	// returns an error its endpoint answers 503 and up is 0.
+	Healthy func() error
+	// URLs are endpoints to scrape instead of a Gatherer: one instance
+	// each, all with the same TLS settings.
+	URLs []string
+	// TLS configures the client for https URLs.
+	TLS *TLSFiles
+}
+
+// TLSFiles are the files of a scrape's TLS client.
+type TLSFiles struct {
+	CA, Cert, Key string
+}
+
+// Monitor is a running Prometheus.
+type Monitor struct {
+	opts    Options
+	db      *tsdb.DB
+	engine  *promql.Engine
+	scrape  *scrape.Manager
+	disc    *discovery.Manager
+	rules   *rules.Manager
+	reg     *prometheus.Registry
+	cfg     *config.Config
+	targets []Target
+
+	local    net.Listener
+	localSrv *http.Server
+
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	stopped sync.Once
+	started time.Time
+}
+
+// Validate refuses options Prometheus would refuse, naming the flag.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.Dir == "" {
+		errs = append(errs, errors.New("monitoring: no data directory"))
+	}
+	if o.Retention < 0 {
+		errs = append(errs, fmt.Errorf("--metrics-retention %s: must not be negative", o.Retention))
+	}
+	if o.ScrapeInterval < 0 || o.EvaluationInterval < 0 {
+		errs = append(errs, fmt.Errorf("scrape interval %s and evaluation interval %s must not be negative", o.ScrapeInterval, o.EvaluationInterval))
+	}
+	if o.MaxAlertFor < 0 {
+		errs = append(errs, fmt.Errorf("--alert-for-max %s: must not be negative", o.MaxAlertFor))
+	}
+	return errors.Join(errs...)
+}
+
+func (o *Options) defaults() {
+	if o.Retention == 0 {
+		o.Retention = DefaultRetention
+	}
+	if o.ScrapeInterval == 0 {
+		o.ScrapeInterval = DefaultScrapeInterval
+	}
+	if o.EvaluationInterval == 0 {
+		o.EvaluationInterval = DefaultEvaluationInterval
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// New opens the TSDB in opts.Dir and prepares scraping and rules; Run
+// starts them.
+func New(opts Options, targets []Target) (*Monitor, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts.defaults()
+	if err := validTargets(targets); err != nil {
+		return nil, err
+	}
+	m := &Monitor{opts: opts, reg: prometheus.NewRegistry(), targets: targets}
+	m.reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("monitoring: loopback listener for in-process targets: %w", err)
+	}
+	m.local = l
+	cfg, err := m.config()
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	m.cfg = cfg
+
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("monitoring: %w", err)
+	}
+	dbOpts := tsdb.DefaultOptions()
+	dbOpts.RetentionDuration = opts.Retention.Milliseconds()
+	db, err := tsdb.Open(opts.Dir, opts.Logger, m.reg, dbOpts, nil)
+	if err != nil {
+		l.Close()
+		return nil, fmt.Errorf("monitoring: opening the TSDB in %s: %w", opts.Dir, err)
+	}
+	m.db = db
+	m.engine = promql.NewEngine(promql.EngineOpts{
+		Logger:               opts.Logger,
+		Reg:                  m.reg,
+		MaxSamples:           50_000_000,
+		Timeout:              2 * time.Minute,
+		LookbackDelta:        5 * time.Minute,
+		EnableAtModifier:     true,
+		EnableNegativeOffset: true,
+	})
+	return m, nil
+}
+
+// validTargets refuses targets that cannot be scraped.
+func validTargets(targets []Target) error {
+	seen := map[string]bool{}
+	var errs []error
+	for _, t := range targets {
+		switch {
+		case t.Job == "" || strings.ContainsAny(t.Job, "/ "):
+			errs = append(errs, fmt.Errorf("monitoring: target job %q: want a name without spaces or slashes", t.Job))
+		case seen[t.Job]:
+			errs = append(errs, fmt.Errorf("monitoring: target job %q named twice", t.Job))
+		case (t.Gatherer == nil) == (len(t.URLs) == 0):
+			errs = append(errs, fmt.Errorf("monitoring: target job %q: want either a gatherer or URLs", t.Job))
+		}
+		for _, u := range t.URLs {
+			if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+				errs = append(errs, fmt.Errorf("monitoring: target job %q: URL %q is not http(s)://HOST[:PORT]/PATH", t.Job, u))
+			}
+		}
+		seen[t.Job] = true
+	}
+	return errors.Join(errs...)
+}
+
+// scrapeConfig is the YAML of one scrape_configs entry capstan writes for
+// a target; Prometheus's own loader fills in defaults and checks it.
+type scrapeConfig struct {
+	JobName        string         `yaml:"job_name"`
+	ScrapeInterval string         `yaml:"scrape_interval"`
+	ScrapeTimeout  string         `yaml:"scrape_timeout"`
+	MetricsPath    string         `yaml:"metrics_path"`
+	Scheme         string         `yaml:"scheme"`
+	HonorLabels    bool           `yaml:"honor_labels,omitempty"`
+	TLSConfig      map[string]any `yaml:"tls_config,omitempty"`
+	StaticConfigs  []staticConfig `yaml:"static_configs"`
+}
+
+type staticConfig struct {
+	Targets []string          `yaml:"targets"`
+	Labels  map[string]string `yaml:"labels,omitempty"`
+}
+
+// config is the Prometheus configuration: capstan's targets, then those
+// and the rule files of opts.ConfigFile.
+func (m *Monitor) config() (*config.Config, error) {
+	interval := model.Duration(m.opts.ScrapeInterval).String()
+	timeout := model.Duration(min(m.opts.ScrapeInterval, 10*time.Second)).String()
+	var scs []scrapeConfig
+	for _, t := range m.targets {
+		sc := scrapeConfig{JobName: t.Job, ScrapeInterval: interval, ScrapeTimeout: timeout}
+		if t.Gatherer != nil {
+			sc.Scheme, sc.MetricsPath = "http", "/targets/"+t.Job+"/metrics"
+			sc.StaticConfigs = []staticConfig{{Targets: []string{m.local.Addr().String()}, Labels: t.Labels}}
+			scs = append(scs, sc)
+			continue
+		}
+		byScheme := map[string]*scrapeConfig{}
+		for _, raw := range t.URLs {
+			u, _ := url.Parse(raw)
+			c := byScheme[u.Scheme+u.Path]
+			if c == nil {
+				c = &scrapeConfig{JobName: t.Job, ScrapeInterval: interval, ScrapeTimeout: timeout, Scheme: u.Scheme, MetricsPath: u.Path}
+				if c.MetricsPath == "" {
+					c.MetricsPath = "/metrics"
+				}
+				if t.TLS != nil {
+					c.TLSConfig = map[string]any{"ca_file": t.TLS.CA, "cert_file": t.TLS.Cert, "key_file": t.TLS.Key}
+				}
+				c.StaticConfigs = []staticConfig{{Labels: t.Labels}}
+				byScheme[u.Scheme+u.Path] = c
+			}
+			c.StaticConfigs[0].Targets = append(c.StaticConfigs[0].Targets, u.Host)
+		}
+		if len(byScheme) != 1 {
+			return nil, fmt.Errorf("monitoring: target job %q: every URL must have the same scheme and path", t.Job)
+		}
+		for _, c := range byScheme {
+			scs = append(scs, *c)
+		}
+	}
+	doc := map[string]any{
+		"global": map[string]any{
+			"scrape_interval":     interval,
+			"scrape_timeout":      timeout,
+			"evaluation_interval": model.Duration(m.opts.EvaluationInterval).String(),
+		},
+		"scrape_configs": scs,
+	}
+	raw, err := yaml.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := config.Load(string(raw), m.opts.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("monitoring: capstan's scrape configuration: %w", err)
+	}
+	if m.opts.ConfigFile == "" {
+		return cfg, nil
+	}
+	extra, err := config.LoadFile(m.opts.ConfigFile, false, m.opts.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("monitoring: --prometheus-config %s: %w", m.opts.ConfigFile, err)
+	}
+	extraScrapes, err := extra.GetScrapeConfigs()
+	if err != nil {
+		return nil, fmt.Errorf("monitoring: --prometheus-config %s: %w", m.opts.ConfigFile, err)
+	}
+	for _, sc := range extraScrapes {
+		for _, own := range cfg.ScrapeConfigs {
+			if own.JobName == sc.JobName {
+				return nil, fmt.Errorf("monitoring: --prometheus-config %s: job %q is one of capstan's own", m.opts.ConfigFile, sc.JobName)
+			}
+		}
+		cfg.ScrapeConfigs = append(cfg.ScrapeConfigs, sc)
+	}
+	cfg.RuleFiles = append(cfg.RuleFiles, extra.RuleFiles...)
+	return cfg, nil
+}
+
+// Run starts scraping and the rules and returns; Stop ends them.
+func (m *Monitor) Run(ctx context.Context) error {
+	ctx, m.cancel = context.WithCancel(ctx)
+	m.started = time.Now()
+	mux := http.NewServeMux()
+	for _, t := range m.targets {
+		if t.Gatherer == nil {
+			continue
+		}
+		h := promhttp.HandlerFor(t.Gatherer, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+		healthy := t.Healthy
+		mux.Handle("/targets/"+t.Job+"/metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if healthy != nil {
+				if err := healthy(); err != nil {
+					http.Error(w, err.Error(), http.StatusServiceUnavailable)
+					return
+				}
+			}
+			h.ServeHTTP(w, r)
+		}))
+	}
+	m.localSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		_ = m.localSrv.Serve(m.local)
+	}()
+
+	sdMetrics, err := discovery.CreateAndRegisterSDMetrics(m.reg)
+	if err != nil {
+		return fmt.Errorf("monitoring: %w", err)
+	}
+	m.disc = discovery.NewManager(ctx, m.opts.Logger, m.reg, sdMetrics)
+	if m.disc == nil {
+		return errors.New("monitoring: the discovery manager could not be created")
+	}
+	m.scrape, err = scrape.NewManager(&scrape.Options{DiscoveryReloadInterval: model.Duration(min(m.opts.ScrapeInterval, 5*time.Second))},
+		m.opts.Logger, nil, nil, m.db, m.reg)
+	if err != nil {
+		return fmt.Errorf("monitoring: %w", err)
+	}
+	if err := m.scrape.ApplyConfig(m.cfg); err != nil {
+		return fmt.Errorf("monitoring: scrape configuration: %w", err)
+	}
+	sd := map[string]discovery.Configs{}
+	for _, sc := range m.cfg.ScrapeConfigs {
+		sd[sc.JobName] = sc.ServiceDiscoveryConfigs
+	}
+	if err := m.disc.ApplyConfig(sd); err != nil {
+		return fmt.Errorf("monitoring: service discovery: %w", err)
+	}
+	m.wg.Add(2)
+	go func() { defer m.wg.Done(); _ = m.disc.Run() }()
+	go func() { defer m.wg.Done(); _ = m.scrape.Run(m.disc.SyncCh()) }()
+
+	m.rules = rules.NewManager(&rules.ManagerOptions{
+		QueryFunc:       rules.EngineQueryFunc(m.engine, m.db),
+		NotifyFunc:      func(context.Context, string, ...*rules.Alert) {},
+		Context:         ctx,
+		AppendableV2:    m.db,
+		Queryable:       m.db,
+		Logger:          m.opts.Logger,
+		Registerer:      m.reg,
+		OutageTolerance: time.Hour,
+		ForGracePeriod:  10 * time.Minute,
+		ResendDelay:     time.Minute,
+		GroupLoader:     &groupLoader{maxFor: m.opts.MaxAlertFor, parser: defaultParser},
+	})
+	files := ruleFileNames()
+	var fromConfig []string
+	for _, pattern := range m.cfg.RuleFiles {
+		matched, err := filepath.Glob(pattern)
+		if err != nil {
+			return fmt.Errorf("monitoring: rule_files %q: %w", pattern, err)
+		}
+		fromConfig = append(fromConfig, matched...)
+	}
+	sort.Strings(fromConfig)
+	files = append(files, fromConfig...)
+	if err := m.rules.Update(m.opts.EvaluationInterval, files, labels.EmptyLabels(), "", nil); err != nil {
+		return fmt.Errorf("monitoring: rules: %w", err)
+	}
+	m.wg.Add(1)
+	go func() { defer m.wg.Done(); m.rules.Run() }()
+	return nil
+}
+
+// Stop stops scraping and the rules and closes the TSDB.
+func (m *Monitor) Stop() error {
+	var err error
+	m.stopped.Do(func() {
+		if m.rules != nil {
+			m.rules.Stop()
+		}
+		if m.scrape != nil {
+			m.scrape.Stop()
+		}
+		if m.cancel != nil {
+			m.cancel()
+		}
+		if m.localSrv != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = m.localSrv.Shutdown(ctx)
+			cancel()
+		} else {
+			m.local.Close()
+		}
+		m.wg.Wait()
+		err = m.db.Close()
+	})
+	return err
+}
+
+// Registry is the monitor's own metrics (prometheus_*, its TSDB's).
+func (m *Monitor) Registry() prometheus.Gatherer { return m.reg }

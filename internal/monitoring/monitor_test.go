@@ -1,0 +1,375 @@
+package monitoring
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/model"
+
+	"github.com/capstan-dev/capstan/internal/waitfor"
+)
+
+// apiAnswer is a decoded answer of the HTTP API.
+type apiAnswer struct {
+	Status    string          `json:"status"`
+	Data      json.RawMessage `json:"data"`
+	ErrorType string          `json:"errorType"`
+	Error     string          `json:"error"`
+}
+
+func get(t *testing.T, base, path string, params url.Values) (int, apiAnswer) {
+	t.Helper()
+	resp, err := http.Get(base + path + "?" + params.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var a apiAnswer
+	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return resp.StatusCode, a
+}
+
+// testMonitor runs a monitor scraping every second over a registry with
+// one gauge, as the job cluster-version-operator, whose health the test
+// switches.
+func testMonitor(t *testing.T, extra Options) (*Monitor, string, *prometheus.GaugeVec, *atomic.Bool) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	up := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cluster_operator_up", Help: "1 if a cluster operator is Available=True."}, []string{"name", "reason", "version"})
+	reg.MustRegister(up)
+	down := &atomic.Bool{}
+	opts := extra
+	opts.Dir = t.TempDir()
+	opts.ScrapeInterval, opts.EvaluationInterval = time.Second, time.Second
+	m, err := New(opts, []Target{{
+		Job: "cluster-version-operator", Gatherer: reg,
+		Labels: map[string]string{"namespace": "openshift-cluster-version", "endpoint": "metrics"},
+		Healthy: func() error {
+			if down.Load() {
+				return errors.New("stopped")
+			}
+			return nil
+		},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := m.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(m.Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		cancel()
+		if err := m.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return m, srv.URL, up, down
+}
+
+// waitQuery waits until an instant query answers a vector of want
+// samples.
+func waitQuery(t *testing.T, base, q string, want int) []map[string]any {
+	t.Helper()
+	var got []map[string]any
+	err := waitfor.Poll(context.Background(), 100*time.Millisecond, time.Minute, waitfor.Simple(func(context.Context) (bool, string) {
+		code, a := get(t, base, "/api/v1/query", url.Values{"query": {q}})
+		if code != 200 {
+			return false, fmt.Sprintf("%d %s", code, a.Error)
+		}
+		var d struct {
+			Result []map[string]any `json:"result"`
+		}
+		if err := json.Unmarshal(a.Data, &d); err != nil {
+			return false, err.Error()
+		}
+		got = d.Result
+		return len(got) == want, fmt.Sprintf("%d samples, want %d: %v", len(got), want, got)
+	}))
+	if err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return got
+}
+
+func TestScrapedSeriesAreQueriedWithThePrometheusEngine(t *testing.T) {
+	_, base, up, _ := testMonitor(t, Options{})
+	up.WithLabelValues("etcd", "AsExpected", "4.16.0").Set(1)
+	up.WithLabelValues("machine-api", "NoMachines", "4.16.0").Set(0)
+
+	// The target's labels and the job are on every series; up is 1.
+	got := waitQuery(t, base, `up{job="cluster-version-operator",namespace="openshift-cluster-version",endpoint="metrics"} == 1`, 1)
+	if got[0]["metric"].(map[string]any)["instance"] == "" {
+		t.Errorf("no instance label: %v", got)
+	}
+	// What upstream's update risks and alerts are written with:
+	// aggregations by label, label_replace, topk, absent, or, ranges.
+	waitQuery(t, base, `cluster_operator_up == 0`, 1)
+	for q, want := range map[string]int{
+		`group by (name) (cluster_operator_up)`:                                                      2,
+		`topk(1, cluster_operator_up)`:                                                               1,
+		`label_replace(cluster_operator_up{name="etcd"}, "component", "$1", "name", "(.*)")`:         1,
+		`absent(cluster_operator_up{name="console"})`:                                                1,
+		`cluster_operator_up{name="console"} or on () vector(0)`:                                     1,
+		`max_over_time(cluster_operator_up[1h])`:                                                     2,
+		`count by (reason) (cluster_operator_up{reason=~"As.*|No.*"})`:                               2,
+		`0 * group(cluster_operator_up{name="etcd"}) or 0 * group(cluster_operator_up{name="none"})`: 1,
+	} {
+		waitQuery(t, base, q, want)
+	}
+
+	// A range query over the same series.
+	now := time.Now()
+	code, a := get(t, base, "/api/v1/query_range", url.Values{"query": {"cluster_operator_up"},
+		"start": {fmt.Sprint(now.Add(-time.Minute).Unix())}, "end": {fmt.Sprint(now.Unix())}, "step": {"15s"}})
+	if code != 200 || !strings.Contains(string(a.Data), `"resultType":"matrix"`) {
+		t.Errorf("query_range: %d %s %s", code, a.Error, a.Data)
+	}
+	// series, labels, label values.
+	code, a = get(t, base, "/api/v1/series", url.Values{"match[]": {`cluster_operator_up{name="etcd"}`}})
+	if code != 200 || !strings.Contains(string(a.Data), `"reason":"AsExpected"`) {
+		t.Errorf("series: %d %s %s", code, a.Error, a.Data)
+	}
+	code, a = get(t, base, "/api/v1/labels", nil)
+	if code != 200 || !strings.Contains(string(a.Data), `"reason"`) || !strings.Contains(string(a.Data), `"job"`) {
+		t.Errorf("labels: %d %s %s", code, a.Error, a.Data)
+	}
+	code, a = get(t, base, "/api/v1/label/name/values", url.Values{"match[]": {"cluster_operator_up"}})
+	if code != 200 || string(a.Data) != `["etcd","machine-api"]` {
+		t.Errorf("label values: %d %s %s", code, a.Error, a.Data)
+	}
+	code, a = get(t, base, "/api/v1/targets", nil)
+	if code != 200 || !strings.Contains(string(a.Data), `"health":"up"`) {
+		t.Errorf("targets: %d %s %s", code, a.Error, a.Data)
+	}
+}
+
+func TestBadRequestsAreRefusedAsPrometheusRefusesThem(t *testing.T) {
+	_, base, _, _ := testMonitor(t, Options{})
+	for _, tc := range []struct {
+		path   string
+		params url.Values
+		status int
+		typ    string
+		msg    string
+	}{
+		{"/api/v1/query", nil, 400, "bad_data", "query is required"},
+		{"/api/v1/query", url.Values{"query": {"sum(("}}, 400, "bad_data", "invalid parameter \"query\""},
+		{"/api/v1/query", url.Values{"query": {"up"}, "time": {"yesterday"}}, 400, "bad_data", "invalid parameter \"time\""},
+		{"/api/v1/query", url.Values{"query": {"up"}, "timeout": {"soon"}}, 400, "bad_data", "invalid parameter \"timeout\""},
+		{"/api/v1/query", url.Values{"query": {`label_replace(up, "x", "$1", "job", "(")`}}, 422, "execution", "invalid regular expression"},
+		{"/api/v1/query_range", url.Values{"query": {"up"}, "start": {"10"}, "end": {"20"}}, 400, "bad_data", "step is required"},
+		{"/api/v1/query_range", url.Values{"query": {"up"}, "start": {"20"}, "end": {"10"}, "step": {"1"}}, 400, "bad_data", "end timestamp must not be before start"},
+		{"/api/v1/query_range", url.Values{"query": {"up"}, "start": {"0"}, "end": {"1000000"}, "step": {"1"}}, 400, "bad_data", "exceeded maximum resolution"},
+		{"/api/v1/query_range", url.Values{"query": {"up"}, "start": {"0"}, "end": {"10"}, "step": {"-1"}}, 400, "bad_data", "zero or negative"},
+		{"/api/v1/series", nil, 400, "bad_data", "no match[] parameter provided"},
+		{"/api/v1/series", url.Values{"match[]": {"{"}}, 400, "bad_data", "invalid parameter \"match[]\""},
+		{"/api/v1/rules", url.Values{"type": {"recording"}}, 400, "bad_data", "not supported value"},
+	} {
+		code, a := get(t, base, tc.path, tc.params)
+		if code != tc.status || a.Status != "error" || a.ErrorType != tc.typ || !strings.Contains(a.Error, tc.msg) {
+			t.Errorf("%s %v: got %d %s %q, want %d %s %q", tc.path, tc.params, code, a.ErrorType, a.Error, tc.status, tc.typ, tc.msg)
+		}
+	}
+	resp, err := http.Post(base+"/api/v1/alerts", "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("POST /api/v1/alerts: %d", resp.StatusCode)
+	}
+}
+
+// alertsNamed returns the alerts of that name in /api/v1/alerts.
+func alertsNamed(t *testing.T, base, name string) []Alert {
+	t.Helper()
+	code, a := get(t, base, "/api/v1/alerts", nil)
+	if code != 200 {
+		t.Fatalf("alerts: %d %s", code, a.Error)
+	}
+	var d struct {
+		Alerts []struct {
+			Labels      map[string]string `json:"labels"`
+			Annotations map[string]string `json:"annotations"`
+			State       string            `json:"state"`
+			Value       string            `json:"value"`
+		} `json:"alerts"`
+	}
+	if err := json.Unmarshal(a.Data, &d); err != nil {
+		t.Fatal(err)
+	}
+	var out []Alert
+	for _, al := range d.Alerts {
+		if al.Labels["alertname"] == name {
+			out = append(out, Alert{State: al.State, Value: al.Value})
+		}
+	}
+	return out
+}
+
+func TestOpenShiftsAlertsFireAndResolve(t *testing.T) {
+	// The CVO's own alert: its target down for `for` (shortened to 2s).
+	_, base, up, down := testMonitor(t, Options{MaxAlertFor: 2 * time.Second})
+	up.WithLabelValues("etcd", "AsExpected", "4.16.0").Set(1)
+	waitQuery(t, base, `up{job="cluster-version-operator"} == 1`, 1)
+	// Before the first scrape up was absent: pending, then gone.
+	waitAlert(t, base, "ClusterVersionOperatorDown", "")
+	down.Store(true)
+	waitAlert(t, base, "ClusterVersionOperatorDown", "firing")
+	down.Store(false)
+	waitAlert(t, base, "ClusterVersionOperatorDown", "")
+
+	// ClusterOperatorDown on the operator's series.
+	up.WithLabelValues("etcd", "AsExpected", "4.16.0").Set(0)
+	waitAlert(t, base, "ClusterOperatorDown", "firing")
+	up.WithLabelValues("etcd", "AsExpected", "4.16.0").Set(1)
+	waitAlert(t, base, "ClusterOperatorDown", "")
+
+	// /api/v1/rules lists the embedded groups with their files.
+	code, a := get(t, base, "/api/v1/rules", url.Values{"type": {"alert"}})
+	if code != 200 || !strings.Contains(string(a.Data), `"file":"rules/cluster-version-operator.yaml"`) || !strings.Contains(string(a.Data), `"name":"etcdNoLeader"`) {
+		t.Errorf("rules: %d %s", code, a.Data)
+	}
+}
+
+// waitAlert waits until the alert is in state ("" for none).
+func waitAlert(t *testing.T, base, name, state string) {
+	t.Helper()
+	err := waitfor.Poll(context.Background(), 100*time.Millisecond, time.Minute, waitfor.Simple(func(context.Context) (bool, string) {
+		got := alertsNamed(t, base, name)
+		if state == "" {
+			return len(got) == 0, fmt.Sprintf("%v", got)
+		}
+		return len(got) > 0 && got[0].State == state, fmt.Sprintf("%v", got)
+	}))
+	if err != nil {
+		t.Fatalf("%s %q: %v", name, state, err)
+	}
+}
+
+func TestTheTSDBKeepsSeriesAcrossRestarts(t *testing.T) {
+	dir := t.TempDir()
+	reg := prometheus.NewRegistry()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "kept", Help: "kept"})
+	g.Set(42)
+	reg.MustRegister(g)
+	run := func() (*Monitor, string, func()) {
+		m, err := New(Options{Dir: dir, ScrapeInterval: time.Second, EvaluationInterval: time.Second}, []Target{{Job: "x", Gatherer: reg}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Run(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(m.Handler())
+		return m, srv.URL, func() {
+			srv.Close()
+			if err := m.Stop(); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	_, base, stop := run()
+	waitQuery(t, base, "kept == 42", 1)
+	stop()
+	if _, err := os.Stat(filepath.Join(dir, "wal")); err != nil {
+		t.Fatalf("no write-ahead log in the data dir: %v", err)
+	}
+	reg.Unregister(g)
+	_, base, stop = run()
+	defer stop()
+	// The sample written before the restart is still there.
+	waitQuery(t, base, "max_over_time(kept[10m]) == 42", 1)
+}
+
+func TestOptionsAndTargetsAreChecked(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	cfg := filepath.Join(t.TempDir(), "prometheus.yaml")
+	if err := os.WriteFile(cfg, []byte("scrape_configs:\n- job_name: x\n  static_configs:\n  - targets: [\"127.0.0.1:1\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("scrape_configs:\n- job_name: y\n  scrape_interval: often\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		opts    Options
+		targets []Target
+		msg     string
+	}{
+		{Options{}, nil, "no data directory"},
+		{Options{Dir: t.TempDir(), Retention: -time.Hour}, nil, "--metrics-retention -1h0m0s: must not be negative"},
+		{Options{Dir: t.TempDir(), MaxAlertFor: -time.Second}, nil, "--alert-for-max"},
+		{Options{Dir: t.TempDir()}, []Target{{Job: "a b", Gatherer: reg}}, `target job "a b"`},
+		{Options{Dir: t.TempDir()}, []Target{{Job: "a", Gatherer: reg}, {Job: "a", Gatherer: reg}}, `"a" named twice`},
+		{Options{Dir: t.TempDir()}, []Target{{Job: "a"}}, "want either a gatherer or URLs"},
+		{Options{Dir: t.TempDir()}, []Target{{Job: "a", URLs: []string{"ftp://h/metrics"}}}, `URL "ftp://h/metrics" is not http(s)`},
+		{Options{Dir: t.TempDir(), ConfigFile: cfg}, []Target{{Job: "x", Gatherer: reg}}, `job "x" is one of capstan's own`},
+		{Options{Dir: t.TempDir(), ConfigFile: bad}, nil, "--prometheus-config " + bad},
+		{Options{Dir: t.TempDir(), ConfigFile: filepath.Join(t.TempDir(), "missing.yaml")}, nil, "no such file"},
+	} {
+		m, err := New(tc.opts, tc.targets)
+		if err == nil {
+			m.Stop()
+			t.Errorf("%+v %v: no error, want %q", tc.opts, tc.targets, tc.msg)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("%+v: %v, want %q", tc.opts, err, tc.msg)
+		}
+	}
+}
+
+func TestEveryEmbeddedRuleFileLoads(t *testing.T) {
+	l := &groupLoader{parser: defaultParser, maxFor: time.Minute}
+	names := ruleFileNames()
+	if len(names) < 6 {
+		t.Fatalf("embedded rule files: %v", names)
+	}
+	alerts := map[string]bool{}
+	for _, n := range names {
+		groups, errs := l.Load(n, false, model.UTF8Validation)
+		if len(errs) > 0 {
+			t.Fatalf("%s: %v", n, errs)
+		}
+		for _, g := range groups.Groups {
+			for _, r := range g.Rules {
+				alerts[r.Alert] = true
+				if time.Duration(r.For) > time.Minute {
+					t.Errorf("%s: for %s not shortened", r.Alert, time.Duration(r.For))
+				}
+				if r.Labels["severity"] == "" || r.Annotations["summary"] == "" {
+					t.Errorf("%s: no severity or summary", r.Alert)
+				}
+			}
+		}
+	}
+	for _, want := range []string{"ClusterOperatorDown", "ClusterOperatorDegraded", "ClusterVersionOperatorDown", "CannotRetrieveUpdates",
+		"UpdateAvailable", "KubeNodeNotReady", "KubeNodeUnreachable", "MachineWithNoRunningPhase", "MachineNotYetDeleted",
+		"MCDDrainError", "MCDRebootError", "MCDPivotError", "ClusterAutoscalerUnschedulablePods", "ClusterAutoscalerNodeCountNearLimit",
+		"etcdMembersDown", "etcdNoLeader", "etcdInsufficientMembers"} {
+		if !alerts[want] {
+			t.Errorf("no alert %s", want)
+		}
+	}
+	if _, errs := l.Load(filepath.Join(t.TempDir(), "none.yaml"), false, model.UTF8Validation); len(errs) == 0 {
+		t.Error("a missing rule file loaded")
+	}
+}
