@@ -14,7 +14,32 @@ import (
 // Every test and fuzz target the bad-input table names exists, and every
 // row names at least one.
 func TestBadInputTableNamesRealTests(t *testing.T) {
-	raw, err := os.ReadFile("bad-input.md")
+	checkTableTests(t, "bad-input.md", "| Input ", 30)
+}
+
+// So does the metrics document: every family and every alert has a test.
+func TestMetricsTablesNameRealTests(t *testing.T) {
+	checkTableTests(t, "metrics.md", "| Family ", 40)
+	raw, err := os.ReadFile("metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, alert := range []string{"ClusterOperatorDown", "ClusterOperatorDegraded", "ClusterVersionOperatorDown", "CannotRetrieveUpdates",
+		"UpdateAvailable", "KubeNodeNotReady", "KubeNodeUnreachable", "MachineWithNoRunningPhase", "MachineNotYetDeleted",
+		"MCDDrainError", "MCDRebootError", "MCDPivotError", "ClusterAutoscalerUnschedulablePods", "ClusterAutoscalerNodeCountNearLimit",
+		"etcdMembersDown", "etcdNoLeader", "etcdInsufficientMembers"} {
+		if !strings.Contains(string(raw), "| `"+alert+"` |") {
+			t.Errorf("metrics.md has no row for the alert %s", alert)
+		}
+	}
+}
+
+// checkTableTests checks that every row of the tables of a document
+// (rows starting "| ", but the headers, which start with header) names a
+// test or fuzz target that exists; the document has at least minRows.
+func checkTableTests(t *testing.T, doc, header string, minRows int) {
+	t.Helper()
+	raw, err := os.ReadFile(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,21 +70,21 @@ func TestBadInputTableNamesRealTests(t *testing.T) {
 	named := regexp.MustCompile("`((?:Test|Fuzz)[A-Za-z0-9_]+)`")
 	rows := 0
 	for i, line := range strings.Split(string(raw), "\n") {
-		if !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, "| Input ") {
+		if !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, header) || strings.HasPrefix(line, "| Alert ") {
 			continue
 		}
 		rows++
 		names := named.FindAllStringSubmatch(line, -1)
 		if len(names) == 0 {
-			t.Errorf("bad-input.md:%d names no test", i+1)
+			t.Errorf("%s:%d names no test", doc, i+1)
 		}
 		for _, n := range names {
 			if !defined[n[1]] {
-				t.Errorf("bad-input.md:%d names %s, which is not a test or fuzz target of the repository", i+1, n[1])
+				t.Errorf("%s:%d names %s, which is not a test or fuzz target of the repository", doc, i+1, n[1])
 			}
 		}
 	}
-	if rows < 30 {
-		t.Errorf("the table has %d rows; it lost some", rows)
+	if rows < minRows {
+		t.Errorf("%s has %d rows; it lost some", doc, rows)
 	}
 }

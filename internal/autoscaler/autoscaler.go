@@ -271,7 +271,7 @@ func (a *Autoscaler) RunOnce(ctx context.Context) (acted bool, err error) {
 	if scaled {
 		mLastActivity.WithLabelValues("scaleUp").Set(float64(now.Unix()))
 		a.stamp(ctx, lastScaleUpAnnotation, now)
-		recordState(st, plan, nil, "")
+		recordState(st, &cfg, plan, nil, "")
 		a.writeStatus(ctx, st, plan, nil)
 		return true, nil
 	}
@@ -291,7 +291,7 @@ func (a *Autoscaler) RunOnce(ctx context.Context) (acted bool, err error) {
 			mLastActivity.WithLabelValues("scaleDown").Set(float64(now.Unix()))
 		}
 	}
-	recordState(st, plan, down, cool)
+	recordState(st, &cfg, plan, down, cool)
 	a.writeStatus(ctx, st, plan, down)
 	return scaled, nil
 }

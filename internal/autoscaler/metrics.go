@@ -68,7 +68,7 @@ func observe(function string, start time.Time) {
 }
 
 // recordState sets the gauges that describe the cluster as a loop saw it.
-func recordState(st *clusterState, up *ScaleUpPlan, down *ScaleDownPlan, cooldown string) {
+func recordState(st *clusterState, cfg *Config, up *ScaleUpPlan, down *ScaleDownPlan, cooldown string) {
 	mSafeToAutoscale.Set(1)
 	notStarted, upcoming := st.notStartedAndUpcoming()
 	counts := countNodes(st.nodes, notStarted, upcoming)
@@ -76,12 +76,10 @@ func recordState(st *clusterState, up *ScaleUpPlan, down *ScaleDownPlan, cooldow
 	mNodesCount.WithLabelValues("unready").Set(float64(counts.Registered.Unready.Total))
 	mNodesCount.WithLabelValues("deleted").Set(float64(counts.Registered.BeingDeleted))
 	mNodesCount.WithLabelValues("notStarted").Set(float64(counts.Registered.NotStarted))
-	maxNodes := 0
-	for _, g := range st.groups {
-		maxNodes += g.Max
-	}
 	mNodeGroups.WithLabelValues("autoscaled").Set(float64(len(st.groups)))
-	mMaxNodes.Set(float64(maxNodes))
+	// As upstream: the --max-nodes-total the operator passes
+	// (resourceLimits.maxNodesTotal), 0 without a limit.
+	mMaxNodes.Set(float64(cfg.MaxNodesTotal))
 	mUnschedulable.WithLabelValues("unschedulable").Set(float64(len(st.pending)))
 	var u Usage
 	for _, n := range st.nodes {

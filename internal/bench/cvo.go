@@ -6,16 +6,13 @@ import (
 	"io"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	configv1 "github.com/openshift/api/config/v1"
 	configclient "github.com/openshift/client-go/config/clientset/versioned"
-	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/capstan-dev/capstan/internal/cluster"
 	"github.com/capstan-dev/capstan/internal/cvo"
@@ -31,17 +28,25 @@ type CVOOptions struct {
 	Timeout              time.Duration
 }
 
-// CVOResult is what an update of the benchmark's release took.
+// CVOResult is what a signed, verified update of the benchmark's release
+// took, measured by the CVO itself (cvo.Timeline), to the millisecond.
 type CVOResult struct {
-	Operators, Manifests, RunLevels int
-	// Total is from the request to Completed; Accept until the release
-	// was accepted (retrieved, verified, checked); Operators the time
-	// the run levels spent waiting for their operators to roll out and
-	// report; Overhead the rest, the CVO's own.
-	Total, Accept, OperatorTime, Overhead time.Duration
-	// ApplyPerSecond is manifests applied per second of the CVO's own
-	// apply time (the apply phase less the operators' time).
-	ApplyPerSecond float64
+	Operators, RunLevels int
+	// Manifests are the tasks of the update's graph, counted; Applied and
+	// Waits the applies and operator waits the CVO did.
+	Manifests, Applied, Waits int
+	// Total is from the request to the pass completing. Accept is until
+	// the release was accepted (retrieved, signature verified,
+	// preconditions checked). Applying is the wall time during which at
+	// least one manifest was being applied; Waiting when only operators
+	// were waited for; Between when the CVO ran no task (scheduling,
+	// status). CVOTime is Total less Waiting: the CVO's own.
+	Total, Accept, Applying, Waiting, Between, CVOTime time.Duration
+	// ApplySum adds up each apply's own duration; ApplyPerSecond is
+	// manifests applied per second of it (one worker's throughput), and
+	// ApplyWallPerSecond per second of Applying.
+	ApplySum                           time.Duration
+	ApplyPerSecond, ApplyWallPerSecond float64
 	// CPU is the process's CPU time during the update (the CVO, the
 	// operators' reports, the API server and etcd together).
 	CPU time.Duration
@@ -97,6 +102,8 @@ func CVO(ctx context.Context, o CVOOptions, log io.Writer) (*CVOResult, error) {
 	rel.Address = "127.0.0.1:0"
 	rel.CVO.OperatorPollInterval = 100 * time.Millisecond
 	rel.CVO.RetryInterval = 200 * time.Millisecond
+	timeline := &cvo.Timeline{}
+	rel.CVO.Timeline = timeline
 	opts.Releases = &rel
 	cl, err := startCluster(ctx, opts, dir, log)
 	if err != nil {
@@ -120,16 +127,30 @@ func CVO(ctx context.Context, o CVOOptions, log io.Writer) (*CVOResult, error) {
 		return nil, err
 	}
 	ctx = release.WithKeychain(ctx, kc)
+	// The releases carry the installed release's verification keys and
+	// are signed with the cluster's key: the updates are verified, not
+	// forced.
+	installed, err := release.Read(ctx, mustParseRef(host+"/ocp/release:"+demo.Versions[0]+"-x86_64"))
+	if err != nil {
+		return nil, fmt.Errorf("reading the installed release: %w", err)
+	}
+	keys := installed.Payload.Manifests[demo.VerificationFile]
+	if keys == nil {
+		return nil, fmt.Errorf("the installed release has no %s", demo.VerificationFile)
+	}
 	var images []string
 	for _, v := range []string{"4.10.90", "4.10.91"} {
-		img, err := publishBenchRelease(ctx, dir, host, v, ops)
+		img, digest, err := publishBenchRelease(ctx, dir, host, v, ops, keys)
 		if err != nil {
 			return nil, err
+		}
+		if err := cl.SignRelease(ctx, digest, img); err != nil {
+			return nil, fmt.Errorf("signing %s: %w", v, err)
 		}
 		images = append(images, img)
 	}
 	request := func(image string) error {
-		patch := fmt.Sprintf(`{"spec":{"desiredUpdate":{"image":%q,"force":true}}}`, image)
+		patch := fmt.Sprintf(`{"spec":{"desiredUpdate":{"image":%q}}}`, image)
 		_, err := config.ConfigV1().ClusterVersions().Patch(ctx, cvo.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 		return err
 	}
@@ -142,77 +163,72 @@ func CVO(ctx context.Context, o CVOOptions, log io.Writer) (*CVOResult, error) {
 	}
 
 	fmt.Fprintln(log, "Updating every operator to 4.10.91 ...")
-	w, err := watchUpdate(ctx, cl, config, "4.10.91")
-	if err != nil {
-		return nil, err
-	}
-	defer w.stop()
 	cpu0 := cpuTime()
 	start := time.Now()
 	if err := request(images[1]); err != nil {
 		return nil, err
 	}
-	cv, err := waitVersion(ctx, config, "4.10.91", o.Timeout)
-	if err != nil {
+	if _, err := waitVersion(ctx, config, "4.10.91", o.Timeout); err != nil {
 		return nil, err
 	}
-	done := time.Now()
-	res := &CVOResult{Operators: o.Operators, Total: done.Sub(start), CPU: cpuTime() - cpu0}
-	res.Accept = cv.Status.History[0].StartedTime.Sub(start)
-	// The operators' time: for each run level, from its first operator's
-	// Deployment changing to its last operator reporting the version.
-	byLevel := map[string][]string{}
+	res := &CVOResult{Operators: o.Operators, CPU: cpuTime() - cpu0}
+	pass := timeline.Pass("4.10.91")
+	if pass.Accepted.IsZero() || pass.Completed.IsZero() {
+		return nil, fmt.Errorf("the CVO recorded no complete pass of 4.10.91")
+	}
+	res.Total, res.Accept = pass.Completed.Sub(start), pass.Accepted.Sub(start)
+	b := pass.Breakdown(pass.Accepted, pass.Completed)
+	res.Manifests, res.Applied, res.Waits = pass.Tasks, b.Applies, b.Waits
+	res.Applying, res.Waiting, res.Between, res.ApplySum = b.Applying, b.Waiting, b.Between+res.Accept, b.ApplySum
+	res.CVOTime = res.Total - res.Waiting
+	if b.ApplySum > 0 {
+		res.ApplyPerSecond = float64(b.Applies) / b.ApplySum.Seconds()
+	}
+	if b.Applying > 0 {
+		res.ApplyWallPerSecond = float64(b.Applies) / b.Applying.Seconds()
+	}
+	levels := map[string]bool{}
 	for _, op := range ops {
-		byLevel[op.RunLevel] = append(byLevel[op.RunLevel], op.Name)
+		levels[op.RunLevel] = true
 	}
-	w.mu.Lock()
-	for _, names := range byLevel {
-		var first, last time.Time
-		for _, n := range names {
-			if a, ok := w.applied[n]; ok && (first.IsZero() || a.Before(first)) {
-				first = a
-			}
-			if r := w.reported[n]; r.After(last) {
-				last = r
-			}
-		}
-		if !first.IsZero() && last.After(first) {
-			res.OperatorTime += last.Sub(first)
-		}
-	}
-	w.mu.Unlock()
-	res.RunLevels = len(byLevel)
-	res.Manifests = (3 + max(o.Manifests/o.Operators-3, 0)) * o.Operators
-	res.Overhead = res.Total - res.OperatorTime
-	if apply := res.Total - res.Accept - res.OperatorTime; apply > 0 {
-		res.ApplyPerSecond = float64(res.Manifests) / apply.Seconds()
-	}
+	res.RunLevels = len(levels)
 	return res, nil
 }
 
-// publishBenchRelease builds and pushes a release of ops at version.
-func publishBenchRelease(ctx context.Context, dir, host, version string, ops []demo.Operator) (string, error) {
+func mustParseRef(s string) release.Ref {
+	r, err := release.ParseRef(s)
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+// publishBenchRelease builds a release of ops at version carrying the
+// verification manifest keys, pushes it, and returns its pull spec by
+// digest and the digest.
+func publishBenchRelease(ctx context.Context, dir, host, version string, ops []demo.Operator, keys []byte) (string, string, error) {
 	src := dir + "/src-" + version
 	if err := demo.WriteSource(src, version, ops, nil); err != nil {
-		return "", err
+		return "", "", err
 	}
 	p, err := release.LoadDir(src, release.Metadata{Version: version})
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
+	p.Manifests[demo.VerificationFile] = keys
 	img, err := release.Build(p, release.BuildOptions{})
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	ref, err := release.ParseRef(host + "/ocp/release:" + version + "-x86_64")
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	digest, err := release.Write(ctx, ref, img)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	return host + "/ocp/release@" + digest.String(), nil
+	return host + "/ocp/release@" + digest.String(), digest.String(), nil
 }
 
 // waitVersion waits until the cluster has completed version.
@@ -236,64 +252,6 @@ func waitVersion(ctx context.Context, config configclient.Interface, version str
 		return false, "no Progressing condition"
 	}))
 	return cv, err
-}
-
-// updateWatch times each operator's Deployment change and report.
-type updateWatch struct {
-	mu       sync.Mutex
-	applied  map[string]time.Time
-	reported map[string]time.Time
-	stop     context.CancelFunc
-}
-
-func watchUpdate(ctx context.Context, cl *cluster.Cluster, config configclient.Interface, version string) (*updateWatch, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	w := &updateWatch{applied: map[string]time.Time{}, reported: map[string]time.Time{}, stop: cancel}
-	deps, err := cl.Client.AppsV1().Deployments("").Watch(ctx, metav1.ListOptions{LabelSelector: demo.OperatorLabel})
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	cos, err := config.ConfigV1().ClusterOperators().Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	go func() {
-		for ev := range deps.ResultChan() {
-			d, ok := ev.Object.(*appsv1.Deployment)
-			if !ok || ev.Type == watch.Deleted {
-				continue
-			}
-			for _, e := range d.Spec.Template.Spec.Containers[0].Env {
-				if e.Name == demo.VersionEnv && e.Value == version {
-					w.mu.Lock()
-					if _, ok := w.applied[d.Labels[demo.OperatorLabel]]; !ok {
-						w.applied[d.Labels[demo.OperatorLabel]] = time.Now()
-					}
-					w.mu.Unlock()
-				}
-			}
-		}
-	}()
-	go func() {
-		for ev := range cos.ResultChan() {
-			co, ok := ev.Object.(*configv1.ClusterOperator)
-			if !ok {
-				continue
-			}
-			for _, v := range co.Status.Versions {
-				if v.Name == "operator" && v.Version == version {
-					w.mu.Lock()
-					if _, ok := w.reported[co.Name]; !ok {
-						w.reported[co.Name] = time.Now()
-					}
-					w.mu.Unlock()
-				}
-			}
-		}
-	}()
-	return w, nil
 }
 
 // cpuTime is this process's user and system CPU time.

@@ -53,7 +53,7 @@ onto its MachineSet. capstan up runs both itself.`,
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			if metricsAddress != "" {
-				srv, err := metrics.Listen(metricsAddress, autoscaler.Registry)
+				srv, err := metrics.Listen(metricsAddress, nil, autoscaler.Registry)
 				if err != nil {
 					return err
 				}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 	"time"
 
@@ -122,13 +123,17 @@ func newBenchCVOCommand() *cobra.Command {
 				return err
 			}
 			out := c.OutOrStdout()
-			fmt.Fprintf(out, "\nbench cvo: operators=%d manifests=%d run levels=%d fsync=%v\n", res.Operators, res.Manifests, res.RunLevels, !o.EtcdNoFsync)
-			fmt.Fprintf(out, "  update:          %.1f s (request to Completed)\n", res.Total.Seconds())
-			fmt.Fprintf(out, "  accept:          %.1f s (retrieve, Job, load, preconditions)\n", res.Accept.Seconds())
-			fmt.Fprintf(out, "  operators:       %.1f s (run levels waiting on their operators)\n", res.OperatorTime.Seconds())
-			fmt.Fprintf(out, "  CVO overhead:    %.1f s (update - operators; target < 5 s)\n", res.Overhead.Seconds())
-			fmt.Fprintf(out, "  apply:           %.0f manifests/s\n", res.ApplyPerSecond)
-			fmt.Fprintf(out, "  process CPU:     %.1f s\n", res.CPU.Seconds())
+			fmt.Fprintf(out, "\nbench cvo: operators=%d manifests=%d (the update's tasks, counted) run levels=%d fsync=%v; signed and verified, not forced\n",
+				res.Operators, res.Manifests, res.RunLevels, !o.EtcdNoFsync)
+			ms := func(d time.Duration) string { return fmt.Sprintf("%8.3f s", d.Seconds()) }
+			fmt.Fprintf(out, "  update:        %s (request to the pass completed)\n", ms(res.Total))
+			fmt.Fprintf(out, "  accept:        %s (retrieve, verify the signature, load, preconditions)\n", ms(res.Accept))
+			fmt.Fprintf(out, "  applying:      %s (at least one of %d manifests being applied)\n", ms(res.Applying), res.Applied)
+			fmt.Fprintf(out, "  waiting:       %s (only the %d operators being waited for)\n", ms(res.Waiting), res.Waits)
+			fmt.Fprintf(out, "  between:       %s (accept included: no task running)\n", ms(res.Between))
+			fmt.Fprintf(out, "  CVO time:      %s (update - waiting; target < 5 s)\n", ms(res.CVOTime))
+			fmt.Fprintf(out, "  apply:         %.0f manifests/s per worker (%s of applies), %.0f manifests/s wall\n", res.ApplyPerSecond, strings.TrimSpace(ms(res.ApplySum)), res.ApplyWallPerSecond)
+			fmt.Fprintf(out, "  process CPU:   %8.3f s\n", res.CPU.Seconds())
 			return nil
 		},
 	}

@@ -53,10 +53,10 @@ they work against any cluster a simulator serves.`,
 	c.Flags().DurationVar(&bootDelay, "boot-delay", 0, "how long new instances take to boot")
 	c.Flags().DurationVar(&terminateDelay, "terminate-delay", 0, "how long deleted instances take to disappear")
 	node := &cobra.Command{Use: "node", Short: "Inject faults into simulated nodes, add or remove them"}
-	node.AddCommand(simNodeStop(cf), simNodeStart(cf), simNodeReboot(cf), simNodeSetCondition(cf), simNodeAdd(cf), simNodeDelete(cf), simNodeList(cf))
+	node.AddCommand(simNodeStop(cf), simNodeStart(cf), simNodeReboot(cf), simNodeSetCondition(cf), simNodeAdd(cf), simNodeDelete(cf), simNodeList(cf), simNodeMCDFail(cf))
 	zone := &cobra.Command{Use: "zone", Short: "Run a zone of the simulated cloud out of capacity, or restore it"}
 	zone.AddCommand(simZoneSet(cf, true), simZoneSet(cf, false), simZoneList(cf))
-	c.AddCommand(node, zone)
+	c.AddCommand(node, zone, simCVO(cf))
 	return c
 }
 

@@ -71,7 +71,13 @@ the same cluster. Stop it with Ctrl-C (SIGINT) or SIGTERM.`,
 	fs.StringVar(&o.opts.Releases.Address, "release-address", o.opts.Releases.Address, "address of the release registry (/v2/), update service (/api/upgrades_info/v1/graph) and signature store (/signatures/)")
 	fs.StringVar(&o.opts.Releases.PromQLURL, "promql-url", "", "Prometheus-compatible query endpoint the cluster version operator evaluates PromQL update risks on")
 	fs.BoolVar(&o.opts.EtcdOperator, "etcd-operator", o.opts.EtcdOperator, "run etcd's operator: a member per control-plane machine, guarded by the EtcdQuorumOperator hook (false: the bootstrap member serves alone)")
-	fs.StringVar(&o.opts.MetricsAddress, "metrics-address", "127.0.0.1:8085", "address of the Prometheus metrics endpoint (/metrics: the embedded components' and the autoscaler's cluster_autoscaler_*; /api/v1/query: instant PromQL over them, what the CVO evaluates update risks on); empty: none")
+	fs.StringVar(&o.opts.MetricsAddress, "metrics-address", "127.0.0.1:8085", "address of the metrics endpoint (/metrics: every component's) and of the embedded Prometheus's HTTP API (/api/v1/: query, query_range, series, labels, alerts, rules, targets; what the CVO evaluates update risks on); empty: none")
+	mon := &o.opts.Monitoring
+	fs.DurationVar(&mon.Retention, "metrics-retention", 15*24*time.Hour, "how long the embedded Prometheus keeps samples (DATA_DIR/prometheus)")
+	fs.DurationVar(&mon.ScrapeInterval, "scrape-interval", 15*time.Second, "how often the embedded Prometheus scrapes every component")
+	fs.DurationVar(&mon.EvaluationInterval, "rule-evaluation-interval", 15*time.Second, "how often the embedded Prometheus evaluates its alerting rules")
+	fs.StringVar(&mon.ConfigFile, "prometheus-config", "", "a Prometheus configuration file: its scrape_configs (static_configs, file_sd_configs) are scraped and its rule_files evaluated beside capstan's own")
+	fs.DurationVar(&mon.MaxAlertFor, "alert-for-max", 0, "shorten every alerting rule's 'for' to at most this (a demo sees alerts fire in seconds); 0: as OpenShift writes them")
 	fs.DurationVar(&o.nodeReadyTimeout, "node-ready-timeout", 5*time.Minute, "how long to wait for the nodes to become Ready")
 	daemon := &o.opts.MachineConfig.Daemon
 	fs.DurationVar(&daemon.ApplyDuration, "mcd-apply-duration", daemon.ApplyDuration, "how long a simulated machine-config-daemon takes to write a node's new configuration")
@@ -184,7 +190,7 @@ func (o *upOptions) run(c *cobra.Command) error {
 		fmt.Fprintf(out, "Registry credentials for pushes: %s\n", cl.RegistryAuth)
 	}
 	if cl.MetricsURL != "" {
-		fmt.Fprintf(out, "Metrics: %s\n", cl.MetricsURL)
+		fmt.Fprintf(out, "Metrics: %s (Prometheus API: %s/api/v1/, alerts: %s/api/v1/alerts)\n", cl.MetricsURL, cl.PrometheusURL, cl.PrometheusURL)
 	}
 	<-ctx.Done()
 	stop()

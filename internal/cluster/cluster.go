@@ -13,29 +13,26 @@ import (
 	"github.com/capstan-dev/capstan/internal/mco"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/nodes"
 	"github.com/capstan-dev/capstan/internal/waitfor"
 
-	configclient "github.com/openshift/client-go/config/clientset/versioned"
-	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/autoscaler"
 	"github.com/capstan-dev/capstan/internal/controlplane"
-	"github.com/capstan-dev/capstan/internal/cvo"
 	"github.com/capstan-dev/capstan/internal/machine"
 	"github.com/capstan-dev/capstan/internal/machine/hooks"
-	"github.com/capstan-dev/capstan/internal/metrics"
+	"github.com/capstan-dev/capstan/internal/monitoring"
 	"github.com/capstan-dev/capstan/internal/resourcemetrics"
 	"github.com/capstan-dev/capstan/internal/scheduler"
 	"github.com/capstan-dev/capstan/internal/sim"
@@ -79,8 +76,12 @@ type Options struct {
 	// deleted control-plane machine.
 	EtcdOperator bool
 	// MetricsAddress, when set, serves the Prometheus metrics of the
-	// embedded components and capstan's own at http://ADDRESS/metrics.
+	// embedded components and capstan's own at http://ADDRESS/metrics,
+	// and runs the embedded Prometheus over them, its API at
+	// http://ADDRESS/api/v1/.
 	MetricsAddress string
+	// Monitoring configures that Prometheus.
+	Monitoring MonitoringOptions
 	// BootFromMachines boots the nodes from Machines and MachineSets, as
 	// an OpenShift installer does; otherwise EnsureNodes launches
 	// instances master-N and worker-N directly.
@@ -167,8 +168,9 @@ type Cluster struct {
 	Client       kubernetes.Interface
 	opts         Options
 
-	// MetricsURL is where the metrics are served, when they are.
-	MetricsURL string
+	// MetricsURL is where the metrics are served, when they are;
+	// PrometheusURL where the Prometheus API is (PrometheusURL/api/v1/).
+	MetricsURL, PrometheusURL string
 	// ReleasesURL is where the registry, the update graph and the
 	// signatures are served, when they are.
 	ReleasesURL string
@@ -182,8 +184,16 @@ type Cluster struct {
 	simDone chan error
 	// machineConfig is the Machine Config Operator, when it runs.
 	machineConfig *mco.Controller
+	// monitor is the embedded Prometheus and jobs the registries of the
+	// in-process components it scrapes, by job, when metrics are on.
+	monitor *monitoring.Monitor
+	jobs    map[string]*jobRegistry
+	// cvo runs the cluster version operator, when releases are on.
+	cvo atomic.Pointer[cvoSupervisor]
 	// components run beside the simulator until the cluster stops, each
-	// started by run; Stop waits for them in reverse order.
+	// started by run; Stop waits for them in reverse order. compMu
+	// guards the list: health checks read it while components start.
+	compMu     sync.Mutex
 	components []component
 }
 
@@ -200,7 +210,9 @@ type component struct {
 func (c *Cluster) run(ctx context.Context, name string, fn func(context.Context) error) {
 	done := make(chan error, 1)
 	exited := &atomic.Bool{}
+	c.compMu.Lock()
 	c.components = append(c.components, component{name: name, done: done, exited: exited})
+	c.compMu.Unlock()
 	go func() {
 		err := fn(ctx)
 		exited.Store(true)
@@ -214,6 +226,8 @@ func (c *Cluster) run(ctx context.Context, name string, fn func(context.Context)
 // componentHealth says whether the component started as name runs.
 func (c *Cluster) componentHealth(name, what string) func() (bool, string, string) {
 	return func() (bool, string, string) {
+		c.compMu.Lock()
+		defer c.compMu.Unlock()
 		for _, comp := range c.components {
 			if comp.name == name {
 				if comp.exited.Load() {
@@ -264,6 +278,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		c.Stop()
 		return nil, fmt.Errorf("simulator did not start: %w", ctx.Err())
 	}
+	if opts.MetricsAddress != "" {
+		if err := c.startMonitoring(ctx, runCtx); err != nil {
+			c.Stop()
+			return nil, fmt.Errorf("monitoring: %w", err)
+		}
+	}
 	if opts.MachineAPI != nil {
 		if err := c.startMachineAPI(ctx, runCtx); err != nil {
 			c.Stop()
@@ -276,29 +296,13 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			c.Stop()
 			return nil, fmt.Errorf("scheduler: %w", err)
 		}
+		c.addGatherer(JobScheduler, sched.Metrics())
 		c.run(runCtx, "scheduler", sched.Run)
 	}
 	if opts.Autoscaler != nil {
 		if err := c.startAutoscaler(ctx, runCtx); err != nil {
 			c.Stop()
 			return nil, fmt.Errorf("autoscaler: %w", err)
-		}
-	}
-	if opts.MetricsAddress != "" {
-		facts := prometheus.NewRegistry()
-		config, err := configclient.NewForConfig(c.RESTConfig())
-		if err != nil {
-			c.Stop()
-			return nil, err
-		}
-		facts.MustRegister(&cvo.Facts{Client: client, Config: config})
-		srv, err := metrics.Listen(opts.MetricsAddress, legacyregistry.DefaultGatherer, autoscaler.Registry, facts)
-		if err != nil {
-			// Metrics are an extra: a busy port does not keep the cluster down.
-			c.Warnings = append(c.Warnings, err.Error())
-		} else {
-			c.MetricsURL = "http://" + srv.Addr() + "/metrics"
-			c.run(runCtx, "metrics", srv.Run)
 		}
 	}
 	if opts.MachineConfig != nil {
@@ -337,6 +341,7 @@ func (c *Cluster) startMachineConfig(ctx, runCtx context.Context) error {
 	o.FromRelease = o.FromRelease || c.opts.Releases != nil
 	ctrl := mco.New(c.Client, mcfg, o)
 	c.machineConfig = ctrl
+	c.addMetrics(JobMachineConfig, ctrl.Metrics())
 	c.run(runCtx, "machine-config", ctrl.Run)
 	return nil
 }
@@ -361,8 +366,11 @@ func (c *Cluster) RESTConfig() *rest.Config { return c.ControlPlane.AdminConfig(
 func (c *Cluster) Stop() error {
 	c.cancel()
 	var errs []error
-	for i := len(c.components) - 1; i >= 0; i-- {
-		comp := c.components[i]
+	c.compMu.Lock()
+	comps := append([]component(nil), c.components...)
+	c.compMu.Unlock()
+	for i := len(comps) - 1; i >= 0; i-- {
+		comp := comps[i]
 		select {
 		case err := <-comp.done:
 			if err != nil && !errors.Is(err, context.Canceled) {

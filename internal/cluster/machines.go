@@ -39,6 +39,7 @@ func (c *Cluster) startMachineAPI(ctx, runCtx context.Context) error {
 	if err != nil {
 		return err
 	}
+	c.addMetrics(JobMachineAPI, &machine.Metrics{Client: mgr.GetClient(), Namespace: opts.Namespace})
 	c.run(runCtx, "machine API", mgr.Start)
 	all := c.opts.Hooks
 	if c.opts.EtcdOperator {

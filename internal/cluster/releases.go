@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -66,6 +65,8 @@ func DefaultReleaseOptions() ReleaseOptions {
 const (
 	releasesDir       = "releases"
 	releaseRepository = "ocp/release"
+	// signaturesDir, in the releases directory, is the signature store.
+	signaturesDir = "signatures"
 	// RegistryAuthFile, in the releases directory, grants pushes to the
 	// registry (see Cluster.RegistryAuth).
 	RegistryAuthFile = "auth.json"
@@ -104,7 +105,7 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 	ctx = release.WithKeychain(ctx, kc)
 	mux := http.NewServeMux()
 	mux.Handle("/v2/", reg)
-	sigDir := filepath.Join(dir, "signatures")
+	sigDir := filepath.Join(dir, signaturesDir)
 	if err := os.MkdirAll(sigDir, 0o755); err != nil {
 		return err
 	}
@@ -170,9 +171,9 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 	co := o.CVO
 	co.Upstream = "http://" + host + "/api/upgrades_info/v1/graph"
 	co.PromQLURL = o.PromQLURL
-	if co.PromQLURL == "" && c.MetricsURL != "" {
-		// capstan's own metrics endpoint answers the queries.
-		co.PromQLURL = strings.TrimSuffix(c.MetricsURL, "/metrics")
+	if co.PromQLURL == "" && c.PrometheusURL != "" {
+		// capstan's own Prometheus answers the queries.
+		co.PromQLURL = c.PrometheusURL
 	}
 	co.Channel = o.Channel
 	installed, err := remote.Head(r.Tag(o.InstallVersion+"-x86_64"), remote.WithContext(ctx))
@@ -205,8 +206,17 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 	}
 	reporter := operators.New(c.Client, config, health, operands)
 	c.run(runCtx, "cluster-operators", reporter.Run)
-	op := cvo.New(config, co)
-	c.run(runCtx, "cluster-version-operator", op.Run)
+	sup := &cvoSupervisor{config: config, opts: co}
+	c.cvo.Store(sup)
+	c.addMetrics(JobCVO, &cvo.Metrics{Client: config, Operator: sup.operator, Upstream: co.Upstream})
+	if c.monitor != nil && o.PromQLURL == "" {
+		// Risks are evaluated on what was scraped: once, before the
+		// operator asks, or its first answers would be about no series.
+		if err := c.monitor.WaitScraped(ctx, JobCVO, JobKubeState); err != nil {
+			return err
+		}
+	}
+	c.run(runCtx, "cluster-version-operator", sup.run)
 	return nil
 }
 
@@ -226,22 +236,43 @@ func (c *Cluster) publishDemoReleases(ctx context.Context, repo string, key *ope
 		return err
 	}
 	for _, b := range built {
-		sig, err := signature.Sign(key, b.Digest.String(), b.Ref.String(), time.Now())
-		if err != nil {
-			return err
-		}
-		if err := signature.WriteToDir(sigDir, b.Digest.String(), sig); err != nil {
-			return err
-		}
-		cm, err := signature.ConfigMap(b.Digest.String(), sig)
-		if err != nil {
-			return err
-		}
-		if _, err := c.Client.CoreV1().ConfigMaps(signature.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := c.publishSignature(ctx, key, sigDir, b.Digest.String(), b.Ref.String()); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// publishSignature signs a release digest with key and publishes the
+// signature in the store (sigDir) and as a ConfigMap.
+func (c *Cluster) publishSignature(ctx context.Context, key *openpgp.Entity, sigDir, digest, reference string) error {
+	sig, err := signature.Sign(key, digest, reference, time.Now())
+	if err != nil {
+		return err
+	}
+	if err := signature.WriteToDir(sigDir, digest, sig); err != nil {
+		return err
+	}
+	cm, err := signature.ConfigMap(digest, sig)
+	if err != nil {
+		return err
+	}
+	if _, err := c.Client.CoreV1().ConfigMaps(signature.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+// SignRelease signs a release pushed to the cluster's registry with the
+// cluster's release signing key, as its demo releases are: the CVO then
+// verifies an update to it without --force.
+func (c *Cluster) SignRelease(ctx context.Context, digest, reference string) error {
+	dir := c.ControlPlane.DataDir().Path(releasesDir)
+	key, err := signingKey(filepath.Join(dir, "release-signing-key.asc"))
+	if err != nil {
+		return err
+	}
+	return c.publishSignature(ctx, key, filepath.Join(dir, signaturesDir), digest, reference)
 }
 
 // signingKey loads the cluster's release signing key, or makes one.

@@ -139,6 +139,7 @@ func (w *worker) accept(ctx context.Context, cv *configv1.ClusterVersion) (*rele
 	}
 	msg = fmt.Sprintf("Payload loaded version=%q image=%q", version, t.Image)
 	w.event(corev1.EventTypeNormal, "PayloadLoaded", msg)
+	o.opts.Timeline.accepted(version, time.Now())
 	o.cache(t.Image, img)
 	w.prog.clearFailure()
 	err := o.updateStatus(ctx, func(cv *configv1.ClusterVersion, now metav1.Time) {

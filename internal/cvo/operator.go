@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -32,6 +33,9 @@ const Name = "version"
 
 // Options configure the operator.
 type Options struct {
+	// Timeline, when set, records each update pass with in-process
+	// times (the CVO benchmark's instrument).
+	Timeline *Timeline
 	// Upstream is the update service asked when spec.upstream is unset
 	// (the CVO's --update-service).
 	Upstream string
@@ -116,6 +120,8 @@ type Operator struct {
 	lastAsked  string
 	lastCheck  time.Time
 	nextPeriod time.Duration
+	// retrievedAt is when updates were last retrieved (Unix seconds).
+	retrievedAt atomic.Int64
 }
 
 // New returns an operator.
@@ -328,6 +334,9 @@ func (o *Operator) syncRecommendations(ctx context.Context, cv *configv1.Cluster
 	}
 	r := Recommend(ctx, o.http, cv, o.opts.Upstream, o.opts.Architecture, o.eval)
 	o.lastAsked, o.lastCheck, o.nextPeriod = asked, now, o.opts.MinimumUpdateCheckInterval()
+	if r.Condition.Status == configv1.ConditionTrue {
+		o.retrievedAt.Store(now.Unix())
+	}
 	return o.updateStatus(ctx, func(cv *configv1.ClusterVersion, now metav1.Time) { r.Apply(cv, now) })
 }
 

@@ -280,6 +280,9 @@ func (w *worker) syncOnce(ctx context.Context) error {
 		g = payload.ByRunLevel(manifests)
 	}
 	w.prog.start(version, mode, g.Tasks())
+	if mode != payload.Reconciling {
+		w.o.opts.Timeline.started(version, g.Tasks())
+	}
 	w.prog.changed()
 	err = payload.Run(ctx, g, workers, func(ctx context.Context, m *payload.Manifest) error { return w.apply(ctx, m, mode, version) })
 	if err != nil {
@@ -296,6 +299,9 @@ func (w *worker) syncOnce(ctx context.Context) error {
 		}
 	}
 	failpoint.Hit(failpoint.CVOApplied)
+	if mode != payload.Reconciling {
+		w.o.opts.Timeline.completed(version, time.Now())
+	}
 	w.prog.complete()
 	if err := o.updateStatus(ctx, func(cv *configv1.ClusterVersion, now metav1.Time) {
 		desired := cv.Status.Desired
@@ -340,8 +346,13 @@ func conditionTrue(conds []configv1.ClusterOperatorStatusCondition, t configv1.C
 // apply applies one manifest; a ClusterOperator's manifest is the wait for
 // that operator to reach the versions it lists.
 func (w *worker) apply(ctx context.Context, m *payload.Manifest, mode payload.Mode, version string) error {
+	start := time.Now()
 	if m.Kind == "ClusterOperator" && strings.HasPrefix(m.APIVersion, "config.openshift.io/") {
-		return w.waitOperator(ctx, m, mode)
+		err := w.waitOperator(ctx, m, mode)
+		if err == nil && mode != payload.Reconciling {
+			w.o.opts.Timeline.task(version, TaskWait, start, time.Now())
+		}
+		return err
 	}
 	var err error
 	for attempt := range w.o.opts.ApplyAttempts {
@@ -360,6 +371,9 @@ func (w *worker) apply(ctx context.Context, m *payload.Manifest, mode payload.Mo
 	if err != nil {
 		done, total := w.prog.counts()
 		return applyError(m, err, done, total)
+	}
+	if mode != payload.Reconciling {
+		w.o.opts.Timeline.task(version, TaskApply, start, time.Now())
 	}
 	w.prog.taskDone()
 	if mode == payload.Updating && m.Dir == release.ManifestsDir && m.Kind == "Deployment" && m.Namespace == Namespace && m.Name == DeploymentName &&

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -597,3 +598,19 @@ func ReadRegistry(dataDir string) ([]MemberSpec, error) {
 	}
 	return parseRegistry(raw)
 }
+
+// MetricsURLs are the /metrics endpoints of this process's members,
+// stopped ones included (a scrape of those fails, as of a member down).
+func (c *Cluster) MetricsURLs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, s := range c.registry {
+		out = append(out, s.ClientURL()+"/metrics")
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TLS are the files of the cluster's certificates.
+func (c *Cluster) TLS() TLSFiles { return c.cfg.TLS }

@@ -100,13 +100,14 @@ type Controller struct {
 	configMaps corelisters.ConfigMapLister
 	queue      workqueue.TypedRateLimitingInterface[string]
 	daemon     *daemon
+	metrics    *daemonMetrics
 	// synced is set once the listers above are filled.
 	synced atomic.Bool
 }
 
 // New returns the MCO's controllers.
 func New(kube kubernetes.Interface, mcfg mcfgclient.Interface, opts Options) *Controller {
-	return &Controller{kube: kube, mcfg: mcfg, opts: opts, recorder: &record.FakeRecorder{},
+	return &Controller{kube: kube, mcfg: mcfg, opts: opts, recorder: &record.FakeRecorder{}, metrics: newDaemonMetrics(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "machineconfigpools"})}
 }
@@ -140,7 +141,10 @@ func (c *Controller) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	c.daemon = newDaemon(ctx, c.kube, c.nodes, c.opts.Daemon, c.recorder)
+	c.metrics.mu.Lock()
+	c.metrics.nodes = c.nodes
+	c.metrics.mu.Unlock()
+	c.daemon = newDaemon(ctx, c.kube, c.nodes, c.opts.Daemon, c.recorder, c.metrics)
 	if _, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onNode(obj) },
 		UpdateFunc: func(_, n any) { c.onNode(n) },

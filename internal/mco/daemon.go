@@ -2,6 +2,7 @@ package mco
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -25,6 +26,23 @@ import (
 // with the annotation's value as the reason (state Degraded) until it is
 // removed.
 const FailAnnotation = "sim.capstan.dev/mcd-fail"
+
+// FailAtAnnotation on a node makes its simulated daemon fail a step of
+// the update, again at every retry, until it is removed: the node is
+// Degraded meanwhile, and the failure counted in the daemon's metrics
+// (mcd_drain_err, mcd_pivot_errors_total, mcd_reboots_failed_total).
+// Removed, the update goes on from that step.
+const FailAtAnnotation = "sim.capstan.dev/mcd-fail-at"
+
+// The steps FailAtAnnotation names.
+const (
+	FailAtDrain  = "drain"
+	FailAtPivot  = "pivot"
+	FailAtReboot = "reboot"
+)
+
+// FailAtSteps are the values FailAtAnnotation takes.
+var FailAtSteps = []string{FailAtDrain, FailAtPivot, FailAtReboot}
 
 // DaemonOptions time the simulated machine-config-daemon.
 type DaemonOptions struct {
@@ -51,12 +69,14 @@ type daemon struct {
 	opts     DaemonOptions
 	recorder record.EventRecorder
 
+	metrics *daemonMetrics
+
 	mu      sync.Mutex
 	running map[string]bool
 	wg      sync.WaitGroup
 }
 
-func newDaemon(ctx context.Context, kube kubernetes.Interface, nodes corelisters.NodeLister, opts DaemonOptions, recorder record.EventRecorder) *daemon {
+func newDaemon(ctx context.Context, kube kubernetes.Interface, nodes corelisters.NodeLister, opts DaemonOptions, recorder record.EventRecorder, metrics *daemonMetrics) *daemon {
 	def := DefaultDaemonOptions()
 	if opts.DrainTimeout <= 0 {
 		opts.DrainTimeout = def.DrainTimeout
@@ -67,7 +87,10 @@ func newDaemon(ctx context.Context, kube kubernetes.Interface, nodes corelisters
 	if opts.RebootDuration <= 0 {
 		opts.RebootDuration = def.RebootDuration
 	}
-	return &daemon{ctx: ctx, kube: kube, nodes: nodes, opts: opts, recorder: recorder, running: map[string]bool{}}
+	if metrics == nil {
+		metrics = newDaemonMetrics()
+	}
+	return &daemon{ctx: ctx, kube: kube, nodes: nodes, opts: opts, recorder: recorder, metrics: metrics, running: map[string]bool{}}
 }
 
 // needsUpdate: the node is told to run another configuration, and is not
@@ -147,6 +170,12 @@ func (d *daemon) update(n *corev1.Node) error {
 		if err := sleep(ctx, d.opts.ApplyDuration); err != nil {
 			return err
 		}
+		if err := d.failAt(ctx, name, FailAtPivot); err != nil {
+			return err
+		}
+		if err := d.failAt(ctx, name, FailAtReboot); err != nil {
+			return err
+		}
 		log.Info("Initiating reboot: Node will reboot into config " + want)
 		// The post-config action and the machine going down are one
 		// write: a daemon killed on either side of it neither skips the
@@ -191,6 +220,7 @@ func (d *daemon) update(n *corev1.Node) error {
 		return err
 	}
 	log.Info("Update completed for config " + want + " and node has been successfully uncordoned")
+	d.metrics.updated(name)
 	return d.annotate(ctx, name, map[string]any{CurrentConfigAnnotation: want, StateAnnotation: StateDone, ReasonAnnotation: nil, PostConfigActionAnnotation: nil})
 }
 
@@ -204,18 +234,68 @@ func (d *daemon) drain(ctx context.Context, n *corev1.Node) error {
 		return err
 	}
 	for {
-		err := dr.Evict(n.Name)
+		err := d.injected(ctx, n.Name, FailAtDrain)
 		if err == nil {
+			err = dr.Evict(n.Name)
+		}
+		if err == nil {
+			d.metrics.drained(n.Name)
 			return nil
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		d.metrics.drainFailed(n.Name, err.Error())
 		reason := "failed to drain node: " + n.Name + ": " + err.Error()
 		if b := d.blockers(ctx, n.Name); b != "" {
 			reason = "drain is blocked: " + b
 		}
 		if err := d.annotate(ctx, n.Name, map[string]any{ReasonAnnotation: reason}); err != nil {
+			return err
+		}
+		if err := sleep(ctx, d.opts.DrainRetry); err != nil {
+			return err
+		}
+	}
+}
+
+// injected is the error FailAtAnnotation injects at step, if it does.
+func (d *daemon) injected(ctx context.Context, node, step string) error {
+	n, err := d.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if n.Annotations[FailAtAnnotation] != step {
+		return nil
+	}
+	switch step {
+	case FailAtDrain:
+		return errors.New("error when evicting pods: injected by " + FailAtAnnotation)
+	case FailAtPivot:
+		return errors.New("failed to update OS to the configuration's image: injected by " + FailAtAnnotation)
+	}
+	return errors.New("reboot command failed, something is seriously wrong: injected by " + FailAtAnnotation)
+}
+
+// failAt holds the update at step while FailAtAnnotation names it: the
+// node Degraded with the failure as its reason, counted, tried again
+// every DrainRetry. Cleared, the node is Working again.
+func (d *daemon) failAt(ctx context.Context, node, step string) error {
+	failed := false
+	for {
+		err := d.injected(ctx, node, step)
+		if err == nil {
+			if failed {
+				return d.annotate(ctx, node, map[string]any{StateAnnotation: StateWorking, ReasonAnnotation: nil})
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		failed = true
+		d.metrics.stepFailed(node, step)
+		if err := d.annotate(ctx, node, map[string]any{StateAnnotation: StateDegraded, ReasonAnnotation: err.Error()}); err != nil {
 			return err
 		}
 		if err := sleep(ctx, d.opts.DrainRetry); err != nil {

@@ -1,7 +1,7 @@
-// Package metrics serves capstan's Prometheus metrics: the embedded
-// Kubernetes components' (their legacy registry) and capstan's own
-// components', on one /metrics endpoint, and instant queries over them at
-// /api/v1/query.
+// Package metrics serves Prometheus metrics on one /metrics endpoint: the
+// embedded Kubernetes components' (their legacy registry) and capstan's
+// own components', and, beside them, any other handler (capstan up serves
+// its Prometheus's API there).
 package metrics
 
 import (
@@ -14,8 +14,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/capstan-dev/capstan/internal/promql"
 )
 
 // Server serves /metrics on a listener.
@@ -24,17 +22,18 @@ type Server struct {
 	srv *http.Server
 }
 
-// Listen binds addr and serves what the gatherers gather at /metrics.
-func Listen(addr string, gatherers ...prometheus.Gatherer) (*Server, error) {
+// Listen binds addr and serves what the gatherers gather at /metrics, and
+// api (when set) at every other path.
+func Listen(addr string, api http.Handler, gatherers ...prometheus.Gatherer) (*Server, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics endpoint %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers(gatherers), promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-	// The same metrics, queried as Prometheus's API answers instant
-	// queries: what the cluster version operator evaluates update risks on.
-	mux.Handle("/api/v1/query", promql.Handler(prometheus.Gatherers(gatherers)))
+	if api != nil {
+		mux.Handle("/", api)
+	}
 	return &Server{l: l, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}, nil
 }
 

@@ -91,6 +91,7 @@ func (m *Monitor) Handler() http.Handler {
 	handle("/api/v1/alerts", []string{http.MethodGet}, m.alerts)
 	handle("/api/v1/rules", []string{http.MethodGet}, m.rulesAPI)
 	handle("/api/v1/targets", []string{http.MethodGet}, m.targetsAPI)
+	handle("/api/v1/metadata", []string{http.MethodGet}, m.metadata)
 	handle("/api/v1/status/buildinfo", []string{http.MethodGet}, func(*http.Request) (any, annotations.Annotations, *apiError) {
 		return map[string]string{"version": "3.0.0", "revision": "capstan", "branch": "", "goVersion": ""}, nil, nil
 	})
@@ -563,4 +564,53 @@ func (m *Monitor) targetsAPI(*http.Request) (any, annotations.Annotations, *apiE
 		}
 	}
 	return map[string]any{"activeTargets": active, "droppedTargets": []target{}}, nil, nil
+}
+
+type metadataEntry struct {
+	Type string `json:"type"`
+	Help string `json:"help"`
+	Unit string `json:"unit"`
+}
+
+// metadata answers /api/v1/metadata: each metric family's type, help and
+// unit as the targets exposed them (metric= names one, limit= caps).
+func (m *Monitor) metadata(r *http.Request) (any, annotations.Annotations, *apiError) {
+	limit := -1
+	if s := r.Form.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return nil, nil, badData("invalid parameter \"limit\": %v", err)
+		}
+		limit = n
+	}
+	name := r.Form.Get("metric")
+	out := map[string][]metadataEntry{}
+	for _, ts := range m.scrape.TargetsActive() {
+		for _, t := range ts {
+			for _, md := range t.ListMetadata() {
+				if name != "" && md.MetricFamily != name {
+					continue
+				}
+				e := metadataEntry{Type: string(md.Type), Help: md.Help, Unit: md.Unit}
+				known := false
+				for _, have := range out[md.MetricFamily] {
+					known = known || have == e
+				}
+				if !known {
+					out[md.MetricFamily] = append(out[md.MetricFamily], e)
+				}
+			}
+		}
+	}
+	if limit >= 0 && len(out) > limit {
+		names := make([]string, 0, len(out))
+		for n := range out {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names[limit:] {
+			delete(out, n)
+		}
+	}
+	return out, nil, nil
 }

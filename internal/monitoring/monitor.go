@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/config"
 	"github.com/prometheus/prometheus/discovery"
+	"github.com/prometheus/prometheus/discovery/targetgroup"
 	_ "github.com/prometheus/prometheus/discovery/file" // file_sd_configs in a scrape config file
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
@@ -83,8 +84,11 @@ type Target struct {
 	// returns an error its endpoint answers 503 and up is 0.
 	Healthy func() error
 	// URLs are endpoints to scrape instead of a Gatherer: one instance
-	// each, all with the same TLS settings.
+	// each, all with the same scheme, path and TLS settings.
 	URLs []string
+	// Discover, when set, gives the URLs instead, asked again every
+	// scrape interval (members that come and go).
+	Discover func() []string
 	// TLS configures the client for https URLs.
 	TLS *TLSFiles
 }
@@ -207,7 +211,7 @@ func validTargets(targets []Target) error {
 			errs = append(errs, fmt.Errorf("monitoring: target job %q: want a name without spaces or slashes", t.Job))
 		case seen[t.Job]:
 			errs = append(errs, fmt.Errorf("monitoring: target job %q named twice", t.Job))
-		case (t.Gatherer == nil) == (len(t.URLs) == 0):
+		case (t.Gatherer == nil) == (len(t.URLs) == 0 && t.Discover == nil):
 			errs = append(errs, fmt.Errorf("monitoring: target job %q: want either a gatherer or URLs", t.Job))
 		}
 		for _, u := range t.URLs {
@@ -252,8 +256,17 @@ func (m *Monitor) config() (*config.Config, error) {
 			scs = append(scs, sc)
 			continue
 		}
+		urls := t.URLs
+		if t.Discover != nil {
+			urls = t.Discover()
+		}
+		if len(urls) == 0 {
+			// Nothing yet: the job is set up from a URL of the same
+			// shape, its targets given as they come.
+			urls = []string{"https://127.0.0.1:1/metrics"}
+		}
 		byScheme := map[string]*scrapeConfig{}
-		for _, raw := range t.URLs {
+		for _, raw := range urls {
 			u, _ := url.Parse(raw)
 			c := byScheme[u.Scheme+u.Path]
 			if c == nil {
@@ -366,7 +379,8 @@ func (m *Monitor) Run(ctx context.Context) error {
 	if err := m.disc.ApplyConfig(sd); err != nil {
 		return fmt.Errorf("monitoring: service discovery: %w", err)
 	}
-	m.wg.Add(2)
+	m.wg.Add(3)
+	go func() { defer m.wg.Done(); m.rediscover(ctx, sd) }()
 	go func() { defer m.wg.Done(); _ = m.disc.Run() }()
 	go func() { defer m.wg.Done(); _ = m.scrape.Run(m.disc.SyncCh()) }()
 
@@ -402,6 +416,48 @@ func (m *Monitor) Run(ctx context.Context) error {
 	return nil
 }
 
+// rediscover asks the targets with Discover for their URLs every scrape
+// interval and hands what changed to service discovery.
+func (m *Monitor) rediscover(ctx context.Context, sd map[string]discovery.Configs) {
+	last := map[string]string{}
+	t := time.NewTicker(m.opts.ScrapeInterval)
+	defer t.Stop()
+	for {
+		changed := false
+		for _, tg := range m.targets {
+			if tg.Discover == nil {
+				continue
+			}
+			urls := tg.Discover()
+			key := strings.Join(urls, " ")
+			if last[tg.Job] == key {
+				continue
+			}
+			last[tg.Job], changed = key, true
+			group := &targetgroup.Group{Labels: model.LabelSet{}, Source: tg.Job}
+			for k, v := range tg.Labels {
+				group.Labels[model.LabelName(k)] = model.LabelValue(v)
+			}
+			for _, raw := range urls {
+				if u, err := url.Parse(raw); err == nil {
+					group.Targets = append(group.Targets, model.LabelSet{model.AddressLabel: model.LabelValue(u.Host)})
+				}
+			}
+			sd[tg.Job] = discovery.Configs{discovery.StaticConfig{group}}
+		}
+		if changed {
+			if err := m.disc.ApplyConfig(sd); err != nil {
+				m.opts.Logger.Error("Applying discovered targets", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // Stop stops scraping and the rules and closes the TSDB.
 func (m *Monitor) Stop() error {
 	var err error
@@ -430,3 +486,37 @@ func (m *Monitor) Stop() error {
 
 // Registry is the monitor's own metrics (prometheus_*, its TSDB's).
 func (m *Monitor) Registry() prometheus.Gatherer { return m.reg }
+
+// WaitScraped waits until every target of the jobs was scraped once
+// since the monitor started, or ctx ends.
+func (m *Monitor) WaitScraped(ctx context.Context, jobs ...string) error {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		pending := m.unscraped(jobs)
+		if len(pending) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("monitoring: waiting for the first scrape of %s: %w", strings.Join(pending, ", "), ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+func (m *Monitor) unscraped(jobs []string) []string {
+	active := m.scrape.TargetsActive()
+	var pending []string
+	for _, job := range jobs {
+		ts := active[job]
+		done := len(ts) > 0
+		for _, t := range ts {
+			done = done && t.LastScrape().After(m.started)
+		}
+		if !done {
+			pending = append(pending, job)
+		}
+	}
+	return pending
+}

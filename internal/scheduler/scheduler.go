@@ -72,6 +72,7 @@ type Scheduler struct {
 	volumeBinds sync.WaitGroup
 	// cachesSynced is closed once Run's informers have synced.
 	cachesSynced chan struct{}
+	metrics      *schedulerMetrics
 }
 
 type bindRequest struct {
@@ -80,6 +81,8 @@ type bindRequest struct {
 	cycle   int64
 	node    string
 	volumes []algorithm.VolumeBinding
+	// start is when the attempt began.
+	start time.Time
 }
 
 // New builds a scheduler; Run starts it.
@@ -114,6 +117,7 @@ func New(client kubernetes.Interface, cfg Config) (*Scheduler, error) {
 
 		cachesSynced: make(chan struct{}),
 	}
+	s.metrics = newSchedulerMetrics(cfg.Name, s.queue)
 	s.events = record.NewBroadcaster()
 	s.recorder = s.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: cfg.Name})
 	s.setupInformers()
@@ -331,6 +335,7 @@ func (s *Scheduler) housekeeping(logger klog.Logger) {
 // scheduleOne decides for one pod and, when a node fits, assumes it there
 // and hands the binding to a bind worker.
 func (s *Scheduler) scheduleOne(ctx context.Context, qp *queuedPod, pod *corev1.Pod, cycle int64) {
+	start := s.cfg.Clock.Now()
 	s.cache.mu.Lock()
 	d := s.algorithm.Schedule(ctx, pod, s.cache.snapshotLocked(s.listers), algorithm.Options{})
 	if d.Feasible() {
@@ -338,10 +343,11 @@ func (s *Scheduler) scheduleOne(ctx context.Context, qp *queuedPod, pod *corev1.
 	}
 	s.cache.mu.Unlock()
 	if !d.Feasible() {
+		s.metrics.attempt(resultUnschedulable, start, s.cfg.Clock.Now())
 		s.unschedulable(ctx, qp, pod, cycle, d.Summary())
 		return
 	}
-	req := bindRequest{qp: qp, pod: pod, cycle: cycle, node: d.Selected, volumes: d.VolumeBindings}
+	req := bindRequest{qp: qp, pod: pod, cycle: cycle, node: d.Selected, volumes: d.VolumeBindings, start: start}
 	if len(req.volumes) > 0 {
 		s.volumeBinds.Add(1)
 		go func() {
@@ -360,12 +366,14 @@ func (s *Scheduler) bind(ctx context.Context, req bindRequest) {
 	pod := req.pod
 	logger := klog.FromContext(ctx)
 	if !s.cache.hasNode(req.node) {
+		s.metrics.attempt(resultError, req.start, s.cfg.Clock.Now())
 		s.cache.unassume(pod)
 		s.queue.Requeue(req.qp, req.cycle, false)
 		return
 	}
 	if len(req.volumes) > 0 {
 		if err := s.bindVolumes(ctx, pod, req.volumes); err != nil {
+			s.metrics.attempt(resultError, req.start, s.cfg.Clock.Now())
 			s.cache.unassume(pod)
 			if ctx.Err() != nil {
 				return
@@ -382,6 +390,8 @@ func (s *Scheduler) bind(ctx context.Context, req bindRequest) {
 	}, metav1.CreateOptions{})
 	switch {
 	case err == nil:
+		s.metrics.attempt(resultScheduled, req.start, s.cfg.Clock.Now())
+		s.metrics.tries.Observe(float64(req.qp.attempts + 1))
 		s.cache.finishBinding(pod, s.cfg.Clock.Now())
 		s.queue.Done(req.qp, pod)
 		s.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonScheduled, "Successfully assigned %s/%s to %s", pod.Namespace, pod.Name, req.node)
@@ -398,6 +408,7 @@ func (s *Scheduler) bind(ctx context.Context, req bindRequest) {
 		// out"), and only the informer tells them apart. A bound pod
 		// leaves the queue when its update arrives (in flight, it does
 		// not come back at all).
+		s.metrics.attempt(resultError, req.start, s.cfg.Clock.Now())
 		s.cache.unassume(pod)
 		if ctx.Err() != nil {
 			return

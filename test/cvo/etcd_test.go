@@ -38,16 +38,22 @@ type etcdCluster struct {
 	dir, kubeconfig string
 	args            []string
 	up              *testenv.UpProcess
-	kube            kubernetes.Interface
-	machines        machineclient.Interface
-	config          configclient.Interface
+	// prom is the cluster's Prometheus, scraping and evaluating every
+	// second, alerts firing 2s after their expression holds.
+	prom     *testenv.Prometheus
+	kube     kubernetes.Interface
+	machines machineclient.Interface
+	config   configclient.Interface
 }
 
 func startEtcdCluster(t *testing.T) *etcdCluster {
 	t.Helper()
 	c := &etcdCluster{parent: t, dir: t.TempDir()}
+	metrics := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	c.prom = &testenv.Prometheus{URL: "http://" + metrics}
 	c.args = []string{"--data-dir", c.dir, "--port", strconv.Itoa(testenv.FreePort(t)), "--nodes", "1", "--control-plane-nodes", "3",
-		"--metrics-address", "", "--release-address", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))}
+		"--metrics-address", metrics, "--scrape-interval", "1s", "--rule-evaluation-interval", "1s", "--alert-for-max", "2s",
+		"--release-address", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))}
 	c.up = testenv.StartUp(t, c.args...)
 	c.up.WaitLine(t, "capstan is up", 3*time.Minute)
 	c.kubeconfig = filepath.Join(c.dir, "kubeconfig")
@@ -557,12 +563,27 @@ func TestControlPlaneMachineReplacement(t *testing.T) {
 		if err := write("with-two-members"); err != nil {
 			t.Fatalf("two of three members lost the API: %v", err)
 		}
+		// A member down: etcdMembersDown, and nothing worse.
+		c.prom.WaitAlertFiring(t, "etcdMembersDown", map[string]string{"job": "etcd"}, time.Minute)
+		if alerts, err := c.prom.Alerts(ctx); err != nil {
+			t.Error(err)
+		} else {
+			for _, a := range alerts {
+				if n := a.Labels["alertname"]; n == "etcdNoLeader" || n == "etcdInsufficientMembers" {
+					t.Errorf("%s with two members of three: %+v", n, a)
+				}
+			}
+		}
 		capstanOK(t, "sim", "node", "stop", b, "--kubeconfig", c.kubeconfig)
 		// One of three: no quorum, no writes.
 		testenv.Eventually(t, time.Minute, func() (bool, string) {
 			err := write(fmt.Sprintf("no-quorum-%d", time.Now().UnixNano()))
 			return err != nil, "a write succeeded with one member of three"
 		})
+		// The Prometheus, which needs no API, sees the last member without
+		// a leader, and too few members.
+		c.prom.WaitAlertFiring(t, "etcdNoLeader", map[string]string{"job": "etcd"}, time.Minute)
+		c.prom.WaitAlertFiring(t, "etcdInsufficientMembers", map[string]string{"job": "etcd"}, time.Minute)
 		down := time.Now()
 		out := capstanOK(t, "sim", "node", "start", b, "--kubeconfig", c.kubeconfig, "--data-dir", c.dir)
 		if !strings.Contains(out, "node/"+b+" started through "+c.dir+" (the API is unavailable)") {
@@ -578,8 +599,11 @@ func TestControlPlaneMachineReplacement(t *testing.T) {
 				t.Errorf("write %s lost: %v", n, err)
 			}
 		}
+		c.prom.WaitAlertResolved(t, "etcdNoLeader", nil, time.Minute)
+		c.prom.WaitAlertResolved(t, "etcdInsufficientMembers", nil, time.Minute)
 		capstanOK(t, "sim", "node", "start", a, "--kubeconfig", c.kubeconfig)
 		c.waitSettled(t, 2*time.Minute)
+		c.prom.WaitAlertResolved(t, "etcdMembersDown", nil, time.Minute)
 		testenv.Eventually(t, time.Minute, func() (bool, string) {
 			co, err := c.config.ConfigV1().ClusterOperators().Get(ctx, etcd.ClusterOperatorName, metav1.GetOptions{})
 			if err != nil {

@@ -208,6 +208,28 @@ func TestMachineConfigRollout(t *testing.T) {
 		waitUpdated(t, mcfg, target)
 	})
 
+	t.Run("the daemon's drain, pivot and reboot failures fire their alerts", func(t *testing.T) {
+		labels := map[string]string{"node": "infra-5"}
+		for _, tc := range []struct{ step, alert string }{
+			{mco.FailAtDrain, "MCDDrainError"}, {mco.FailAtPivot, "MCDPivotError"}, {mco.FailAtReboot, "MCDRebootError"},
+		} {
+			capstanOK(t, "sim", "node", "mcd-fail", "infra-5", "--at", tc.step)
+			old := getPool(t, mcfg, "infra").Spec.Configuration.Name
+			addConfig(t, "53-infra-"+tc.step, tc.step)
+			target := newTarget(t, old)
+			a := env.WaitAlertFiring(t, tc.alert, labels, alertTimeout)
+			if a.Labels["namespace"] != "openshift-machine-config-operator" || a.Annotations["summary"] == "" {
+				t.Errorf("%s: %+v", tc.alert, a)
+			}
+			if s := env.GetNode(t, "infra-5").Annotations[mco.StateAnnotation]; s != mco.StateDegraded {
+				t.Errorf("%s: infra-5 is %s, not Degraded", tc.step, s)
+			}
+			capstanOK(t, "sim", "node", "mcd-fail", "infra-5", "--clear")
+			waitUpdated(t, mcfg, target)
+			env.WaitAlertResolved(t, tc.alert, labels, alertTimeout)
+		}
+	})
+
 	t.Run("a drain held by a PodDisruptionBudget says what holds it", func(t *testing.T) {
 		ns := env.Namespace(t, "mco-pdb")
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "guarded", Namespace: ns, Labels: map[string]string{"app": "guarded"},

@@ -1,0 +1,163 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	machinev1 "github.com/openshift/api/machine/v1beta1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/capstan-dev/capstan/internal/autoscaler"
+	"github.com/capstan-dev/capstan/internal/machine"
+	"github.com/capstan-dev/capstan/internal/waitfor"
+)
+
+// The cluster's Prometheus evaluates OpenShift's alerting rules on what it
+// scrapes; each alert here fires from a fault injected as a user would and
+// resolves once the fault is cleared. The test cluster shortens every
+// alert's `for` to 3s (testenv).
+
+const alertTimeout = 2 * time.Minute
+
+func TestNodeAlertsFireAndResolve(t *testing.T) {
+	node := "alert-node"
+	capstanOK(t, "sim", "node", "add", "--kubeconfig", env.Kubeconfig, "--name", node)
+	t.Cleanup(func() { _, _ = capstan(t, "sim", "node", "delete", node, "--kubeconfig", env.Kubeconfig) })
+	waitNodeReady(t, node)
+	labels := map[string]string{"node": node}
+
+	// The kubelet reports Ready=False: KubeNodeNotReady.
+	capstanOK(t, "sim", "node", "set-condition", node, "Ready=False", "--kubeconfig", env.Kubeconfig)
+	a := env.WaitAlertFiring(t, "KubeNodeNotReady", labels, alertTimeout)
+	if a.Labels["severity"] != "warning" || a.Annotations["summary"] != "Node is not ready." || !strings.Contains(a.Annotations["description"], node) {
+		t.Errorf("KubeNodeNotReady: %+v", a)
+	}
+	capstanOK(t, "sim", "node", "set-condition", node, "Ready=True", "--kubeconfig", env.Kubeconfig)
+	env.WaitAlertResolved(t, "KubeNodeNotReady", labels, alertTimeout)
+
+	// The kubelet stops: the node lifecycle controller taints the node
+	// unreachable, and KubeNodeUnreachable fires.
+	capstanOK(t, "sim", "node", "stop", node, "--kubeconfig", env.Kubeconfig)
+	env.WaitAlertFiring(t, "KubeNodeUnreachable", labels, alertTimeout)
+	capstanOK(t, "sim", "node", "start", node, "--kubeconfig", env.Kubeconfig)
+	env.WaitAlertResolved(t, "KubeNodeUnreachable", labels, alertTimeout)
+	env.WaitAlertResolved(t, "KubeNodeNotReady", labels, alertTimeout)
+}
+
+func waitNodeReady(t *testing.T, node string) {
+	t.Helper()
+	err := waitfor.Poll(context.Background(), 200*time.Millisecond, time.Minute, waitfor.Simple(func(ctx context.Context) (bool, string) {
+		n, err := env.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == "Ready" {
+				return c.Status == "True", "Ready=" + string(c.Status)
+			}
+		}
+		return false, "no Ready condition"
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMachineAlertsFireAndResolve(t *testing.T) {
+	ctx := context.Background()
+	api := machines(t).MachineV1beta1()
+
+	// A machine whose zone has no capacity goes Failed and stays there:
+	// MachineWithNoRunningPhase, until the machine is deleted.
+	zone := "alerts-exhausted"
+	capstanOK(t, "sim", "zone", "exhaust", zone, "--kubeconfig", env.Kubeconfig)
+	t.Cleanup(func() { _, _ = capstan(t, "sim", "zone", "restore", zone, "--kubeconfig", env.Kubeconfig) })
+	newMachineSet(t, "alerts-failed", 1, func(ms *machinev1.MachineSet) { ms.Spec.Template.Spec = machineSpec(zone) })
+	a := env.WaitAlertFiring(t, "MachineWithNoRunningPhase", map[string]string{"namespace": machine.Namespace}, alertTimeout)
+	failed := a.Labels["name"]
+	if !strings.HasPrefix(failed, "alerts-failed-") || !strings.Contains(a.Annotations["summary"], failed) {
+		t.Errorf("MachineWithNoRunningPhase: %+v", a)
+	}
+	cleanupMachines(t, "alerts-failed")
+	env.WaitAlertResolved(t, "MachineWithNoRunningPhase", map[string]string{"name": failed}, alertTimeout)
+
+	// A machine held in Deleting by a preDrain hook: MachineNotYetDeleted.
+	ms := newMachineSet(t, "alerts-held", 1)
+	held := waitMachinesRunning(t, ms.Name, 1)[0].Name
+	m := getMachine(t, held)
+	m.Spec.LifecycleHooks.PreDrain = []machinev1.LifecycleHook{{Name: "alerts-hold", Owner: "e2e"}}
+	if _, err := api.Machines(machine.Namespace).Update(ctx, m, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.MachineSets(machine.Namespace).Patch(ctx, ms.Name, "application/merge-patch+json", []byte(`{"spec":{"replicas":0}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"name": held}
+	env.WaitAlertFiring(t, "MachineNotYetDeleted", labels, alertTimeout)
+	m = getMachine(t, held)
+	m.Spec.LifecycleHooks = machinev1.LifecycleHooks{}
+	if _, err := api.Machines(machine.Namespace).Update(ctx, m, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitMachineGone(t, held, 2*time.Minute)
+	// The expression averages the Deleting phase over 15 minutes: it
+	// still holds now, and no longer once the window has passed the
+	// machine's last sample.
+	expr := `sum by (name, namespace) (avg_over_time(mapi_machine_created_timestamp_seconds{phase="Deleting",name="` + held + `"}[15m])) > 0`
+	waitQueryLen(t, expr, time.Time{}, 1)
+	waitQueryLen(t, expr, time.Now().Add(16*time.Minute), 0)
+}
+
+// waitQueryLen waits until the query answers n samples at time at.
+func waitQueryLen(t *testing.T, q string, at time.Time, n int) {
+	t.Helper()
+	err := waitfor.Poll(context.Background(), 500*time.Millisecond, alertTimeout, waitfor.Simple(func(ctx context.Context) (bool, string) {
+		ls, vs, err := env.Query(ctx, q, at)
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(ls) == n, fmt.Sprintf("%d samples %v %v", len(ls), ls, vs)
+	}))
+	if err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+func TestAutoscalerAlertsFireAndResolve(t *testing.T) {
+	ctx := context.Background()
+	nodes, _ := clusterTotals(t)
+	// maxNodesTotal at the nodes the cluster has: the count is at its
+	// limit.
+	createClusterAutoscaler(t, fmt.Sprintf(`apiVersion: autoscaling.openshift.io/v1
+kind: ClusterAutoscaler
+metadata:
+  name: default
+spec:
+  resourceLimits:
+    maxNodesTotal: %d
+`, nodes))
+	env.WaitAlertFiring(t, "ClusterAutoscalerNodeCountNearLimit", nil, alertTimeout)
+
+	// A pod no node group can ever hold: ClusterAutoscalerUnschedulablePods.
+	pod := autoscaledPod("alerts-unschedulable", "no-such-set", "1000")
+	pod.Spec.Tolerations = nil
+	if _, err := env.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	env.WaitAlertFiring(t, "ClusterAutoscalerUnschedulablePods", nil, alertTimeout)
+	if err := env.Client.CoreV1().Pods("default").Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	env.WaitAlertResolved(t, "ClusterAutoscalerUnschedulablePods", nil, alertTimeout)
+
+	// Room again: the limit raised well above the count.
+	patch := fmt.Sprintf(`{"spec":{"resourceLimits":{"maxNodesTotal":%d}}}`, nodes*4)
+	if _, err := env.Dynamic.Resource(autoscaler.ClusterAutoscalerResource).Patch(ctx, "default", "application/merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	env.WaitAlertResolved(t, "ClusterAutoscalerNodeCountNearLimit", nil, alertTimeout)
+}
