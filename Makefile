@@ -1,14 +1,14 @@
 # The README's test command. -p 2 matches the two cores of the CI machines;
 # the e2e packages each start one embedded control plane. The packages whose
 # goroutines share state (the scheduler's queue and cache, leader election,
-# the CVO and what it reads releases with) run again under the race
+# the CVO and what it reads releases with, the embedded Prometheus) run again under the race
 # detector. Then every fuzz target runs on 300 inputs (hack/fuzz.sh;
 # hack/fuzz.sh 10m fuzzes each for ten minutes).
 .PHONY: test build fuzz
 test:
 	go test -p 2 -timeout 45m ./...
 	go test -race -timeout 10m ./internal/scheduler/... ./internal/leader/... ./internal/chaos/... ./internal/etcdretry/... \
-		./internal/cvo/... ./internal/release/... ./internal/registry/... ./internal/updateservice/...
+		./internal/cvo/... ./internal/release/... ./internal/registry/... ./internal/updateservice/... ./internal/monitoring/...
 	bash hack/fuzz.sh 300x
 
 fuzz:

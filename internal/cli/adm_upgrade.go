@@ -174,7 +174,12 @@ operators' health, and what needs attention.`,
 			if err != nil {
 				return ocError(errOut, err)
 			}
-			if err := cvo.UpgradeStatus(out, cv, cos.Items, machines, time.Now(), details); err != nil {
+			cfg, err := cf.restConfig()
+			if err != nil {
+				return ocError(errOut, err)
+			}
+			alerts := func() ([]cvo.StatusAlert, error) { return clusterAlerts(c.Context(), cfg) }
+			if err := cvo.UpgradeStatus(out, cv, cos.Items, machines, alerts, time.Now(), details); err != nil {
 				return ocError(errOut, err)
 			}
 			return nil

@@ -171,6 +171,9 @@ type Cluster struct {
 	// MetricsURL is where the metrics are served, when they are;
 	// PrometheusURL where the Prometheus API is (PrometheusURL/api/v1/).
 	MetricsURL, PrometheusURL string
+	// ThanosQuerierURL is where the Prometheus API is served over TLS to
+	// bearer tokens (the thanos-querier Route), when it is.
+	ThanosQuerierURL string
 	// ReleasesURL is where the registry, the update graph and the
 	// signatures are served, when they are.
 	ReleasesURL string

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	configclient "github.com/openshift/client-go/config/clientset/versioned"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
@@ -39,10 +40,14 @@ func (s *cvoSupervisor) operator() *cvo.Operator {
 	return s.current
 }
 
-// wantStopped reads the annotation; an error (the API away, no
-// ClusterVersion yet) keeps the operator as it is.
+// wantStopped reads the annotation. No ClusterVersion yet: run (the
+// operator makes it); another error (the API away) keeps the operator as
+// it is.
 func (s *cvoSupervisor) wantStopped(ctx context.Context, running bool) bool {
 	cv, err := s.config.ConfigV1().ClusterVersions().Get(ctx, cvo.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false
+	}
 	if err != nil {
 		return !running
 	}

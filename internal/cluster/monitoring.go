@@ -25,6 +25,10 @@ type MonitoringOptions struct {
 	EvaluationInterval time.Duration
 	ConfigFile         string
 	MaxAlertFor        time.Duration
+	// ThanosAddress serves the API over TLS to bearer tokens, as the
+	// thanos-querier Route (what `oc adm upgrade status` reads alerts
+	// from); empty serves none.
+	ThanosAddress string
 }
 
 // Scrape jobs, named as OpenShift's ServiceMonitors name them.
@@ -180,6 +184,11 @@ func (c *Cluster) startMonitoring(ctx, runCtx context.Context) error {
 	}
 	c.MetricsURL = "http://" + srv.Addr() + "/metrics"
 	c.PrometheusURL = "http://" + srv.Addr()
+	if mo.ThanosAddress != "" {
+		if err := c.startThanosQuerier(ctx, runCtx); err != nil {
+			return err
+		}
+	}
 	c.run(runCtx, "metrics", func(ctx context.Context) error {
 		err := srv.Run(ctx)
 		if serr := m.Stop(); err == nil {

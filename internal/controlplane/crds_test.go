@@ -40,8 +40,8 @@ func TestCRDsMatchModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(crds) != n+2 || n != 8 {
-		t.Errorf("%d CRDs embedded, %d sources, want 8 sources and 2 of capstan's own", len(crds), n)
+	if len(crds) != n+2 || n != 9 {
+		t.Errorf("%d CRDs embedded, %d sources, want 9 sources and 2 of capstan's own", len(crds), n)
 	}
 	names := map[string]bool{}
 	for _, c := range crds {
@@ -50,7 +50,7 @@ func TestCRDsMatchModule(t *testing.T) {
 	for _, want := range []string{"machines.machine.openshift.io", "machinesets.machine.openshift.io",
 		"machinehealthchecks.machine.openshift.io", "controlplanemachinesets.machine.openshift.io", "clusterversions.config.openshift.io",
 		"clusteroperators.config.openshift.io", "machineconfigs.machineconfiguration.openshift.io",
-		"machineconfigpools.machineconfiguration.openshift.io",
+		"machineconfigpools.machineconfiguration.openshift.io", "routes.route.openshift.io",
 		"clusterautoscalers.autoscaling.openshift.io", "machineautoscalers.autoscaling.openshift.io"} {
 		if !names[want] {
 			t.Errorf("missing CRD %s", want)

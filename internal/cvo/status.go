@@ -19,7 +19,9 @@ var StatusDetails = []string{"none", "all", "nodes", "health", "operators"}
 // and operators, its nodes, the worker pools and their nodes (m, when the
 // Machine Config Operator runs), and the update's health. An update whose
 // control plane is done is still shown while a worker pool rolls.
-func UpgradeStatus(w io.Writer, cv *configv1.ClusterVersion, cos []configv1.ClusterOperator, m *Machines, now time.Time, details string) error {
+// Alerts (nil: none asked) gives the firing and pending alerts; those that
+// became active since the update started are Update Health insights.
+func UpgradeStatus(w io.Writer, cv *configv1.ClusterVersion, cos []configv1.ClusterOperator, m *Machines, alerts AlertsFunc, now time.Time, details string) error {
 	if !validDetails(details) {
 		return fmt.Errorf("invalid value for --details: %s (must be one of %s)", details, strings.Join(StatusDetails, ", "))
 	}
@@ -42,6 +44,18 @@ func UpgradeStatus(w io.Writer, cv *configv1.ClusterVersion, cos []configv1.Clus
 	if progressing.Status != configv1.ConditionTrue && !workersOutdated {
 		fmt.Fprintln(w, "The cluster is not updating.")
 		return nil
+	}
+	if alerts != nil {
+		startedAt := progressing.LastTransitionTime.Time
+		if len(cv.Status.History) > 0 {
+			startedAt = cv.Status.History[0].StartedTime.Time
+		}
+		// As oc: a failure to fetch is said, and the rest goes on.
+		if list, err := alerts(); err != nil {
+			fmt.Fprintln(w, "Unable to fetch alerts, ignoring alerts in 'Update Health': ", err)
+		} else {
+			insights = append(insights, alertInsights(list, startedAt)...)
+		}
 	}
 	target := cv.Status.Desired.Version
 	var platform []configv1.ClusterOperator

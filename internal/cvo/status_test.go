@@ -2,6 +2,8 @@ package cvo
 
 import (
 	"bytes"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,7 +46,7 @@ func TestUpgradeStatusGolden(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: "not-in-the-payload"}},
 	}
 	var out bytes.Buffer
-	if err := UpgradeStatus(&out, cv, cos, nil, now, "operators"); err != nil {
+	if err := UpgradeStatus(&out, cv, cos, nil, nil, now, "operators"); err != nil {
 		t.Fatal(err)
 	}
 	want := `= Control Plane =
@@ -67,12 +69,46 @@ SINCE   LEVEL     IMPACT             MESSAGE
 		t.Errorf("got:\n%s\nwant:\n%s", out.String(), want)
 	}
 
+	// Alerts, as oc reads them: those active since the update started,
+	// or allowed from before it, are health insights; a failure to
+	// fetch them is said first.
+	alerts := func() ([]StatusAlert, error) {
+		return []StatusAlert{
+			{Name: "ClusterOperatorDown", Severity: "critical", Summary: "Cluster operator has not been available for 10 minutes.", ActiveAt: at(2 * time.Minute).Time},
+			{Name: "KubeNodeNotReady", Severity: "warning", Summary: "Node is not ready.", ActiveAt: at(30 * time.Minute).Time},
+			{Name: "PodDisruptionBudgetAtLimit", Severity: "warning", Summary: "The pod disruption budget is at the minimum disruptions allowed level.", ActiveAt: at(30 * time.Minute).Time},
+		}, nil
+	}
+	out.Reset()
+	if err := UpgradeStatus(&out, cv, cos, nil, alerts, now, "none"); err != nil {
+		t.Fatal(err)
+	}
+	health := out.String()[strings.Index(out.String(), "= Update Health ="):]
+	wantHealth := `= Update Health =
+SINCE   LEVEL      IMPACT             MESSAGE
+30m     Warning    Unknown            Alert: The pod disruption budget is at the minimum disruptions allowed level.
+7m      Warning    API Availability   Cluster Operator dns is degraded (CoreDNSCrashLooping)
+2m      Critical   Unknown            Alert: Cluster operator has not been available for 10 minutes.
+`
+	if health != wantHealth {
+		t.Errorf("health with alerts:\n%s\nwant:\n%s", health, wantHealth)
+	}
+	out.Reset()
+	if err := UpgradeStatus(&out, cv, cos, nil, func() ([]StatusAlert, error) {
+		return nil, errors.New("failed to get alerts from Thanos: no token is currently in use for this session")
+	}, now, "none"); err != nil {
+		t.Fatal(err)
+	}
+	if first := strings.SplitN(out.String(), "\n", 2)[0]; first != "Unable to fetch alerts, ignoring alerts in 'Update Health':  failed to get alerts from Thanos: no token is currently in use for this session" {
+		t.Errorf("first line %q", first)
+	}
+
 	cv.Status.Conditions[0] = configv1.ClusterOperatorStatusCondition{Type: configv1.OperatorProgressing, Status: configv1.ConditionFalse, Message: "Cluster version is 4.10.26"}
 	out.Reset()
-	if err := UpgradeStatus(&out, cv, cos, nil, now, "none"); err != nil || out.String() != "The cluster is not updating.\n" {
+	if err := UpgradeStatus(&out, cv, cos, nil, nil, now, "none"); err != nil || out.String() != "The cluster is not updating.\n" {
 		t.Errorf("not updating: %v %q", err, out.String())
 	}
-	if err := UpgradeStatus(&out, cv, cos, nil, now, "everything"); err == nil || err.Error() != "invalid value for --details: everything (must be one of none, all, nodes, health, operators)" {
+	if err := UpgradeStatus(&out, cv, cos, nil, nil, now, "everything"); err == nil || err.Error() != "invalid value for --details: everything (must be one of none, all, nodes, health, operators)" {
 		t.Errorf("bad --details: %v", err)
 	}
 }
@@ -137,7 +173,7 @@ func TestUpgradeStatusPools(t *testing.T) {
 		},
 	}
 	var out bytes.Buffer
-	if err := UpgradeStatus(&out, cv, cos, m, now, "none"); err != nil {
+	if err := UpgradeStatus(&out, cv, cos, m, nil, now, "none"); err != nil {
 		t.Fatal(err)
 	}
 	want := `= Control Plane =
@@ -177,7 +213,7 @@ SINCE   LEVEL     IMPACT           MESSAGE
 		}
 	}
 	out.Reset()
-	if err := UpgradeStatus(&out, cv, cos, m, now, "none"); err != nil || out.String() != "The cluster is not updating.\n" {
+	if err := UpgradeStatus(&out, cv, cos, m, nil, now, "none"); err != nil || out.String() != "The cluster is not updating.\n" {
 		t.Errorf("all updated: %v\n%s", err, out.String())
 	}
 }

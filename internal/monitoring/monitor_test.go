@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/model"
 
 	"github.com/capstan-dev/capstan/internal/waitfor"
@@ -372,4 +373,42 @@ func TestEveryEmbeddedRuleFileLoads(t *testing.T) {
 	if _, errs := l.Load(filepath.Join(t.TempDir(), "none.yaml"), false, model.UTF8Validation); len(errs) == 0 {
 		t.Error("a missing rule file loaded")
 	}
+}
+
+func TestAConfigFileAddsTargetsAndRules(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "external_queue_depth", Help: "h"})
+	g.Set(7)
+	reg.MustRegister(g)
+	ext := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer ext.Close()
+	dir := t.TempDir()
+	rules := filepath.Join(dir, "extra-rules.yaml")
+	if err := os.WriteFile(rules, []byte(`groups:
+- name: extra
+  rules:
+  - alert: ExternalQueueDeep
+    expr: external_queue_depth > 5
+    labels:
+      severity: warning
+    annotations:
+      summary: The external queue is deep.
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "prometheus.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`rule_files: [%q]
+scrape_configs:
+- job_name: external
+  scrape_interval: 1s
+  static_configs:
+  - targets: [%q]
+    labels:
+      team: storage
+`, filepath.Join(dir, "extra-*.yaml"), strings.TrimPrefix(ext.URL, "http://"))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, base, _, _ := testMonitor(t, Options{ConfigFile: cfg})
+	waitQuery(t, base, `external_queue_depth{job="external",team="storage"} == 7`, 1)
+	waitAlert(t, base, "ExternalQueueDeep", "firing")
 }

@@ -178,6 +178,22 @@ func TestUpdates(t *testing.T) {
 			if out := capstanOK(t, "adm", "upgrade", "status", "--kubeconfig", env.Kubeconfig); !strings.Contains(out, "Available but degraded") {
 				t.Errorf("adm upgrade status does not show the degraded operator:\n%s", out)
 			}
+			// An alert that fires during the update is in its health, read
+			// as oc reads it: through the thanos-querier Route, with the
+			// kubeconfig's bearer token.
+			annotateNamespace(t, "openshift-dns-operator", operators.UnavailableAnnotation, "DNSUnavailable: no DNS pod is running")
+			env.WaitAlertFiring(t, "ClusterOperatorDown", map[string]string{"name": "dns"}, alertTimeout)
+			testenv.Eventually(t, time.Minute, func() (bool, string) {
+				out := capstanOK(t, "adm", "upgrade", "status", "--kubeconfig", env.Kubeconfig)
+				for _, line := range strings.Split(out, "\n") {
+					if strings.Contains(line, "Alert: Cluster operator has not been available for 10 minutes.") {
+						return strings.Contains(line, "Critical") && strings.Contains(line, "Unknown"), out
+					}
+				}
+				return false, out
+			})
+			annotateNamespace(t, "openshift-dns-operator", operators.UnavailableAnnotation, "")
+			env.WaitAlertResolved(t, "ClusterOperatorDown", map[string]string{"name": "dns"}, alertTimeout)
 			// Degraded no more, but still not reporting the new version.
 			annotateNamespace(t, "openshift-dns-operator", operators.DegradedAnnotation, "")
 			cv = waitCV(t, 2*slowOperatorAfter+time.Minute, "the slow dns was not reported", func(cv *configv1.ClusterVersion) bool {

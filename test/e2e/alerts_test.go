@@ -2,16 +2,25 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	machinev1 "github.com/openshift/api/machine/v1beta1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/autoscaler"
+	"github.com/capstan-dev/capstan/internal/cluster"
 	"github.com/capstan-dev/capstan/internal/machine"
 	"github.com/capstan-dev/capstan/internal/waitfor"
 )
@@ -160,4 +169,71 @@ spec:
 		t.Fatal(err)
 	}
 	env.WaitAlertResolved(t, "ClusterAutoscalerNodeCountNearLimit", nil, alertTimeout)
+}
+
+// The Route oc reads alerts from: admitted at the address capstan serves
+// the Prometheus API on, over TLS with the cluster CA, to bearer tokens
+// the API server authenticates and lets get namespaces.
+func TestThanosQuerierRouteServesAlertsToBearerTokens(t *testing.T) {
+	ctx := context.Background()
+	route, err := env.Dynamic.Resource(cluster.RouteResource).Namespace(cluster.MonitoringNamespace).Get(ctx, cluster.ThanosQuerierName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ingress, _, _ := unstructured.NestedSlice(route.Object, "status", "ingress")
+	if len(ingress) != 1 {
+		t.Fatalf("status.ingress %v", ingress)
+	}
+	host, _ := ingress[0].(map[string]any)["host"].(string)
+	if "https://"+host != env.Cluster.ThanosQuerierURL {
+		t.Errorf("the Route is admitted at %s, served at %s", host, env.Cluster.ThanosQuerierURL)
+	}
+	kc, err := clientcmd.LoadFromFile(env.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := kc.AuthInfos[kc.Contexts[kc.CurrentContext].AuthInfo].Token
+	if admin == "" {
+		t.Fatal("the admin kubeconfig has no bearer token for oc to present")
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(kc.Clusters[kc.Contexts[kc.CurrentContext].Cluster].CertificateAuthorityData)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	get := func(token string) (int, string) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+host+"/api/v1/alerts", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := get(admin); code != 200 || !strings.Contains(body, `"alerts":[`) {
+		t.Errorf("with the admin token: %d %s", code, body)
+	}
+	if code, _ := get(""); code != http.StatusUnauthorized {
+		t.Errorf("without a token: %d", code)
+	}
+	if code, _ := get("not-a-token"); code != http.StatusUnauthorized {
+		t.Errorf("with a bad token: %d", code)
+	}
+	// A service account that may not get namespaces is refused.
+	ns := "default"
+	if _, err := env.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "no-monitoring"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Client.CoreV1().ServiceAccounts(ns).Delete(ctx, "no-monitoring", metav1.DeleteOptions{})
+	})
+	tr, err := env.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "no-monitoring", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body := get(tr.Status.Token); code != http.StatusForbidden || !strings.Contains(body, "cannot get namespaces") {
+		t.Errorf("with a token that may not get namespaces: %d %s", code, body)
+	}
 }

@@ -1,0 +1,119 @@
+package cli
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"github.com/capstan-dev/capstan/internal/cluster"
+	"github.com/capstan-dev/capstan/internal/cvo"
+)
+
+// clusterAlerts fetches the cluster's alerts as `oc adm upgrade status`
+// does: the thanos-querier Route's admitted hosts, asked for
+// /api/v1/alerts with the kubeconfig's bearer token. Besides the system's
+// roots, the kubeconfig's CA is trusted (capstan serves the Route with
+// the cluster CA's certificate).
+func clusterAlerts(ctx context.Context, cfg *rest.Config) ([]cvo.StatusAlert, error) {
+	body, err := getThanos(ctx, cfg, "/api/v1/alerts")
+	if err != nil {
+		return nil, fmt.Errorf("failed to get alerts from Thanos: %w", err)
+	}
+	return cvo.ParseAlerts(body)
+}
+
+func getThanos(ctx context.Context, cfg *rest.Config, path string) ([]byte, error) {
+	token := cfg.BearerToken
+	if token == "" && cfg.BearerTokenFile != "" {
+		raw, err := os.ReadFile(cfg.BearerTokenFile)
+		if err != nil {
+			return nil, err
+		}
+		token = strings.TrimSpace(string(raw))
+	}
+	if token == "" {
+		return nil, fmt.Errorf("no token is currently in use for this session")
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	route, err := dyn.Resource(cluster.RouteResource).Namespace(cluster.MonitoringNamespace).Get(ctx, cluster.ThanosQuerierName, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool()
+	}
+	ca := cfg.CAData
+	if len(ca) == 0 && cfg.CAFile != "" {
+		ca, _ = os.ReadFile(cfg.CAFile)
+	}
+	roots.AppendCertsFromPEM(ca)
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		Proxy: http.ProxyFromEnvironment, TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
+	ingress, _, _ := unstructuredSlice(route.Object, "status", "ingress")
+	var errs []error
+	for _, in := range ingress {
+		m, _ := in.(map[string]any)
+		host, _ := m["host"].(string)
+		u := url.URL{Scheme: "https", Host: host, Path: path}
+		body, err := checkedGet(ctx, client, u.String(), token)
+		if err == nil {
+			return body, nil
+		}
+		errs = append(errs, fmt.Errorf("%s->%w", host, err))
+	}
+	name := cluster.MonitoringNamespace + "/" + cluster.ThanosQuerierName
+	if len(errs) == 1 {
+		return nil, fmt.Errorf("unable to get %s from URI in the %s Route: %s", path, name, utilerrors.NewAggregate(errs))
+	}
+	return nil, fmt.Errorf("unable to get %s from any of %d URIs in the %s Route: %s", path, len(errs), name, utilerrors.NewAggregate(errs))
+}
+
+func unstructuredSlice(obj map[string]any, fields ...string) ([]any, bool, error) {
+	var cur any = obj
+	for _, f := range fields {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false, nil
+		}
+		cur = m[f]
+	}
+	s, ok := cur.([]any)
+	return s, ok, nil
+}
+
+func checkedGet(ctx context.Context, client *http.Client, u, token string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return body, fmt.Errorf("GET status code=%d", resp.StatusCode)
+	}
+	return body, nil
+}
