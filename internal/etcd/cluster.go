@@ -599,13 +599,14 @@ func ReadRegistry(dataDir string) ([]MemberSpec, error) {
 	return parseRegistry(raw)
 }
 
-// MetricsURLs are the /metrics endpoints of this process's members,
-// stopped ones included (a scrape of those fails, as of a member down).
+// MetricsURLs are the /metrics endpoints of the cluster's members that
+// this process runs, stopped ones included (a scrape of those fails, as
+// of a member down); a member removed from the cluster is not one.
 func (c *Cluster) MetricsURLs() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []string
-	for _, s := range c.registry {
+	for _, s := range membersAsSpecs(c.members, c.registry) {
 		out = append(out, s.ClientURL()+"/metrics")
 	}
 	sort.Strings(out)

@@ -251,6 +251,10 @@ func (m *Monitor) config() (*config.Config, error) {
 	for _, t := range m.targets {
 		sc := scrapeConfig{JobName: t.Job, ScrapeInterval: interval, ScrapeTimeout: timeout}
 		if t.Gatherer != nil {
+			// In-process components' labels are their own (a pod's
+			// namespace is not the target's), as OpenShift's
+			// kube-state-metrics ServiceMonitor honors them.
+			sc.HonorLabels = true
 			sc.Scheme, sc.MetricsPath = "http", "/targets/"+t.Job+"/metrics"
 			sc.StaticConfigs = []staticConfig{{Targets: []string{m.local.Addr().String()}, Labels: t.Labels}}
 			scs = append(scs, sc)

@@ -9,15 +9,20 @@ import (
 	"time"
 
 	configv1 "github.com/openshift/api/config/v1"
+	machinev1 "github.com/openshift/api/machine/v1beta1"
+	machineclient "github.com/openshift/client-go/machine/clientset/versioned"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/capstan-dev/capstan/internal/autoscaler"
 	"github.com/capstan-dev/capstan/internal/cvo"
+	"github.com/capstan-dev/capstan/internal/machine"
 	"github.com/capstan-dev/capstan/internal/operators"
+	"github.com/capstan-dev/capstan/internal/sim"
 	"github.com/capstan-dev/capstan/internal/testenv"
 )
 
@@ -39,6 +44,7 @@ func TestMetricFamilies(t *testing.T) {
 		t.Fatal(err)
 	}
 	createAutoscaler(t)
+	failedMachine(t)
 	prom := env.Prom()
 	rows := 0
 	for _, line := range strings.Split(string(raw), "\n") {
@@ -80,6 +86,10 @@ func TestMetricFamilies(t *testing.T) {
 						}
 					}
 				}
+				if family == "up" {
+					// Prometheus writes up itself: no target gives its type.
+					return true, ""
+				}
 				types, err := prom.MetricTypes(ctx, family)
 				if err != nil {
 					return false, err.Error()
@@ -96,6 +106,40 @@ func TestMetricFamilies(t *testing.T) {
 	if rows < 40 {
 		t.Errorf("docs/metrics.md: %d rows name TestMetricFamilies", rows)
 	}
+}
+
+// failedMachine makes a MachineSet whose one machine goes Failed in a
+// zone without capacity, so that the Machine API's families have series
+// in a cluster booted without machines; all gone when the test ends.
+func failedMachine(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	zone := "metric-families"
+	capstanOK(t, "sim", "zone", "exhaust", zone, "--kubeconfig", env.Kubeconfig)
+	t.Cleanup(func() { _, _ = capstan(t, "sim", "zone", "restore", zone, "--kubeconfig", env.Kubeconfig) })
+	mc := machineclient.NewForConfigOrDie(env.Config).MachineV1beta1()
+	lbl := map[string]string{machine.MachineSetLabel: zone}
+	ms := &machinev1.MachineSet{ObjectMeta: metav1.ObjectMeta{Name: zone, Namespace: machine.Namespace},
+		Spec: machinev1.MachineSetSpec{Replicas: ptr.To[int32](1), Selector: metav1.LabelSelector{MatchLabels: lbl},
+			Template: machinev1.MachineTemplateSpec{ObjectMeta: machinev1.ObjectMeta{Labels: lbl},
+				Spec: machinev1.MachineSpec{ProviderSpec: machinev1.ProviderSpec{Value: machine.RawProviderSpec(machine.ProviderSpec{
+					InstanceType: "capstan.medium", Region: sim.DefaultRegion, Zone: zone})}}}}}
+	if _, err := mc.MachineSets(machine.Namespace).Create(ctx, ms, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = mc.MachineSets(machine.Namespace).Delete(ctx, zone, metav1.DeleteOptions{})
+		testenv.Eventually(t, time.Minute, func() (bool, string) {
+			list, err := mc.Machines(machine.Namespace).List(ctx, metav1.ListOptions{LabelSelector: machine.MachineSetLabel + "=" + zone})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, m := range list.Items {
+				_ = mc.Machines(machine.Namespace).Delete(ctx, m.Name, metav1.DeleteOptions{})
+			}
+			return len(list.Items) == 0, fmt.Sprintf("%d machines left", len(list.Items))
+		})
+	})
 }
 
 // createAutoscaler creates a ClusterAutoscaler "default" with room to
@@ -145,19 +189,19 @@ func TestClusterVersionAlertsFireAndResolve(t *testing.T) {
 	}
 	// No channel, no recommendations: resolved. The channel back, it
 	// fires again.
-	capstanOK(t, "adm", "upgrade", "channel", "--allow-explicit-channel")
+	capstanOK(t, "adm", "upgrade", "channel", "--allow-explicit-channel", "--kubeconfig", env.Kubeconfig)
 	env.WaitAlertResolved(t, "UpdateAvailable", nil, alertTimeout)
-	capstanOK(t, "adm", "upgrade", "channel", "fast-4.11")
+	capstanOK(t, "adm", "upgrade", "channel", "fast-4.11", "--kubeconfig", env.Kubeconfig)
 	env.WaitAlertFiring(t, "UpdateAvailable", map[string]string{"channel": "fast-4.11"}, alertTimeout)
 
 	// The operator stopped: ClusterVersionOperatorDown. While it is down
 	// the update service becomes unreachable; started afresh, it has never
 	// retrieved updates, and CannotRetrieveUpdates fires.
-	capstanOK(t, "sim", "cvo", "stop")
+	capstanOK(t, "sim", "cvo", "stop", "--kubeconfig", env.Kubeconfig)
 	restart := true
 	t.Cleanup(func() {
 		if restart {
-			_, _ = capstan(t, "sim", "cvo", "start")
+			_, _ = capstan(t, "sim", "cvo", "start", "--kubeconfig", env.Kubeconfig)
 		}
 	})
 	env.WaitAlertFiring(t, "ClusterVersionOperatorDown", map[string]string{"namespace": "openshift-cluster-version"}, alertTimeout)
@@ -167,7 +211,7 @@ func TestClusterVersionAlertsFireAndResolve(t *testing.T) {
 	t.Cleanup(func() {
 		_, _ = cvs.Patch(ctx, "version", types.MergePatchType, []byte(`{"spec":{"upstream":null}}`), metav1.PatchOptions{})
 	})
-	capstanOK(t, "sim", "cvo", "start")
+	capstanOK(t, "sim", "cvo", "start", "--kubeconfig", env.Kubeconfig)
 	restart = false
 	env.WaitAlertResolved(t, "ClusterVersionOperatorDown", nil, alertTimeout)
 	a = env.WaitAlertFiring(t, "CannotRetrieveUpdates", nil, alertTimeout)

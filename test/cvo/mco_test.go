@@ -213,7 +213,7 @@ func TestMachineConfigRollout(t *testing.T) {
 		for _, tc := range []struct{ step, alert string }{
 			{mco.FailAtDrain, "MCDDrainError"}, {mco.FailAtPivot, "MCDPivotError"}, {mco.FailAtReboot, "MCDRebootError"},
 		} {
-			capstanOK(t, "sim", "node", "mcd-fail", "infra-5", "--at", tc.step)
+			capstanOK(t, "sim", "node", "mcd-fail", "infra-5", "--at", tc.step, "--kubeconfig", env.Kubeconfig)
 			old := getPool(t, mcfg, "infra").Spec.Configuration.Name
 			addConfig(t, "53-infra-"+tc.step, tc.step)
 			target := newTarget(t, old)
@@ -221,10 +221,18 @@ func TestMachineConfigRollout(t *testing.T) {
 			if a.Labels["namespace"] != "openshift-machine-config-operator" || a.Annotations["summary"] == "" {
 				t.Errorf("%s: %+v", tc.alert, a)
 			}
-			if s := env.GetNode(t, "infra-5").Annotations[mco.StateAnnotation]; s != mco.StateDegraded {
+			// A failed drain is retried with its reason on the node (the
+			// daemon degrades only after an hour of them); a failed pivot
+			// or reboot degrades the node at once.
+			n := env.GetNode(t, "infra-5")
+			if tc.step == mco.FailAtDrain {
+				if r := n.Annotations[mco.ReasonAnnotation]; !strings.HasPrefix(r, "failed to drain node: infra-5: ") {
+					t.Errorf("drain: infra-5's reason %q", r)
+				}
+			} else if s := n.Annotations[mco.StateAnnotation]; s != mco.StateDegraded {
 				t.Errorf("%s: infra-5 is %s, not Degraded", tc.step, s)
 			}
-			capstanOK(t, "sim", "node", "mcd-fail", "infra-5", "--clear")
+			capstanOK(t, "sim", "node", "mcd-fail", "infra-5", "--clear", "--kubeconfig", env.Kubeconfig)
 			waitUpdated(t, mcfg, target)
 			env.WaitAlertResolved(t, tc.alert, labels, alertTimeout)
 		}
