@@ -209,14 +209,18 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 	sup := &cvoSupervisor{config: config, opts: co}
 	c.cvo.Store(sup)
 	c.addMetrics(JobCVO, &cvo.Metrics{Client: config, Operator: sup.operator, Upstream: co.Upstream})
-	if c.monitor != nil && o.PromQLURL == "" {
-		// Risks are evaluated on what was scraped: once, before the
-		// operator asks, or its first answers would be about no series.
-		if err := c.monitor.WaitScraped(ctx, JobCVO, JobKubeState); err != nil {
-			return err
+	monitor := c.monitor
+	c.run(runCtx, "cluster-version-operator", func(ctx context.Context) error {
+		if monitor != nil && o.PromQLURL == "" {
+			// Risks are evaluated on what was scraped: once, before the
+			// operator asks, or its first answers would be about no
+			// series. The rest of the cluster starts meanwhile.
+			if err := monitor.WaitScraped(ctx, JobCVO, JobKubeState); err != nil {
+				return err
+			}
 		}
-	}
-	c.run(runCtx, "cluster-version-operator", sup.run)
+		return sup.run(ctx)
+	})
 	return nil
 }
 

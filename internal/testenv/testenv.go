@@ -82,10 +82,11 @@ func Start(opts Options) (*Env, error) {
 	co.ResourceMetrics.Window = time.Second
 	co.Releases.Address = "127.0.0.1:0"
 	// The metrics endpoint also answers the CVO's PromQL risk queries;
-	// its Prometheus scrapes and evaluates every 2s, and alerts fire 3s
-	// after their expression holds, whatever `for` OpenShift gives them.
+	// its Prometheus scrapes every 5s and evaluates every 2s, and alerts
+	// fire 3s after their expression holds, whatever `for` OpenShift
+	// gives them.
 	co.MetricsAddress = "127.0.0.1:0"
-	co.Monitoring = cluster.MonitoringOptions{ScrapeInterval: 2 * time.Second, EvaluationInterval: 2 * time.Second, MaxAlertFor: 3 * time.Second,
+	co.Monitoring = cluster.MonitoringOptions{ScrapeInterval: 5 * time.Second, EvaluationInterval: 2 * time.Second, MaxAlertFor: 3 * time.Second,
 		ThanosAddress: "127.0.0.1:0"}
 	co.ControlPlane.ExtraControllerManagerFlags = append(co.ControlPlane.ExtraControllerManagerFlags,
 		"--horizontal-pod-autoscaler-sync-period=1s", "--horizontal-pod-autoscaler-downscale-stabilization=2s")
