@@ -124,6 +124,18 @@ func (o *Options) WithoutMachineAPI() {
 // naming both, before anything starts.
 func (o *Options) Validate() error {
 	var errs []error
+	if o.MetricsAddress != "" {
+		mo := monitoring.Options{Dir: "-", Retention: o.Monitoring.Retention, ScrapeInterval: o.Monitoring.ScrapeInterval,
+			EvaluationInterval: o.Monitoring.EvaluationInterval, MaxAlertFor: o.Monitoring.MaxAlertFor}
+		if err := mo.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+		if o.Monitoring.ConfigFile != "" {
+			if err := monitoring.CheckConfigFile(o.Monitoring.ConfigFile); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	if o.ControlPlaneNodes < 0 || o.Workers < 0 {
 		errs = append(errs, fmt.Errorf("node counts must not be negative (control-plane %d, workers %d)", o.ControlPlaneNodes, o.Workers))
 	}

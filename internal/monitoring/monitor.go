@@ -137,6 +137,19 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
+// CheckConfigFile reads a Prometheus configuration file as New would, so
+// that a bad one is refused before anything starts.
+func CheckConfigFile(path string) error {
+	cfg, err := config.LoadFile(path, false, slog.New(slog.DiscardHandler))
+	if err == nil {
+		_, err = cfg.GetScrapeConfigs()
+	}
+	if err != nil {
+		return fmt.Errorf("monitoring: --prometheus-config %s: %w", path, err)
+	}
+	return nil
+}
+
 func (o *Options) defaults() {
 	if o.Retention == 0 {
 		o.Retention = DefaultRetention

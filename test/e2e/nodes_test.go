@@ -257,6 +257,11 @@ func TestSimCLIRejectsBadInput(t *testing.T) {
 		{[]string{"sim", "node", "add", "--labels", "novalue"}, "is not KEY=VALUE"},
 		{[]string{"sim", "node", "add", "--role", "boss"}, "role must be master or worker"},
 		{[]string{"sim", "node", "add", "--bogus"}, "unknown flag: --bogus"},
+		{[]string{"sim", "node", "mcd-fail", "worker-0", "--at", "boot"}, `--at "boot": want one of drain, pivot, reboot`},
+		{[]string{"sim", "node", "mcd-fail", "worker-0"}, `--at "": want one of drain, pivot, reboot`},
+		{[]string{"sim", "node", "mcd-fail", "worker-0", "--at", "drain", "--clear"}, "--at and --clear: give one"},
+		{[]string{"sim", "node", "mcd-fail", "no-such-node", "--at", "drain"}, `node/no-such-node: nodes "no-such-node" not found`},
+		{[]string{"sim", "cvo", "stop", "now"}, `unknown command "now"`},
 	}
 	for _, tc := range cases {
 		out, err := capstan(t, append(tc.args, "--kubeconfig", env.Kubeconfig)...)

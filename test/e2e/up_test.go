@@ -48,6 +48,10 @@ func TestUpRejectsBadInputWithOneClearLine(t *testing.T) {
 	}
 	defer busy.Close()
 	busyPort := strconv.Itoa(busy.Addr().(*net.TCPAddr).Port)
+	promConfig := filepath.Join(tmp, "prometheus.yaml")
+	if err := os.WriteFile(promConfig, []byte("scrape_configs:\n- job_name: y\n  scrape_interval: often\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 
 	cases := []struct {
 		name string
@@ -61,6 +65,8 @@ func TestUpRejectsBadInputWithOneClearLine(t *testing.T) {
 		{"foreign etcd data", []string{"up", "--data-dir", foreign}, "not a capstan data dir"},
 		{"port in use", []string{"up", "--data-dir", filepath.Join(tmp, "ok"), "--port", busyPort}, "port " + busyPort + " on 127.0.0.1 is not available"},
 		{"bad port", []string{"up", "--data-dir", filepath.Join(tmp, "ok2"), "--port", "70000"}, "not a TCP port"},
+		{"negative retention", []string{"up", "--data-dir", filepath.Join(tmp, "unwritten"), "--metrics-retention", "-1h"}, "--metrics-retention -1h0m0s: must not be negative"},
+		{"bad prometheus config", []string{"up", "--data-dir", filepath.Join(tmp, "unwritten"), "--prometheus-config", promConfig}, `not a valid duration string: "often"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -80,6 +86,9 @@ func TestUpRejectsBadInputWithOneClearLine(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(newer, "etcd")); err == nil {
 		t.Errorf("etcd data was created in an incompatible data dir")
+	}
+	if _, err := os.Stat(filepath.Join(tmp, "unwritten")); err == nil {
+		t.Errorf("bad monitoring flags left a data dir behind")
 	}
 }
 
