@@ -233,6 +233,9 @@ func (a *Autoscaler) RunOnce(ctx context.Context) (acted bool, err error) {
 		}
 	}()
 	ca, err := a.clusterAutoscaler(ctx)
+	if err == nil {
+		active.Store(ca != nil)
+	}
 	if err != nil || ca == nil {
 		return false, err
 	}

@@ -1,6 +1,7 @@
 package autoscaler
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -61,6 +62,14 @@ func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
 	Registry.MustRegister(c)
 	return c
 }
+
+// active says whether a ClusterAutoscaler exists, as the last loop saw:
+// upstream's autoscaler runs, and exports its metrics, only then.
+var active atomic.Bool
+
+// Active reports whether the autoscaler acts on a ClusterAutoscaler; its
+// metrics are worth scraping only then (see Registry).
+func Active() bool { return active.Load() }
 
 // observe records how long a part of the loop took, from start.
 func observe(function string, start time.Time) {

@@ -145,7 +145,7 @@ func (c *Cluster) startMonitoring(ctx, runCtx context.Context) error {
 			Labels: map[string]string{"namespace": "openshift-machine-api", "service": "machine-api-operator", "endpoint": "https"}},
 		{Job: JobMachineConfig, Gatherer: c.jobs[JobMachineConfig], Healthy: healthy("machine-config", "the machine config daemons"),
 			Labels: map[string]string{"namespace": "openshift-machine-config-operator", "service": "machine-config-daemon", "endpoint": "metrics"}},
-		{Job: JobClusterAutoscaler, Gatherer: autoscaler.Registry, Healthy: healthy("autoscaler", "the cluster autoscaler"),
+		{Job: JobClusterAutoscaler, Gatherer: whileAutoscaling{}, Healthy: healthy("autoscaler", "the cluster autoscaler"),
 			Labels: map[string]string{"namespace": "openshift-machine-api", "service": "cluster-autoscaler-default", "endpoint": "metrics"}},
 	}
 	if e := c.ControlPlane.Etcd(); e != nil {
@@ -197,6 +197,19 @@ func (c *Cluster) startMonitoring(ctx, runCtx context.Context) error {
 		return err
 	})
 	return nil
+}
+
+// whileAutoscaling gathers the autoscaler's metrics while a
+// ClusterAutoscaler exists: upstream runs the autoscaler, and scrapes it,
+// only then, and its gauges before a first loop (safe to autoscale 0)
+// would raise alerts about nothing.
+type whileAutoscaling struct{}
+
+func (whileAutoscaling) Gather() ([]*dto.MetricFamily, error) {
+	if !autoscaler.Active() {
+		return nil, nil
+	}
+	return autoscaler.Registry.Gather()
 }
 
 // monitoringSelf gathers the monitor's own registry once it exists.
