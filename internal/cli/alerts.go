@@ -13,6 +13,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
@@ -65,7 +66,10 @@ func getThanos(ctx context.Context, cfg *rest.Config, path string) ([]byte, erro
 	roots.AppendCertsFromPEM(ca)
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 		Proxy: http.ProxyFromEnvironment, TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
-	ingress, _, _ := unstructuredSlice(route.Object, "status", "ingress")
+	ingress, _, err := unstructured.NestedSlice(route.Object, "status", "ingress")
+	if err != nil {
+		return nil, fmt.Errorf("the %s/%s Route's status: %w", cluster.MonitoringNamespace, cluster.ThanosQuerierName, err)
+	}
 	var errs []error
 	for _, in := range ingress {
 		m, _ := in.(map[string]any)
@@ -82,19 +86,6 @@ func getThanos(ctx context.Context, cfg *rest.Config, path string) ([]byte, erro
 		return nil, fmt.Errorf("unable to get %s from URI in the %s Route: %s", path, name, utilerrors.NewAggregate(errs))
 	}
 	return nil, fmt.Errorf("unable to get %s from any of %d URIs in the %s Route: %s", path, len(errs), name, utilerrors.NewAggregate(errs))
-}
-
-func unstructuredSlice(obj map[string]any, fields ...string) ([]any, bool, error) {
-	var cur any = obj
-	for _, f := range fields {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return nil, false, nil
-		}
-		cur = m[f]
-	}
-	s, ok := cur.([]any)
-	return s, ok, nil
 }
 
 func checkedGet(ctx context.Context, client *http.Client, u, token string) ([]byte, error) {

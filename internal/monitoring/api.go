@@ -340,35 +340,9 @@ func (m *Monitor) series(r *http.Request) (any, annotations.Annotations, *apiErr
 }
 
 func (m *Monitor) labelNames(r *http.Request) (any, annotations.Annotations, *apiError) {
-	sets, apiErr := matchers(r, false)
-	if apiErr != nil {
-		return nil, nil, apiErr
-	}
-	mint, maxt, apiErr := timeRange(r)
-	if apiErr != nil {
-		return nil, nil, apiErr
-	}
-	q, err := m.db.Querier(mint, maxt)
-	if err != nil {
-		return nil, nil, &apiError{typ: errInternal, err: err}
-	}
-	defer q.Close()
-	if len(sets) == 0 {
-		sets = [][]*labels.Matcher{nil}
-	}
-	names := map[string]bool{}
-	var warns annotations.Annotations
-	for _, ms := range sets {
-		vals, w, err := q.LabelNames(r.Context(), nil, ms...)
-		if err != nil {
-			return nil, nil, &apiError{typ: errExec, err: err}
-		}
-		warns.Merge(w)
-		for _, v := range vals {
-			names[v] = true
-		}
-	}
-	return sortedKeys(names), warns, nil
+	return m.labelStrings(r, func(ctx context.Context, q storage.Querier, ms []*labels.Matcher) ([]string, annotations.Annotations, error) {
+		return q.LabelNames(ctx, nil, ms...)
+	})
 }
 
 func (m *Monitor) labelValues(r *http.Request) (any, annotations.Annotations, *apiError) {
@@ -376,6 +350,15 @@ func (m *Monitor) labelValues(r *http.Request) (any, annotations.Annotations, *a
 	if !model.UTF8Validation.IsValidLabelName(name) {
 		return nil, nil, badData("invalid label name: %q", name)
 	}
+	return m.labelStrings(r, func(ctx context.Context, q storage.Querier, ms []*labels.Matcher) ([]string, annotations.Annotations, error) {
+		return q.LabelValues(ctx, name, nil, ms...)
+	})
+}
+
+// labelStrings answers labels and label values: what list finds for each
+// match[] selector (or for every series without one) in start..end,
+// merged and sorted.
+func (m *Monitor) labelStrings(r *http.Request, list func(context.Context, storage.Querier, []*labels.Matcher) ([]string, annotations.Annotations, error)) (any, annotations.Annotations, *apiError) {
 	sets, apiErr := matchers(r, false)
 	if apiErr != nil {
 		return nil, nil, apiErr
@@ -392,19 +375,19 @@ func (m *Monitor) labelValues(r *http.Request) (any, annotations.Annotations, *a
 	if len(sets) == 0 {
 		sets = [][]*labels.Matcher{nil}
 	}
-	values := map[string]bool{}
+	found := map[string]bool{}
 	var warns annotations.Annotations
 	for _, ms := range sets {
-		vals, w, err := q.LabelValues(r.Context(), name, nil, ms...)
+		vals, w, err := list(r.Context(), q, ms)
 		if err != nil {
 			return nil, nil, &apiError{typ: errExec, err: err}
 		}
 		warns.Merge(w)
 		for _, v := range vals {
-			values[v] = true
+			found[v] = true
 		}
 	}
-	return sortedKeys(values), warns, nil
+	return sortedKeys(found), warns, nil
 }
 
 func sortedKeys(m map[string]bool) []string {

@@ -277,9 +277,11 @@ func (m *Monitor) config() (*config.Config, error) {
 		if t.Discover != nil {
 			urls = t.Discover()
 		}
-		if len(urls) == 0 {
-			// Nothing yet: the job is set up from a URL of the same
-			// shape, its targets given as they come.
+		placeholder := len(urls) == 0
+		if placeholder {
+			// Nothing yet: the job takes its scheme and path from a URL
+			// of the same shape, without targets; they come as
+			// discovered.
 			urls = []string{"https://127.0.0.1:1/metrics"}
 		}
 		byScheme := map[string]*scrapeConfig{}
@@ -303,6 +305,9 @@ func (m *Monitor) config() (*config.Config, error) {
 			return nil, fmt.Errorf("monitoring: target job %q: every URL must have the same scheme and path", t.Job)
 		}
 		for _, c := range byScheme {
+			if placeholder {
+				c.StaticConfigs[0].Targets = []string{}
+			}
 			scs = append(scs, *c)
 		}
 	}
@@ -456,8 +461,15 @@ func (m *Monitor) rediscover(ctx context.Context, sd map[string]discovery.Config
 				group.Labels[model.LabelName(k)] = model.LabelValue(v)
 			}
 			for _, raw := range urls {
+				// Each target carries its scheme and path: the job's
+				// own were taken before any URL was known.
 				if u, err := url.Parse(raw); err == nil {
-					group.Targets = append(group.Targets, model.LabelSet{model.AddressLabel: model.LabelValue(u.Host)})
+					path := u.Path
+					if path == "" {
+						path = "/metrics"
+					}
+					group.Targets = append(group.Targets, model.LabelSet{model.AddressLabel: model.LabelValue(u.Host),
+						model.SchemeLabel: model.LabelValue(u.Scheme), model.MetricsPathLabel: model.LabelValue(path)})
 				}
 			}
 			sd[tg.Job] = discovery.Configs{discovery.StaticConfig{group}}

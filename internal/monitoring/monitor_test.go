@@ -412,3 +412,36 @@ scrape_configs:
 	waitQuery(t, base, `external_queue_depth{job="external",team="storage"} == 7`, 1)
 	waitAlert(t, base, "ExternalQueueDeep", "firing")
 }
+
+func TestDiscoveredTargetsComeAndGo(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "member_metric", Help: "h"})
+	g.Set(3)
+	reg.MustRegister(g)
+	member := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer member.Close()
+	var urls atomic.Pointer[[]string]
+	urls.Store(&[]string{})
+	m, err := New(Options{Dir: t.TempDir(), ScrapeInterval: time.Second, EvaluationInterval: time.Second},
+		[]Target{{Job: "members", Discover: func() []string { return *urls.Load() }}, {Job: "self", Gatherer: prometheus.NewRegistry()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Stop()
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	// No member yet: no target, so no up series at all (not a down one),
+	// once the other job was scraped.
+	if err := m.WaitScraped(context.Background(), "self"); err != nil {
+		t.Fatal(err)
+	}
+	waitQuery(t, srv.URL, `up{job="self"}`, 1)
+	if code, a := get(t, srv.URL, "/api/v1/query", url.Values{"query": {`up{job="members"}`}}); code != 200 || string(a.Data) != `{"resultType":"vector","result":[]}` {
+		t.Errorf("up of a job without targets: %d %s", code, a.Data)
+	}
+	urls.Store(&[]string{member.URL + "/metrics"})
+	waitQuery(t, srv.URL, `member_metric{job="members"} == 3`, 1)
+}
