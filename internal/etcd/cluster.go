@@ -602,11 +602,25 @@ func ReadRegistry(dataDir string) ([]MemberSpec, error) {
 // MetricsURLs are the /metrics endpoints of the cluster's members that
 // this process runs, stopped ones included (a scrape of those fails, as
 // of a member down); a member removed from the cluster is not one.
+//
+// The membership is asked of the cluster (a second at most); without an
+// answer (no quorum) the last one known stands.
 func (c *Cluster) MetricsURLs() []string {
+	var live []*etcdserverpb.Member
+	if client := c.client; client != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if list, err := client.MemberList(ctx); err == nil {
+			live = list.Members
+		}
+		cancel()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if live == nil {
+		live = c.members
+	}
 	var out []string
-	for _, s := range membersAsSpecs(c.members, c.registry) {
+	for _, s := range membersAsSpecs(live, c.registry) {
 		out = append(out, s.ClientURL()+"/metrics")
 	}
 	sort.Strings(out)
