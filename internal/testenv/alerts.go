@@ -196,3 +196,27 @@ func (e *Prometheus) MetricTypes(ctx context.Context, family string) ([]string, 
 
 // Prom is the cluster's Prometheus.
 func (e *Env) Prom() *Prometheus { return e.prom() }
+
+// TargetsDump describes a job's active targets, for a failure's message.
+func (e *Prometheus) TargetsDump(ctx context.Context, job string) string {
+	var body struct {
+		Data struct {
+			ActiveTargets []struct {
+				Labels    map[string]string `json:"labels"`
+				ScrapeURL string            `json:"scrapeUrl"`
+				Health    string            `json:"health"`
+				LastError string            `json:"lastError"`
+			} `json:"activeTargets"`
+		} `json:"data"`
+	}
+	if err := e.promGet(ctx, "/api/v1/targets", nil, &body); err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, t := range body.Data.ActiveTargets {
+		if t.Labels["job"] == job {
+			fmt.Fprintf(&b, "\n  %s %s %s", t.ScrapeURL, t.Health, t.LastError)
+		}
+	}
+	return b.String()
+}
