@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,15 +10,12 @@ import (
 
 	configv1 "github.com/openshift/api/config/v1"
 	configclient "github.com/openshift/client-go/config/clientset/versioned"
-	mcfgclient "github.com/openshift/client-go/machineconfiguration/clientset/versioned"
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/capstan-dev/capstan/internal/cvo"
-	"github.com/capstan-dev/capstan/internal/mco"
 )
 
 // ocError prints an error as oc does (error: MESSAGE, on stderr) and
@@ -170,11 +166,11 @@ operators' health, and what needs attention.`,
 			if err != nil {
 				return ocError(errOut, err)
 			}
-			machines, err := readMachines(c.Context(), &cf)
+			kube, cfg, err := cf.client()
 			if err != nil {
 				return ocError(errOut, err)
 			}
-			cfg, err := cf.restConfig()
+			machines, err := cvo.ReadMachines(c.Context(), kube, cfg)
 			if err != nil {
 				return ocError(errOut, err)
 			}
@@ -240,49 +236,4 @@ func newAdmUpgradeChannelCommand() *cobra.Command {
 	cf.add(c.Flags())
 	c.Flags().BoolVar(&allowExplicit, "allow-explicit-channel", false, "Change the channel, even if there is no known compatible channel or the channel is not one of the available channels.")
 	return c
-}
-
-// readMachines reads the pools, the nodes and the MachineConfigs the
-// nodes run or are told to run; nil when the cluster has no
-// MachineConfigPools API.
-func readMachines(ctx context.Context, cf *clientFlags) (*cvo.Machines, error) {
-	kube, cfg, err := cf.client()
-	if err != nil {
-		return nil, err
-	}
-	mcfg, err := mcfgclient.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	pools, err := mcfg.MachineconfigurationV1().MachineConfigPools().List(ctx, metav1.ListOptions{})
-	if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
-	m := &cvo.Machines{Pools: pools.Items, Nodes: nodes.Items}
-	seen := map[string]bool{}
-	for _, n := range nodes.Items {
-		for _, key := range []string{mco.CurrentConfigAnnotation, mco.DesiredConfigAnnotation} {
-			name := n.Annotations[key]
-			if name == "" || seen[name] {
-				continue
-			}
-			seen[name] = true
-			mc, err := mcfg.MachineconfigurationV1().MachineConfigs().Get(ctx, name, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			if err != nil {
-				return nil, err
-			}
-			m.MachineConfigs = append(m.MachineConfigs, *mc)
-		}
-	}
-	return m, nil
 }

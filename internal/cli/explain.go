@@ -12,12 +12,11 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/capstan-dev/capstan/internal/autoscaler"
+	"github.com/capstan-dev/capstan/internal/explain"
 	"github.com/capstan-dev/capstan/internal/scheduler/algorithm"
 	"github.com/capstan-dev/capstan/internal/scheduler/policy"
 )
@@ -107,15 +106,9 @@ func newExplainInputs(cf *clientFlags, policyFile string) (*explainInputs, error
 	return &explainInputs{policy: p, cfg: cfg, client: client}, nil
 }
 
-func autoscalerView(ctx context.Context, cfg *rest.Config, client kubernetes.Interface, p *policy.Policy) (*autoscaler.Explanation, error) {
-	opts := autoscaler.DefaultOptions()
-	opts.Policy = p
-	return autoscaler.Explain(ctx, cfg, client, opts)
-}
-
 // explainPodScaleUp prints the autoscaler's view of a pending pod.
 func explainPodScaleUp(ctx context.Context, out io.Writer, cfg *rest.Config, client kubernetes.Interface, p *policy.Policy, ns, name string) error {
-	e, err := autoscalerView(ctx, cfg, client, p)
+	e, err := explain.Autoscaler(ctx, cfg, client, p)
 	if err != nil {
 		return err
 	}
@@ -124,10 +117,7 @@ func explainPodScaleUp(ctx context.Context, out io.Writer, cfg *rest.Config, cli
 		fmt.Fprintln(out, "Autoscaler: not configured (no ClusterAutoscaler default)")
 		return nil
 	}
-	for _, v := range e.ScaleUp.Verdicts {
-		if v.Pod.Namespace != ns || v.Pod.Name != name {
-			continue
-		}
+	if v := explain.ScaleUp(e, ns, name); v != nil {
 		fmt.Fprintf(out, "Autoscaler: %s\n", v.Message)
 		ids := make([]string, 0, len(v.Groups))
 		for id := range v.Groups {
@@ -148,7 +138,7 @@ func explainNode(ctx context.Context, out io.Writer, cfg *rest.Config, client ku
 	if err != nil {
 		return fmt.Errorf("node %s: %w", name, err)
 	}
-	e, err := autoscalerView(ctx, cfg, client, p)
+	e, err := explain.Autoscaler(ctx, cfg, client, p)
 	if err != nil {
 		return err
 	}
@@ -189,64 +179,12 @@ func explainNode(ctx context.Context, out io.Writer, cfg *rest.Config, client ku
 // explainPod prints the scheduler's decision for a pod and reports whether
 // the pod is pending.
 func explainPod(ctx context.Context, out io.Writer, client kubernetes.Interface, p *policy.Policy, ns, name string) (bool, error) {
-	pod, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return false, fmt.Errorf("pod %s/%s: %w", ns, name, err)
-	}
-	alg, err := algorithm.New(p, uint64(time.Now().UnixNano()))
+	d, err := explain.Pod(ctx, client, p, ns, name)
 	if err != nil {
 		return false, err
 	}
-	alg.PercentageOfNodesToScore = 100
-	snap, err := clusterSnapshot(ctx, client, pod)
-	if err != nil {
-		return false, err
-	}
-	candidate := pod.DeepCopy()
-	candidate.Spec.NodeName = ""
-	d := alg.Schedule(ctx, candidate, snap, algorithm.Options{Explain: true})
-	printDecision(out, pod, alg, d)
-	return pod.Spec.NodeName == "" && !d.Feasible(), nil
-}
-
-// clusterSnapshot reads nodes, assigned pods and the objects the priorities
-// consult, leaving out the pod being explained.
-func clusterSnapshot(ctx context.Context, client kubernetes.Interface, skip *corev1.Pod) (*algorithm.Snapshot, error) {
-	f := informers.NewSharedInformerFactory(client, 0)
-	l, _ := algorithm.ListersFrom(f)
-	nodeLister, podLister := f.Core().V1().Nodes().Lister(), f.Core().V1().Pods().Lister()
-	infCtx, stop := context.WithCancel(ctx)
-	defer func() { stop(); f.Shutdown() }()
-	f.Start(infCtx.Done())
-	for typ, ok := range f.WaitForCacheSync(infCtx.Done()) {
-		if !ok {
-			return nil, fmt.Errorf("reading %v from the cluster: %w", typ, ctx.Err())
-		}
-	}
-	nodes, err := nodeLister.List(labels.Everything())
-	if err != nil {
-		return nil, err
-	}
-	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
-	infos := make([]*algorithm.NodeInfo, len(nodes))
-	byName := map[string]*algorithm.NodeInfo{}
-	for i, n := range nodes {
-		infos[i] = algorithm.NewNodeInfo(n)
-		byName[n.Name] = infos[i]
-	}
-	pods, err := podLister.List(labels.Everything())
-	if err != nil {
-		return nil, err
-	}
-	for _, p := range pods {
-		if p.UID == skip.UID || p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue
-		}
-		if ni := byName[p.Spec.NodeName]; ni != nil {
-			ni.AddPod(algorithm.NewPodInfo(p))
-		}
-	}
-	return algorithm.NewSnapshot(infos, l), nil
+	printDecision(out, d.Pod, d.Algorithm, d.Decision)
+	return d.Pending(), nil
 }
 
 func printDecision(out io.Writer, pod *corev1.Pod, alg *algorithm.Algorithm, d *algorithm.Decision) {

@@ -1,0 +1,118 @@
+// Package explain computes what `capstan explain` and the console show:
+// the scheduler's decision for a pod, node by node, on the cluster as it
+// is now, and the cluster autoscaler's view. Both are read with the
+// caller's client, so what it may not read it cannot see explained.
+package explain
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/capstan-dev/capstan/internal/autoscaler"
+	"github.com/capstan-dev/capstan/internal/scheduler/algorithm"
+	"github.com/capstan-dev/capstan/internal/scheduler/policy"
+)
+
+// PodDecision is the scheduler's decision for a pod, every predicate on
+// every node and every priority's score.
+type PodDecision struct {
+	Pod       *corev1.Pod
+	Algorithm *algorithm.Algorithm
+	Decision  *algorithm.Decision
+}
+
+// Pending says whether the pod waits for a node that does not exist.
+func (d *PodDecision) Pending() bool { return d.Pod.Spec.NodeName == "" && !d.Decision.Feasible() }
+
+// Pod runs the scheduler's own decision code for a pod; a scheduled pod
+// is evaluated as if it were not yet on its node.
+func Pod(ctx context.Context, client kubernetes.Interface, p *policy.Policy, ns, name string) (*PodDecision, error) {
+	pod, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("pod %s/%s: %w", ns, name, err)
+	}
+	alg, err := algorithm.New(p, uint64(time.Now().UnixNano()))
+	if err != nil {
+		return nil, err
+	}
+	alg.PercentageOfNodesToScore = 100
+	snap, err := Snapshot(ctx, client, pod)
+	if err != nil {
+		return nil, err
+	}
+	candidate := pod.DeepCopy()
+	candidate.Spec.NodeName = ""
+	d := alg.Schedule(ctx, candidate, snap, algorithm.Options{Explain: true})
+	return &PodDecision{Pod: pod, Algorithm: alg, Decision: d}, nil
+}
+
+// Snapshot reads nodes, assigned pods and the objects the priorities
+// consult, leaving out skip (the pod being explained).
+func Snapshot(ctx context.Context, client kubernetes.Interface, skip *corev1.Pod) (*algorithm.Snapshot, error) {
+	f := informers.NewSharedInformerFactory(client, 0)
+	l, _ := algorithm.ListersFrom(f)
+	nodeLister, podLister := f.Core().V1().Nodes().Lister(), f.Core().V1().Pods().Lister()
+	infCtx, stop := context.WithCancel(ctx)
+	defer func() { stop(); f.Shutdown() }()
+	f.Start(infCtx.Done())
+	for typ, ok := range f.WaitForCacheSync(infCtx.Done()) {
+		if !ok {
+			return nil, fmt.Errorf("reading %v from the cluster: %w", typ, ctx.Err())
+		}
+	}
+	nodes, err := nodeLister.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	infos := make([]*algorithm.NodeInfo, len(nodes))
+	byName := map[string]*algorithm.NodeInfo{}
+	for i, n := range nodes {
+		infos[i] = algorithm.NewNodeInfo(n)
+		byName[n.Name] = infos[i]
+	}
+	pods, err := podLister.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pods {
+		if (skip != nil && p.UID == skip.UID) || p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if ni := byName[p.Spec.NodeName]; ni != nil {
+			ni.AddPod(algorithm.NewPodInfo(p))
+		}
+	}
+	return algorithm.NewSnapshot(infos, l), nil
+}
+
+// Autoscaler runs the cluster autoscaler's scale-up and scale-down
+// decisions on the cluster as it is now.
+func Autoscaler(ctx context.Context, cfg *rest.Config, client kubernetes.Interface, p *policy.Policy) (*autoscaler.Explanation, error) {
+	opts := autoscaler.DefaultOptions()
+	opts.Policy = p
+	return autoscaler.Explain(ctx, cfg, client, opts)
+}
+
+// ScaleUp is the autoscaler's verdict on a pending pod, nil when the pod
+// does not count for a scale-up (not marked Unschedulable yet).
+func ScaleUp(e *autoscaler.Explanation, ns, name string) *autoscaler.PodVerdict {
+	if e == nil || e.ScaleUp == nil {
+		return nil
+	}
+	for _, v := range e.ScaleUp.Verdicts {
+		if v.Pod.Namespace == ns && v.Pod.Name == name {
+			return v
+		}
+	}
+	return nil
+}
