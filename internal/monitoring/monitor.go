@@ -269,7 +269,13 @@ func (m *Monitor) config() (*config.Config, error) {
 			// kube-state-metrics ServiceMonitor honors them.
 			sc.HonorLabels = true
 			sc.Scheme, sc.MetricsPath = "http", "/targets/"+t.Job+"/metrics"
-			sc.StaticConfigs = []staticConfig{{Targets: []string{m.local.Addr().String()}, Labels: t.Labels}}
+			// The loopback port changes with every start; the instance
+			// stays the job's, so series continue across restarts.
+			labels := map[string]string{"instance": t.Job}
+			for k, v := range t.Labels {
+				labels[k] = v
+			}
+			sc.StaticConfigs = []staticConfig{{Targets: []string{m.local.Addr().String()}, Labels: labels}}
 			scs = append(scs, sc)
 			continue
 		}
