@@ -89,7 +89,7 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 	}
 	// The ports stay for the whole run: release images are pulled by a
 	// reference that names the registry's address.
-	args := append([]string{"--data-dir", dir, "--port", strconv.Itoa(apiPort), "--metrics-address", "",
+	args := append([]string{"--data-dir", dir, "--port", strconv.Itoa(apiPort), "--metrics-address", "", "--console-address", "",
 		"--release-address", "127.0.0.1:" + strconv.Itoa(relPort)}, s.Args...)
 	r := &Run{Scenario: s, Seed: seed, DataDir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig"), opts: opts}
 	r.Capstan = func(ctx context.Context, args ...string) (string, error) {

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,44 +35,17 @@ func clusterAlerts(ctx context.Context, cfg *rest.Config) ([]cvo.StatusAlert, er
 }
 
 func getThanos(ctx context.Context, cfg *rest.Config, path string) ([]byte, error) {
-	token := cfg.BearerToken
-	if token == "" && cfg.BearerTokenFile != "" {
-		raw, err := os.ReadFile(cfg.BearerTokenFile)
-		if err != nil {
-			return nil, err
-		}
-		token = strings.TrimSpace(string(raw))
-	}
+	token := bearerToken(cfg)
 	if token == "" {
 		return nil, fmt.Errorf("no token is currently in use for this session")
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
+	hosts, tlsConfig, err := thanosRoute(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	route, err := dyn.Resource(cluster.RouteResource).Namespace(cluster.MonitoringNamespace).Get(ctx, cluster.ThanosQuerierName, metav1.GetOptions{})
-	if err != nil {
-		return nil, err
-	}
-	roots, err := x509.SystemCertPool()
-	if err != nil {
-		roots = x509.NewCertPool()
-	}
-	ca := cfg.CAData
-	if len(ca) == 0 && cfg.CAFile != "" {
-		ca, _ = os.ReadFile(cfg.CAFile)
-	}
-	roots.AppendCertsFromPEM(ca)
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		Proxy: http.ProxyFromEnvironment, TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
-	ingress, _, err := unstructured.NestedSlice(route.Object, "status", "ingress")
-	if err != nil {
-		return nil, fmt.Errorf("the %s/%s Route's status: %w", cluster.MonitoringNamespace, cluster.ThanosQuerierName, err)
-	}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, TLSClientConfig: tlsConfig}}
 	var errs []error
-	for _, in := range ingress {
-		m, _ := in.(map[string]any)
-		host, _ := m["host"].(string)
+	for _, host := range hosts {
 		u := url.URL{Scheme: "https", Host: host, Path: path}
 		body, err := checkedGet(ctx, client, u.String(), token)
 		if err == nil {
@@ -107,4 +79,40 @@ func checkedGet(ctx context.Context, client *http.Client, u, token string) ([]by
 		return body, fmt.Errorf("GET status code=%d", resp.StatusCode)
 	}
 	return body, nil
+}
+
+// thanosRoute finds where the thanos-querier Route is served (its
+// admitted hosts) and how to trust it: the system's roots and the
+// kubeconfig's CA (capstan serves the Route with the cluster CA's
+// certificate).
+func thanosRoute(ctx context.Context, cfg *rest.Config) ([]string, *tls.Config, error) {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	route, err := dyn.Resource(cluster.RouteResource).Namespace(cluster.MonitoringNamespace).Get(ctx, cluster.ThanosQuerierName, metav1.GetOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool()
+	}
+	ca := cfg.CAData
+	if len(ca) == 0 && cfg.CAFile != "" {
+		ca, _ = os.ReadFile(cfg.CAFile)
+	}
+	roots.AppendCertsFromPEM(ca)
+	ingress, _, err := unstructured.NestedSlice(route.Object, "status", "ingress")
+	if err != nil {
+		return nil, nil, fmt.Errorf("the %s/%s Route's status: %w", cluster.MonitoringNamespace, cluster.ThanosQuerierName, err)
+	}
+	var hosts []string
+	for _, in := range ingress {
+		m, _ := in.(map[string]any)
+		if host, _ := m["host"].(string); host != "" {
+			hosts = append(hosts, host)
+		}
+	}
+	return hosts, &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}, nil
 }

@@ -78,6 +78,7 @@ the same cluster. Stop it with Ctrl-C (SIGINT) or SIGTERM.`,
 	fs.DurationVar(&mon.ScrapeInterval, "scrape-interval", 15*time.Second, "how often the embedded Prometheus scrapes every component")
 	fs.DurationVar(&mon.EvaluationInterval, "rule-evaluation-interval", 15*time.Second, "how often the embedded Prometheus evaluates its alerting rules")
 	fs.StringVar(&mon.ConfigFile, "prometheus-config", "", "a Prometheus configuration file: its scrape_configs (static_configs, file_sd_configs) are scraped and its rule_files evaluated beside capstan's own")
+	fs.StringVar(&o.opts.ConsoleAddress, "console-address", "127.0.0.1:9000", "address of the web console (plain HTTP, for loopback; it logs in with bearer tokens and makes every call as the user); empty: none")
 	fs.StringVar(&mon.ThanosAddress, "thanos-address", "127.0.0.1:9091", "address of the Prometheus API over TLS for bearer tokens, published as the Route openshift-monitoring/thanos-querier (where oc adm upgrade status reads alerts); empty: none")
 	fs.DurationVar(&mon.MaxAlertFor, "alert-for-max", 0, "shorten every alerting rule's 'for' to at most this (a demo sees alerts fire in seconds); 0: as OpenShift writes them")
 	fs.DurationVar(&o.nodeReadyTimeout, "node-ready-timeout", 5*time.Minute, "how long to wait for the nodes to become Ready")
@@ -197,6 +198,9 @@ func (o *upOptions) run(c *cobra.Command) error {
 	if cl.ThanosQuerierURL != "" {
 		fmt.Fprintf(out, "Alerts for oc adm upgrade status: Route openshift-monitoring/thanos-querier at %s (a CA oc trusts: export SSL_CERT_FILE=%s)\n",
 			cl.ThanosQuerierURL, filepath.Join(cl.ControlPlane.DataDir().PKIDir(), "ca.crt"))
+	}
+	if cl.ConsoleURL != "" {
+		fmt.Fprintf(out, "Console: %s (log in as the admin, once, within 10 minutes: %s)\n", cl.ConsoleURL, cl.ConsoleLoginLink)
 	}
 	<-ctx.Done()
 	stop()

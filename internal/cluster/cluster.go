@@ -29,6 +29,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/autoscaler"
+	"github.com/capstan-dev/capstan/internal/console"
 	"github.com/capstan-dev/capstan/internal/controlplane"
 	"github.com/capstan-dev/capstan/internal/machine"
 	"github.com/capstan-dev/capstan/internal/machine/hooks"
@@ -82,6 +83,9 @@ type Options struct {
 	MetricsAddress string
 	// Monitoring configures that Prometheus.
 	Monitoring MonitoringOptions
+	// ConsoleAddress, when set, serves the web console there (plain
+	// HTTP: meant for loopback), logging in with bearer tokens.
+	ConsoleAddress string
 	// BootFromMachines boots the nodes from Machines and MachineSets, as
 	// an OpenShift installer does; otherwise EnsureNodes launches
 	// instances master-N and worker-N directly.
@@ -179,6 +183,9 @@ type Cluster struct {
 	Cloud        *sim.APICloud
 	Client       kubernetes.Interface
 	opts         Options
+	// adminToken is the capstan-admin ServiceAccount's token, once made.
+	adminToken string
+	console    *console.Server
 
 	// MetricsURL is where the metrics are served, when they are;
 	// PrometheusURL where the Prometheus API is (PrometheusURL/api/v1/).
@@ -186,6 +193,10 @@ type Cluster struct {
 	// ThanosQuerierURL is where the Prometheus API is served over TLS to
 	// bearer tokens (the thanos-querier Route), when it is.
 	ThanosQuerierURL string
+	// ConsoleURL is where the web console is served, when it is;
+	// ConsoleLoginLink logs the admin in to it, once, within ten
+	// minutes.
+	ConsoleURL, ConsoleLoginLink string
 	// ReleasesURL is where the registry, the update graph and the
 	// signatures are served, when they are.
 	ReleasesURL string
@@ -337,6 +348,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		c.run(runCtx, "metrics-server", func(ctx context.Context) error {
 			return resourcemetrics.Run(ctx, cp.AdminConfig(), cp.KubeconfigPath(), mo)
 		})
+	}
+	if opts.ConsoleAddress != "" {
+		if err := c.startConsole(ctx, runCtx); err != nil {
+			c.Stop()
+			return nil, fmt.Errorf("console: %w", err)
+		}
 	}
 	return c, nil
 }

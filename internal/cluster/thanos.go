@@ -188,6 +188,7 @@ func (c *Cluster) ensureAdminToken(ctx context.Context) error {
 	if ctxName == nil || cfg.AuthInfos[ctxName.AuthInfo] == nil {
 		return fmt.Errorf("%s has no current user", path)
 	}
+	c.adminToken = token
 	if cfg.AuthInfos[ctxName.AuthInfo].Token == token {
 		return nil
 	}

@@ -88,6 +88,7 @@ func Start(opts Options) (*Env, error) {
 	co.MetricsAddress = "127.0.0.1:0"
 	co.Monitoring = cluster.MonitoringOptions{ScrapeInterval: 5 * time.Second, EvaluationInterval: 2 * time.Second, MaxAlertFor: 3 * time.Second,
 		ThanosAddress: "127.0.0.1:0"}
+	co.ConsoleAddress = "127.0.0.1:0"
 	co.ControlPlane.ExtraControllerManagerFlags = append(co.ControlPlane.ExtraControllerManagerFlags,
 		"--horizontal-pod-autoscaler-sync-period=1s", "--horizontal-pod-autoscaler-downscale-stabilization=2s")
 	if opts.Configure != nil {

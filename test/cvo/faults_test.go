@@ -34,7 +34,7 @@ import (
 func TestUpdateResumesAfterSIGKILL(t *testing.T) {
 	dir := t.TempDir()
 	args := []string{"--data-dir", dir, "--port", strconv.Itoa(testenv.FreePort(t)), "--nodes", "0", "--control-plane-nodes", "1",
-		"--metrics-address", "", "--release-address", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))}
+		"--metrics-address", "", "--console-address", "", "--release-address", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))}
 	up := testenv.StartUp(t, args...)
 	up.WaitLine(t, "capstan is up", 3*time.Minute)
 	kubeconfig := filepath.Join(dir, "kubeconfig")

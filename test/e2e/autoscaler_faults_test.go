@@ -33,7 +33,7 @@ import (
 func TestAutoscalerSurvivesSIGKILL(t *testing.T) {
 	dir := t.TempDir()
 	args := []string{"--data-dir", dir, "--port", strconv.Itoa(testenv.FreePort(t)), "--nodes", "1", "--control-plane-nodes", "1",
-		"--autoscaler-scan-interval", "1s", "--metrics-address", ""}
+		"--autoscaler-scan-interval", "1s", "--metrics-address", "", "--console-address", ""}
 	up := testenv.StartUp(t, args...)
 	up.WaitLine(t, "capstan is up", 3*time.Minute)
 	cfg := testenv.Kubeconfig(t, filepath.Join(dir, "kubeconfig"))

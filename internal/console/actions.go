@@ -1,0 +1,500 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	configv1 "github.com/openshift/api/config/v1"
+	configclient "github.com/openshift/client-go/config/clientset/versioned"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/kubectl/pkg/drain"
+
+	"github.com/capstan-dev/capstan/internal/cvo"
+	"github.com/capstan-dev/capstan/internal/explain"
+)
+
+// routeActions adds what only capstan computes or decides, each made
+// with the user's own client.
+func (s *Server) routeActions() {
+	s.mux.HandleFunc("GET /api/capstan/pods/{namespace}/{name}/explain", s.withSession(s.explainPod))
+	s.mux.HandleFunc("GET /api/capstan/nodes/explain", s.withSession(s.explainNodes))
+	s.mux.HandleFunc("POST /api/capstan/nodes/{name}/drain", s.withSession(s.drainNode))
+	s.mux.HandleFunc("POST /api/capstan/machinesets/{namespace}/{name}/scale", s.withSession(s.scaleMachineSet))
+	s.mux.HandleFunc("POST /api/capstan/clusterversion/channel", s.withSession(s.setChannel))
+	s.mux.HandleFunc("POST /api/capstan/clusterversion/update", s.withSession(s.startUpdate))
+	s.mux.HandleFunc("GET /api/capstan/clusterversion/status", s.withSession(s.updateStatus))
+}
+
+// clients are a user's clients.
+type clients struct {
+	cfg    *rest.Config
+	kube   kubernetes.Interface
+	config configclient.Interface
+}
+
+func (s *Server) clients(sess *session) (*clients, error) {
+	cfg := s.userConfig(sess.token)
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cc, err := configclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &clients{cfg: cfg, kube: kube, config: cc}, nil
+}
+
+// pathName checks a name taken from the URL.
+func pathName(r *http.Request, key string) (string, error) {
+	v := r.PathValue(key)
+	if errs := validation.IsDNS1123Subdomain(v); len(errs) > 0 {
+		return "", fmt.Errorf("%s %q: %s", key, v, strings.Join(errs, "; "))
+	}
+	return v, nil
+}
+
+type nodeVerdictJSON struct {
+	Name     string   `json:"name"`
+	Fits     bool     `json:"fits"`
+	Selected bool     `json:"selected,omitempty"`
+	Reasons  []string `json:"reasons,omitempty"`
+	Scores   []int64  `json:"scores,omitempty"`
+	Total    int64    `json:"total"`
+}
+
+type priorityJSON struct {
+	Name   string `json:"name"`
+	Weight int64  `json:"weight"`
+}
+
+type podExplanationJSON struct {
+	Namespace  string            `json:"namespace"`
+	Name       string            `json:"name"`
+	Node       string            `json:"node,omitempty"`
+	Scheduler  string            `json:"scheduler"`
+	Pending    bool              `json:"pending"`
+	Predicates []string          `json:"predicates"`
+	Priorities []priorityJSON    `json:"priorities"`
+	Nodes      []nodeVerdictJSON `json:"nodes"`
+	Summary    string            `json:"summary,omitempty"`
+	Winner     string            `json:"winner,omitempty"`
+	Gates      []string          `json:"gates,omitempty"`
+	// Autoscaler is its verdict on a pending pod; AutoscalerError says
+	// why there is none (not configured, not allowed to read it).
+	Autoscaler      *scaleUpJSON `json:"autoscaler,omitempty"`
+	AutoscalerError string       `json:"autoscalerError,omitempty"`
+}
+
+type scaleUpJSON struct {
+	Message string            `json:"message"`
+	Groups  map[string]string `json:"groups,omitempty"`
+}
+
+func (s *Server) explainPod(w http.ResponseWriter, r *http.Request, sess *session) {
+	ns, err := pathName(r, "namespace")
+	if err == nil {
+		_, err = pathName(r, "name")
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	c, err := s.clients(sess)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	d, err := explain.Pod(ctx, c.kube, s.opts.Policy, ns, r.PathValue("name"))
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	out := podExplanationJSON{Namespace: d.Pod.Namespace, Name: d.Pod.Name, Node: d.Pod.Spec.NodeName, Scheduler: d.Pod.Spec.SchedulerName,
+		Pending: d.Pending(), Predicates: d.Algorithm.Predicates(), Winner: d.Decision.Selected}
+	for _, p := range d.Algorithm.Priorities() {
+		out.Priorities = append(out.Priorities, priorityJSON{Name: strings.TrimSuffix(p.Name(), "Priority"), Weight: p.Weight})
+	}
+	for _, ns := range d.Decision.Scored {
+		v := nodeVerdictJSON{Name: ns.Node, Fits: true, Selected: ns.Node == d.Decision.Selected, Total: ns.Total}
+		for _, sc := range ns.Scores {
+			v.Scores = append(v.Scores, sc.Score)
+		}
+		out.Nodes = append(out.Nodes, v)
+	}
+	var rejected []string
+	for n := range d.Decision.Filtered {
+		rejected = append(rejected, n)
+	}
+	sort.Strings(rejected)
+	for _, n := range rejected {
+		f := d.Decision.Filtered[n]
+		v := nodeVerdictJSON{Name: n}
+		v.Reasons = append(v.Reasons, f.Predicate+": "+strings.Join(f.Reasons, "; "))
+		for _, more := range f.More {
+			v.Reasons = append(v.Reasons, more.Predicate+": "+strings.Join(more.Reasons, "; "))
+		}
+		out.Nodes = append(out.Nodes, v)
+	}
+	if !d.Decision.Feasible() {
+		out.Summary = d.Decision.Summary()
+	}
+	if d.Pod.Spec.NodeName == "" {
+		for _, g := range d.Pod.Spec.SchedulingGates {
+			out.Gates = append(out.Gates, g.Name)
+		}
+	}
+	if out.Pending {
+		e, err := explain.Autoscaler(ctx, c.cfg, c.kube, s.opts.Policy)
+		switch {
+		case err != nil:
+			out.AutoscalerError = err.Error()
+		case !e.Configured:
+			out.AutoscalerError = "not configured (no ClusterAutoscaler default)"
+		default:
+			if v := explain.ScaleUp(e, ns, d.Pod.Name); v != nil {
+				out.Autoscaler = &scaleUpJSON{Message: v.Message, Groups: v.Groups}
+			} else {
+				out.AutoscalerError = "the pod is not marked Unschedulable by the scheduler (yet): it does not count for a scale-up"
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+type nodeScaleDownJSON struct {
+	Group       string   `json:"group,omitempty"`
+	Utilization float64  `json:"utilization"`
+	Unneeded    bool     `json:"unneeded"`
+	Since       string   `json:"since,omitempty"`
+	Reason      string   `json:"reason"`
+	PodsToMove  []string `json:"podsToMove,omitempty"`
+}
+
+type nodesExplanationJSON struct {
+	Configured       bool                         `json:"configured"`
+	ScaleDownEnabled bool                         `json:"scaleDownEnabled"`
+	Threshold        float64                      `json:"threshold,omitempty"`
+	Nodes            map[string]nodeScaleDownJSON `json:"nodes"`
+}
+
+func (s *Server) explainNodes(w http.ResponseWriter, r *http.Request, sess *session) {
+	c, err := s.clients(sess)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	e, err := explain.Autoscaler(ctx, c.cfg, c.kube, s.opts.Policy)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	out := nodesExplanationJSON{Configured: e.Configured, Nodes: map[string]nodeScaleDownJSON{}}
+	if e.Configured && e.ScaleDown != nil {
+		out.ScaleDownEnabled, out.Threshold = true, e.Config.UtilizationThreshold
+		for name, v := range e.ScaleDown.Verdicts {
+			j := nodeScaleDownJSON{Utilization: v.Utilization, Unneeded: v.Unneeded, Reason: v.Reason}
+			if v.Group != nil {
+				j.Group = v.Group.ID
+			}
+			if v.Unneeded && !v.Since.IsZero() {
+				j.Since = v.Since.UTC().Format(time.RFC3339)
+			}
+			for _, p := range v.PodsToMove {
+				j.PodsToMove = append(j.PodsToMove, p.Namespace+"/"+p.Name)
+			}
+			out.Nodes[name] = j
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// drainNode cordons a node and evicts its pods, as `oc adm drain
+// --ignore-daemonsets --delete-emptydir-data` does, as the user.
+func (s *Server) drainNode(w http.ResponseWriter, r *http.Request, sess *session) {
+	name, err := pathName(r, "name")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	c, err := s.clients(sess)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Minute)
+	defer cancel()
+	node, err := c.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	var log bytes.Buffer
+	h := &drain.Helper{Ctx: ctx, Client: c.kube, Force: false, GracePeriodSeconds: -1, IgnoreAllDaemonSets: true,
+		DeleteEmptyDirData: true, Timeout: 2 * time.Minute, Out: &log, ErrOut: &log}
+	if err := drain.RunCordonOrUncordon(h, node, true); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	if err := drain.RunNodeDrain(h, name); err != nil {
+		writeError(w, statusOf(err), "draining %s: %v", name, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"message": "node/" + name + " drained"})
+}
+
+// statusOf is an error's API status, 500 when it has none.
+func statusOf(err error) int {
+	if se, ok := err.(apierrors.APIStatus); ok && se.Status().Code != 0 {
+		return int(se.Status().Code)
+	}
+	if strings.Contains(err.Error(), "forbidden") {
+		return http.StatusForbidden
+	}
+	return http.StatusInternalServerError
+}
+
+// scaleMachineSet sets a MachineSet's replicas through its scale
+// subresource. The value is checked before anything is written.
+func (s *Server) scaleMachineSet(w http.ResponseWriter, r *http.Request, sess *session) {
+	ns, err := pathName(r, "namespace")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	name, err := pathName(r, "name")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	var body struct {
+		Replicas json.RawMessage `json:"replicas"`
+	}
+	if err := readJSON(r, &body); err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	replicas, err := parseReplicas(body.Replicas)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	c, err := s.clients(sess)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
+	dyn, err := dynamic.NewForConfig(c.cfg)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
+	// Through the scale subresource, as oc scale: machinesets/scale is
+	// what RBAC must allow.
+	patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas)
+	if _, err := dyn.Resource(machineSets).Namespace(ns).Patch(r.Context(), name, types.MergePatchType, patch, metav1.PatchOptions{}, "scale"); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"message": fmt.Sprintf("machineset.machine.openshift.io/%s scaled to %d", name, replicas)})
+}
+
+var machineSets = schema.GroupVersionResource{Group: "machine.openshift.io", Version: "v1beta1", Resource: "machinesets"}
+
+// maxReplicas bounds what a page may ask of a MachineSet.
+const maxReplicas = 1000
+
+// parseReplicas takes a whole number, as JSON number or string.
+func parseReplicas(raw json.RawMessage) (int, error) {
+	text := strings.TrimSpace(string(raw))
+	if text == "" || text == "null" {
+		return 0, fmt.Errorf("replicas is required")
+	}
+	if unq, err := strconv.Unquote(text); err == nil {
+		text = strings.TrimSpace(unq)
+	}
+	n, err := strconv.Atoi(text)
+	if err != nil {
+		return 0, fmt.Errorf("replicas %q is not a whole number", text)
+	}
+	if n < 0 || n > maxReplicas {
+		return 0, fmt.Errorf("replicas %d is out of range: from 0 to %d", n, maxReplicas)
+	}
+	return n, nil
+}
+
+// setChannel changes the update channel as `oc adm upgrade channel` does,
+// refusing a channel the cluster does not list.
+func (s *Server) setChannel(w http.ResponseWriter, r *http.Request, sess *session) {
+	var body struct {
+		Channel string `json:"channel"`
+	}
+	if err := readJSON(r, &body); err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	c, err := s.clients(sess)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
+	cv, err := c.config.ConfigV1().ClusterVersions().Get(r.Context(), cvo.Name, metav1.GetOptions{})
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	channel := strings.TrimSpace(body.Channel)
+	write, info, warnings, err := cvo.Channel(cv, channel, false)
+	if err != nil {
+		// oc's message names its flag; the page has none.
+		msg := strings.TrimSpace(strings.ReplaceAll(err.Error(), ", you must pass --allow-explicit-channel to continue", ""))
+		writeError(w, http.StatusBadRequest, "%s", msg)
+		return
+	}
+	if write {
+		patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"channel": channel}})
+		if _, err := c.config.ConfigV1().ClusterVersions().Patch(r.Context(), cvo.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			writeAPIError(w, err)
+			return
+		}
+		info = fmt.Sprintf("Channel set to %s", channel)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"message": strings.TrimPrefix(info, "info: "), "warnings": warnings})
+}
+
+// startUpdate starts an update as `oc adm upgrade --to VERSION` does; a
+// conditional update the cluster does not recommend needs acceptRisks,
+// as --allow-not-recommended.
+func (s *Server) startUpdate(w http.ResponseWriter, r *http.Request, sess *session) {
+	var body struct {
+		Version     string `json:"version"`
+		AcceptRisks bool   `json:"acceptRisks"`
+	}
+	if err := readJSON(r, &body); err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	req := cvo.Request{To: strings.TrimSpace(body.Version), AllowNotRecommended: body.AcceptRisks}
+	if req.To == "" {
+		writeError(w, http.StatusBadRequest, "a version to update to is required")
+		return
+	}
+	if _, err := cvo.ValidateRequest(req); err != nil {
+		writeError(w, http.StatusBadRequest, "%s", strings.ReplaceAll(err.Error(), "--to ", "the version "))
+		return
+	}
+	c, err := s.clients(sess)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
+	cv, err := c.config.ConfigV1().ClusterVersions().Get(r.Context(), cvo.Name, metav1.GetOptions{})
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	d, err := cvo.Decide(cv, req)
+	if err != nil {
+		msg := strings.ReplaceAll(strings.TrimSpace(err.Error()), "use --allow-not-recommended", "accept the risk")
+		writeError(w, http.StatusConflict, "%s", msg)
+		return
+	}
+	if d.Update == nil {
+		writeJSON(w, http.StatusOK, map[string]any{"message": strings.TrimPrefix(d.Info, "info: ")})
+		return
+	}
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"desiredUpdate": d.Update}})
+	if _, err := c.config.ConfigV1().ClusterVersions().Patch(r.Context(), cvo.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	var warnings []string
+	for _, wn := range d.Warnings {
+		warnings = append(warnings, strings.ReplaceAll(strings.TrimPrefix(wn, "warning: "), "with --allow-not-recommended ", ""))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"message": "Requested update to " + d.Update.Version, "warnings": warnings})
+}
+
+// updateStatus is `oc adm upgrade status --details=all`, read as the
+// user.
+func (s *Server) updateStatus(w http.ResponseWriter, r *http.Request, sess *session) {
+	c, err := s.clients(sess)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
+	ctx := r.Context()
+	cv, err := c.config.ConfigV1().ClusterVersions().Get(ctx, cvo.Name, metav1.GetOptions{})
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	cos, err := c.config.ConfigV1().ClusterOperators().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	machines, err := cvo.ReadMachines(ctx, c.kube, c.cfg)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	alerts := func() ([]cvo.StatusAlert, error) { return s.alerts(ctx, sess) }
+	var out bytes.Buffer
+	if err := cvo.UpgradeStatus(&out, cv, cos.Items, machines, alerts, time.Now(), "all"); err != nil {
+		writeJSON(w, http.StatusOK, map[string]string{"text": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"text": out.String(), "progressing": string(progressingStatus(cv))})
+}
+
+func progressingStatus(cv *configv1.ClusterVersion) configv1.ConditionStatus {
+	if c := cvo.FindCondition(cv.Status.Conditions, configv1.OperatorProgressing); c != nil {
+		return c.Status
+	}
+	return configv1.ConditionUnknown
+}
+
+// alerts reads the firing alerts from the console's Prometheus as the
+// user.
+func (s *Server) alerts(ctx context.Context, sess *session) ([]cvo.StatusAlert, error) {
+	if s.prom == nil {
+		return nil, fmt.Errorf("no Prometheus")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.opts.PrometheusURL+"/api/v1/alerts", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+sess.token)
+	resp, err := s.prom.Transport.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(buf.String()))
+	}
+	return cvo.ParseAlerts(buf.Bytes())
+}

@@ -1,0 +1,811 @@
+// capstan console. Every page lists and then watches what it shows
+// through /api/kubernetes (the user's own token on the server side), so
+// it changes as the cluster does, without a reload.
+
+const session = { user: "", csrf: "", prometheus: false };
+
+// ---- HTTP ---------------------------------------------------------------
+
+class HTTPError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+async function call(method, path, body) {
+  const headers = { Accept: "application/json" };
+  if (method !== "GET") headers["X-CSRF-Token"] = session.csrf;
+  let payload;
+  if (body !== undefined) {
+    headers["Content-Type"] = typeof body === "string" ? "application/merge-patch+json" : "application/json";
+    payload = typeof body === "string" ? body : JSON.stringify(body);
+  }
+  const resp = await fetch(path, { method, headers, body: payload, credentials: "same-origin" });
+  const text = await resp.text();
+  let data = null;
+  try {
+    data = text ? JSON.parse(text) : null;
+  } catch {
+    data = null;
+  }
+  if (!resp.ok) {
+    if (resp.status === 401 && path !== "/api/login") showLogin("Your session has ended: log in again.");
+    const msg = (data && data.message) || text.trim() || resp.statusText;
+    throw new HTTPError(resp.status, msg);
+  }
+  return data;
+}
+
+const kube = (path) => "/api/kubernetes" + path;
+
+// ---- DOM ----------------------------------------------------------------
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "class") el.className = v;
+    else el.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat(Infinity)) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+// nodes flattens what a view returns into nodes, leaving out the empty.
+function nodes(content) {
+  return [].concat(content).flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false)
+    .map((c) => (c instanceof Node ? c : document.createTextNode(String(c))));
+}
+
+function table(caption, columns, rows, empty) {
+  if (!rows.length) return h("p", { class: "muted" }, empty || "None.");
+  return h("table", {},
+    h("caption", {}, caption),
+    h("thead", {}, h("tr", {}, columns.map((c) => h("th", { scope: "col", class: c.num ? "num" : null }, c.title || c)))),
+    h("tbody", {}, rows.map((r) => h("tr", { "data-key": typeof r[0] === "string" ? r[0] : null }, r.map((cell, i) =>
+      i === 0 ? h("th", { scope: "row" }, cell) : h("td", { class: columns[i].num ? "num" : null }, cell))))));
+}
+
+function notice(kind, text) {
+  return h("div", { class: "alert " + kind, role: kind === "error" ? "alert" : "status" }, text);
+}
+
+function age(ts) {
+  if (!ts) return "";
+  const s = Math.max(0, Math.round((Date.now() - Date.parse(ts)) / 1000));
+  if (s < 120) return s + "s";
+  if (s < 7200) return Math.round(s / 60) + "m";
+  if (s < 172800) return Math.round(s / 3600) + "h";
+  return Math.round(s / 86400) + "d";
+}
+
+const cond = (obj, type) => ((obj.status && obj.status.conditions) || []).find((c) => c.type === type);
+const key = (o) => (o.metadata.namespace ? o.metadata.namespace + "/" : "") + o.metadata.name;
+const byName = (a, b) => key(a).localeCompare(key(b));
+
+function statusCell(c, goodWhen) {
+  if (!c) return h("span", { class: "muted" }, "Unknown");
+  const good = c.status === goodWhen;
+  return h("span", { class: good ? "ok" : "bad", title: c.message || "" }, c.status + (c.reason ? " (" + c.reason + ")" : ""));
+}
+
+// ---- watches ------------------------------------------------------------
+
+// Watch lists a collection, then watches it from the list's
+// resourceVersion; a watch that ends is resumed, one that expired (410)
+// relists. onChange gets the objects, at most every 100 ms.
+class Watch {
+  constructor(path, onChange, onError) {
+    this.path = path;
+    this.items = new Map();
+    this.onChange = onChange;
+    this.onError = onError;
+    this.stopped = false;
+    this.controller = null;
+    this.timer = null;
+    this.synced = false;
+    this.run();
+  }
+
+  stop() {
+    this.stopped = true;
+    if (this.controller) this.controller.abort();
+    clearTimeout(this.timer);
+  }
+
+  list() {
+    return [...this.items.values()].sort(byName);
+  }
+
+  changed() {
+    if (this.timer) return;
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      if (!this.stopped) this.onChange(this.list());
+    }, 100);
+  }
+
+  url(extra) {
+    const sep = this.path.includes("?") ? "&" : "?";
+    return kube(this.path) + (extra ? sep + extra : "");
+  }
+
+  async run() {
+    let rv = "";
+    while (!this.stopped) {
+      try {
+        if (!rv) {
+          const list = await call("GET", this.url());
+          this.items = new Map((list.items || []).map((o) => [key(o), o]));
+          rv = list.metadata.resourceVersion;
+          this.synced = true;
+          this.changed();
+        }
+        rv = await this.watch(rv);
+      } catch (e) {
+        if (this.stopped) return;
+        if (e.status === 403 || e.status === 404 || e.status === 401) {
+          this.onError(e);
+          return;
+        }
+        rv = "";
+        await new Promise((r) => setTimeout(r, 2000));
+      }
+    }
+  }
+
+  async watch(rv) {
+    this.controller = new AbortController();
+    const resp = await fetch(this.url("watch=1&allowWatchBookmarks=true&resourceVersion=" + encodeURIComponent(rv)), {
+      signal: this.controller.signal, credentials: "same-origin",
+    });
+    if (!resp.ok) throw new HTTPError(resp.status, await resp.text());
+    const reader = resp.body.getReader();
+    const decoder = new TextDecoder();
+    let buf = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return rv;
+      buf += decoder.decode(value, { stream: true });
+      let nl;
+      while ((nl = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, nl).trim();
+        buf = buf.slice(nl + 1);
+        if (!line) continue;
+        const ev = JSON.parse(line);
+        if (ev.type === "ERROR") {
+          if (ev.object && ev.object.code === 410) return "";
+          throw new HTTPError(ev.object.code || 500, ev.object.message);
+        }
+        rv = ev.object.metadata.resourceVersion || rv;
+        if (ev.type === "BOOKMARK") continue;
+        if (ev.type === "DELETED") this.items.delete(key(ev.object));
+        else this.items.set(key(ev.object), ev.object);
+        this.changed();
+      }
+    }
+  }
+}
+
+// A page owns its watches and timers; leaving it stops them.
+class Page {
+  constructor(title) {
+    this.watches = [];
+    this.timers = [];
+    this.data = {};
+    this.errors = {};
+    this.main = document.getElementById("main");
+    this.title = title;
+    document.title = title + " · capstan console";
+  }
+
+  watch(name, path) {
+    this.data[name] = null;
+    this.watches.push(new Watch(path, (items) => {
+      this.data[name] = items;
+      delete this.errors[name];
+      this.render();
+    }, (e) => {
+      this.errors[name] = e.message;
+      this.data[name] = [];
+      this.render();
+    }));
+  }
+
+  every(ms, fn) {
+    fn();
+    this.timers.push(setInterval(fn, ms));
+  }
+
+  stop() {
+    this.watches.forEach((w) => w.stop());
+    this.timers.forEach((t) => clearInterval(t));
+  }
+
+  ready(...names) {
+    return names.every((n) => this.data[n] !== null && this.data[n] !== undefined);
+  }
+
+  // render redraws the live part of the page; what a person is typing
+  // into (the forms) is kept outside it.
+  render() {
+    const live = this.live || (this.live = h("div", { "aria-live": "off" }));
+    live.replaceChildren(...nodes(this.view()));
+    if (!this.mounted) {
+      this.mounted = true;
+      this.main.replaceChildren(h("h1", {}, this.title), this.status || "", ...(this.forms ? [this.forms()] : []), live);
+    }
+  }
+
+  errorsView() {
+    return Object.entries(this.errors).map(([what, msg]) => notice("error", "Cannot read " + what + ": " + msg));
+  }
+}
+
+// A form's outcome, shown beside it.
+function outcome(el, promise, ok) {
+  el.replaceChildren(notice("info", "Working…"));
+  return promise.then((res) => {
+    const parts = [notice("info", (res && res.message) || ok || "Done.")];
+    for (const w of (res && res.warnings) || []) parts.push(notice("warning", w));
+    el.replaceChildren(...parts);
+  }, (e) => el.replaceChildren(notice("error", e.message)));
+}
+
+// ---- pages --------------------------------------------------------------
+
+const pages = {};
+
+pages.overview = () => {
+  const p = new Page("Overview");
+  p.watch("clusterversions", "/apis/config.openshift.io/v1/clusterversions");
+  p.watch("operators", "/apis/config.openshift.io/v1/clusteroperators");
+  p.watch("nodes", "/api/v1/nodes");
+  p.watch("machines", "/apis/machine.openshift.io/v1beta1/machines");
+  p.watch("pools", "/apis/machineconfiguration.openshift.io/v1/machineconfigpools");
+  p.alerts = null;
+  p.charts = {};
+  const charts = [
+    ["Pending pods", 'sum(kube_pod_status_phase{phase="Pending"})'],
+    ["Nodes", "count(kube_node_info)"],
+    ["Pods scheduled per second", 'sum(rate(scheduler_schedule_attempts_total{result="scheduled"}[5m]))'],
+  ];
+  if (session.prometheus) {
+    p.every(15000, async () => {
+      try {
+        const res = await call("GET", "/api/prometheus/api/v1/alerts");
+        p.alerts = res.data.alerts.filter((a) => a.state === "firing");
+        delete p.errors.alerts;
+      } catch (e) {
+        p.alerts = [];
+        p.errors.alerts = e.message;
+      }
+      const end = Date.now() / 1000;
+      for (const [title, q] of charts) {
+        try {
+          const qs = new URLSearchParams({ query: q, start: end - 3600, end, step: 60 });
+          const res = await call("GET", "/api/prometheus/api/v1/query_range?" + qs);
+          p.charts[title] = (res.data.result[0] || { values: [] }).values.map(([t, v]) => [Number(t), Number(v)]);
+        } catch (e) {
+          p.errors["the chart " + title] = e.message;
+        }
+      }
+      p.render();
+    });
+  }
+  p.view = () => {
+    const cv = (p.data.clusterversions || [])[0];
+    const ops = p.data.operators || [];
+    const nodes = p.data.nodes || [];
+    const machines = p.data.machines || [];
+    const pools = p.data.pools || [];
+    const notReady = nodes.filter((n) => (cond(n, "Ready") || {}).status !== "True").length;
+    const degraded = ops.filter((o) => (cond(o, "Degraded") || {}).status === "True");
+    const unavailable = ops.filter((o) => (cond(o, "Available") || {}).status !== "True");
+    const updating = pools.filter((pl) => (cond(pl, "Updating") || {}).status === "True").length;
+    const running = machines.filter((m) => (m.status || {}).phase === "Running").length;
+    const prog = cv && cond(cv, "Progressing");
+    return [
+      ...p.errorsView(),
+      h("div", { class: "cards" },
+        h("section", { class: "card", "aria-labelledby": "ov-version" },
+          h("h2", { id: "ov-version" }, "Cluster version"),
+          h("p", { class: "big" }, cv ? (cv.status.desired || {}).version || "unknown" : "…"),
+          h("p", {}, "Channel: ", cv ? cv.spec.channel || "none" : "…"),
+          prog ? h("p", { class: prog.status === "True" ? "warn" : "muted" }, prog.message) : null),
+        h("section", { class: "card", "aria-labelledby": "ov-nodes" },
+          h("h2", { id: "ov-nodes" }, "Nodes"),
+          h("p", { class: "big" }, nodes.length),
+          h("p", { class: notReady ? "bad" : "ok" }, notReady ? notReady + " not ready" : "All ready")),
+        h("section", { class: "card", "aria-labelledby": "ov-machines" },
+          h("h2", { id: "ov-machines" }, "Machines"),
+          h("p", { class: "big" }, machines.length),
+          h("p", {}, running + " running")),
+        h("section", { class: "card", "aria-labelledby": "ov-pools" },
+          h("h2", { id: "ov-pools" }, "Machine config pools"),
+          h("p", { class: "big" }, pools.length),
+          h("p", { class: updating ? "warn" : "ok" }, updating ? updating + " updating" : "All up to date")),
+        h("section", { class: "card", "aria-labelledby": "ov-ops" },
+          h("h2", { id: "ov-ops" }, "Cluster operators"),
+          h("p", { class: "big" }, ops.length),
+          h("p", { class: degraded.length || unavailable.length ? "bad" : "ok" },
+            degraded.length || unavailable.length
+              ? [degraded.length + " degraded", ", ", unavailable.length + " unavailable"]
+              : "All available"))),
+      h("h2", {}, "Firing alerts"),
+      !session.prometheus ? h("p", { class: "muted" }, "This console has no Prometheus to ask.")
+        : p.alerts === null ? h("p", {}, "Loading…")
+          : table("Firing alerts", ["Alert", "Severity", "Summary", "Since"], p.alerts.map((a) => [
+            a.labels.alertname, a.labels.severity || "",
+            (a.annotations && (a.annotations.summary || a.annotations.description || a.annotations.message)) || "",
+            age(a.activeAt)]), "No alert is firing."),
+      session.prometheus ? [h("h2", {}, "The last hour"), h("div", { class: "cards" }, charts.map(([title]) =>
+        h("section", { class: "card" }, h("h3", {}, title), chart(title, p.charts[title] || []))))] : null,
+      h("h2", {}, "Cluster operators"),
+      table("Cluster operators", ["Name", "Version", "Available", "Progressing", "Degraded"], ops.map((o) => [
+        o.metadata.name,
+        (((o.status || {}).versions || []).find((v) => v.name === "operator") || {}).version || "",
+        statusCell(cond(o, "Available"), "True"),
+        statusCell(cond(o, "Progressing"), "False"),
+        statusCell(cond(o, "Degraded"), "False"),
+      ])),
+    ];
+  };
+  return p;
+};
+
+// chart draws a series as an SVG line over the last hour.
+function chart(title, points) {
+  const w = 320, ht = 120, pad = 28;
+  if (!points.length) return h("p", { class: "muted" }, "No data yet.");
+  const xs = points.map((q) => q[0]), ys = points.map((q) => q[1]);
+  const x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1);
+  const yMax = Math.max(1, ...ys);
+  const px = (x) => pad + ((x - x0) / (x1 - x0)) * (w - pad - 6);
+  const py = (y) => ht - pad + 8 - (y / yMax) * (ht - pad);
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  const last = ys[ys.length - 1];
+  svg.setAttribute("viewBox", `0 0 ${w} ${ht}`);
+  svg.setAttribute("class", "chart");
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", `${title}: ${Number(last.toFixed(3))} now, at most ${Number(yMax.toFixed(3))} in the last hour`);
+  const el = (tag, attrs, text) => {
+    const e = document.createElementNS(ns, tag);
+    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+    if (text !== undefined) e.textContent = text;
+    svg.append(e);
+  };
+  el("line", { class: "axis", x1: pad, y1: ht - pad + 8, x2: w - 6, y2: ht - pad + 8 });
+  el("line", { class: "axis", x1: pad, y1: 8, x2: pad, y2: ht - pad + 8 });
+  el("text", { x: 2, y: 14 }, Number(yMax.toFixed(2)));
+  el("text", { x: 2, y: ht - pad + 8 }, "0");
+  el("text", { x: pad, y: ht - 4 }, "-1h");
+  el("text", { x: w - 30, y: ht - 4 }, "now");
+  el("polyline", { class: "line", points: points.map(([x, y]) => `${px(x).toFixed(1)},${py(y).toFixed(1)}`).join(" ") });
+  return svg;
+}
+
+pages.pending = () => {
+  const p = new Page("Pending pods");
+  p.watch("pods", "/api/v1/pods?fieldSelector=" + encodeURIComponent("spec.nodeName=,status.phase=Pending"));
+  p.watch("nodes", "/api/v1/nodes");
+  p.watch("scaleUpEvents", "/api/v1/events?fieldSelector=" + encodeURIComponent("involvedObject.kind=Pod,source=cluster-autoscaler"));
+  p.explained = new Map();
+  p.asked = new Map();
+  // Each pending pod is explained again when the nodes change, at most
+  // every 5 s.
+  p.explainAll = () => {
+    for (const pod of p.data.pods || []) {
+      const k = key(pod);
+      const last = p.asked.get(k) || 0;
+      if (Date.now() - last < 5000) continue;
+      p.asked.set(k, Date.now());
+      call("GET", `/api/capstan/pods/${encodeURIComponent(pod.metadata.namespace)}/${encodeURIComponent(pod.metadata.name)}/explain`)
+        .then((e) => p.explained.set(k, e), (e) => p.explained.set(k, { error: e.message }))
+        .then(() => p.render());
+    }
+  };
+  p.every(5000, () => p.explainAll());
+  const base = p.render.bind(p);
+  p.render = () => {
+    base();
+    p.explainAll();
+  };
+  p.view = () => {
+    if (!p.ready("pods")) return [...p.errorsView(), h("p", {}, "Loading…")];
+    const pods = p.data.pods;
+    const events = p.data.scaleUpEvents || [];
+    return [
+      ...p.errorsView(),
+      pods.length ? h("p", {}, pods.length + " pod(s) wait for a node.") : h("p", { class: "ok" }, "No pod is pending."),
+      pods.map((pod) => {
+        const k = key(pod);
+        const e = p.explained.get(k);
+        const sched = cond(pod, "PodScheduled");
+        const evs = events.filter((ev) => ev.involvedObject.namespace === pod.metadata.namespace && ev.involvedObject.name === pod.metadata.name)
+          .sort((a, b) => Date.parse(b.lastTimestamp || b.eventTime || 0) - Date.parse(a.lastTimestamp || a.eventTime || 0));
+        const id = "pod-" + k.replace(/[^a-z0-9-]/g, "-");
+        return h("section", { class: "card", "aria-labelledby": id, "data-pod": k },
+          h("h2", { id }, k),
+          h("p", {}, "Scheduler: ", pod.spec.schedulerName || "default-scheduler", " · waiting ", age(pod.metadata.creationTimestamp)),
+          sched && sched.message ? h("p", { class: "bad" }, sched.reason + ": " + sched.message) : null,
+          !e ? h("p", {}, "Asking the scheduler…")
+            : e.error ? notice("error", "Cannot explain: " + e.error)
+              : explanation(e),
+          evs.length ? h("p", {}, "Autoscaler event: ", h("strong", {}, evs[0].reason), " ", evs[0].message) : null);
+      }),
+    ];
+  };
+  return p;
+};
+
+function explanation(e) {
+  // Scores only where some node fits: a node rejected has none.
+  const prios = e.nodes.some((n) => n.fits) ? e.priorities : [];
+  const cols = ["Node", "Verdict", ...prios.map((pr) => ({ title: `${pr.name} (×${pr.weight})`, num: true })), ...(prios.length ? [{ title: "Total", num: true }] : [])];
+  const rows = e.nodes.map((n) => [
+    n.name,
+    n.fits ? h("span", { class: "ok" }, n.selected ? "fits, selected" : "fits") : h("span", { class: "bad" }, n.reasons.join("; ")),
+    ...prios.map((_, i) => (n.fits ? String(n.scores[i]) : "-")),
+    ...(prios.length ? [n.fits ? String(n.total) : "-"] : []),
+  ]);
+  return [
+    e.summary ? h("p", {}, h("strong", {}, "Why: "), e.summary) : null,
+    e.gates && e.gates.length ? h("p", {}, "Scheduling gates: " + e.gates.join(", ")) : null,
+    h("div", { class: "scroll" }, table("Every node's verdict", cols, rows)),
+    h("p", { class: "muted" }, "Predicates: " + e.predicates.join(", ")),
+    e.autoscaler ? h("div", {}, h("p", {}, h("strong", {}, "Autoscaler: "), e.autoscaler.message),
+      h("ul", {}, Object.entries(e.autoscaler.groups || {}).sort().map(([g, why]) => h("li", {}, g + ": " + why))))
+      : e.autoscalerError ? h("p", { class: "muted" }, "Autoscaler: " + e.autoscalerError) : null,
+  ];
+}
+
+const roles = (n) => Object.keys(n.metadata.labels || {}).filter((l) => l.startsWith("node-role.kubernetes.io/"))
+  .map((l) => l.slice("node-role.kubernetes.io/".length)).sort().join(",");
+const MC = "machineconfiguration.openshift.io/";
+// poolOf names the pool a rendered config is of (rendered-POOL-HASH).
+const poolOf = (rendered) => rendered.replace(/^rendered-/, "").replace(/-[0-9a-f]{32}$/, "");
+
+pages.nodes = () => {
+  const p = new Page("Nodes");
+  p.watch("nodes", "/api/v1/nodes");
+  p.scale = null;
+  p.every(10000, () => call("GET", "/api/capstan/nodes/explain").then((s) => {
+    p.scale = s;
+    delete p.errors["the autoscaler's view"];
+  }, (e) => {
+    p.errors["the autoscaler's view"] = e.message;
+  }).then(() => p.render()));
+  p.result = h("div", { id: "result", "aria-live": "polite" });
+  p.forms = () => p.result;
+  const act = (label, node, fn) => h("button", { type: "button", class: "secondary", "aria-label": label + " " + node, "data-action": label.toLowerCase(), onclick: fn }, label);
+  const cordon = (n, on) => outcome(p.result, call("PATCH", kube("/api/v1/nodes/" + n), JSON.stringify({ spec: { unschedulable: on ? true : null } })),
+    `node/${n} ${on ? "cordoned" : "uncordoned"}`);
+  p.view = () => {
+    if (!p.ready("nodes")) return [...p.errorsView(), h("p", {}, "Loading…")];
+    return [...p.errorsView(), table("Nodes", ["Name", "Status", "Roles", "Conditions", "Taints", "Pool and config", "Autoscaler", "Actions"], p.data.nodes.map((n) => {
+      const ready = cond(n, "Ready");
+      const bad = ((n.status || {}).conditions || []).filter((c) => c.type !== "Ready" && c.status === "True");
+      const a = n.metadata.annotations || {};
+      const v = p.scale && p.scale.nodes[n.metadata.name];
+      const name = n.metadata.name;
+      return [
+        name,
+        h("span", { class: ready && ready.status === "True" ? "ok" : "bad" }, ready && ready.status === "True" ? "Ready" : "NotReady",
+          n.spec.unschedulable ? ", SchedulingDisabled" : ""),
+        roles(n),
+        bad.length ? bad.map((c) => h("span", { class: "tag warn", title: c.message || "" }, c.type)) : h("span", { class: "muted" }, "none"),
+        (n.spec.taints || []).map((t) => h("span", { class: "tag" }, `${t.key}${t.value ? "=" + t.value : ""}:${t.effect}`)),
+        a[MC + "currentConfig"] ? [h("span", { class: "tag" }, "pool " + poolOf(a[MC + "currentConfig"])), h("br"), a[MC + "currentConfig"], a[MC + "desiredConfig"] !== a[MC + "currentConfig"] ? " → " + a[MC + "desiredConfig"] : "",
+          h("br"), h("span", { class: "muted" }, a[MC + "state"] || "")] : h("span", { class: "muted" }, "none"),
+        !p.scale ? "…" : !p.scale.configured ? h("span", { class: "muted" }, "not configured")
+          : !p.scale.scaleDownEnabled ? h("span", { class: "muted" }, "scale-down disabled")
+            : !v ? h("span", { class: "muted" }, "not in a node group")
+              : [v.unneeded ? h("strong", {}, "Unneeded since " + v.since) : null, v.unneeded ? h("br") : null,
+                `utilization ${v.utilization.toFixed(2)}: ${v.reason}`],
+        [n.spec.unschedulable ? act("Uncordon", name, () => cordon(name, false)) : act("Cordon", name, () => cordon(name, true)), " ",
+          act("Drain", name, () => outcome(p.result, call("POST", `/api/capstan/nodes/${encodeURIComponent(name)}/drain`)))],
+      ];
+    }))];
+  };
+  return p;
+};
+
+const MAPI = "/apis/machine.openshift.io/v1beta1";
+
+pages.machines = () => {
+  const p = new Page("Machines");
+  p.watch("machines", MAPI + "/machines");
+  p.watch("machinesets", MAPI + "/machinesets");
+  p.watch("machineautoscalers", "/apis/autoscaling.openshift.io/v1beta1/machineautoscalers");
+  p.watch("clusterautoscalers", "/apis/autoscaling.openshift.io/v1/clusterautoscalers");
+  const result = h("div", { id: "result", "aria-live": "polite" });
+  const select = h("select", { id: "scale-set", name: "machineset", required: true });
+  const replicas = h("input", { id: "scale-replicas", name: "replicas", inputmode: "numeric", size: 5, autocomplete: "off" });
+  p.forms = () => h("section", { class: "card", "aria-labelledby": "scale-title" },
+    h("h2", { id: "scale-title" }, "Scale a MachineSet"),
+    h("form", {
+      class: "inline", onsubmit: (ev) => {
+        ev.preventDefault();
+        const [ns, name] = select.value.split("/");
+        outcome(result, call("POST", `/api/capstan/machinesets/${encodeURIComponent(ns)}/${encodeURIComponent(name)}/scale`, { replicas: replicas.value }));
+      },
+    },
+    h("label", { for: "scale-set" }, "MachineSet", select),
+    h("label", { for: "scale-replicas" }, "Replicas", replicas),
+    h("button", { type: "submit" }, "Scale")),
+    result);
+  const sets = () => {
+    const want = (p.data.machinesets || []).map(key);
+    const have = [...select.options].map((o) => o.value);
+    if (want.join() !== have.join()) {
+      const keep = select.value;
+      select.replaceChildren(...want.map((k) => h("option", { value: k }, k)));
+      if (want.includes(keep)) select.value = keep;
+    }
+  };
+  const hooks = (m) => {
+    const lh = (m.spec || {}).lifecycleHooks || {};
+    return [...(lh.preDrain || []).map((x) => ["preDrain", x]), ...(lh.preTerminate || []).map((x) => ["preTerminate", x])]
+      .map(([k, x]) => h("span", { class: "tag" }, `${k}: ${x.name} (owner ${x.owner})`));
+  };
+  p.view = () => {
+    sets();
+    const ms = p.data.machines || [];
+    return [
+      ...p.errorsView(),
+      h("h2", {}, "MachineSets"),
+      !p.ready("machinesets") ? h("p", {}, "Loading…") : table("MachineSets", ["Name", { title: "Desired", num: true }, { title: "Current", num: true },
+        { title: "Ready", num: true }, { title: "Available", num: true }], p.data.machinesets.map((s) => [
+        key(s), String(s.spec.replicas ?? 0), String((s.status || {}).replicas ?? 0), String((s.status || {}).readyReplicas ?? 0),
+        String((s.status || {}).availableReplicas ?? 0)])),
+      h("h2", {}, "Machines"),
+      !p.ready("machines") ? h("p", {}, "Loading…") : table("Machines", ["Name", "Phase", "Node", "Drainable", "Drained", "Terminable", "Deletion hooks", "Age"],
+        ms.map((m) => [
+          key(m),
+          h("span", { class: (m.status || {}).phase === "Running" ? "ok" : (m.status || {}).phase === "Failed" ? "bad" : "warn" },
+            (m.status || {}).phase || "Provisioning", m.metadata.deletionTimestamp ? " (deleting)" : ""),
+          ((m.status || {}).nodeRef || {}).name || "",
+          statusCell(cond(m, "Drainable"), "True"),
+          statusCell(cond(m, "Drained"), "True"),
+          statusCell(cond(m, "Terminable"), "True"),
+          hooks(m),
+          age(m.metadata.creationTimestamp),
+        ])),
+      h("h2", {}, "MachineAutoscalers"),
+      !p.ready("machineautoscalers") ? h("p", {}, "Loading…") : table("MachineAutoscalers", ["Name", "Target", { title: "Min", num: true }, { title: "Max", num: true }],
+        p.data.machineautoscalers.map((a) => [key(a), `${a.spec.scaleTargetRef.kind}/${a.spec.scaleTargetRef.name}`,
+          String(a.spec.minReplicas), String(a.spec.maxReplicas)]), "No MachineAutoscaler."),
+      h("h2", {}, "ClusterAutoscaler"),
+      !p.ready("clusterautoscalers") ? h("p", {}, "Loading…") : table("ClusterAutoscalers", ["Name", "Max nodes", "Scale-down", "Pod priority cutoff"],
+        p.data.clusterautoscalers.map((c) => [c.metadata.name, String(((c.spec || {}).resourceLimits || {}).maxNodesTotal ?? "none"),
+          ((c.spec || {}).scaleDown || {}).enabled ? `enabled (unneeded ${c.spec.scaleDown.unneededTime || "10m"})` : "disabled",
+          String((c.spec || {}).podPriorityThreshold ?? -10)]), "No ClusterAutoscaler: the autoscaler does nothing."),
+    ];
+  };
+  return p;
+};
+
+pages.pools = () => {
+  const p = new Page("Machine config pools");
+  p.watch("pools", "/apis/machineconfiguration.openshift.io/v1/machineconfigpools");
+  p.watch("nodes", "/api/v1/nodes");
+  p.view = () => {
+    if (!p.ready("pools", "nodes")) return [...p.errorsView(), h("p", {}, "Loading…")];
+    if (!p.data.pools.length) return [...p.errorsView(), h("p", { class: "muted" }, "No MachineConfigPool: the Machine Config Operator manages no node.")];
+    return [...p.errorsView(), p.data.pools.map((pool) => {
+      const sel = ((pool.spec || {}).nodeSelector || {}).matchLabels || {};
+      const nodes = p.data.nodes.filter((n) => Object.entries(sel).every(([k, v]) => (n.metadata.labels || {})[k] === v));
+      const st = pool.status || {};
+      const target = ((st.configuration || {}).name) || ((pool.spec || {}).configuration || {}).name || "";
+      const updated = st.updatedMachineCount || 0, total = st.machineCount || nodes.length;
+      const id = "pool-" + pool.metadata.name;
+      return h("section", { class: "card", "aria-labelledby": id },
+        h("h2", { id }, pool.metadata.name),
+        h("p", {}, `Config ${target} · maxUnavailable ${pool.spec.maxUnavailable ?? 1}` + (pool.spec.paused ? " · paused" : "")),
+        h("p", {}, `${updated} of ${total} updated, ${st.readyMachineCount || 0} ready, ${st.unavailableMachineCount || 0} unavailable, ${st.degradedMachineCount || 0} degraded`),
+        h("div", { class: "progress", role: "progressbar", "aria-label": pool.metadata.name + " rollout", "aria-valuemin": 0,
+          "aria-valuemax": total, "aria-valuenow": updated }, h("span", { style: null, "data-pct": total ? Math.round((100 * updated) / total) : 0 })),
+        h("p", {}, "Updated: ", statusCell(cond(pool, "Updated"), "True"), " · Updating: ", statusCell(cond(pool, "Updating"), "False"),
+          " · Degraded: ", statusCell(cond(pool, "Degraded"), "False")),
+        table(pool.metadata.name + " nodes", ["Node", "Current config", "Desired config", "State", "Reason"], nodes.map((n) => {
+          const a = n.metadata.annotations || {};
+          return [n.metadata.name, a[MC + "currentConfig"] || "", a[MC + "desiredConfig"] || "",
+            h("span", { class: a[MC + "state"] === "Done" ? "ok" : a[MC + "state"] === "Degraded" ? "bad" : "warn" }, a[MC + "state"] || ""),
+            a[MC + "reason"] || ""];
+        })));
+    })];
+  };
+  const base = p.render.bind(p);
+  // The bars' widths are set from data-pct: the page's style policy
+  // allows no inline style attribute.
+  p.render = () => {
+    base();
+    for (const bar of document.querySelectorAll(".progress > span[data-pct]")) bar.style.width = bar.dataset.pct + "%";
+  };
+  return p;
+};
+
+pages.updates = () => {
+  const p = new Page("Cluster settings");
+  p.watch("clusterversions", "/apis/config.openshift.io/v1/clusterversions");
+  p.watch("operators", "/apis/config.openshift.io/v1/clusteroperators");
+  p.watch("pools", "/apis/machineconfiguration.openshift.io/v1/machineconfigpools");
+  p.watch("cvoEvents", "/api/v1/namespaces/openshift-cluster-version/events");
+  p.statusText = "";
+  const refreshStatus = () => call("GET", "/api/capstan/clusterversion/status").then((s) => { p.statusText = s.text; }, (e) => {
+    p.statusText = "Cannot read the update's status: " + e.message;
+  }).then(() => p.render());
+  p.every(5000, refreshStatus);
+  const chResult = h("div", { id: "channel-result", "aria-live": "polite" });
+  const upResult = h("div", { id: "result", "aria-live": "polite" });
+  const channel = h("input", { id: "channel", name: "channel", list: "channels", autocomplete: "off" });
+  const channels = h("datalist", { id: "channels" });
+  const chSection = h("section", { class: "card", "aria-labelledby": "ch-title", hidden: true },
+      h("h2", { id: "ch-title" }, "Update channel"),
+      h("form", {
+        class: "inline", onsubmit: (ev) => {
+          ev.preventDefault();
+          outcome(chResult, call("POST", "/api/capstan/clusterversion/channel", { channel: channel.value }));
+        },
+      }, h("label", { for: "channel" }, "Channel", channel), channels, h("button", { type: "submit" }, "Save")),
+      chResult);
+  p.forms = () => h("div", {}, chSection, upResult);
+  const update = (version, acceptRisks) => outcome(upResult, call("POST", "/api/capstan/clusterversion/update", { version, acceptRisks }));
+  p.view = () => {
+    const cv = (p.data.clusterversions || [])[0];
+    chSection.hidden = !cv;
+    if (!cv) return [...p.errorsView(), h("p", {}, p.ready("clusterversions") ? "This cluster has no ClusterVersion: no Cluster Version Operator manages it." : "Loading…")];
+    const st = cv.status || {};
+    const desired = st.desired || {};
+    if (document.activeElement !== channel && !channel.value) channel.value = cv.spec.channel || "";
+    const known = (desired.channels || []).join();
+    if (channels.dataset.known !== known) {
+      channels.dataset.known = known;
+      channels.replaceChildren(...(desired.channels || []).map((c) => h("option", { value: c })));
+    }
+    const prog = cond(cv, "Progressing");
+    // What each run level of the last update waited on: the CVO's
+    // ClusterOperatorWait events since that update started.
+    const since = Date.parse(((st.history || [])[0] || {}).startedTime || 0);
+    const when = (e) => Date.parse(e.lastTimestamp || e.eventTime || e.metadata.creationTimestamp || 0);
+    const levels = new Map();
+    for (const ev of (p.data.cvoEvents || []).filter((e) => e.reason === "ClusterOperatorWait" && when(e) >= since).sort((a, b) => when(a) - when(b))) {
+      const m = /^Run level (\S+): (.*)$/.exec(ev.message);
+      if (m) levels.set(m[1], [m[2], ev.lastTimestamp || ev.eventTime]);
+    }
+    const byLevel = [...levels].sort((a, b) => Number(a[0]) - Number(b[0]) || a[0].localeCompare(b[0]));
+    const updating = prog && prog.status === "True";
+    return [
+      ...p.errorsView(),
+      h("section", { class: "card", "aria-labelledby": "cv-title" },
+        h("h2", { id: "cv-title" }, "Current version"),
+        h("p", { class: "big" }, desired.version || "unknown"),
+        h("p", {}, "Channel: ", cv.spec.channel || "none", " · Update status: ", prog ? h("span", { class: updating ? "warn" : "ok" }, prog.message) : "unknown"),
+        statusLine(cv, "RetrievedUpdates"), statusLine(cv, "Failing"), statusLine(cv, "Invalid")),
+      h("h2", {}, "Recommended updates"),
+      table("Recommended updates", ["Version", "Image", ""], (st.availableUpdates || []).map((u) => [u.version, h("code", { class: "image" }, u.image),
+        h("button", { type: "button", disabled: updating, "aria-label": "Update to " + u.version, onclick: () => update(u.version, false) }, "Update")]),
+      "No recommended update."),
+      h("h2", {}, "Conditional updates"),
+      (st.conditionalUpdates || []).length ? (st.conditionalUpdates || []).map((cu) => {
+        const rec = (cu.conditions || []).find((c) => c.type === "Recommended");
+        const id = "cu-" + cu.release.version.replace(/[^a-z0-9]/gi, "-");
+        const accept = h("input", { type: "checkbox", id: id + "-accept" });
+        return h("section", { class: "card", "aria-labelledby": id },
+          h("h3", { id }, cu.release.version, " ", rec ? h("span", { class: rec.status === "True" ? "ok" : "warn" }, `Recommended=${rec.status} (${rec.reason})`) : ""),
+          rec && rec.message ? h("p", {}, rec.message) : null,
+          table("Risks of " + cu.release.version, ["Risk", "Message", "Link"], (cu.risks || []).map((r) => [r.name, r.message, h("a", { href: r.url, rel: "noreferrer" }, r.url)])),
+          rec && rec.status !== "True" ? h("form", {
+            class: "inline", onsubmit: (ev) => {
+              ev.preventDefault();
+              update(cu.release.version, accept.checked);
+            },
+          }, h("label", { for: accept.id, class: "check" }, accept, " I accept the risks above"),
+          h("button", { type: "submit", disabled: updating }, "Update to " + cu.release.version))
+            : h("button", { type: "button", disabled: updating, onclick: () => update(cu.release.version, false) }, "Update to " + cu.release.version));
+      }) : h("p", { class: "muted" }, "No conditional update."),
+      h("h2", {}, "Progress by run level"),
+      byLevel.length ? table("Run levels waited on in the last update", ["Run level", "Waited on", "Last seen"], byLevel.map(([lvl, [msg, ts]]) => [lvl, msg, age(ts) + " ago"]))
+        : h("p", { class: "muted" }, updating ? "No run level waits on an operator." : "No run level waited on an operator in the last update."),
+      h("h2", {}, "Node rollout"),
+      table("Pools", ["Pool", { title: "Updated", num: true }, { title: "Machines", num: true }, "Updating"], (p.data.pools || []).map((pl) => [
+        pl.metadata.name, String((pl.status || {}).updatedMachineCount || 0), String((pl.status || {}).machineCount || 0), statusCell(cond(pl, "Updating"), "False")])),
+      h("h2", {}, "Update status"),
+      h("pre", { "aria-label": "oc adm upgrade status" }, p.statusText || "…"),
+      h("h2", {}, "History"),
+      table("Update history", ["Version", "State", "Started", "Completed", "Verified"], (st.history || []).map((x) => [x.version, x.state,
+        x.startedTime || "", x.completionTime || "", x.verified ? "yes" : "no"])),
+    ];
+  };
+  return p;
+};
+
+function statusLine(cv, type) {
+  const c = cond(cv, type);
+  if (!c || (type !== "RetrievedUpdates" && c.status !== "True")) return null;
+  const bad = type === "RetrievedUpdates" ? c.status !== "True" : true;
+  return h("p", { class: bad ? "bad" : "muted" }, `${type}=${c.status}${c.reason ? " (" + c.reason + ")" : ""}${c.message ? ": " + c.message : ""}`);
+}
+
+// ---- login and routing --------------------------------------------------
+
+let current = null;
+
+function showLogin(message) {
+  if (current) current.stop();
+  current = null;
+  document.getElementById("nav").hidden = true;
+  document.getElementById("logout").hidden = true;
+  document.getElementById("who").textContent = "";
+  document.title = "Log in · capstan console";
+  const token = h("textarea", { id: "token", name: "token", required: true, autocomplete: "off", spellcheck: "false" });
+  const result = h("div", { id: "result", "aria-live": "polite" }, message ? notice("error", message) : "");
+  const main = document.getElementById("main");
+  main.replaceChildren(h("div", { class: "login" },
+    h("h1", {}, "Log in"),
+    h("p", {}, "Paste a bearer token the API server accepts: ", h("code", {}, "oc whoami -t"), " or ", h("code", {}, "kubectl create token NAME"),
+      ". Every call the console makes is made with it."),
+    h("form", {
+      onsubmit: async (ev) => {
+        ev.preventDefault();
+        try {
+          const s = await call("POST", "/api/login", { token: token.value });
+          await enter(s);
+        } catch (e) {
+          result.replaceChildren(notice("error", e.message));
+        }
+      },
+    }, h("label", { for: "token" }, "Token"), token, h("p", {}, h("button", { type: "submit" }, "Log in"))),
+    result));
+  token.focus();
+}
+
+async function enter(s) {
+  Object.assign(session, s);
+  if (!s.prometheus) {
+    const full = await call("GET", "/api/session");
+    Object.assign(session, full);
+  }
+  document.getElementById("who").textContent = "Logged in as " + session.user;
+  document.getElementById("nav").hidden = false;
+  document.getElementById("logout").hidden = false;
+  if (!location.hash || location.hash.startsWith("#/login")) location.hash = "#/overview";
+  else route();
+}
+
+function route() {
+  if (!session.user) return;
+  const name = (location.hash.replace(/^#\//, "").split("?")[0]) || "overview";
+  const make = pages[name] || pages.overview;
+  if (current) current.stop();
+  current = make();
+  current.render();
+  for (const a of document.querySelectorAll("nav a")) {
+    if (a.getAttribute("href") === "#/" + name) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+  document.getElementById("main").focus({ preventScroll: true });
+}
+
+window.addEventListener("hashchange", route);
+document.getElementById("logout").addEventListener("click", async () => {
+  await call("POST", "/api/logout").catch(() => {});
+  session.user = "";
+  showLogin();
+});
+
+(async () => {
+  try {
+    await enter(await call("GET", "/api/session"));
+  } catch {
+    const bad = location.hash.includes("error=link");
+    showLogin(bad ? "That login link was used already or has expired: ask for a new one, or paste a token." : "");
+  }
+})();

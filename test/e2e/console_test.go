@@ -1,0 +1,295 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/chromedp/chromedp/kb"
+
+	"github.com/capstan-dev/capstan/internal/machine"
+	"github.com/capstan-dev/capstan/internal/testenv"
+)
+
+// serviceAccountToken makes a ServiceAccount in default, bound to a
+// ClusterRole of the rules given (none: no rights at all), and returns a
+// token of it.
+func serviceAccountToken(t *testing.T, name string, rules ...rbacv1.PolicyRule) string {
+	t.Helper()
+	ctx := context.Background()
+	ns := "default"
+	if _, err := env.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.CoreV1().ServiceAccounts(ns).Delete(ctx, name, metav1.DeleteOptions{}) })
+	if len(rules) > 0 {
+		rbac := env.Client.RbacV1()
+		if _, err := rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = rbac.ClusterRoles().Delete(ctx, name, metav1.DeleteOptions{}) })
+		crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}}}
+		if _, err := rbac.ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = rbac.ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{}) })
+	}
+	tr, err := env.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+func nodeNames(t *testing.T) []string {
+	t.Helper()
+	list, err := env.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, n := range list.Items {
+		names = append(names, n.Name)
+	}
+	return names
+}
+
+// logIn logs the tab in with a token through the login form.
+func logIn(t *testing.T, tab *testenv.Tab, token string) {
+	t.Helper()
+	tab.Go(env.Cluster.ConsoleURL + "/#/overview")
+	tab.WaitText("main", "Paste a bearer token", 30*time.Second)
+	tab.Fill("#token", token)
+	tab.Click(".login button[type=submit]")
+}
+
+func logOut(t *testing.T, tab *testenv.Tab) {
+	t.Helper()
+	tab.Click("#logout")
+	tab.WaitText("main", "Paste a bearer token", 30*time.Second)
+}
+
+// The console in a real Chromium: nobody gets in without a token the API
+// server accepts, a user without rights sees an error and no data, and
+// the admin sees every page live and acts from it.
+func TestConsole(t *testing.T) {
+	if env.Cluster.ConsoleURL == "" {
+		t.Fatal("the test cluster serves no console")
+	}
+	ctx := context.Background()
+	base := env.Cluster.ConsoleURL
+
+	// The API proxy answers nothing without a session.
+	resp, err := http.Get(base + "/api/kubernetes/api/v1/nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("the API proxy without a session answered %s", resp.Status)
+	}
+
+	tab := testenv.NewTab(t)
+	logIn(t, tab, "not-a-token")
+	tab.WaitText("#result", "the API server did not accept the token", 30*time.Second)
+	tab.A11y("login")
+	tab.Screenshot("login")
+
+	t.Run("a user without rights sees an error, not data", func(t *testing.T) {
+		tab := tab.For(t)
+		logIn(t, tab, serviceAccountToken(t, "console-nobody"))
+		tab.WaitText("#who", "Logged in as system:serviceaccount:default:console-nobody", 30*time.Second)
+		tab.Go(base + "/#/nodes")
+		got := tab.WaitText("main", "Cannot read nodes: ", 30*time.Second)
+		if !strings.Contains(got, "forbidden") {
+			t.Errorf("the nodes page of a user without rights says:\n%s", got)
+		}
+		nodes, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes.Items {
+			if strings.Contains(got, n.Name) {
+				t.Errorf("a user without rights sees node %s:\n%s", n.Name, got)
+			}
+		}
+		logOut(t, tab)
+	})
+
+	t.Run("a forbidden action changes nothing and says why", func(t *testing.T) {
+		tab := tab.For(t)
+		logIn(t, tab, serviceAccountToken(t, "console-node-reader",
+			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}))
+		tab.Go(base + "/#/nodes")
+		node := nodeNames(t)[0]
+		tab.WaitText(`tr[data-key="`+node+`"]`, "Ready", 30*time.Second)
+		tab.Click(`button[aria-label="Cordon ` + node + `"]`)
+		got := tab.WaitText("#result", "forbidden", 30*time.Second)
+		if !strings.Contains(got, "cannot patch resource") {
+			t.Errorf("a forbidden cordon says %q", got)
+		}
+		n, err := env.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Spec.Unschedulable {
+			t.Errorf("a forbidden cordon cordoned %s", node)
+		}
+		logOut(t, tab)
+	})
+
+	// The admin, through the one-time link capstan up prints.
+	tab.Go(env.Cluster.NewConsoleLoginLink(env.Cluster.AdminToken()))
+	tab.WaitText("#who", "Logged in as system:serviceaccount:kube-system:capstan-admin", 30*time.Second)
+
+	t.Run("a login link works once", func(t *testing.T) {
+		other := testenv.NewTab(t)
+		link := env.Cluster.NewConsoleLoginLink(env.Cluster.AdminToken())
+		other.Go(link)
+		other.WaitText("#who", "Logged in as", 30*time.Second)
+		logOut(t, other)
+		other.Go(link)
+		other.WaitText("#result", "That login link was used already or has expired", 30*time.Second)
+	})
+
+	t.Run("overview: the version, the counts and a firing alert, live", func(t *testing.T) {
+		tab := tab.For(t)
+		tab.Go(base + "/#/overview")
+		tab.WaitText("main", "Cluster version", 30*time.Second)
+		tab.WaitText("main", "All available", 30*time.Second)
+		// A node whose kubelet says NotReady: KubeNodeNotReady fires,
+		// and the page shows it within its 15 s refresh.
+		node := "console-alert-node"
+		capstanOK(t, "sim", "node", "add", "--kubeconfig", env.Kubeconfig, "--name", node)
+		t.Cleanup(func() { _, _ = capstan(t, "sim", "node", "delete", node, "--kubeconfig", env.Kubeconfig) })
+		waitNodeReady(t, node)
+		capstanOK(t, "sim", "node", "set-condition", node, "Ready=False", "--kubeconfig", env.Kubeconfig)
+		env.WaitAlertFiring(t, "KubeNodeNotReady", map[string]string{"node": node}, alertTimeout)
+		got := tab.WaitText("main", "KubeNodeNotReady", time.Minute)
+		if !strings.Contains(got, "1 not ready") {
+			t.Errorf("the overview does not count the node not ready:\n%s", got)
+		}
+		tab.A11y("overview")
+		tab.Screenshot("overview")
+		capstanOK(t, "sim", "node", "delete", node, "--kubeconfig", env.Kubeconfig)
+		env.WaitAlertResolved(t, "KubeNodeNotReady", map[string]string{"node": node}, alertTimeout)
+	})
+
+	t.Run("the keyboard reaches every page", func(t *testing.T) {
+		tab := tab.For(t)
+		tab.Go(base + "/#/overview")
+		tab.WaitText("main", "Cluster version", 30*time.Second)
+		if _, err := testenv.Eval[bool](tab, `document.activeElement.blur(); window.focus(); true`); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"A Skip to content", "BUTTON Log out", "A Overview", "A Pending pods", "A Nodes"}
+		for _, w := range want {
+			tab.Press(kb.Tab)
+			if got := tab.Focused(); got != w {
+				t.Fatalf("Tab focused %q, want %q", got, w)
+			}
+		}
+		tab.Press(kb.Enter)
+		tab.WaitText("main h1", "Nodes", 30*time.Second)
+		if got := tab.Focused(); !strings.HasPrefix(got, "MAIN ") {
+			t.Errorf("after a page opens, the focus is on %q, not on its content", got)
+		}
+	})
+
+	t.Run("nodes: every node, live", func(t *testing.T) {
+		tab := tab.For(t)
+		tab.Go(base + "/#/nodes")
+		for _, n := range nodeNames(t) {
+			tab.WaitText(`tr[data-key="`+n+`"]`, "Ready", 30*time.Second)
+		}
+		// Cordoned from the page, the node says so without a reload.
+		node := nodeNames(t)[0]
+		tab.Click(`button[aria-label="Cordon ` + node + `"]`)
+		tab.WaitText(`tr[data-key="`+node+`"]`, "SchedulingDisabled", 30*time.Second)
+		tab.Click(`button[aria-label="Uncordon ` + node + `"]`)
+		tab.WaitText(`tr[data-key="`+node+`"]`, "Cordon", 30*time.Second)
+		if got := tab.Text(`tr[data-key="` + node + `"]`); strings.Contains(got, "SchedulingDisabled") {
+			t.Errorf("uncordoned, the row says %q", got)
+		}
+		tab.A11y("nodes")
+		tab.Screenshot("nodes")
+	})
+
+	t.Run("pending pods: why, node by node", func(t *testing.T) {
+		tab := tab.For(t)
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "console-too-big", Namespace: "default"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "nginx",
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}}}}}}
+		if _, err := env.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = env.Client.CoreV1().Pods("default").Delete(ctx, pod.Name, *metav1.NewDeleteOptions(0))
+		})
+		tab.Go(base + "/#/pending")
+		got := tab.WaitText(`section[data-pod="default/console-too-big"] table`, "Insufficient cpu", time.Minute)
+		for _, n := range nodeNames(t) {
+			if !strings.Contains(got, n) {
+				t.Errorf("the pending pod's verdicts leave out node %s:\n%s", n, got)
+			}
+		}
+		tab.A11y("pending pods")
+		tab.Screenshot("pending")
+	})
+
+	t.Run("machines: a MachineSet scaled from the page, bad input refused", func(t *testing.T) {
+		tab := tab.For(t)
+		set := newMachineSet(t, "console-ms", 0)
+		tab.Go(base + "/#/machines")
+		key := machine.Namespace + "/" + set.Name
+		tab.WaitText(`tr[data-key="`+key+`"]`, set.Name, 30*time.Second)
+		tab.Fill("#scale-set", key)
+		tab.Fill("#scale-replicas", "two")
+		tab.Click(`#main form button[type=submit]`)
+		tab.WaitText("#result", `replicas "two" is not a whole number`, 30*time.Second)
+		if ms, err := machines(t).MachineV1beta1().MachineSets(machine.Namespace).Get(ctx, set.Name, metav1.GetOptions{}); err != nil || *ms.Spec.Replicas != 0 {
+			t.Errorf("a malformed scale changed the MachineSet: %v %v", err, ms.Spec.Replicas)
+		}
+		tab.Fill("#scale-replicas", "2")
+		tab.Click(`#main form button[type=submit]`)
+		tab.WaitText("#result", "machineset.machine.openshift.io/console-ms scaled to 2", 30*time.Second)
+		for _, m := range waitMachinesRunning(t, set.Name, 2) {
+			tab.WaitText(`tr[data-key="`+machine.Namespace+"/"+m.Name+`"]`, "Running", time.Minute)
+		}
+		tab.A11y("machines")
+		tab.Screenshot("machines")
+	})
+
+	t.Run("machine config pools, and cluster settings without a ClusterVersion", func(t *testing.T) {
+		tab := tab.For(t)
+		tab.Go(base + "/#/pools")
+		pools, err := env.Dynamic.Resource(schema.GroupVersionResource{Group: "machineconfiguration.openshift.io", Version: "v1", Resource: "machineconfigpools"}).
+			List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pools.Items) == 0 {
+			tab.WaitText("main", "No MachineConfigPool", 30*time.Second)
+		}
+		for _, p := range pools.Items {
+			tab.WaitText("main", p.GetName()+"\nConfig ", 30*time.Second)
+		}
+		tab.A11y("machine config pools")
+		tab.Go(base + "/#/updates")
+		// This cluster runs no Cluster Version Operator (test/cvo drives
+		// the page's updates).
+		tab.WaitText("main", "This cluster has no ClusterVersion", 30*time.Second)
+		tab.A11y("cluster settings")
+	})
+}
