@@ -413,7 +413,8 @@ func (s *Server) startUpdate(w http.ResponseWriter, r *http.Request, sess *sessi
 	}
 	d, err := cvo.Decide(cv, req)
 	if err != nil {
-		msg := strings.ReplaceAll(strings.TrimSpace(err.Error()), "use --allow-not-recommended", "accept the risk")
+		msg := strings.ReplaceAll(strings.TrimSpace(err.Error()), "and to proceed with update use --allow-not-recommended.",
+			`and to proceed with the update, check "I accept the risks above".`)
 		writeError(w, http.StatusConflict, "%s", msg)
 		return
 	}

@@ -181,6 +181,22 @@ type queryData struct {
 	Result     parser.Value     `json:"result"`
 }
 
+// emptyAsList makes an empty vector or matrix a JSON [], as Prometheus
+// answers, not null.
+func emptyAsList(v parser.Value) parser.Value {
+	switch x := v.(type) {
+	case promql.Vector:
+		if x == nil {
+			return promql.Vector{}
+		}
+	case promql.Matrix:
+		if x == nil {
+			return promql.Matrix{}
+		}
+	}
+	return v
+}
+
 func execError(err error) *apiError {
 	var (
 		canceled promql.ErrQueryCanceled
@@ -225,7 +241,7 @@ func (m *Monitor) query(r *http.Request) (any, annotations.Annotations, *apiErro
 	if res.Err != nil {
 		return nil, res.Warnings, execError(res.Err)
 	}
-	return queryData{ResultType: res.Value.Type(), Result: res.Value}, res.Warnings, nil
+	return queryData{ResultType: res.Value.Type(), Result: emptyAsList(res.Value)}, res.Warnings, nil
 }
 
 func (m *Monitor) queryRange(r *http.Request) (any, annotations.Annotations, *apiError) {
@@ -273,7 +289,7 @@ func (m *Monitor) queryRange(r *http.Request) (any, annotations.Annotations, *ap
 	if res.Err != nil {
 		return nil, res.Warnings, execError(res.Err)
 	}
-	return queryData{ResultType: res.Value.Type(), Result: res.Value}, res.Warnings, nil
+	return queryData{ResultType: res.Value.Type(), Result: emptyAsList(res.Value)}, res.Warnings, nil
 }
 
 // matchers reads match[] selectors; required says whether one is needed.

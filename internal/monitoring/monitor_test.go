@@ -142,6 +142,14 @@ func TestScrapedSeriesAreQueriedWithThePrometheusEngine(t *testing.T) {
 	if code != 200 || !strings.Contains(string(a.Data), `"resultType":"matrix"`) {
 		t.Errorf("query_range: %d %s %s", code, a.Error, a.Data)
 	}
+	// Nothing matched: an empty list, as Prometheus answers, not null.
+	for _, path := range []string{"/api/v1/query", "/api/v1/query_range"} {
+		code, a = get(t, base, path, url.Values{"query": {"no_such_metric"},
+			"start": {fmt.Sprint(now.Add(-time.Minute).Unix())}, "end": {fmt.Sprint(now.Unix())}, "step": {"15s"}})
+		if code != 200 || !strings.Contains(string(a.Data), `"result":[]`) {
+			t.Errorf("%s of nothing: %d %s %s", path, code, a.Error, a.Data)
+		}
+	}
 	// series, labels, label values.
 	code, a = get(t, base, "/api/v1/series", url.Values{"match[]": {`cluster_operator_up{name="etcd"}`}})
 	if code != 200 || !strings.Contains(string(a.Data), `"reason":"AsExpected"`) {

@@ -346,3 +346,13 @@ func (r *updateRecorder) seen(name string) bool {
 	defer r.mu.Unlock()
 	return r.seenOps[name]
 }
+
+// consoleTab is a browser tab logged in to the cluster's console as the
+// admin, through a one-time link as capstan up prints.
+func consoleTab(t *testing.T) *testenv.Tab {
+	t.Helper()
+	tab := testenv.NewTab(t)
+	tab.Go(env.Cluster.NewConsoleLoginLink(env.Cluster.AdminToken()))
+	tab.WaitText("#who", "Logged in as system:serviceaccount:kube-system:capstan-admin", 30*time.Second)
+	return tab
+}

@@ -391,12 +391,29 @@ func patchUpdate(t *testing.T) {
 	})
 	annotateNamespace(t, "openshift-console-operator", operators.DelayAnnotation, "4s")
 	rec := recordUpdate(t, "4.10.26")
-	if out := capstanOK(t, "adm", "upgrade", "--to", "4.10.26", "--kubeconfig", env.Kubeconfig); out != "Requested update to 4.10.26\n" {
-		t.Errorf("adm upgrade --to 4.10.26 said %q", out)
+	// Started from the console's Cluster Settings, as the admin.
+	tab := consoleTab(t)
+	tab.Go(env.Cluster.ConsoleURL + "/#/updates")
+	tab.WaitText("main", "Recommended updates", 30*time.Second)
+	// A conditional update the cluster does not recommend is refused
+	// unless its risk is accepted, and nothing is written.
+	tab.WaitText(`section[aria-labelledby="cu-4-11-0"]`, "Recommended=False", 30*time.Second)
+	tab.Click(`section[aria-labelledby="cu-4-11-0"] button[type=submit]`)
+	tab.WaitText("#result", `the update 4.11.0 is not one of the recommended updates, but is available as a conditional update. To accept the Recommended=False risk and to proceed with the update, check "I accept the risks above".`, 30*time.Second)
+	if cv := clusterVersion(t); cv.Spec.DesiredUpdate != nil {
+		t.Errorf("a refused conditional update wrote %+v", cv.Spec.DesiredUpdate)
 	}
+	tab.Click(`button[aria-label="Update to 4.10.26"]`)
+	tab.WaitText("#result", "Requested update to 4.10.26", 30*time.Second)
 	waitCV(t, 2*time.Minute, "the update never waited on the console", func(cv *configv1.ClusterVersion) bool {
 		return strings.Contains(condition(cv.Status.Conditions, configv1.OperatorProgressing).Message, "waiting on console")
 	})
+	// The page follows: Progressing, and what the run levels wait on
+	// (level 50, the slowed console's, among them).
+	tab.WaitText("main", "Working towards 4.10.26", 30*time.Second)
+	tab.WaitText(`tr[data-key="50"]`, "waiting on cluster operator ", 30*time.Second)
+	tab.A11y("cluster settings")
+	tab.Screenshot("updates")
 	if out := capstanOK(t, "adm", "upgrade", "--kubeconfig", env.Kubeconfig); !strings.Contains(out, "info: An upgrade is in progress. Working towards 4.10.26: ") {
 		t.Errorf("adm upgrade during the update:\n%s", out)
 	}
@@ -415,6 +432,20 @@ func patchUpdate(t *testing.T) {
 		return true, ""
 	})
 	cv := waitCompleted(t, "4.10.26")
+	tab.WaitText("main", "Cluster version is 4.10.26", 30*time.Second)
+	if got := tab.WaitText(`table:last-of-type tr[data-key="4.10.26"]`, "Completed", 30*time.Second); !strings.Contains(got, "yes") {
+		t.Errorf("the page's history row of 4.10.26 is not verified: %q", got)
+	}
+	// The pools page: the masters rolled, the paused workers not.
+	tab.Go(env.Cluster.ConsoleURL + "/#/pools")
+	tab.WaitText(`section[aria-labelledby="pool-master"]`, "3 of 3 updated", time.Minute)
+	tab.WaitText(`section[aria-labelledby="pool-worker"]`, "paused", 30*time.Second)
+	tab.A11y("machine config pools")
+	tab.Screenshot("pools")
+	tab.Go(env.Cluster.ConsoleURL + "/#/overview")
+	tab.WaitText("main", "4.10.26", 30*time.Second)
+	tab.WaitText("main", "All available", 30*time.Second)
+	tab.Screenshot("overview")
 	// 1. The steps, in order, as the CVO's events (sent on their own, so
 	// the last may follow the status that says the update is complete).
 	testenv.Eventually(t, 30*time.Second, func() (bool, string) {

@@ -181,7 +181,7 @@ func TestConsole(t *testing.T) {
 			t.Errorf("the overview does not count the node not ready:\n%s", got)
 		}
 		tab.A11y("overview")
-		tab.Screenshot("overview")
+		tab.Screenshot("overview-alert")
 		capstanOK(t, "sim", "node", "delete", node, "--kubeconfig", env.Kubeconfig)
 		env.WaitAlertResolved(t, "KubeNodeNotReady", map[string]string{"node": node}, alertTimeout)
 	})

@@ -290,7 +290,9 @@ pages.overview = () => {
         try {
           const qs = new URLSearchParams({ query: q, start: end - 3600, end, step: 60 });
           const res = await call("GET", "/api/prometheus/api/v1/query_range?" + qs);
-          p.charts[title] = (res.data.result[0] || { values: [] }).values.map(([t, v]) => [Number(t), Number(v)]);
+          const series = ((res.data || {}).result || [])[0];
+          p.charts[title] = ((series && series.values) || []).map(([t, v]) => [Number(t), Number(v)]);
+          delete p.errors["the chart " + title];
         } catch (e) {
           p.errors["the chart " + title] = e.message;
         }
@@ -315,8 +317,8 @@ pages.overview = () => {
       h("div", { class: "cards" },
         h("section", { class: "card", "aria-labelledby": "ov-version" },
           h("h2", { id: "ov-version" }, "Cluster version"),
-          h("p", { class: "big" }, cv ? (cv.status.desired || {}).version || "unknown" : "…"),
-          h("p", {}, "Channel: ", cv ? cv.spec.channel || "none" : "…"),
+          h("p", { class: "big" }, cv ? (cv.status.desired || {}).version || "unknown" : p.ready("clusterversions") ? "none" : "…"),
+          cv ? h("p", {}, "Channel: ", cv.spec.channel || "none") : p.ready("clusterversions") ? h("p", { class: "muted" }, "No Cluster Version Operator") : null,
           prog ? h("p", { class: prog.status === "True" ? "warn" : "muted" }, prog.message) : null),
         h("section", { class: "card", "aria-labelledby": "ov-nodes" },
           h("h2", { id: "ov-nodes" }, "Nodes"),
@@ -458,7 +460,7 @@ function explanation(e) {
   return [
     e.summary ? h("p", {}, h("strong", {}, "Why: "), e.summary) : null,
     e.gates && e.gates.length ? h("p", {}, "Scheduling gates: " + e.gates.join(", ")) : null,
-    h("div", { class: "scroll" }, table("Every node's verdict", cols, rows)),
+    h("div", { class: "scroll", tabindex: 0, role: "region", "aria-label": "Every node's verdict" }, table("Every node's verdict", cols, rows)),
     h("p", { class: "muted" }, "Predicates: " + e.predicates.join(", ")),
     e.autoscaler ? h("div", {}, h("p", {}, h("strong", {}, "Autoscaler: "), e.autoscaler.message),
       h("ul", {}, Object.entries(e.autoscaler.groups || {}).sort().map(([g, why]) => h("li", {}, g + ": " + why))))
@@ -662,6 +664,12 @@ pages.updates = () => {
     const cv = (p.data.clusterversions || [])[0];
     chSection.hidden = !cv;
     if (!cv) return [...p.errorsView(), h("p", {}, p.ready("clusterversions") ? "This cluster has no ClusterVersion: no Cluster Version Operator manages it." : "Loading…")];
+    // The status is read again as soon as the ClusterVersion changes.
+    if (cv.metadata.resourceVersion !== p.statusOf) {
+      p.statusOf = cv.metadata.resourceVersion;
+      clearTimeout(p.statusTimer);
+      p.statusTimer = setTimeout(refreshStatus, 500);
+    }
     const st = cv.status || {};
     const desired = st.desired || {};
     if (document.activeElement !== channel && !channel.value) channel.value = cv.spec.channel || "";
@@ -718,7 +726,7 @@ pages.updates = () => {
       table("Pools", ["Pool", { title: "Updated", num: true }, { title: "Machines", num: true }, "Updating"], (p.data.pools || []).map((pl) => [
         pl.metadata.name, String((pl.status || {}).updatedMachineCount || 0), String((pl.status || {}).machineCount || 0), statusCell(cond(pl, "Updating"), "False")])),
       h("h2", {}, "Update status"),
-      h("pre", { "aria-label": "oc adm upgrade status" }, p.statusText || "…"),
+      h("pre", { "aria-label": "oc adm upgrade status", tabindex: 0 }, p.statusText || "…"),
       h("h2", {}, "History"),
       table("Update history", ["Version", "State", "Started", "Completed", "Verified"], (st.history || []).map((x) => [x.version, x.state,
         x.startedTime || "", x.completionTime || "", x.verified ? "yes" : "no"])),
