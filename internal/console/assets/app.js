@@ -288,7 +288,7 @@ pages.overview = () => {
       const end = Date.now() / 1000;
       for (const [title, q] of charts) {
         try {
-          const qs = new URLSearchParams({ query: q, start: end - 3600, end, step: 60 });
+          const qs = new URLSearchParams({ query: q, start: end - 3600, end, step: 15 });
           const res = await call("GET", "/api/prometheus/api/v1/query_range?" + qs);
           const series = ((res.data || {}).result || [])[0];
           p.charts[title] = ((series && series.values) || []).map(([t, v]) => [Number(t), Number(v)]);
@@ -389,7 +389,8 @@ function chart(title, points) {
   el("text", { x: 2, y: ht - pad + 8 }, "0");
   el("text", { x: pad, y: ht - 4 }, "-1h");
   el("text", { x: w - 30, y: ht - 4 }, "now");
-  el("polyline", { class: "line", points: points.map(([x, y]) => `${px(x).toFixed(1)},${py(y).toFixed(1)}`).join(" ") });
+  if (points.length === 1) el("circle", { class: "dot", cx: px(points[0][0]), cy: py(points[0][1]), r: 3 });
+  else el("polyline", { class: "line", points: points.map(([x, y]) => `${px(x).toFixed(1)},${py(y).toFixed(1)}`).join(" ") });
   return svg;
 }
 
