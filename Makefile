@@ -1,16 +1,18 @@
 # The README's test command. -p 2 matches the two cores of the CI machines;
 # the e2e packages each start one embedded control plane. The packages whose
 # goroutines share state (the scheduler's queue and cache, leader election,
-# the CVO and what it reads releases with, the embedded Prometheus) run again under the race
-# detector. Then every fuzz target runs on 300 inputs (hack/fuzz.sh;
-# hack/fuzz.sh 10m fuzzes each for ten minutes). The console's browser tests
+# the CVO and what it reads releases with) run again under the race detector
+# (not internal/monitoring: its goroutines are Prometheus's own, and building
+# Prometheus's dependencies for -race costs CI minutes). Then every fuzz
+# target runs on 300 inputs (hack/fuzz.sh; hack/fuzz.sh 10m fuzzes each for
+# ten minutes). The console's browser tests
 # drive Debian's Chromium, installed first when it is missing.
 .PHONY: test build fuzz
 test:
 	bash hack/ensure-chromium.sh
 	go test -p 2 -timeout 45m ./...
 	go test -race -timeout 10m ./internal/scheduler/... ./internal/leader/... ./internal/chaos/... ./internal/etcdretry/... \
-		./internal/cvo/... ./internal/release/... ./internal/registry/... ./internal/updateservice/... ./internal/monitoring/...
+		./internal/cvo/... ./internal/release/... ./internal/registry/... ./internal/updateservice/... ./internal/console/...
 	bash hack/fuzz.sh 300x
 
 fuzz:
