@@ -35,7 +35,7 @@ while read -r pkg target; do
 	corpus="$pkg/testdata/fuzz/$target"
 	before=$(inputs "$corpus")
 	status=0
-	go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -parallel 1 "./$pkg" >"$log" 2>&1 || status=$?
+	go test -ldflags=-w -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -parallel 1 "./$pkg" >"$log" 2>&1 || status=$?
 	# The last progress line says how many inputs ran.
 	grep -E '^fuzz: elapsed' "$log" | tail -n 1 || true
 	after=$(inputs "$corpus")

@@ -121,3 +121,19 @@ func TestParseReplicas(t *testing.T) {
 		}
 	}
 }
+
+// A watch's WebSocket from another origin is refused: its handshake
+// carries the cookie but no CSRF header.
+func TestWebSocketsFromAnotherOriginAreRefused(t *testing.T) {
+	s, id := newTestServer(t)
+	req := httptest.NewRequest("GET", "http://127.0.0.1:9000/api/kubernetes/api/v1/nodes?watch=1", nil)
+	req.AddCookie(&http.Cookie{Name: SessionCookie, Value: id})
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "websocket")
+	req.Header.Set("Origin", "http://evil.example")
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), `origin \"http://evil.example\" is refused`) {
+		t.Errorf("a cross-origin WebSocket: %d %s", rec.Code, rec.Body.String())
+	}
+}

@@ -188,6 +188,17 @@ func TestAdmUpgrade(t *testing.T) {
 	if err == nil || !strings.Contains(out, "error: the update 4.11.0 is not one of the recommended updates, but is available as a conditional update.") {
 		t.Errorf("--to a conditional update: %v\n%s", err, out)
 	}
+	// The console's Cluster Settings refuse an unknown channel with oc's
+	// message, and write nothing.
+	tab := consoleTab(t)
+	tab.Go(env.Cluster.ConsoleURL + "/#/updates")
+	tab.WaitText("main", "Recommended updates", 30*time.Second)
+	tab.Fill("#channel", "no-such-channel")
+	tab.Click(`section[aria-labelledby="ch-title"] button[type=submit]`)
+	tab.WaitText("#channel-result", `the requested channel "no-such-channel" is not one of the available channels (candidate-4.10, candidate-4.11, eus-4.10, fast-4.10, fast-4.11, stable-4.10)`, 30*time.Second)
+	if cv := clusterVersion(t); cv.Spec.Channel != "fast-4.11" {
+		t.Errorf("a refused channel was written: %q", cv.Spec.Channel)
+	}
 	// Requesting an update, and cancelling one, are in TestUpdates: a
 	// request here would start one.
 	if out := capstanOK(t, "adm", "upgrade", "--clear", "--kubeconfig", env.Kubeconfig); out != "info: No update in progress\n" {

@@ -222,6 +222,18 @@ func TestConsole(t *testing.T) {
 		if got := tab.Text(`tr[data-key="` + node + `"]`); strings.Contains(got, "SchedulingDisabled") {
 			t.Errorf("uncordoned, the row says %q", got)
 		}
+		// Drained from the page: cordoned, its pods evicted.
+		drained := "console-drain-node"
+		capstanOK(t, "sim", "node", "add", "--kubeconfig", env.Kubeconfig, "--name", drained)
+		t.Cleanup(func() { _, _ = capstan(t, "sim", "node", "delete", drained, "--kubeconfig", env.Kubeconfig) })
+		waitNodeReady(t, drained)
+		tab.WaitText(`tr[data-key="`+drained+`"]`, "Ready", 30*time.Second)
+		tab.Click(`button[aria-label="Drain ` + drained + `"]`)
+		tab.WaitText("#result", "node/"+drained+" drained", time.Minute)
+		tab.WaitText(`tr[data-key="`+drained+`"]`, "SchedulingDisabled", 30*time.Second)
+		if n, err := env.Client.CoreV1().Nodes().Get(ctx, drained, metav1.GetOptions{}); err != nil || !n.Spec.Unschedulable {
+			t.Errorf("the drained node is not cordoned: %v", err)
+		}
 		tab.A11y("nodes")
 		tab.Screenshot("nodes")
 	})
@@ -292,4 +304,40 @@ func TestConsole(t *testing.T) {
 		tab.WaitText("main", "This cluster has no ClusterVersion", 30*time.Second)
 		tab.A11y("cluster settings")
 	})
+}
+
+// capstan console serves the same console for any kubeconfig, with a
+// one-time link for the kubeconfig's own token, and refuses bad flags.
+func TestConsoleCommand(t *testing.T) {
+	for _, tc := range []struct{ args, want string }{
+		{"--prometheus-url ftp://example.com", `--prometheus-url "ftp://example.com": want an http or https URL`},
+		{"--listen not-an-address", "--listen not-an-address: listen tcp: address not-an-address: missing port in address"},
+		{"--policy /no/such/policy.json", "/no/such/policy.json"},
+	} {
+		out, err := testenv.CLI(append([]string{"console", "--kubeconfig", env.Kubeconfig}, strings.Fields(tc.args)...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("capstan console %s: %v (%s), want an error with %q", tc.args, err, out, tc.want)
+		}
+	}
+	p := testenv.StartCapstan(t, "console", "--kubeconfig", env.Kubeconfig, "--listen", "127.0.0.1:0")
+	t.Cleanup(func() { p.Stop(t) })
+	base := strings.TrimPrefix(p.WaitLine(t, "Console: ", time.Minute), "Console: ")
+	line := p.WaitLine(t, "Log in as the kubeconfig's user", 10*time.Second)
+	link := line[strings.Index(line, "http://"):]
+	if !strings.HasPrefix(link, base+"/login?code=") {
+		t.Fatalf("login link %q is not on %s", link, base)
+	}
+	tab := testenv.NewTab(t)
+	tab.Go(link)
+	tab.WaitText("#who", "Logged in as system:serviceaccount:kube-system:capstan-admin", 30*time.Second)
+	tab.Go(base + "/#/nodes")
+	for _, n := range nodeNames(t) {
+		tab.WaitText(`tr[data-key="`+n+`"]`, "Ready", 30*time.Second)
+	}
+	// Alerts come from the thanos-querier Route, as oc reads them.
+	tab.Go(base + "/#/overview")
+	tab.WaitText("main", "Firing alerts", 30*time.Second)
+	if got := tab.Text("main"); strings.Contains(got, "no Prometheus") || strings.Contains(got, "Cannot read alerts") {
+		t.Errorf("capstan console found no Prometheus through the Route:\n%s", got)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -96,12 +97,17 @@ func TestUpStopsCleanlyAndResumesTheSameCluster(t *testing.T) {
 	dir := t.TempDir()
 	port := strconv.Itoa(testenv.FreePort(t))
 	args := []string{"--data-dir", dir, "--port", port, "--nodes", "2", "--control-plane-nodes", "1",
-		"--node-monitor-grace-period", "5s", "--node-monitor-period", "1s"}
+		"--node-monitor-grace-period", "5s", "--node-monitor-period", "1s", "--console-address", "127.0.0.1:0"}
 	up := testenv.StartUp(t, args...)
 	up.WaitLine(t, "export KUBECONFIG="+filepath.Join(dir, "kubeconfig"), 3*time.Minute)
 	summary := up.WaitLine(t, "capstan is up", 10*time.Second)
 	if !strings.Contains(summary, "1 control-plane and 2 worker nodes Ready") {
 		t.Errorf("summary %q", summary)
+	}
+	// The console, with the admin's one-time login link.
+	console := up.WaitLine(t, "Console: ", 10*time.Second)
+	if !regexp.MustCompile(`^Console: http://127\.0\.0\.1:\d+ \(log in as the admin, once, within 10 minutes: http://127\.0\.0\.1:\d+/login\?code=[A-Za-z0-9_-]{43}\)$`).MatchString(console) {
+		t.Errorf("console line %q", console)
 	}
 
 	// A second capstan on the same data dir is refused; the first runs on.

@@ -106,7 +106,7 @@ class Watch {
     this.onChange = onChange;
     this.onError = onError;
     this.stopped = false;
-    this.controller = null;
+    this.socket = null;
     this.timer = null;
     this.synced = false;
     this.run();
@@ -114,7 +114,10 @@ class Watch {
 
   stop() {
     this.stopped = true;
-    if (this.controller) this.controller.abort();
+    if (this.socket) {
+      this.socket.onclose = null;
+      this.socket.close();
+    }
     clearTimeout(this.timer);
   }
 
@@ -159,36 +162,34 @@ class Watch {
     }
   }
 
-  async watch(rv) {
-    this.controller = new AbortController();
-    const resp = await fetch(this.url("watch=1&allowWatchBookmarks=true&resourceVersion=" + encodeURIComponent(rv)), {
-      signal: this.controller.signal, credentials: "same-origin",
-    });
-    if (!resp.ok) throw new HTTPError(resp.status, await resp.text());
-    const reader = resp.body.getReader();
-    const decoder = new TextDecoder();
-    let buf = "";
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) return rv;
-      buf += decoder.decode(value, { stream: true });
-      let nl;
-      while ((nl = buf.indexOf("\n")) >= 0) {
-        const line = buf.slice(0, nl).trim();
-        buf = buf.slice(nl + 1);
-        if (!line) continue;
-        const ev = JSON.parse(line);
+  // watch follows the collection over a WebSocket, as OpenShift's console
+  // does: a browser holds at most six HTTP/1.1 connections to a host, and a
+  // page's watches would take them all. Each message is one watch event.
+  watch(rv) {
+    return new Promise((resolve, reject) => {
+      const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+      const ws = new WebSocket(scheme + location.host + this.url("watch=1&allowWatchBookmarks=true&resourceVersion=" + encodeURIComponent(rv)));
+      this.socket = ws;
+      let opened = false;
+      ws.onopen = () => { opened = true; };
+      ws.onmessage = (m) => {
+        const ev = JSON.parse(m.data);
         if (ev.type === "ERROR") {
-          if (ev.object && ev.object.code === 410) return "";
-          throw new HTTPError(ev.object.code || 500, ev.object.message);
+          ws.onclose = null;
+          ws.close();
+          if (ev.object && ev.object.code === 410) resolve("");
+          else reject(new HTTPError((ev.object && ev.object.code) || 500, (ev.object && ev.object.message) || "watch error"));
+          return;
         }
         rv = ev.object.metadata.resourceVersion || rv;
-        if (ev.type === "BOOKMARK") continue;
+        if (ev.type === "BOOKMARK") return;
         if (ev.type === "DELETED") this.items.delete(key(ev.object));
         else this.items.set(key(ev.object), ev.object);
         this.changed();
-      }
-    }
+      };
+      // A socket that never opened was refused: the list says why.
+      ws.onclose = () => (opened ? resolve(rv) : reject(new HTTPError(0, "the watch was refused")));
+    });
   }
 }
 
