@@ -13,7 +13,6 @@ import (
 
 	configv1 "github.com/openshift/api/config/v1"
 	configclient "github.com/openshift/client-go/config/clientset/versioned"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -30,33 +29,40 @@ import (
 // routeActions adds what only capstan computes or decides, each made
 // with the user's own client.
 func (s *Server) routeActions() {
-	s.mux.HandleFunc("GET /api/capstan/pods/{namespace}/{name}/explain", s.withSession(s.explainPod))
-	s.mux.HandleFunc("GET /api/capstan/nodes/explain", s.withSession(s.explainNodes))
-	s.mux.HandleFunc("POST /api/capstan/nodes/{name}/drain", s.withSession(s.drainNode))
-	s.mux.HandleFunc("POST /api/capstan/machinesets/{namespace}/{name}/scale", s.withSession(s.scaleMachineSet))
-	s.mux.HandleFunc("POST /api/capstan/clusterversion/channel", s.withSession(s.setChannel))
-	s.mux.HandleFunc("POST /api/capstan/clusterversion/update", s.withSession(s.startUpdate))
-	s.mux.HandleFunc("GET /api/capstan/clusterversion/status", s.withSession(s.updateStatus))
+	s.mux.HandleFunc("GET /api/capstan/pods/{namespace}/{name}/explain", s.withClients(s.explainPod))
+	s.mux.HandleFunc("GET /api/capstan/nodes/explain", s.withClients(s.explainNodes))
+	s.mux.HandleFunc("POST /api/capstan/nodes/{name}/drain", s.withClients(s.drainNode))
+	s.mux.HandleFunc("POST /api/capstan/machinesets/{namespace}/{name}/scale", s.withClients(s.scaleMachineSet))
+	s.mux.HandleFunc("POST /api/capstan/clusterversion/channel", s.withClients(s.setChannel))
+	s.mux.HandleFunc("POST /api/capstan/clusterversion/update", s.withClients(s.startUpdate))
+	s.mux.HandleFunc("GET /api/capstan/clusterversion/status", s.withClients(s.updateStatus))
 }
 
 // clients are a user's clients.
 type clients struct {
+	token  string
 	cfg    *rest.Config
 	kube   kubernetes.Interface
 	config configclient.Interface
 }
 
-func (s *Server) clients(sess *session) (*clients, error) {
-	cfg := s.userConfig(sess.token)
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	cc, err := configclient.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &clients{cfg: cfg, kube: kube, config: cc}, nil
+// withClients is withSession for a handler that acts as the user: it
+// gets the user's clients.
+func (s *Server) withClients(h func(http.ResponseWriter, *http.Request, *clients)) http.HandlerFunc {
+	return s.withSession(func(w http.ResponseWriter, r *http.Request, sess *session) {
+		cfg := s.userConfig(sess.token)
+		kube, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, "%v", err)
+			return
+		}
+		cc, err := configclient.NewForConfig(cfg)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, "%v", err)
+			return
+		}
+		h(w, r, &clients{token: sess.token, cfg: cfg, kube: kube, config: cc})
+	})
 }
 
 // pathName checks a name taken from the URL.
@@ -105,18 +111,13 @@ type scaleUpJSON struct {
 	Groups  map[string]string `json:"groups,omitempty"`
 }
 
-func (s *Server) explainPod(w http.ResponseWriter, r *http.Request, sess *session) {
+func (s *Server) explainPod(w http.ResponseWriter, r *http.Request, c *clients) {
 	ns, err := pathName(r, "namespace")
 	if err == nil {
 		_, err = pathName(r, "name")
 	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	c, err := s.clients(sess)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, "%v", err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
@@ -194,12 +195,7 @@ type nodesExplanationJSON struct {
 	Nodes            map[string]nodeScaleDownJSON `json:"nodes"`
 }
 
-func (s *Server) explainNodes(w http.ResponseWriter, r *http.Request, sess *session) {
-	c, err := s.clients(sess)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, "%v", err)
-		return
-	}
+func (s *Server) explainNodes(w http.ResponseWriter, r *http.Request, c *clients) {
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
 	e, err := explain.Autoscaler(ctx, c.cfg, c.kube, s.opts.Policy)
@@ -229,15 +225,10 @@ func (s *Server) explainNodes(w http.ResponseWriter, r *http.Request, sess *sess
 
 // drainNode cordons a node and evicts its pods, as `oc adm drain
 // --ignore-daemonsets --delete-emptydir-data` does, as the user.
-func (s *Server) drainNode(w http.ResponseWriter, r *http.Request, sess *session) {
+func (s *Server) drainNode(w http.ResponseWriter, r *http.Request, c *clients) {
 	name, err := pathName(r, "name")
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	c, err := s.clients(sess)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, "%v", err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Minute)
@@ -261,20 +252,9 @@ func (s *Server) drainNode(w http.ResponseWriter, r *http.Request, sess *session
 	writeJSON(w, http.StatusOK, map[string]string{"message": "node/" + name + " drained"})
 }
 
-// statusOf is an error's API status, 500 when it has none.
-func statusOf(err error) int {
-	if se, ok := err.(apierrors.APIStatus); ok && se.Status().Code != 0 {
-		return int(se.Status().Code)
-	}
-	if strings.Contains(err.Error(), "forbidden") {
-		return http.StatusForbidden
-	}
-	return http.StatusInternalServerError
-}
-
 // scaleMachineSet sets a MachineSet's replicas through its scale
 // subresource. The value is checked before anything is written.
-func (s *Server) scaleMachineSet(w http.ResponseWriter, r *http.Request, sess *session) {
+func (s *Server) scaleMachineSet(w http.ResponseWriter, r *http.Request, c *clients) {
 	ns, err := pathName(r, "namespace")
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
@@ -295,11 +275,6 @@ func (s *Server) scaleMachineSet(w http.ResponseWriter, r *http.Request, sess *s
 	replicas, err := parseReplicas(body.Replicas)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	c, err := s.clients(sess)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, "%v", err)
 		return
 	}
 	dyn, err := dynamic.NewForConfig(c.cfg)
@@ -343,17 +318,12 @@ func parseReplicas(raw json.RawMessage) (int, error) {
 
 // setChannel changes the update channel as `oc adm upgrade channel` does,
 // refusing a channel the cluster does not list.
-func (s *Server) setChannel(w http.ResponseWriter, r *http.Request, sess *session) {
+func (s *Server) setChannel(w http.ResponseWriter, r *http.Request, c *clients) {
 	var body struct {
 		Channel string `json:"channel"`
 	}
 	if err := readJSON(r, &body); err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	c, err := s.clients(sess)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, "%v", err)
 		return
 	}
 	cv, err := c.config.ConfigV1().ClusterVersions().Get(r.Context(), cvo.Name, metav1.GetOptions{})
@@ -383,7 +353,7 @@ func (s *Server) setChannel(w http.ResponseWriter, r *http.Request, sess *sessio
 // startUpdate starts an update as `oc adm upgrade --to VERSION` does; a
 // conditional update the cluster does not recommend needs acceptRisks,
 // as --allow-not-recommended.
-func (s *Server) startUpdate(w http.ResponseWriter, r *http.Request, sess *session) {
+func (s *Server) startUpdate(w http.ResponseWriter, r *http.Request, c *clients) {
 	var body struct {
 		Version     string `json:"version"`
 		AcceptRisks bool   `json:"acceptRisks"`
@@ -399,11 +369,6 @@ func (s *Server) startUpdate(w http.ResponseWriter, r *http.Request, sess *sessi
 	}
 	if _, err := cvo.ValidateRequest(req); err != nil {
 		writeError(w, http.StatusBadRequest, "%s", strings.ReplaceAll(err.Error(), "--to ", "the version "))
-		return
-	}
-	c, err := s.clients(sess)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, "%v", err)
 		return
 	}
 	cv, err := c.config.ConfigV1().ClusterVersions().Get(r.Context(), cvo.Name, metav1.GetOptions{})
@@ -436,12 +401,7 @@ func (s *Server) startUpdate(w http.ResponseWriter, r *http.Request, sess *sessi
 
 // updateStatus is `oc adm upgrade status --details=all`, read as the
 // user.
-func (s *Server) updateStatus(w http.ResponseWriter, r *http.Request, sess *session) {
-	c, err := s.clients(sess)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, "%v", err)
-		return
-	}
+func (s *Server) updateStatus(w http.ResponseWriter, r *http.Request, c *clients) {
 	ctx := r.Context()
 	cv, err := c.config.ConfigV1().ClusterVersions().Get(ctx, cvo.Name, metav1.GetOptions{})
 	if err != nil {
@@ -458,7 +418,7 @@ func (s *Server) updateStatus(w http.ResponseWriter, r *http.Request, sess *sess
 		writeAPIError(w, err)
 		return
 	}
-	alerts := func() ([]cvo.StatusAlert, error) { return s.alerts(ctx, sess) }
+	alerts := func() ([]cvo.StatusAlert, error) { return s.alerts(ctx, c.token) }
 	var out bytes.Buffer
 	if err := cvo.UpgradeStatus(&out, cv, cos.Items, machines, alerts, time.Now(), "all"); err != nil {
 		writeJSON(w, http.StatusOK, map[string]string{"text": err.Error()})
@@ -476,7 +436,7 @@ func progressingStatus(cv *configv1.ClusterVersion) configv1.ConditionStatus {
 
 // alerts reads the firing alerts from the console's Prometheus as the
 // user.
-func (s *Server) alerts(ctx context.Context, sess *session) ([]cvo.StatusAlert, error) {
+func (s *Server) alerts(ctx context.Context, token string) ([]cvo.StatusAlert, error) {
 	if s.prom == nil {
 		return nil, fmt.Errorf("no Prometheus")
 	}
@@ -484,7 +444,7 @@ func (s *Server) alerts(ctx context.Context, sess *session) ([]cvo.StatusAlert, 
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+sess.token)
+	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := s.prom.Transport.RoundTrip(req)
 	if err != nil {
 		return nil, err

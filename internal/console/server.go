@@ -255,12 +255,20 @@ func writeError(w http.ResponseWriter, status int, format string, args ...any) {
 // writeAPIError answers with the status and message of an API error (a
 // Forbidden stays a 403 and says what was refused).
 func writeAPIError(w http.ResponseWriter, err error) {
-	status := http.StatusInternalServerError
+	writeError(w, statusOf(err), "%s", err.Error())
+}
+
+// statusOf is an error's API status. A drain's errors come aggregated,
+// without their status: a refusal among them is still a 403.
+func statusOf(err error) int {
 	var se apierrors.APIStatus
 	if errors.As(err, &se) && se.Status().Code != 0 {
-		status = int(se.Status().Code)
+		return int(se.Status().Code)
 	}
-	writeError(w, status, "%s", err.Error())
+	if strings.Contains(err.Error(), "forbidden") {
+		return http.StatusForbidden
+	}
+	return http.StatusInternalServerError
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
