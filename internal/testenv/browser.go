@@ -165,12 +165,28 @@ func (b *Tab) Text(selector string) string {
 }
 
 // Click clicks the first element matching the CSS selector, once it is
-// visible.
+// visible. If the page redraws the element between finding and clicking
+// it, the click goes to the element now matching, as a person's would.
 func (b *Tab) Click(selector string) {
 	b.t.Helper()
-	if err := chromedp.Do(b.ctx, chromedp.Click(chromedp.CSS(selector))); err != nil {
+	var err error
+	for range 5 {
+		err = chromedp.Do(b.ctx, chromedp.Click(chromedp.CSS(selector)))
+		if err == nil || !nodeGone(err) {
+			break
+		}
+	}
+	if err != nil {
 		b.t.Fatalf("clicking %s: %v", selector, err)
 	}
+}
+
+// nodeGone tells whether the DevTools protocol refused an action
+// because the node it found has since left the document.
+func nodeGone(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "Could not find node with given id") ||
+		strings.Contains(msg, "No node with given id") || strings.Contains(msg, "Node is detached")
 }
 
 // Fill sets the value of an input, textarea or select and fires its

@@ -45,7 +45,7 @@ function h(tag, attrs, ...children) {
   const el = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === undefined || v === null || v === false) continue;
-    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    if (k.startsWith("on")) listen(el, k.slice(2), v);
     else if (k === "class") el.className = v;
     else el.setAttribute(k, v === true ? "" : v);
   }
@@ -54,6 +54,65 @@ function h(tag, attrs, ...children) {
     el.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
   return el;
+}
+
+// An element's handlers live in el._on and are reached through one
+// dispatcher, so that morph can hand a redrawn element's handlers (and
+// the data they close over) to the element already on the page.
+function dispatch(ev) {
+  const f = this._on && this._on[ev.type];
+  if (f) return f.call(this, ev);
+}
+
+function listen(el, type, fn) {
+  (el._on || (el._on = {}))[type] = fn;
+  el.addEventListener(type, dispatch);
+}
+
+// morph makes the element on the page look like a freshly drawn one
+// while keeping the elements themselves: a button a person is about to
+// press, the focus, a ticked box and a scroll position outlive a watch
+// event. Rows with a data-key are matched by key, the rest by position.
+function morph(from, to) {
+  if (from.nodeType !== to.nodeType || from.nodeName !== to.nodeName) {
+    from.replaceWith(to);
+    return;
+  }
+  if (from.nodeType !== Node.ELEMENT_NODE) {
+    if (from.nodeValue !== to.nodeValue) from.nodeValue = to.nodeValue;
+    return;
+  }
+  for (const a of [...from.attributes]) if (!to.hasAttribute(a.name)) from.removeAttribute(a.name);
+  for (const a of [...to.attributes]) if (from.getAttribute(a.name) !== a.value) from.setAttribute(a.name, a.value);
+  for (const type of Object.keys(to._on || {})) from.addEventListener(type, dispatch);
+  from._on = to._on;
+  morphChildren(from, [...to.childNodes]);
+}
+
+function morphChildren(parent, want) {
+  const keyOf = (n) => (n.nodeType === Node.ELEMENT_NODE && n.dataset ? n.dataset.key : undefined);
+  const keyed = new Map();
+  for (const c of parent.children) if (keyOf(c) !== undefined) keyed.set(keyOf(c), c);
+  // Everything before position i is final; a keyed element not yet
+  // claimed sits at i or after.
+  want.forEach((w, i) => {
+    const cur = parent.childNodes[i] || null;
+    const key = keyOf(w);
+    if (key !== undefined) {
+      const match = keyed.get(key);
+      if (!match) {
+        parent.insertBefore(w, cur);
+        return;
+      }
+      keyed.delete(key); // a repeated key is matched once
+      if (match !== cur) parent.insertBefore(match, cur);
+      morph(match, w);
+      return;
+    }
+    if (cur && keyOf(cur) === undefined) morph(cur, w);
+    else parent.insertBefore(w, cur);
+  });
+  while (parent.childNodes.length > want.length) parent.lastChild.remove();
 }
 
 // nodes flattens what a view returns into nodes, leaving out the empty.
@@ -236,7 +295,7 @@ class Page {
   // into (the forms) is kept outside it.
   render() {
     const live = this.live || (this.live = h("div", { "aria-live": "off" }));
-    live.replaceChildren(...nodes(this.view()));
+    morphChildren(live, nodes(this.view()));
     if (!this.mounted) {
       this.mounted = true;
       this.main.replaceChildren(h("h1", {}, this.title), this.status || "", ...(this.forms ? [this.forms()] : []), live);
@@ -715,7 +774,9 @@ pages.updates = () => {
           rec && rec.status !== "True" ? h("form", {
             class: "inline", onsubmit: (ev) => {
               ev.preventDefault();
-              update(cu.release.version, accept.checked);
+              // The box on the page, which a redraw keeps, not the
+              // one this drawing made.
+              update(cu.release.version, ev.currentTarget.querySelector("input[type=checkbox]").checked);
             },
           }, h("label", { for: accept.id, class: "check" }, accept, " I accept the risks above"),
           h("button", { type: "submit", disabled: updating }, "Update to " + cu.release.version))
