@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/capstan-dev/capstan/deploy"
 	"github.com/capstan-dev/capstan/internal/etcdretry"
 	"github.com/capstan-dev/capstan/internal/ports"
 )
@@ -262,6 +264,14 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 	res.Violations = append(res.Violations, s.Check(ctx, r)...)
 	if err := p.stop(2 * time.Minute); err != nil {
 		violate("stops", "%v", err)
+	}
+	// Every component acts as its own ServiceAccount: RBAC refusing one
+	// anything, through every kill and restart, is a right its rbac.yaml
+	// lacks. The apiserver's audit log says.
+	if refused, err := deploy.Refused(filepath.Join(dir, "logs", "audit.log")); err != nil {
+		violate("rights", "reading the audit log: %v", err)
+	} else if len(refused) > 0 {
+		violate("rights", "RBAC refused capstan's components: %s", strings.Join(refused, "; "))
 	}
 	return res, nil
 }

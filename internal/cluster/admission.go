@@ -29,6 +29,10 @@ func (c *Cluster) startAdmission(ctx, runCtx context.Context) error {
 	if err != nil {
 		return err
 	}
+	id, err := c.as(ctx, "admission")
+	if err != nil {
+		return err
+	}
 	pki := d.PKIDir()
 	ca, err := controlplane.LoadOrCreateCA(filepath.Join(pki, "webhook-ca.crt"), filepath.Join(pki, "webhook-ca.key"), "capstan-webhook-ca")
 	if err != nil {
@@ -48,7 +52,7 @@ func (c *Cluster) startAdmission(ctx, runCtx context.Context) error {
 		return fmt.Errorf("admission webhook listener: %w", err)
 	}
 	srv := admission.NewServer(l, cert, map[string]admission.Reviewer{
-		admission.PodNodeConstraintsPath: admission.NewPodNodeConstraints(c.Client, cfg),
+		admission.PodNodeConstraintsPath: admission.NewPodNodeConstraints(id.kube, cfg),
 		machine.MachineWebhookPath:       machine.MachineReviewer{},
 		machine.MachineSetWebhookPath:    machine.MachineSetReviewer{},
 	})

@@ -220,12 +220,16 @@ type Cluster struct {
 	// started by run; Stop waits for them in reverse order. compMu
 	// guards the list: health checks read it while components start.
 	compMu     sync.Mutex
-	components []component
+	components []running
+	// identities are the components' client configurations, by
+	// component (see as).
+	identMu    sync.Mutex
+	identities map[string]*identity
 }
 
-// component is one of the cluster's controllers or servers, running in a
+// running is one of the cluster's controllers or servers, running in a
 // goroutine of its own.
-type component struct {
+type running struct {
 	name string
 	done chan error
 	// exited is set when the component's function has returned.
@@ -237,7 +241,7 @@ func (c *Cluster) run(ctx context.Context, name string, fn func(context.Context)
 	done := make(chan error, 1)
 	exited := &atomic.Bool{}
 	c.compMu.Lock()
-	c.components = append(c.components, component{name: name, done: done, exited: exited})
+	c.components = append(c.components, running{name: name, done: done, exited: exited})
 	c.compMu.Unlock()
 	go func() {
 		err := fn(ctx)
@@ -293,12 +297,17 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		cancel()
 		return nil, err
 	}
-	cloud := sim.NewAPICloud(c.Client, opts.Cloud)
+	c.ControlPlane = cp
+	simID, err := c.as(ctx, "sim")
+	if err != nil {
+		c.Stop()
+		return nil, fmt.Errorf("the simulator's identity: %w", err)
+	}
+	cloud := sim.NewAPICloud(simID.kube, opts.Cloud)
 	simOpts := opts.Sim
 	simOpts.Cloud = cloud
-	s := sim.New(c.Client, simOpts)
+	s := sim.New(simID.kube, simOpts)
 	c.ControlPlane, c.Sim, c.Cloud = cp, s, cloud
-	client := c.Client
 	go func() { c.simDone <- s.Run(runCtx) }()
 	if !s.WaitForSync(ctx) {
 		c.Stop()
@@ -317,7 +326,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 	}
 	if opts.Scheduler != nil {
-		sched, err := scheduler.New(client, *opts.Scheduler)
+		id, err := c.as(ctx, "scheduler")
+		if err != nil {
+			c.Stop()
+			return nil, fmt.Errorf("scheduler: %w", err)
+		}
+		sched, err := scheduler.New(id.kube, *opts.Scheduler)
 		if err != nil {
 			c.Stop()
 			return nil, fmt.Errorf("scheduler: %w", err)
@@ -345,8 +359,18 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	if opts.ResourceMetrics != nil {
 		mo := *opts.ResourceMetrics
+		id, err := c.as(ctx, "metrics-server")
+		if err != nil {
+			c.Stop()
+			return nil, fmt.Errorf("metrics-server: %w", err)
+		}
+		kubeconfig, err := c.componentKubeconfig(ctx, "metrics-server")
+		if err != nil {
+			c.Stop()
+			return nil, fmt.Errorf("metrics-server: %w", err)
+		}
 		c.run(runCtx, "metrics-server", func(ctx context.Context) error {
-			return resourcemetrics.Run(ctx, cp.AdminConfig(), cp.KubeconfigPath(), mo)
+			return resourcemetrics.Run(ctx, id.cfg, kubeconfig, mo)
 		})
 	}
 	if opts.ConsoleAddress != "" {
@@ -361,17 +385,26 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 // startMachineConfig creates the master and worker pools and runs the
 // Machine Config Operator's controllers.
 func (c *Cluster) startMachineConfig(ctx, runCtx context.Context) error {
-	mcfg, err := mcfgclient.NewForConfig(c.RESTConfig())
+	admin, err := mcfgclient.NewForConfig(c.RESTConfig())
 	if err != nil {
 		return err
 	}
-	if err := mco.EnsurePools(ctx, mcfg); err != nil {
+	// The pools are the installer's.
+	if err := mco.EnsurePools(ctx, admin); err != nil {
+		return err
+	}
+	id, err := c.as(ctx, "mco")
+	if err != nil {
+		return err
+	}
+	mcfg, err := mcfgclient.NewForConfig(id.cfg)
+	if err != nil {
 		return err
 	}
 	o := *c.opts.MachineConfig
 	// With a release, the machine OS comes from it, as in OpenShift.
 	o.FromRelease = o.FromRelease || c.opts.Releases != nil
-	ctrl := mco.New(c.Client, mcfg, o)
+	ctrl := mco.New(id.kube, mcfg, o)
 	c.machineConfig = ctrl
 	c.addMetrics(JobMachineConfig, ctrl.Metrics())
 	c.run(runCtx, "machine-config", ctrl.Run)
@@ -399,7 +432,7 @@ func (c *Cluster) Stop() error {
 	c.cancel()
 	var errs []error
 	c.compMu.Lock()
-	comps := append([]component(nil), c.components...)
+	comps := append([]running(nil), c.components...)
 	c.compMu.Unlock()
 	for i := len(comps) - 1; i >= 0; i-- {
 		comp := comps[i]

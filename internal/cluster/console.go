@@ -21,7 +21,12 @@ func (c *Cluster) startConsole(ctx, runCtx context.Context) error {
 			return fmt.Errorf("the admin's token: %w", err)
 		}
 	}
-	opts := console.Options{API: c.RESTConfig()}
+	// The console's own identity has no rights: it acts with its users'.
+	id, err := c.as(ctx, "console")
+	if err != nil {
+		return err
+	}
+	opts := console.Options{API: id.cfg}
 	if c.opts.Scheduler != nil {
 		opts.Policy = c.opts.Scheduler.Policy
 	}

@@ -13,7 +13,6 @@ import (
 
 	cpmsv1 "github.com/openshift/api/machine/v1"
 	machinev1 "github.com/openshift/api/machine/v1beta1"
-	configclient "github.com/openshift/client-go/config/clientset/versioned"
 	machineclient "github.com/openshift/client-go/machine/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -35,37 +34,54 @@ func (c *Cluster) startMachineAPI(ctx, runCtx context.Context) error {
 	if err := ensureNamespace(ctx, c, opts.Namespace); err != nil {
 		return err
 	}
-	mgr, err := machine.NewManager(c.RESTConfig(), opts)
+	id, err := c.as(ctx, "machine-api")
+	if err != nil {
+		return err
+	}
+	mgr, err := machine.NewManager(id.cfg, opts)
 	if err != nil {
 		return err
 	}
 	c.addMetrics(JobMachineAPI, &machine.Metrics{Client: mgr.GetClient(), Namespace: opts.Namespace})
 	c.run(runCtx, "machine API", mgr.Start)
-	all := c.opts.Hooks
 	if c.opts.EtcdOperator {
-		// The etcd operator: a member per control-plane machine, guarded
-		// by its preDrain hook.
-		mc, err := c.MachineClient()
-		if err != nil {
-			return err
+		if err := c.startEtcdOperator(ctx, runCtx, opts.Namespace); err != nil {
+			return fmt.Errorf("etcd operator: %w", err)
 		}
-		config, err := configclient.NewForConfig(c.RESTConfig())
-		if err != nil {
-			return err
-		}
-		op := &etcd.Operator{Cluster: c.ControlPlane.Etcd(), Kube: c.Client, Machines: mc, Config: config, Namespace: opts.Namespace,
-			InstallReplicas: c.opts.ControlPlaneNodes}
-		c.run(runCtx, "etcd operator", op.Run)
-		all = append([]*hooks.Hook{op.QuorumGuard()}, all...)
 	}
-	if len(all) == 0 {
+	if len(c.opts.Hooks) == 0 {
 		return nil
 	}
-	hookMgr, err := hooks.NewManager(c.RESTConfig(), hooks.Options{Namespace: opts.Namespace}, all...)
+	if id, err = c.as(ctx, "hooks"); err != nil {
+		return err
+	}
+	hookMgr, err := hooks.NewManager(id.cfg, hooks.Options{Namespace: opts.Namespace}, c.opts.Hooks...)
 	if err != nil {
 		return fmt.Errorf("hook controllers: %w", err)
 	}
 	c.run(runCtx, "hook controllers", hookMgr.Start)
+	return nil
+}
+
+// startEtcdOperator runs etcd's operator: a member per control-plane
+// machine, guarded by its preDrain hook, which it implements itself.
+func (c *Cluster) startEtcdOperator(ctx, runCtx context.Context, namespace string) error {
+	id, err := c.as(ctx, "etcd-operator")
+	if err != nil {
+		return err
+	}
+	mc, err := machineclient.NewForConfig(id.cfg)
+	if err != nil {
+		return err
+	}
+	op := &etcd.Operator{Cluster: c.ControlPlane.Etcd(), Kube: id.kube, Machines: mc, Config: id.config, Namespace: namespace,
+		InstallReplicas: c.opts.ControlPlaneNodes}
+	c.run(runCtx, "etcd operator", op.Run)
+	guard, err := hooks.NewManager(id.cfg, hooks.Options{Namespace: namespace}, op.QuorumGuard())
+	if err != nil {
+		return fmt.Errorf("quorum guard: %w", err)
+	}
+	c.run(runCtx, "etcd quorum guard", guard.Start)
 	return nil
 }
 
@@ -79,7 +95,11 @@ func (c *Cluster) startAutoscaler(ctx, runCtx context.Context) error {
 	if err := ensureNamespace(ctx, c, opts.Namespace); err != nil {
 		return err
 	}
-	run, err := autoscaler.NewComponent(c.RESTConfig(), c.Client, opts)
+	id, err := c.as(ctx, "autoscaler")
+	if err != nil {
+		return err
+	}
+	run, err := autoscaler.NewComponent(id.cfg, id.kube, opts)
 	if err != nil {
 		return err
 	}

@@ -107,7 +107,11 @@ func (c *Cluster) startMonitoring(ctx, runCtx context.Context) error {
 	for _, job := range []string{JobCVO, JobKubeState, JobScheduler, JobMachineAPI, JobMachineConfig} {
 		c.jobs[job] = &jobRegistry{}
 	}
-	ks := kubestate.New(c.Client)
+	ksID, err := c.as(ctx, "kube-state-metrics")
+	if err != nil {
+		return err
+	}
+	ks := kubestate.New(ksID.kube)
 	if err := ks.Start(runCtx); err != nil {
 		return err
 	}

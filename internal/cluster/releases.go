@@ -17,7 +17,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	configv1 "github.com/openshift/api/config/v1"
-	configclient "github.com/openshift/client-go/config/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +24,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/capstan-dev/capstan/internal/component"
 	"github.com/capstan-dev/capstan/internal/cvo"
 	"github.com/capstan-dev/capstan/internal/operators"
 	"github.com/capstan-dev/capstan/internal/registry"
@@ -115,16 +115,7 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 		mux.Handle(p, graph)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	c.run(runCtx, "release-server", func(ctx context.Context) error {
-		go func() {
-			<-ctx.Done()
-			_ = srv.Close()
-		}()
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	})
+	c.run(runCtx, "release-server", func(ctx context.Context) error { return component.Serve(ctx, srv, ln) })
 
 	repo := host + "/" + releaseRepository
 	key, err := signingKey(filepath.Join(dir, "release-signing-key.asc"))
@@ -153,8 +144,12 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 	graph.set(svc)
 	// Whoever looks at the cluster's events sees an image of the release
 	// repository the graph leaves out, on the ClusterVersion.
+	usID, err := c.as(ctx, "update-service")
+	if err != nil {
+		return err
+	}
 	events := record.NewBroadcaster(record.WithContext(runCtx))
-	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.Client.CoreV1().Events("")})
+	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: usID.kube.CoreV1().Events("")})
 	recorder := events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "capstan-update-service"})
 	svc.OnSkip(func(msg string) {
 		recorder.Event(cvo.ClusterVersionRef, corev1.EventTypeWarning, updateservice.SkippedImageReason, msg)
@@ -164,10 +159,11 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 		return nil
 	})
 
-	config, err := configclient.NewForConfig(c.RESTConfig())
+	cvoID, err := c.as(ctx, "cvo")
 	if err != nil {
 		return err
 	}
+	config := cvoID.config
 	co := o.CVO
 	co.Upstream = "http://" + host + "/api/upgrades_info/v1/graph"
 	co.PromQLURL = o.PromQLURL
@@ -181,8 +177,8 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 		return fmt.Errorf("the release %s to install: %w", o.InstallVersion, err)
 	}
 	co.Current = configv1.Release{Version: o.InstallVersion, Image: r.Digest(installed.Digest.String()).String()}
-	co.Kube = c.Client
-	if co.Applier, err = cvo.NewApplier(c.RESTConfig()); err != nil {
+	co.Kube = cvoID.kube
+	if co.Applier, err = cvo.NewApplier(cvoID.cfg); err != nil {
 		return err
 	}
 	// The operators of the release report their ClusterOperators;
@@ -204,7 +200,12 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 				NotUpgradeableReason: s.NotUpgradeableReason, NotUpgradeableMessage: s.NotUpgradeableMessage}
 		}
 	}
-	reporter := operators.New(c.Client, config, health, operands)
+	// The operators are the simulated infrastructure's.
+	simID, err := c.as(ctx, "sim")
+	if err != nil {
+		return err
+	}
+	reporter := operators.New(simID.kube, simID.config, health, operands)
 	c.run(runCtx, "cluster-operators", reporter.Run)
 	sup := &cvoSupervisor{config: config, opts: co}
 	c.cvo.Store(sup)

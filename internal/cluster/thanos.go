@@ -71,7 +71,11 @@ func (c *Cluster) startThanosQuerier(ctx, runCtx context.Context) error {
 		c.Warnings = append(c.Warnings, fmt.Sprintf("thanos-querier %s: %v", c.opts.Monitoring.ThanosAddress, err))
 		return nil
 	}
-	auth := &bearerAuth{client: c.Client, cache: map[[32]byte]authResult{}}
+	authID, err := c.as(ctx, "thanos-querier")
+	if err != nil {
+		return err
+	}
+	auth := &bearerAuth{client: authID.kube, cache: map[[32]byte]authResult{}}
 	srv := &http.Server{Handler: auth.wrap(c.monitor.Handler()), ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}
 	c.run(runCtx, "thanos-querier", func(ctx context.Context) error {

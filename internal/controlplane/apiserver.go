@@ -71,7 +71,11 @@ func (cp *ControlPlane) runAPIServer(ctx context.Context, etcdURL string, listen
 	for _, f := range s.Flags().FlagSets {
 		fs.AddFlagSet(f)
 	}
-	if err := fs.Parse(cp.apiserverFlags(etcdURL)); err != nil {
+	audit, err := cp.auditFlags()
+	if err != nil {
+		return nil, fmt.Errorf("audit policy: %w", err)
+	}
+	if err := fs.Parse(append(cp.apiserverFlags(etcdURL), audit...)); err != nil {
 		return nil, fmt.Errorf("kube-apiserver flags: %w", err)
 	}
 	if listener != nil {

@@ -67,6 +67,10 @@ type Config struct {
 	// event), so they serve first.
 	BeforeControllers func(ctx context.Context, cp *ControlPlane) error
 
+	// DisableAuditLog turns off the apiserver's audit log, on by default
+	// in DATA_DIR/logs/audit.log.
+	DisableAuditLog bool
+
 	// Extra flags appended verbatim to the upstream components' flags.
 	ExtraAPIServerFlags         []string
 	ExtraControllerManagerFlags []string
@@ -101,6 +105,7 @@ type ControlPlane struct {
 	apiDone    <-chan error
 	kcmDone    <-chan error
 	adminREST  *rest.Config
+	ca         *CertificateAuthority
 	serverURL  string
 	logFile    *os.File
 	stopped    chan struct{}

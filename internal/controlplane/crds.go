@@ -2,13 +2,14 @@ package controlplane
 
 import (
 	"context"
-	"embed"
 	"fmt"
 	"io/fs"
+	"path"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/capstan-dev/capstan/deploy"
 	"github.com/capstan-dev/capstan/internal/waitfor"
 
 	"github.com/capstan-dev/capstan/internal/strictyaml"
@@ -20,13 +21,12 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// crdFiles are the OpenShift CRD manifests: in crds/, copied verbatim from
-// the github.com/openshift/api module by hack/update-crds.sh; in
-// crds/capstan/, capstan's own definitions of OpenShift APIs that module
-// does not publish (the autoscaler operator's).
-//
-//go:embed crds/*.yaml crds/capstan/*.yaml
-var crdFiles embed.FS
+// crdFiles hold the OpenShift CRD manifests, deploy/crds: in crds/,
+// copied verbatim from the github.com/openshift/api module by
+// hack/update-crds.sh; in crds/capstan/, capstan's own definitions of
+// OpenShift APIs that module does not publish (the autoscaler
+// operator's).
+var crdFiles = deploy.Files()
 
 // OpenShiftCRDs decodes the embedded CRD manifests, sorted by name.
 func OpenShiftCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
@@ -36,11 +36,15 @@ func OpenShiftCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 		if err != nil {
 			return nil, err
 		}
-		names = append(names, matched...)
+		for _, m := range matched {
+			if path.Base(m) != "kustomization.yaml" {
+				names = append(names, m)
+			}
+		}
 	}
 	var out []*apiextensionsv1.CustomResourceDefinition
 	for _, name := range names {
-		raw, err := crdFiles.ReadFile(name)
+		raw, err := fs.ReadFile(crdFiles, name)
 		if err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"bytes"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +18,7 @@ func TestCRDsMatchModule(t *testing.T) {
 		t.Fatalf("locating the openshift/api module: %v", err)
 	}
 	modDir := strings.TrimSpace(string(out))
-	sources, err := os.ReadFile("crds/SOURCES")
+	sources, err := fs.ReadFile(crdFiles, "crds/SOURCES")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +28,7 @@ func TestCRDsMatchModule(t *testing.T) {
 		if err != nil {
 			t.Fatalf("module file %s: %v", src, err)
 		}
-		got, err := crdFiles.ReadFile("crds/" + filepath.Base(src))
+		got, err := fs.ReadFile(crdFiles, "crds/"+filepath.Base(src))
 		if err != nil {
 			t.Fatalf("embedded copy of %s: %v", src, err)
 		}

@@ -86,21 +86,50 @@ func (cp *ControlPlane) ensurePKI() error {
 	if err := writeKubeconfig(filepath.Join(pki, "controller-manager.kubeconfig"), cp.serverURL, ca.CertPEM, kcmCert, kcmKey, controllerManagerUser); err != nil {
 		return err
 	}
-	// Every in-process component rides out etcd's leader elections.
-	cp.adminREST = etcdretry.Wrap(&rest.Config{
+	cp.ca = ca
+	cp.adminREST = cp.clientConfig(adminCert, adminKey)
+	return nil
+}
+
+// clientConfig is a client configuration presenting a client
+// certificate. Every in-process component rides out etcd's leader
+// elections; capstan's act for many objects at once, so the client-side
+// limiter allows bursts (API priority and fairness still applies on the
+// server to everyone outside system:masters).
+func (cp *ControlPlane) clientConfig(certPEM, keyPEM []byte) *rest.Config {
+	return etcdretry.Wrap(&rest.Config{
 		Host: cp.serverURL,
 		TLSClientConfig: rest.TLSClientConfig{
-			CAData:   ca.CertPEM,
-			CertData: adminCert,
-			KeyData:  adminKey,
+			CAData:   cp.ca.CertPEM,
+			CertData: certPEM,
+			KeyData:  keyPEM,
 		},
-		// capstan's in-process components act for many objects at once;
-		// system:masters is exempt from API priority and fairness, so the
-		// client-side limiter is the only one that applies.
 		QPS:   2000,
 		Burst: 4000,
 	})
-	return nil
+}
+
+// ClientConfigFor is a client configuration acting as user, a member of
+// groups, with a client certificate the cluster CA signs now (it is not
+// kept: every start issues new ones). No group may be system:masters:
+// an identity given this way gets exactly what RBAC grants it.
+func (cp *ControlPlane) ClientConfigFor(user string, groups ...string) (*rest.Config, error) {
+	for _, g := range groups {
+		if g == "system:masters" {
+			return nil, fmt.Errorf("identity %s: system:masters bypasses authorization and is not given out", user)
+		}
+	}
+	certPEM, keyPEM, err := cp.ca.Issue(LeafSpec{CommonName: user, Organization: groups, Client: true})
+	if err != nil {
+		return nil, err
+	}
+	return cp.clientConfig(certPEM, keyPEM), nil
+}
+
+// WriteKubeconfigFor writes a kubeconfig for cfg, a configuration
+// ClientConfigFor returned, for components that read one from a file.
+func (cp *ControlPlane) WriteKubeconfigFor(path, user string, cfg *rest.Config) error {
+	return writeKubeconfig(path, cp.serverURL, cp.ca.CertPEM, cfg.CertData, cfg.KeyData, user)
 }
 
 var logSetup sync.Once

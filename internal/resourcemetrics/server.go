@@ -1,6 +1,8 @@
 package resourcemetrics
 
 import (
+	"github.com/capstan-dev/capstan/internal/namespaces"
+
 	"context"
 	"errors"
 	"fmt"
@@ -198,8 +200,8 @@ const kubeVersion = "1.36"
 // naming the local host (a loopback address cannot be an endpoint) and the
 // APIService, with this run's port and CA. Both are rewritten each start.
 func register(ctx context.Context, cfg *clientrest.Config, client kubernetes.Interface, port int32, caPEM []byte) error {
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating namespace %s: %w", Namespace, err)
+	if err := namespaces.Ensure(ctx, client, Namespace); err != nil {
+		return err
 	}
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: ServiceName, Namespace: Namespace, Labels: map[string]string{"app.kubernetes.io/name": ServiceName}},

@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"github.com/capstan-dev/capstan/internal/namespaces"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -107,11 +109,7 @@ func (c *APICloud) injectedFailure(spec InstanceSpec) error {
 
 // EnsureNamespace creates the namespace instances live in.
 func EnsureNamespace(ctx context.Context, client kubernetes.Interface) error {
-	_, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating namespace %s: %w", Namespace, err)
-	}
-	return nil
+	return namespaces.Ensure(ctx, client, Namespace)
 }
 
 // CreateInstance launches an instance after validating its spec.

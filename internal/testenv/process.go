@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/capstan-dev/capstan/deploy"
 	"github.com/capstan-dev/capstan/internal/cli"
 	"github.com/capstan-dev/capstan/internal/etcdretry"
 	"github.com/capstan-dev/capstan/internal/ports"
@@ -147,6 +148,13 @@ func StartCapstan(t TB, args ...string) *UpProcess {
 			}
 			cmd.Process.Kill()
 			<-p.done
+		}
+		// Every component of a capstan up acts as its own identity: RBAC
+		// refusing one anything is a missing right in its rbac.yaml.
+		if i := slices.Index(args, "--data-dir"); p.up && i >= 0 && i+1 < len(args) {
+			if forbidden, err := deploy.Refused(filepath.Join(args[i+1], "logs", "audit.log")); err == nil && len(forbidden) > 0 {
+				t.Errorf("RBAC refused capstan's components in capstan up %s:\n  %s", args[i+1], strings.Join(forbidden, "\n  "))
+			}
 		}
 		// A failed test shows what capstan was doing: CI keeps nothing
 		// else of the process.

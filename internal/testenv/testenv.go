@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/capstan-dev/capstan/deploy"
 	"github.com/capstan-dev/capstan/internal/cluster"
 	"github.com/capstan-dev/capstan/internal/waitfor"
 )
@@ -130,11 +132,38 @@ func Start(opts Options) (*Env, error) {
 	return env, nil
 }
 
+// Finish stops the cluster after the package's tests ran, and turns a
+// passing run (code 0) into a failing one when a component of capstan
+// was refused anything it asked the API server for: each acts with only
+// its deploy/COMPONENT/rbac.yaml rights, and the audit log shows every
+// refusal. It returns the exit code.
+func (e *Env) Finish(code int) int {
+	if err := e.Cluster.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "stopping test cluster: %v\n", err)
+	}
+	forbidden, err := deploy.Refused(e.Cluster.ControlPlane.DataDir().AuditLogPath())
+	switch {
+	case err != nil:
+		fmt.Printf("reading the audit log: %v\n", err)
+		code = max(code, 1)
+	case len(forbidden) > 0:
+		fmt.Printf("RBAC refused capstan's components these requests; their rbac.yaml lacks the rights:\n  %s\n",
+			strings.Join(forbidden, "\n  "))
+		code = max(code, 1)
+	}
+	e.removeData()
+	return code
+}
+
 // Stop tears the cluster down and removes its data dir.
 func (e *Env) Stop() {
 	if err := e.Cluster.Stop(); err != nil {
 		fmt.Fprintf(os.Stderr, "stopping test cluster: %v\n", err)
 	}
+	e.removeData()
+}
+
+func (e *Env) removeData() {
 	if os.Getenv(KeepDataEnv) != "" {
 		fmt.Fprintf(os.Stderr, "test cluster data and logs kept in %s\n", e.DataDir)
 		return

@@ -65,9 +65,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(1)
 	}
-	code := m.Run()
-	env.Stop()
-	os.Exit(code)
+	os.Exit(env.Finish(m.Run()))
 }
 
 // waitInstalled waits until the CVO has applied the installed release.

@@ -32,9 +32,7 @@ func TestMain(m *testing.M) {
 		fmt.Println(err)
 		os.Exit(1)
 	}
-	code := m.Run()
-	env.Stop()
-	os.Exit(code)
+	os.Exit(env.Finish(m.Run()))
 }
 
 // capstan runs a capstan command in this process against the test cluster

@@ -62,9 +62,7 @@ func TestMain(m *testing.M) {
 		env.Stop()
 		os.Exit(1)
 	}
-	code := m.Run()
-	env.Stop()
-	os.Exit(code)
+	os.Exit(env.Finish(m.Run()))
 }
 
 func nodeName(zone string, i int) string { return fmt.Sprintf("%s-%02d", zone, i) }
