@@ -1,26 +1,20 @@
 package cli
 
 import (
-	"context"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/capstan-dev/capstan/internal/autoscaler"
 	"github.com/capstan-dev/capstan/internal/leader"
-	"github.com/capstan-dev/capstan/internal/metrics"
 )
 
 func newAutoscalerCommand() *cobra.Command {
 	cf := &clientFlags{}
 	opts := autoscaler.DefaultOptions()
-	var (
-		policyFile, metricsAddress string
-		leaderElect                bool
-	)
+	rf := &runFlags{}
+	var policyFile string
 	c := &cobra.Command{
 		Use:   "autoscaler",
 		Short: "Run the cluster autoscaler and the MachineAutoscaler controller against a cluster",
@@ -38,11 +32,7 @@ onto its MachineSet. capstan up runs both itself.`,
 				return err
 			}
 			opts.Policy = p
-			cfg, err := cf.restConfig()
-			if err != nil {
-				return err
-			}
-			client, _, err := cf.client()
+			client, cfg, err := cf.client()
 			if err != nil {
 				return err
 			}
@@ -50,21 +40,9 @@ onto its MachineSet. capstan up runs both itself.`,
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			if metricsAddress != "" {
-				srv, err := metrics.Listen(metricsAddress, nil, autoscaler.Registry)
-				if err != nil {
-					return err
-				}
-				go func() { _ = srv.Run(ctx) }()
-				fmt.Fprintf(c.OutOrStdout(), "Metrics: http://%s/metrics\n", srv.Addr())
-			}
 			fmt.Fprintf(c.OutOrStdout(), "Cluster autoscaler running on namespace %s; Ctrl-C to stop\n", opts.Namespace)
-			if leaderElect {
-				return leader.Run(ctx, client, leader.Config{Namespace: opts.Namespace, Name: autoscaler.LeaderElectionID}, run)
-			}
-			return run(ctx)
+			return rf.run(c, "autoscaler", client, leader.Config{Namespace: opts.Namespace, Name: autoscaler.LeaderElectionID},
+				[]prometheus.Gatherer{autoscaler.Registry}, run)
 		},
 	}
 	cf.add(c.Flags())
@@ -72,8 +50,10 @@ onto its MachineSet. capstan up runs both itself.`,
 	fs.StringVar(&opts.Namespace, "namespace", opts.Namespace, "namespace of the MachineSets, MachineAutoscalers and the autoscaler's ConfigMaps")
 	fs.DurationVar(&opts.ScanInterval, "scan-interval", opts.ScanInterval, "time between loops when no pod becomes unschedulable")
 	fs.StringVar(&policyFile, "policy", "", "the scheduler Policy file the cluster's scheduler runs (default: the default policy)")
-	fs.BoolVar(&leaderElect, "leader-elect", false, "hold the Lease NAMESPACE/"+autoscaler.LeaderElectionID+" before acting")
+	rf.add(fs, "NAMESPACE/"+autoscaler.LeaderElectionID, ":8085")
 	fs.Uint64Var(&opts.Seed, "seed", 0, "seed of the random expander")
-	fs.StringVar(&metricsAddress, "metrics-address", ":8085", "address of the Prometheus metrics endpoint (/metrics); empty: none")
+	// Its old name, before every component served health beside metrics.
+	fs.StringVar(&rf.healthAddress, "metrics-address", ":8085", "")
+	_ = fs.MarkDeprecated("metrics-address", "use --health-address")
 	return c
 }

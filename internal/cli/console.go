@@ -15,11 +15,13 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/capstan-dev/capstan/internal/console"
+	"github.com/capstan-dev/capstan/internal/leader"
 )
 
 func newConsoleCommand() *cobra.Command {
 	var (
 		cf            clientFlags
+		rf            runFlags
 		listen        string
 		prometheusURL string
 		policyFile    string
@@ -80,10 +82,11 @@ is printed.`,
 			if token := bearerToken(cfg); token != "" {
 				fmt.Fprintf(c.OutOrStdout(), "Log in as the kubeconfig's user, once, within 10 minutes: %s\n", srv.LoginLink(base, token))
 			}
-			return srv.Serve(ctx, ln)
+			return rf.run(c, "console", nil, leader.Config{}, nil, func(ctx context.Context) error { return srv.Serve(ctx, ln) })
 		},
 	}
 	cf.add(c.Flags())
+	rf.addHealth(c.Flags(), "")
 	c.Flags().StringVar(&listen, "listen", "127.0.0.1:9000", "address to serve the console on (plain HTTP: keep it on loopback, or put TLS in front)")
 	c.Flags().StringVar(&prometheusURL, "prometheus-url", "", "Prometheus API to read alerts and charts from, with the user's token (default: the thanos-querier Route)")
 	c.Flags().StringVar(&policyFile, "policy", "", "scheduler Policy file pending pods are explained with (default: the default policy)")

@@ -1,18 +1,15 @@
 package cli
 
 import (
-	"context"
 	"fmt"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/capstan-dev/capstan/internal/leader"
 	"github.com/capstan-dev/capstan/internal/machine"
 	"github.com/capstan-dev/capstan/internal/machine/hooks"
 )
@@ -57,6 +54,7 @@ func newHooksCommand() *cobra.Command {
 		Short: "Hook-implementing controllers for machine deletion lifecycle hooks",
 	}
 	cf := &clientFlags{}
+	rf := &runFlags{}
 	hf := &hookFlags{}
 	opts := hooks.Options{Namespace: machine.Namespace}
 	run := &cobra.Command{
@@ -88,16 +86,18 @@ from a deleted machine once its condition holds.`,
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			client, _, err := cf.client()
+			if err != nil {
+				return err
+			}
 			fmt.Fprintf(c.OutOrStdout(), "Hook controllers %s running on namespace %s; Ctrl-C to stop\n", strings.Join(args, ", "), opts.Namespace)
-			return mgr.Start(ctx)
+			return rf.run(c, "hooks", client, leader.Config{Namespace: opts.Namespace, Name: hooks.LeaseName(hs)}, nil, mgr.Start)
 		},
 	}
 	cf.add(run.Flags())
 	hf.add(run.Flags())
 	run.Flags().StringVar(&opts.Namespace, "namespace", opts.Namespace, "namespace of the machines")
-	run.Flags().BoolVar(&opts.LeaderElect, "leader-elect", false, "hold a Lease before acting")
+	rf.add(run.Flags(), "NAMESPACE/capstan-hook-<first hook>", ":8442")
 	c.AddCommand(run)
 	return c
 }

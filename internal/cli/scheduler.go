@@ -1,24 +1,24 @@
 package cli
 
 import (
-	"context"
+	"errors"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/capstan-dev/capstan/internal/cluster"
+	"github.com/capstan-dev/capstan/internal/leader"
 	"github.com/capstan-dev/capstan/internal/scheduler"
 	"github.com/capstan-dev/capstan/internal/scheduler/policy"
 )
 
 func newSchedulerCommand() *cobra.Command {
 	cf := &clientFlags{}
+	rf := &runFlags{}
 	var (
 		policyFile, name string
-		leaderElect      bool
 		seed             uint64
 	)
 	c := &cobra.Command{
@@ -42,19 +42,14 @@ choose a scheduler by spec.schedulerName, so several run side by side.`,
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
 			fmt.Fprintf(c.OutOrStdout(), "Scheduler %s running; Ctrl-C to stop\n", name)
-			if leaderElect {
-				return s.RunWithLeaderElection(ctx, client)
-			}
-			return s.Run(ctx)
+			return rf.run(c, "scheduler", client, leader.Config{Namespace: metav1.NamespaceSystem, Name: name}, []prometheus.Gatherer{s.Metrics()}, s.Run)
 		},
 	}
 	cf.add(c.Flags())
 	c.Flags().StringVar(&policyFile, "policy", "", "scheduler Policy file (JSON or YAML); default: the default policy")
 	c.Flags().StringVar(&name, "scheduler-name", scheduler.DefaultSchedulerName, "the spec.schedulerName this scheduler serves")
-	c.Flags().BoolVar(&leaderElect, "leader-elect", false, "hold the Lease kube-system/<scheduler-name> before scheduling")
+	rf.add(c.Flags(), "kube-system/<scheduler-name>", ":10259")
 	c.Flags().Uint64Var(&seed, "seed", 0, "seed of the random tie-breaking between equally good nodes")
 	c.AddCommand(&cobra.Command{
 		Use:   "validate-policy FILE",
@@ -85,6 +80,12 @@ func loadSchedulerPolicy(file string, opts *cluster.Options) error {
 	p, err := loadPolicy(file)
 	if err != nil {
 		return err
+	}
+	if opts.Scheduler == nil {
+		if file != "" {
+			return errors.New("--scheduler-policy: no scheduler runs (--bare)")
+		}
+		return nil
 	}
 	opts.Scheduler.Policy = p
 	return nil

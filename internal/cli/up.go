@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -29,6 +30,7 @@ type upOptions struct {
 	nodeReadyTimeout        time.Duration
 	hooks                   []string
 	hookFlags               hookFlags
+	bare, noAuditLog        bool
 }
 
 func newUpCommand() *cobra.Command {
@@ -85,6 +87,8 @@ the same cluster. Stop it with Ctrl-C (SIGINT) or SIGTERM.`,
 	daemon := &o.opts.MachineConfig.Daemon
 	fs.DurationVar(&daemon.ApplyDuration, "mcd-apply-duration", daemon.ApplyDuration, "how long a simulated machine-config-daemon takes to write a node's new configuration")
 	fs.DurationVar(&daemon.RebootDuration, "mcd-reboot-duration", daemon.RebootDuration, "how long a node the machine-config-daemon reboots stays down")
+	fs.BoolVar(&o.bare, "bare", false, "run the control plane and the simulated nodes only, none of capstan's controllers (scheduler, Machine API, autoscaler, CVO, MCO, etcd operator, metrics-server): a stand-in for an existing cluster to run them on as their own processes")
+	fs.BoolVar(&o.noAuditLog, "no-audit-log", false, "do not write the API server's audit log (DATA_DIR/logs/audit.log: who did what, and what RBAC refused)")
 	fs.StringSliceVar(&o.hooks, "hooks", nil, "example hook controllers to run: "+strings.Join(hooks.ExampleNames(), ", "))
 	o.hookFlags.add(fs)
 	return c
@@ -120,6 +124,14 @@ func (o *upOptions) run(c *cobra.Command) error {
 			o.opts.ControlPlane.Admission.ProjectNodeSelectors = map[string]string{}
 		}
 		o.opts.ControlPlane.Admission.ProjectNodeSelectors[ns] = sel
+	}
+	o.opts.ControlPlane.DisableAuditLog = o.noAuditLog
+	if o.bare {
+		if len(o.hooks) > 0 {
+			return errors.New("--bare runs no controllers, --hooks neither")
+		}
+		o.opts.WithoutMachineAPI()
+		o.opts.Scheduler, o.opts.Releases, o.opts.MachineConfig, o.opts.ResourceMetrics = nil, nil, nil, nil
 	}
 	if len(o.hooks) > 0 {
 		if o.opts.Hooks, err = o.hookFlags.build(o.hooks); err != nil {
@@ -188,6 +200,9 @@ func (o *upOptions) run(c *cobra.Command) error {
 	}
 	fmt.Fprintf(out, "export KUBECONFIG=%s\n", cl.ControlPlane.KubeconfigPath())
 	fmt.Fprintf(out, "%s, data in %s\n", summary, cl.ControlPlane.DataDir().Root)
+	if !o.noAuditLog {
+		fmt.Fprintf(out, "Audit log: %s (each component acts as its own ServiceAccount, with the rights of deploy/COMPONENT/rbac.yaml)\n", cl.ControlPlane.DataDir().AuditLogPath())
+	}
 	if cl.ReleasesURL != "" {
 		fmt.Fprintf(out, "Releases: %s/v2/%s (update graph: %s/api/upgrades_info/v1/graph)\n", cl.ReleasesURL, "ocp/release", cl.ReleasesURL)
 		fmt.Fprintf(out, "Registry credentials for pushes: %s\n", cl.RegistryAuth)

@@ -13,6 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/capstan-dev/capstan/internal/component"
+	"github.com/capstan-dev/capstan/internal/leader"
 	"github.com/capstan-dev/capstan/internal/updateservice"
 )
 
@@ -20,6 +22,7 @@ func newUpdateServiceCommand() *cobra.Command {
 	var (
 		graphData, releases, listen string
 		refresh                     time.Duration
+		rf                          runFlags
 	)
 	c := &cobra.Command{
 		Use:   "update-service --graph-data DIR --releases REPO",
@@ -52,22 +55,17 @@ graph served before.`,
 			if err != nil {
 				return fmt.Errorf("--listen %s: %w", listen, err)
 			}
-			srv := &http.Server{Handler: svc, ReadHeaderTimeout: 10 * time.Second}
-			go svc.Run(ctx, refresh)
-			go func() {
-				<-ctx.Done()
-				_ = srv.Close()
-			}()
 			fmt.Fprintf(c.OutOrStdout(), "Serving the update graph at http://%s/api/upgrades_info/v1/graph\n", ln.Addr())
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			return nil
+			return rf.run(c, "update-service", nil, leader.Config{}, nil, func(ctx context.Context) error {
+				go svc.Run(ctx, refresh)
+				return component.Serve(ctx, &http.Server{Handler: svc, ReadHeaderTimeout: 10 * time.Second}, ln)
+			})
 		},
 	}
 	c.Flags().StringVar(&graphData, "graph-data", "", "graph-data directory (channels/, blocked-edges/)")
 	c.Flags().StringVar(&releases, "releases", "", "repository of the release images (registry repository or oci:DIR)")
 	c.Flags().StringVar(&listen, "listen", "127.0.0.1:8090", "address to serve the graph API on")
 	c.Flags().DurationVar(&refresh, "refresh", 5*time.Minute, "how often the releases and the graph data are read again")
+	rf.addHealth(c.Flags(), "")
 	return c
 }

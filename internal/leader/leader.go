@@ -30,6 +30,9 @@ type Config struct {
 	// LeaseDuration, RenewDeadline and RetryPeriod default to Kubernetes
 	// components' 15s, 10s and 2s.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Watchdog, when set, reports (for a /healthz) a leader that has
+	// failed to renew its lease past its expiry.
+	Watchdog *leaderelection.HealthzAdaptor
 }
 
 // ErrLost is returned when the lease was lost while ctx was still live.
@@ -68,6 +71,7 @@ func Run(ctx context.Context, client kubernetes.Interface, cfg Config, work func
 		RetryPeriod:     cfg.RetryPeriod,
 		ReleaseOnCancel: true,
 		Name:            cfg.Name,
+		WatchDog:        cfg.Watchdog,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(lctx context.Context) {
 				klog.FromContext(ctx).Info("Became leader", "lease", klog.KRef(cfg.Namespace, cfg.Name), "identity", cfg.Identity)

@@ -140,7 +140,7 @@ func NewManager(cfg *rest.Config, opts Options, hooks ...*Hook) (manager.Manager
 		Metrics:                 metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:  "0",
 		LeaderElection:          opts.LeaderElect,
-		LeaderElectionID:        "capstan-hook-" + sanitize(hooks[0].Name),
+		LeaderElectionID:        LeaseName(hooks),
 		LeaderElectionNamespace: opts.Namespace,
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&machinev1.Machine{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
@@ -242,4 +242,13 @@ func sanitize(name string) string {
 		}
 	}
 	return string(out)
+}
+
+// LeaseName is the Lease a set of hook controllers holds: named after
+// its first hook.
+func LeaseName(hooks []*Hook) string {
+	if len(hooks) == 0 {
+		return "capstan-hooks"
+	}
+	return "capstan-hook-" + sanitize(hooks[0].Name)
 }
