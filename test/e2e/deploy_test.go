@@ -1,0 +1,245 @@
+package e2e
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	machineclient "github.com/openshift/client-go/machine/clientset/versioned"
+	mcfgclient "github.com/openshift/client-go/machineconfiguration/clientset/versioned"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+
+	machinev1 "github.com/openshift/api/machine/v1beta1"
+
+	"github.com/capstan-dev/capstan/deploy"
+	"github.com/capstan-dev/capstan/internal/audit"
+	"github.com/capstan-dev/capstan/internal/autoscaler"
+	"github.com/capstan-dev/capstan/internal/cluster"
+	"github.com/capstan-dev/capstan/internal/machine"
+	"github.com/capstan-dev/capstan/internal/mco"
+	"github.com/capstan-dev/capstan/internal/sim"
+	"github.com/capstan-dev/capstan/internal/testenv"
+)
+
+// The deploy manifests on a cluster capstan's controllers do not run on
+// (capstan up --bare stands in for an existing cluster): each component
+// runs as a process of its own with a token of the ServiceAccount the
+// manifests made, leader-elected, and does its part of a scenario; RBAC
+// refuses none of them anything (the audit log says so).
+func TestComponentsRunWithTheIdentitiesOfTheirManifests(t *testing.T) {
+	dir := t.TempDir()
+	up := testenv.StartUp(t, "--data-dir", dir, "--port", strconv.Itoa(testenv.FreePort(t)), "--bare",
+		"--control-plane-nodes", "1", "--nodes", "1", "--metrics-address", "", "--console-address", "", "--thanos-address", "")
+	up.WaitLine(t, "capstan is up", 4*time.Minute)
+	adminKubeconfig := filepath.Join(dir, "kubeconfig")
+	admin := testenv.Kubeconfig(t, adminKubeconfig)
+	kube := kubernetes.NewForConfigOrDie(admin)
+	mc := machineclient.NewForConfigOrDie(admin)
+	dyn := dynamic.NewForConfigOrDie(admin)
+	ctx := t.Context()
+
+	// The manifests, as a user applies them (server-side: the CRDs are
+	// too large for kubectl's last-applied annotation), in a process of
+	// its own (kubectl exits on failure). capstan up installed the same
+	// CRDs already: kubectl takes their fields over.
+	if code, out := testenv.RunCapstan(t, "kubectl", "--kubeconfig", adminKubeconfig, "apply", "--server-side", "--force-conflicts", "-k", "../../deploy"); code != 0 {
+		t.Fatalf("kubectl apply -k deploy exited %d:\n%s", code, out)
+	}
+
+	// as writes a kubeconfig holding a token of the component's
+	// ServiceAccount, as a pod of its Deployment would be given.
+	as := func(component string) string {
+		t.Helper()
+		comp, err := deploy.Lookup(component)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := kube.CoreV1().ServiceAccounts(comp.Namespace).CreateToken(ctx, comp.ServiceAccount,
+			&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("a token of %s: %v", comp.Username(), err)
+		}
+		cfg := clientcmdapi.NewConfig()
+		cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: admin.Host, CertificateAuthorityData: admin.CAData}
+		cfg.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+		cfg.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+		cfg.CurrentContext = "c"
+		path := filepath.Join(dir, component+".kubeconfig")
+		if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	run := func(component string, args ...string) {
+		t.Helper()
+		r := startReplica(t, append([]string{component, "--kubeconfig", as(component), "--leader-elect",
+			"--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms",
+			"--health-address", "127.0.0.1:0"}, args...)...)
+		r.p.WaitLine(t, "Leading: ", time.Minute)
+	}
+
+	t.Run("scheduler", func(t *testing.T) {
+		run("scheduler", "--scheduler-name", corev1.DefaultSchedulerName)
+		ns := "deploy-test"
+		if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cluster.WaitForServiceAccount(ctx, kube, ns, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "placed", Namespace: ns},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.example/app:1"}}}}
+		if _, err := kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, time.Minute, func() (bool, string) {
+			p, err := kube.CoreV1().Pods(ns).Get(ctx, "placed", metav1.GetOptions{})
+			return err == nil && p.Spec.NodeName != "", fmt.Sprintf("pod not placed: %v", err)
+		})
+	})
+
+	const set = "deploy-test"
+	t.Run("machine-api", func(t *testing.T) {
+		// The cloud's credentials are its own: the simulator's.
+		run("machine-api", "--cloud-kubeconfig", as("sim"))
+		ms := &machinev1.MachineSet{
+			ObjectMeta: metav1.ObjectMeta{Name: set, Namespace: machine.Namespace},
+			Spec: machinev1.MachineSetSpec{
+				Replicas: ptr.To[int32](1),
+				Selector: metav1.LabelSelector{MatchLabels: map[string]string{machine.MachineSetLabel: set}},
+				Template: machinev1.MachineTemplateSpec{
+					ObjectMeta: machinev1.ObjectMeta{Labels: map[string]string{machine.MachineSetLabel: set, machine.MachineRoleLabel: "worker"}},
+					Spec: machinev1.MachineSpec{
+						ObjectMeta: machinev1.ObjectMeta{Labels: map[string]string{"deploy-test": "true"}},
+						ProviderSpec: machinev1.ProviderSpec{Value: machine.RawProviderSpec(machine.ProviderSpec{
+							InstanceType: "capstan.large", Region: sim.DefaultRegion, Zone: sim.DefaultZones[0]})},
+					},
+				},
+			},
+		}
+		if _, err := mc.MachineV1beta1().MachineSets(machine.Namespace).Create(ctx, ms, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitSetRunning(t, mc, set, 1)
+	})
+
+	t.Run("autoscaler", func(t *testing.T) {
+		run("autoscaler")
+		ca := unstructuredFrom(t, `apiVersion: autoscaling.openshift.io/v1
+kind: ClusterAutoscaler
+metadata:
+  name: default
+spec:
+  resourceLimits:
+    maxNodesTotal: 10
+`)
+		if _, err := dyn.Resource(autoscaler.ClusterAutoscalerResource).Create(ctx, ca, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		ma := unstructuredFrom(t, fmt.Sprintf(`apiVersion: autoscaling.openshift.io/v1beta1
+kind: MachineAutoscaler
+metadata:
+  name: %s
+  namespace: openshift-machine-api
+spec:
+  minReplicas: 1
+  maxReplicas: 2
+  scaleTargetRef:
+    apiVersion: machine.openshift.io/v1beta1
+    kind: MachineSet
+    name: %s
+`, set, set))
+		if _, err := dyn.Resource(machineAutoscalers).Namespace(machine.Namespace).Create(ctx, ma, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// Two pods of three CPUs each fit only on two of the set's
+		// four-CPU nodes: the set grows to its maximum.
+		for i := range 2 {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("big-%d", i), Namespace: "deploy-test"},
+				Spec: corev1.PodSpec{NodeSelector: map[string]string{"deploy-test": "true"},
+					Containers: []corev1.Container{{Name: "c", Image: "registry.example/app:1",
+						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}}}}}}
+			if _, err := kube.CoreV1().Pods("deploy-test").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitSetRunning(t, mc, set, 2)
+	})
+
+	t.Run("mco", func(t *testing.T) {
+		// The pools are the installer's.
+		mcfg := mcfgclient.NewForConfigOrDie(admin)
+		if err := mco.EnsurePools(ctx, mcfg); err != nil {
+			t.Fatal(err)
+		}
+		run("mco", "--from-release=false", "--os-image-url", "registry.example/rhcos@sha256:"+strings.Repeat("0", 64), "--release-version", "4.10.0")
+		testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
+			for _, pool := range []string{"master", "worker"} {
+				p, err := mcfg.MachineconfigurationV1().MachineConfigPools().Get(ctx, pool, metav1.GetOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				if !strings.HasPrefix(p.Status.Configuration.Name, "rendered-"+pool+"-") || p.Status.UpdatedMachineCount != p.Status.MachineCount || p.Status.MachineCount == 0 {
+					return false, fmt.Sprintf("pool %s: config %q, %d of %d updated", pool, p.Status.Configuration.Name, p.Status.UpdatedMachineCount, p.Status.MachineCount)
+				}
+			}
+			return true, ""
+		})
+	})
+
+	up.Stop(t)
+	forbidden, err := deploy.Refused(filepath.Join(dir, "logs", "audit.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(forbidden) > 0 {
+		t.Errorf("RBAC refused the components, their manifests lack these rights:\n  %s", strings.Join(forbidden, "\n  "))
+	}
+	// Each acted, and as its ServiceAccount (with a token: the username
+	// alone could be a client certificate's).
+	acted := map[string]int{}
+	err = audit.Read(filepath.Join(dir, "logs", "audit.log"), func(e *audit.Event) {
+		if id := e.User.Extra["authentication.kubernetes.io/credential-id"]; len(id) == 1 && strings.HasPrefix(id[0], "JTI=") {
+			acted[e.User.Username]++
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"scheduler", "machine-api", "autoscaler", "mco"} {
+		comp, _ := deploy.Lookup(name)
+		if acted[comp.Username()] == 0 {
+			t.Errorf("the audit log has no request of %s with a ServiceAccount token (it has: %v)", name, acted)
+		}
+	}
+}
+
+// waitSetRunning waits until MachineSet set has n machines Running with
+// Ready nodes.
+func waitSetRunning(t *testing.T, mc machineclient.Interface, set string, n int) {
+	t.Helper()
+	testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
+		list, err := mc.MachineV1beta1().Machines(machine.Namespace).List(t.Context(), metav1.ListOptions{LabelSelector: machine.MachineSetLabel + "=" + set})
+		if err != nil {
+			return false, err.Error()
+		}
+		running := 0
+		for _, m := range list.Items {
+			if m.Status.Phase != nil && *m.Status.Phase == "Running" && m.Status.NodeRef != nil {
+				running++
+			}
+		}
+		return running == n, fmt.Sprintf("%d of %d machines Running with a node", running, n)
+	})
+}
