@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"fmt"
+	"net/http"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -198,6 +200,28 @@ spec:
 		})
 	})
 
+	t.Run("console", func(t *testing.T) {
+		// Every replica serves: no lease. Its one right is to look for the
+		// thanos-querier Route (there is none here).
+		r := startReplica(t, "console", "--kubeconfig", as("console"), "--listen", "127.0.0.1:0", "--health-address", "127.0.0.1:0")
+		// It says where it serves before where its health is.
+		m := regexp.MustCompile(`Console: (http://\S+)`).FindStringSubmatch(r.p.Output())
+		if m == nil {
+			t.Fatalf("no console address printed:\n%s", r.p.Output())
+		}
+		resp, err := http.Get(m[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("the console's page: %s", resp.Status)
+		}
+		if code, body := r.get(t, "/readyz"); code != http.StatusOK {
+			t.Errorf("/readyz: %d %s", code, body)
+		}
+	})
+
 	up.Stop(t)
 	forbidden, err := deploy.Refused(filepath.Join(dir, "logs", "audit.log"))
 	if err != nil {
@@ -217,7 +241,7 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"scheduler", "machine-api", "autoscaler", "mco"} {
+	for _, name := range []string{"scheduler", "machine-api", "autoscaler", "mco", "console"} {
 		comp, _ := deploy.Lookup(name)
 		if acted[comp.Username()] == 0 {
 			t.Errorf("the audit log has no request of %s with a ServiceAccount token (it has: %v)", name, acted)
