@@ -14,7 +14,7 @@
 test:
 	bash hack/ensure-chromium.sh
 	go test -p 2 -ldflags=-w -timeout 45m ./...
-	go test -race -ldflags=-w -timeout 10m ./internal/scheduler/... ./internal/leader/... ./internal/chaos/... ./internal/etcdretry/... \
+	go test -race -ldflags=-w -timeout 10m ./internal/scheduler/... ./internal/leader/... ./internal/component/... ./internal/chaos/... ./internal/etcdretry/... \
 		./internal/cvo/... ./internal/release/... ./internal/registry/... ./internal/updateservice/... ./internal/console/...
 	bash hack/fuzz.sh 300x
 
