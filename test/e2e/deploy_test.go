@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	configclient "github.com/openshift/client-go/config/clientset/versioned"
 	machineclient "github.com/openshift/client-go/machine/clientset/versioned"
 	mcfgclient "github.com/openshift/client-go/machineconfiguration/clientset/versioned"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -30,8 +31,10 @@ import (
 	"github.com/capstan-dev/capstan/internal/cluster"
 	"github.com/capstan-dev/capstan/internal/machine"
 	"github.com/capstan-dev/capstan/internal/mco"
+	"github.com/capstan-dev/capstan/internal/release"
 	"github.com/capstan-dev/capstan/internal/sim"
 	"github.com/capstan-dev/capstan/internal/testenv"
+	"github.com/capstan-dev/capstan/internal/updateservice/demo"
 )
 
 // The deploy manifests on a cluster capstan's controllers do not run on
@@ -200,6 +203,58 @@ spec:
 		})
 	})
 
+	t.Run("cvo", func(t *testing.T) {
+		// A release in an OCI layout: the cluster has no ClusterVersion,
+		// so the operator is told which release it runs.
+		const version = "4.10.22"
+		src := t.TempDir()
+		if err := demo.WriteSource(src, version, demo.Operators, nil); err != nil {
+			t.Fatal(err)
+		}
+		p, err := release.LoadDir(src, release.Metadata{Version: version})
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := release.Build(p, release.BuildOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pullSpec := "oci:" + filepath.Join(t.TempDir(), "releases") + ":" + version
+		ref, err := release.ParseRef(pullSpec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := release.Write(ctx, ref, img); err != nil {
+			t.Fatal(err)
+		}
+		run("cvo", "--release-image", pullSpec)
+		// It makes the ClusterVersion and applies the release by run
+		// level; the first level's ClusterOperators wait for operators
+		// this cluster does not run, which it says.
+		config := configclient.NewForConfigOrDie(admin)
+		testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+			cv, err := config.ConfigV1().ClusterVersions().Get(ctx, "version", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			var progressing string
+			for _, c := range cv.Status.Conditions {
+				if c.Type == "Progressing" {
+					progressing = string(c.Status) + " " + c.Message
+				}
+			}
+			return cv.Status.Desired.Version == version && len(cv.Status.History) == 1 && strings.HasPrefix(progressing, "True Working towards "+version),
+				fmt.Sprintf("desired %q, history %d, Progressing %q", cv.Status.Desired.Version, len(cv.Status.History), progressing)
+		})
+		testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+			cos, err := config.ConfigV1().ClusterOperators().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			return len(cos.Items) > 0, "no ClusterOperator applied from the release"
+		})
+	})
+
 	t.Run("console", func(t *testing.T) {
 		// Every replica serves: no lease. Its one right is to look for the
 		// thanos-querier Route (there is none here).
@@ -241,7 +296,7 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"scheduler", "machine-api", "autoscaler", "mco", "console"} {
+	for _, name := range []string{"scheduler", "machine-api", "autoscaler", "mco", "cvo", "console"} {
 		comp, _ := deploy.Lookup(name)
 		if acted[comp.Username()] == 0 {
 			t.Errorf("the audit log has no request of %s with a ServiceAccount token (it has: %v)", name, acted)
