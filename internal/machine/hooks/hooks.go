@@ -144,6 +144,9 @@ func NewManager(cfg *rest.Config, opts Options, hooks ...*Hook) (manager.Manager
 		LeaderElectionNamespace: opts.Namespace,
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&machinev1.Machine{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
+			// ProactiveReplacement reads the machine's MachineSet, in the
+			// same namespace: the hooks' rights stop there.
+			&machinev1.MachineSet{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
 		}},
 	})
 	if err != nil {
