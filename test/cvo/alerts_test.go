@@ -161,7 +161,10 @@ func createAutoscaler(t *testing.T) {
 func TestOperatorAlertsFireAndResolve(t *testing.T) {
 	labels := map[string]string{"name": "dns"}
 	annotateNamespace(t, "openshift-dns-operator", operators.UnavailableAnnotation, "DNSUnavailable: no DNS pod is running")
-	a := env.WaitAlertFiring(t, "ClusterOperatorDown", labels, alertTimeout)
+	// The alert of this reason: one of another (NoAvailableCondition,
+	// from the moment the CVO made the ClusterOperator and its operator
+	// had not reported yet) may not have resolved yet.
+	a := env.WaitAlertFiring(t, "ClusterOperatorDown", map[string]string{"name": "dns", "reason": "DNSUnavailable"}, alertTimeout)
 	if a.Labels["reason"] != "DNSUnavailable" || a.Labels["severity"] != "critical" || !strings.Contains(a.Annotations["description"], "The dns operator") {
 		t.Errorf("ClusterOperatorDown: %+v", a)
 	}
@@ -169,7 +172,7 @@ func TestOperatorAlertsFireAndResolve(t *testing.T) {
 	env.WaitAlertResolved(t, "ClusterOperatorDown", labels, alertTimeout)
 
 	annotateNamespace(t, "openshift-dns-operator", operators.DegradedAnnotation, "CoreDNSCrashLooping: coredns pods are crash looping")
-	a = env.WaitAlertFiring(t, "ClusterOperatorDegraded", labels, alertTimeout)
+	a = env.WaitAlertFiring(t, "ClusterOperatorDegraded", map[string]string{"name": "dns", "reason": "CoreDNSCrashLooping"}, alertTimeout)
 	if a.Labels["reason"] != "CoreDNSCrashLooping" || a.Labels["severity"] != "warning" {
 		t.Errorf("ClusterOperatorDegraded: %+v", a)
 	}
