@@ -86,12 +86,20 @@ func TestComponentsRunWithTheIdentitiesOfTheirManifests(t *testing.T) {
 		}
 		return path
 	}
+	// run starts two replicas of a component, as its Deployment does,
+	// and waits until one leads.
+	type pair struct {
+		component       string
+		leader, standby *replica
+	}
+	var pairs []pair
 	run := func(component string, args ...string) {
 		t.Helper()
-		r := startReplica(t, append([]string{component, "--kubeconfig", as(component), "--leader-elect",
+		args = append([]string{component, "--kubeconfig", as(component), "--leader-elect",
 			"--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms",
-			"--health-address", "127.0.0.1:0"}, args...)...)
-		r.p.WaitLine(t, "Leading: ", time.Minute)
+			"--health-address", "127.0.0.1:0"}, args...)
+		leader, standby := waitLeader(t, startReplica(t, args...), startReplica(t, args...))
+		pairs = append(pairs, pair{component: component, leader: leader, standby: standby})
 	}
 
 	t.Run("scheduler", func(t *testing.T) {
@@ -230,7 +238,7 @@ spec:
 		run("cvo", "--release-image", pullSpec)
 		// It makes the ClusterVersion and applies the release by run
 		// level; the first level's ClusterOperators wait for operators
-		// this cluster does not run, which it says.
+		// this cluster does not run.
 		config := configclient.NewForConfigOrDie(admin)
 		testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
 			cv, err := config.ConfigV1().ClusterVersions().Get(ctx, "version", metav1.GetOptions{})
@@ -243,7 +251,9 @@ spec:
 					progressing = string(c.Status) + " " + c.Message
 				}
 			}
-			return cv.Status.Desired.Version == version && len(cv.Status.History) == 1 && strings.HasPrefix(progressing, "True Working towards "+version),
+			// "Working towards V", then, once the first run level's
+			// operators do not come, "Unable to apply V: ...".
+			return cv.Status.Desired.Version == version && len(cv.Status.History) == 1 && strings.HasPrefix(progressing, "True ") && strings.Contains(progressing, version),
 				fmt.Sprintf("desired %q, history %d, Progressing %q", cv.Status.Desired.Version, len(cv.Status.History), progressing)
 		})
 		testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
@@ -252,6 +262,28 @@ spec:
 				return false, err.Error()
 			}
 			return len(cos.Items) > 0, "no ClusterOperator applied from the release"
+		})
+	})
+
+	t.Run("every leader killed, every stand-by takes over", func(t *testing.T) {
+		for _, p := range pairs {
+			p.leader.p.Kill(t)
+		}
+		for _, p := range pairs {
+			p.standby.p.WaitLine(t, "Leading: ", time.Minute)
+			if code, body := p.standby.get(t, "/readyz"); !strings.Contains(body, "ok: leading") {
+				t.Errorf("%s: the new leader's /readyz: %d %q", p.component, code, body)
+			}
+		}
+		// The new scheduler places a pod.
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "after-takeover", Namespace: "deploy-test"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.example/app:1"}}}}
+		if _, err := kube.CoreV1().Pods("deploy-test").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, time.Minute, func() (bool, string) {
+			p, err := kube.CoreV1().Pods("deploy-test").Get(ctx, "after-takeover", metav1.GetOptions{})
+			return err == nil && p.Spec.NodeName != "", fmt.Sprintf("pod not placed: %v", err)
 		})
 	})
 

@@ -44,6 +44,23 @@ func (r *replica) get(t *testing.T, path string) (int, string) {
 
 func (r *replica) leading() bool { return strings.Contains(r.p.Output(), "Leading: ") }
 
+// waitLeader waits until one of two replicas leads, and fails if both do.
+func waitLeader(t *testing.T, a, b *replica) (leader, standby *replica) {
+	t.Helper()
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		switch {
+		case a.leading() && b.leading():
+			t.Fatalf("both replicas lead:\n%s\n---\n%s", a.p.Output(), b.p.Output())
+		case a.leading():
+			leader, standby = a, b
+		case b.leading():
+			leader, standby = b, a
+		}
+		return leader != nil, "neither replica leads"
+	})
+	return leader, standby
+}
+
 // Two replicas of a standalone component: one holds the lease and acts,
 // the other stands by and says so on /readyz and in its metrics; killed,
 // the leader is replaced by the other once the lease runs out.
@@ -53,19 +70,7 @@ func TestStandaloneReplicasTakeOverWhenTheLeaderIsKilled(t *testing.T) {
 	args := []string{"scheduler", "--kubeconfig", env.Kubeconfig, "--scheduler-name", name, "--leader-elect",
 		"--leader-elect-lease-duration", lease.String(), "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms",
 		"--health-address", "127.0.0.1:0"}
-	replicas := []*replica{startReplica(t, args...), startReplica(t, args...)}
-	var leader, standby *replica
-	testenv.Eventually(t, time.Minute, func() (bool, string) {
-		switch {
-		case replicas[0].leading() && replicas[1].leading():
-			t.Fatalf("both replicas lead:\n%s\n---\n%s", replicas[0].p.Output(), replicas[1].p.Output())
-		case replicas[0].leading():
-			leader, standby = replicas[0], replicas[1]
-		case replicas[1].leading():
-			leader, standby = replicas[1], replicas[0]
-		}
-		return leader != nil, "neither replica leads"
-	})
+	leader, standby := waitLeader(t, startReplica(t, args...), startReplica(t, args...))
 	for _, c := range []struct {
 		r     *replica
 		want  string
