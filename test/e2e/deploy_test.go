@@ -31,7 +31,6 @@ import (
 	"github.com/capstan-dev/capstan/internal/cluster"
 	"github.com/capstan-dev/capstan/internal/machine"
 	"github.com/capstan-dev/capstan/internal/mco"
-	"github.com/capstan-dev/capstan/internal/release"
 	"github.com/capstan-dev/capstan/internal/sim"
 	"github.com/capstan-dev/capstan/internal/testenv"
 	"github.com/capstan-dev/capstan/internal/updateservice/demo"
@@ -214,27 +213,11 @@ spec:
 	t.Run("cvo", func(t *testing.T) {
 		// A release in an OCI layout: the cluster has no ClusterVersion,
 		// so the operator is told which release it runs.
-		const version = "4.10.22"
-		src := t.TempDir()
-		if err := demo.WriteSource(src, version, demo.Operators, nil); err != nil {
-			t.Fatal(err)
-		}
-		p, err := release.LoadDir(src, release.Metadata{Version: version})
+		built, err := demo.BuildReleases(ctx, "oci:"+filepath.Join(t.TempDir(), "releases"), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		img, err := release.Build(p, release.BuildOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pullSpec := "oci:" + filepath.Join(t.TempDir(), "releases") + ":" + version
-		ref, err := release.ParseRef(pullSpec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := release.Write(ctx, ref, img); err != nil {
-			t.Fatal(err)
-		}
+		version, pullSpec := built[0].Version, built[0].Ref.String()
 		run("cvo", "--release-image", pullSpec)
 		// It makes the ClusterVersion and applies the release by run
 		// level; the first level's ClusterOperators wait for operators
