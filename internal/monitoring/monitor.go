@@ -411,6 +411,8 @@ func (m *Monitor) Run(ctx context.Context) error {
 	go func() { defer m.wg.Done(); m.rediscover(ctx, sd) }()
 	go func() { defer m.wg.Done(); _ = m.disc.Run() }()
 	go func() { defer m.wg.Done(); _ = m.scrape.Run(m.disc.SyncCh()) }()
+	m.wg.Add(1)
+	go func() { defer m.wg.Done(); m.markVanished(ctx) }()
 
 	m.rules = rules.NewManager(&rules.ManagerOptions{
 		QueryFunc:       rules.EngineQueryFunc(m.engine, m.db),

@@ -453,3 +453,53 @@ func TestDiscoveredTargetsComeAndGo(t *testing.T) {
 	urls.Store(&[]string{member.URL + "/metrics"})
 	waitQuery(t, srv.URL, `member_metric{job="members"} == 3`, 1)
 }
+
+// A target gone while the monitor was down is stale once the monitor is
+// back, as if the monitor had seen it go: its last sample is not
+// returned for the five minutes of the lookback.
+func TestTargetsGoneAcrossARestartAreStale(t *testing.T) {
+	dir := t.TempDir()
+	var members []string
+	for range 2 {
+		reg := prometheus.NewRegistry()
+		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "member_metric", Help: "h"})
+		g.Set(1)
+		reg.MustRegister(g)
+		srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		defer srv.Close()
+		members = append(members, srv.URL+"/metrics")
+	}
+	run := func(urls []string) (string, func()) {
+		m, err := New(Options{Dir: dir, ScrapeInterval: time.Second, EvaluationInterval: time.Second},
+			[]Target{{Job: "members", Discover: func() []string { return urls }}, {Job: "self", Gatherer: prometheus.NewRegistry()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Run(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(m.Handler())
+		return srv.URL, func() {
+			srv.Close()
+			if err := m.Stop(); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	base, stop := run(members)
+	waitQuery(t, base, `up{job="members"} == 1`, 2)
+	waitQuery(t, base, `member_metric`, 2)
+	before := time.Now()
+	stop()
+
+	base, stop = run(members[:1])
+	defer stop()
+	waitQuery(t, base, `up{job="members"} == 1`, 1)
+	waitQuery(t, base, `member_metric`, 1)
+	waitQuery(t, base, `up`, 2) // the member left and the monitor itself
+	// The history is kept: before the restart, both were up.
+	code, a := get(t, base, "/api/v1/query", url.Values{"query": {`count(up{job="members"} == 1)`}, "time": {fmt.Sprintf("%.3f", float64(before.UnixMilli())/1000)}})
+	if code != 200 || !strings.Contains(string(a.Data), `"2"]`) {
+		t.Errorf("up of both members before the restart: %d %s", code, a.Data)
+	}
+}
