@@ -17,12 +17,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	configv1 "github.com/openshift/api/config/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/capstan-dev/capstan/internal/component"
 	"github.com/capstan-dev/capstan/internal/cvo"
@@ -148,12 +144,7 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 	if err != nil {
 		return err
 	}
-	events := record.NewBroadcaster(record.WithContext(runCtx))
-	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: usID.kube.CoreV1().Events("")})
-	recorder := events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "capstan-update-service"})
-	svc.OnSkip(func(msg string) {
-		recorder.Event(cvo.ClusterVersionRef, corev1.EventTypeWarning, updateservice.SkippedImageReason, msg)
-	})
+	svc.RecordSkips(runCtx, usID.kube)
 	c.run(runCtx, "update-service", func(ctx context.Context) error {
 		svc.Run(ctx, o.GraphReload)
 		return nil
