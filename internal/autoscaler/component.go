@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	machinev1 "github.com/openshift/api/machine/v1beta1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/klog/v2"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -20,6 +17,7 @@ import (
 
 	autoscalingv1 "github.com/capstan-dev/capstan/internal/autoscaler/apis/v1"
 	autoscalingv1beta1 "github.com/capstan-dev/capstan/internal/autoscaler/apis/v1beta1"
+	"github.com/capstan-dev/capstan/internal/machine"
 )
 
 // LeaderElectionID is the Lease the autoscaler holds, as upstream's.
@@ -36,7 +34,6 @@ func Scheme() *runtime.Scheme {
 	return s
 }
 
-var setLoggerOnce sync.Once
 
 // NewComponent sets up the autoscaler and the MachineAutoscaler controller
 // and returns what runs them both until ctx ends (or one fails).
@@ -45,7 +42,7 @@ func NewComponent(cfg *rest.Config, kube kubernetes.Interface, opts Options) (fu
 	if err != nil {
 		return nil, err
 	}
-	setLoggerOnce.Do(func() { ctrl.SetLogger(klog.NewKlogr()) })
+	machine.SetControllerLogger()
 	mgr, err := manager.New(cfg, manager.Options{
 		Scheme:                 Scheme(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},

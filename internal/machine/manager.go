@@ -78,6 +78,10 @@ func Scheme() *runtime.Scheme {
 
 var setLoggerOnce sync.Once
 
+// SetControllerLogger sends controller-runtime's logs to klog, as every
+// capstan command logs, once per process.
+func SetControllerLogger() { setLoggerOnce.Do(func() { ctrl.SetLogger(klog.NewKlogr()) }) }
+
 // NewManager sets up the Machine API controllers on cfg; Start runs them.
 func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 	if opts.Actuator == nil {
@@ -89,7 +93,7 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 	if opts.Concurrency <= 0 {
 		return nil, fmt.Errorf("machine API: concurrency must be positive, got %d", opts.Concurrency)
 	}
-	setLoggerOnce.Do(func() { ctrl.SetLogger(klog.NewKlogr()) })
+	SetControllerLogger()
 	cfg = rest.CopyConfig(cfg)
 	// The controllers' own writes are what the Machine API is made of:
 	// no client-side throttling.

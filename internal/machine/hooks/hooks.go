@@ -133,6 +133,7 @@ func NewManager(cfg *rest.Config, opts Options, hooks ...*Hook) (manager.Manager
 	if opts.Namespace == "" {
 		opts.Namespace = machine.Namespace
 	}
+	machine.SetControllerLogger()
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = -1, 0
 	mgr, err := manager.New(cfg, manager.Options{
