@@ -4,19 +4,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 
 	configclient "github.com/openshift/client-go/config/clientset/versioned"
+	machineclient "github.com/openshift/client-go/machine/clientset/versioned"
 	mcfgclient "github.com/openshift/client-go/machineconfiguration/clientset/versioned"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	configv1 "github.com/openshift/api/config/v1"
 
 	"github.com/capstan-dev/capstan/internal/cvo"
+	"github.com/capstan-dev/capstan/internal/etcd"
 	"github.com/capstan-dev/capstan/internal/leader"
+	"github.com/capstan-dev/capstan/internal/machine"
+	"github.com/capstan-dev/capstan/internal/machine/hooks"
 	"github.com/capstan-dev/capstan/internal/mco"
 	"github.com/capstan-dev/capstan/internal/release"
 )
@@ -141,6 +147,92 @@ machineconfiguration.openshift.io CRDs installed, its pools made), with
 	fs.StringVar(&opts.OSImageURL, "os-image-url", "", "the machine OS image, with --from-release=false")
 	fs.StringVar(&opts.ReleaseVersion, "release-version", "", "the release version written on rendered configurations, with --from-release=false")
 	fs.DurationVar(&opts.Daemon.DrainTimeout, "drain-timeout", opts.Daemon.DrainTimeout, "how long the daemon's drain waits for pods to go")
+	return c
+}
+
+// EtcdOperatorLease is the etcd operator's lease, as OpenShift's
+// cluster-etcd-operator names it.
+const EtcdOperatorLease = "openshift-cluster-etcd-operator-lock"
+
+func newEtcdOperatorCommand() *cobra.Command {
+	cf := &clientFlags{}
+	rf := &runFlags{}
+	var remote etcd.RemoteConfig
+	op := &etcd.Operator{Namespace: machine.Namespace, InstallReplicas: 3}
+	c := &cobra.Command{
+		Use:   "etcd-operator --etcd-endpoints URL,...",
+		Short: "Run the etcd operator against a cluster whose etcd members run on their hosts",
+		Long: `Runs the etcd operator on an etcd capstan does not run, through etcd's API
+alone (with its client certificate):
+
+  - it reports the etcd ClusterOperator: Available while a quorum of the
+    members is healthy, Degraded naming an unhealthy member, Progressing
+    while a learner catches up;
+  - it puts the quorum guard, the preDrain hook EtcdQuorumOperator (owner
+    clusteroperator/etcd), on every control-plane Machine, and releases a
+    deleted machine's drain only once its member has left the cluster;
+  - it changes the membership by the etcd operator's rules: a learner is
+    promoted once it has caught up; a deleted control-plane machine's
+    member leaves once a replacement votes (or, if it is unhealthy, once
+    the rest is a quorum); a member never started, or a learner that
+    never caught up, is given up.
+
+A member is named after its machine or its node. The operator starts and
+stops no process, and adds no member: a new control-plane host adds its
+own (kubeadm join --control-plane, as an etcd static pod does), and the
+operator says it waits for it. capstan up runs the operator itself, with
+the member processes it owns.
+
+The control plane's size is the ControlPlaneMachineSet's replicas, or,
+without one, --control-plane-replicas.`,
+		Example: `  capstan etcd-operator --kubeconfig admin.kubeconfig \
+    --etcd-endpoints https://10.0.0.10:2379,https://10.0.0.11:2379,https://10.0.0.12:2379 \
+    --etcd-cacert /etc/kubernetes/pki/etcd/ca.crt \
+    --etcd-cert /etc/kubernetes/pki/apiserver-etcd-client.crt --etcd-key /etc/kubernetes/pki/apiserver-etcd-client.key`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if op.InstallReplicas < 1 {
+				return fmt.Errorf("--control-plane-replicas %d: must be at least 1", op.InstallReplicas)
+			}
+			members, err := etcd.DialRemote(remote)
+			if err != nil {
+				return err
+			}
+			defer members.Close()
+			client, cfg, err := cf.client()
+			if err != nil {
+				return err
+			}
+			if op.Machines, err = machineclient.NewForConfig(cfg); err != nil {
+				return err
+			}
+			if op.Config, err = configclient.NewForConfig(cfg); err != nil {
+				return err
+			}
+			op.Kube, op.Remote = client, members
+			guard, err := hooks.NewManager(cfg, hooks.Options{Namespace: op.Namespace}, op.QuorumGuard())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.OutOrStdout(), "etcd operator on the members at %s; machines in %s\n", strings.Join(remote.Endpoints, ", "), op.Namespace)
+			lease := leader.Config{Namespace: etcd.EventNamespace, Name: EtcdOperatorLease}
+			return rf.run(c, "etcd-operator", client, lease, nil, func(ctx context.Context) error {
+				g, ctx := errgroup.WithContext(ctx)
+				g.Go(func() error { return op.Run(ctx) })
+				g.Go(func() error { return guard.Start(ctx) })
+				return g.Wait()
+			})
+		},
+	}
+	cf.add(c.Flags())
+	rf.add(c.Flags(), etcd.EventNamespace+"/"+EtcdOperatorLease, ":9980")
+	fs := c.Flags()
+	fs.StringSliceVar(&remote.Endpoints, "etcd-endpoints", nil, "client URLs of etcd's members (comma-separated)")
+	fs.StringVar(&remote.CA, "etcd-cacert", "", "CA bundle that verifies the members' serving certificates")
+	fs.StringVar(&remote.Cert, "etcd-cert", "", "client certificate the members trust")
+	fs.StringVar(&remote.Key, "etcd-key", "", "key of --etcd-cert")
+	fs.StringVar(&op.Namespace, "namespace", op.Namespace, "namespace of the Machines")
+	fs.IntVar(&op.InstallReplicas, "control-plane-replicas", op.InstallReplicas, "the control plane's size when there is no ControlPlaneMachineSet")
 	return c
 }
 

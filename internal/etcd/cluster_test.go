@@ -3,6 +3,7 @@ package etcd_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -527,5 +528,77 @@ func bootstrapGoneDataKept(t *testing.T, cfg etcd.Config, c *etcd.Cluster) {
 	resp, err := proxyClient(t, cfg, c).Get(context.Background(), "/registry/test")
 	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "kept" {
 		t.Fatalf("after the start the key reads %v, %v", resp, err)
+	}
+}
+
+// A Remote reaches members it does not run through etcd's API only: it
+// lists them with their health, promotes a learner, removes a member,
+// and leaves adding one to its host.
+func TestARemoteChangesTheMembershipThroughTheAPIOnly(t *testing.T) {
+	cfg := testConfig(t)
+	c := start(t, cfg, "the hosts' cluster")
+	join(t, c, "host-a")
+	ctx := context.Background()
+	members, err := c.Members(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var endpoints []string
+	for _, m := range members {
+		endpoints = append(endpoints, m.ClientURL)
+	}
+	if _, err := etcd.DialRemote(etcd.RemoteConfig{Endpoints: []string{"10.0.0.1:2379"}, Cert: cfg.TLS.ClientCert}); err == nil ||
+		!strings.Contains(err.Error(), `"10.0.0.1:2379" is not a client URL`) || !strings.Contains(err.Error(), "--etcd-cert and --etcd-key go together") {
+		t.Errorf("a bad remote configuration: %v", err)
+	}
+	r, err := etcd.DialRemote(etcd.RemoteConfig{Endpoints: endpoints, CA: cfg.TLS.CA, Cert: cfg.TLS.ClientCert, Key: cfg.TLS.ClientKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got, err := r.Members(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || !got[0].Healthy || !got[1].Healthy || got[0].Local || got[1].Local {
+		t.Fatalf("the remote's members: %+v", got)
+	}
+	if err := r.AddLearner(ctx, "host-b"); !errors.Is(err, etcd.ErrHostJoins) {
+		t.Errorf("AddLearner on a remote: %v", err)
+	}
+	// The host adds its learner; the remote promotes it once it caught up.
+	if err := waitfor.Poll(ctx, 200*time.Millisecond, time.Minute, waitfor.Simple(func(ctx context.Context) (bool, string) {
+		err := c.AddLearner(ctx, "host-b")
+		return err == nil, fmt.Sprint(err)
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitfor.Poll(ctx, 200*time.Millisecond, time.Minute, waitfor.Simple(func(ctx context.Context) (bool, string) {
+		err := r.Promote(ctx, "host-b")
+		return err == nil, fmt.Sprint(err)
+	})); err != nil {
+		t.Fatal(err)
+	}
+	// The bootstrap member leaves; the remote still reaches the rest.
+	if err := waitfor.Poll(ctx, 200*time.Millisecond, time.Minute, waitfor.Simple(func(ctx context.Context) (bool, string) {
+		err := r.Remove(ctx, etcd.BootstrapName)
+		return err == nil, fmt.Sprint(err)
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitfor.Poll(ctx, 200*time.Millisecond, time.Minute, waitfor.Simple(func(ctx context.Context) (bool, string) {
+		got, err := r.Members(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		var names []string
+		for _, m := range got {
+			if !m.Learner && m.Healthy {
+				names = append(names, m.Name)
+			}
+		}
+		return strings.Join(names, ",") == "host-a,host-b", fmt.Sprintf("healthy voting members %v", names)
+	})); err != nil {
+		t.Fatal(err)
 	}
 }

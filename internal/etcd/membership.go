@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/klog/v2"
 
 	"github.com/capstan-dev/capstan/internal/failpoint"
@@ -53,29 +55,44 @@ func (c *Cluster) Members(ctx context.Context) ([]MemberStatus, error) {
 	c.mu.Unlock()
 	var out []MemberStatus
 	for _, m := range list.Members {
-		st := MemberStatus{Name: m.Name, ID: m.ID, Learner: m.IsLearner, Started: m.Name != ""}
-		if len(m.PeerURLs) > 0 {
-			st.PeerURL = m.PeerURLs[0]
-		}
-		if len(m.ClientURLs) > 0 {
-			st.ClientURL = m.ClientURLs[0]
-		}
+		st := statusOf(m)
 		for _, s := range registry {
 			if s.PeerURL() == st.PeerURL {
 				st.Local, st.Name, st.Added = true, s.Name, s.Added
 				st.ClientURL = s.ClientURL()
 			}
 		}
-		if st.ClientURL != "" && !stopped[st.Name] {
-			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			_, err := c.client.Status(sctx, st.ClientURL)
-			cancel()
-			st.Healthy = err == nil
+		if !stopped[st.Name] {
+			st.Healthy = answers(ctx, c.client, st.ClientURL)
 		}
 		out = append(out, st)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// statusOf is a member as the cluster's list has it.
+func statusOf(m *etcdserverpb.Member) MemberStatus {
+	st := MemberStatus{Name: m.Name, ID: m.ID, Learner: m.IsLearner, Started: m.Name != ""}
+	if len(m.PeerURLs) > 0 {
+		st.PeerURL = m.PeerURLs[0]
+	}
+	if len(m.ClientURLs) > 0 {
+		st.ClientURL = m.ClientURLs[0]
+	}
+	return st
+}
+
+// answers says whether the member at clientURL answers a status request
+// in time: its health.
+func answers(ctx context.Context, client *clientv3.Client, clientURL string) bool {
+	if clientURL == "" {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err := client.Status(ctx, clientURL)
+	return err == nil
 }
 
 // AddLearner adds a member for name as a learner and starts it: it

@@ -44,7 +44,13 @@ const (
 // hook on those machines, and the etcd ClusterOperator. Replacing a
 // deleted control-plane machine is the ControlPlaneMachineSet's part.
 type Operator struct {
+	// Cluster is the etcd whose member processes capstan runs (capstan
+	// up): a member starts and stops with its machine. Or, standalone,
+	// Remote is an etcd whose members run on their hosts: capstan
+	// changes the membership through etcd's API and leaves the processes
+	// to the hosts. One of the two is set.
 	Cluster   *Cluster
+	Remote    *Remote
 	Kube      kubernetes.Interface
 	Machines  machineclient.Interface
 	Config    configclient.Interface
@@ -72,6 +78,14 @@ type Operator struct {
 	rebooted map[string]int
 }
 
+// membership is the etcd the operator changes.
+func (o *Operator) membership() Membership {
+	if o.Cluster != nil {
+		return o.Cluster
+	}
+	return o.Remote
+}
+
 func (o *Operator) namespace() string {
 	if o.Namespace == "" {
 		return machine.Namespace
@@ -86,12 +100,12 @@ func (o *Operator) QuorumGuard() *hooks.Hook {
 	return &hooks.Hook{Name: QuorumGuardHook, Owner: QuorumGuardOwner, Point: hooks.PreDrain,
 		Selector: labels.SelectorFromSet(labels.Set{machine.MachineRoleLabel: "master"}),
 		Handle: func(ctx context.Context, _ client.Client, m *machinev1.Machine) (hooks.Result, error) {
-			members, err := o.Cluster.Members(ctx)
+			members, err := o.membership().Members(ctx)
 			if err != nil {
 				return hooks.Result{RequeueAfter: time.Second}, nil
 			}
 			for _, mem := range members {
-				if mem.Name == m.Name {
+				if mem.Name == m.Name || (m.Status.NodeRef != nil && mem.Name == m.Status.NodeRef.Name) {
 					return hooks.Result{RequeueAfter: time.Second}, nil
 				}
 			}
@@ -101,28 +115,16 @@ func (o *Operator) QuorumGuard() *hooks.Hook {
 
 // Run reconciles until ctx ends.
 func (o *Operator) Run(ctx context.Context) error {
+	if (o.Cluster == nil) == (o.Remote == nil) {
+		return errors.New("etcd operator: either the members capstan runs or a remote etcd, not both or neither")
+	}
 	interval := o.Interval
 	if interval <= 0 {
 		interval = time.Second
 	}
-	// Power-on requests are served apart: they matter most when the API
-	// is down, and the reconcile below waits on the API.
-	go func() {
-		tick := time.NewTicker(500 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			for _, name := range o.Cluster.pendingPowerOn() {
-				if err := o.Cluster.StartMember(name); err != nil {
-					klog.FromContext(ctx).Info("Starting a member on request", "member", name, "err", err)
-				}
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-		}
-	}()
+	if o.Cluster != nil {
+		go o.servePowerOn(ctx)
+	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -133,6 +135,26 @@ func (o *Operator) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		}
+	}
+}
+
+// servePowerOn starts the members whose machines were powered on. The
+// requests are served apart: they matter most when the API is down, and
+// the reconcile waits on the API.
+func (o *Operator) servePowerOn(ctx context.Context) {
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		for _, name := range o.Cluster.pendingPowerOn() {
+			if err := o.Cluster.StartMember(name); err != nil {
+				klog.FromContext(ctx).Info("Starting a member on request", "member", name, "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
 		}
 	}
 }
@@ -204,6 +226,27 @@ func (o *Operator) reconcile(ctx context.Context) error {
 		machines = append(machines, cm)
 	}
 	sort.Slice(machines, func(i, j int) bool { return machines[i].m.Name < machines[j].m.Name })
+	if o.Cluster != nil {
+		if err := o.followMachines(ctx, machines); err != nil {
+			return err
+		}
+	}
+	members, err := o.membership().Members(ctx)
+	if err != nil {
+		o.report(ctx, nil, err)
+		return err
+	}
+	defer func() {
+		if members, err := o.membership().Members(ctx); err == nil {
+			o.report(ctx, members, nil)
+		}
+	}()
+	return o.changeMembership(ctx, machines, members)
+}
+
+// followMachines starts and stops the member processes capstan runs as
+// their machines start, stop and reboot.
+func (o *Operator) followMachines(ctx context.Context, machines []controlPlaneMachine) error {
 	// A member runs on its machine: it stops with the machine. A machine
 	// started while the API was down has its node started now.
 	for _, cm := range machines {
@@ -241,17 +284,7 @@ func (o *Operator) reconcile(ctx context.Context) error {
 			o.Cluster.StopMember(name)
 		}
 	}
-	members, err := o.Cluster.Members(ctx)
-	if err != nil {
-		o.report(ctx, nil, err)
-		return err
-	}
-	defer func() {
-		if members, err := o.Cluster.Members(ctx); err == nil {
-			o.report(ctx, members, nil)
-		}
-	}()
-	return o.changeMembership(ctx, machines, members)
+	return nil
 }
 
 // changeMembership makes the one change the etcd operator's rules choose
@@ -263,8 +296,14 @@ func (o *Operator) changeMembership(ctx context.Context, machines []controlPlane
 	}
 	state := RuleState{Desired: desired, Now: time.Now(), LearnerTimeout: o.learnerTimeout()}
 	nodeOf := map[string]*corev1.Node{}
+	// A member is named after its machine (capstan up's) or its node
+	// (kubeadm's and OpenShift's); the rules go by machine.
+	machineOf, memberOf := map[string]string{}, map[string]string{}
 	for _, cm := range machines {
 		nodeOf[cm.m.Name] = cm.node
+		if cm.m.Status.NodeRef != nil && cm.m.Status.NodeRef.Name != cm.m.Name {
+			machineOf[cm.m.Status.NodeRef.Name] = cm.m.Name
+		}
 		hook := slices.ContainsFunc(cm.m.Spec.LifecycleHooks.PreDrain, func(h machinev1.LifecycleHook) bool {
 			return h.Name == QuorumGuardHook && h.Owner == QuorumGuardOwner
 		})
@@ -274,8 +313,15 @@ func (o *Operator) changeMembership(ctx context.Context, machines []controlPlane
 	seen := map[uint64]bool{}
 	for _, m := range members {
 		seen[m.ID] = true
-		rm := RuleMember{Name: m.Name, ID: m.ID, Learner: m.Learner, Started: m.Started, Healthy: m.Healthy, Added: m.Added}
-		if n, ok := nodeOf[m.Name]; ok {
+		rm := RuleMember{Name: m.Name, ID: m.ID, Learner: m.Learner, Started: m.Started, Healthy: m.Healthy, Added: m.Added,
+			// On a remote etcd, hosts add members: a nameless one is one
+			// being started. capstan up adds every member itself and
+			// names it from its registry.
+			Joining: o.Cluster == nil && !m.Started}
+		if machine, ok := machineOf[m.Name]; ok {
+			rm.Name, memberOf[machine] = machine, m.Name
+		}
+		if n, ok := nodeOf[rm.Name]; ok {
 			rm.Node = n != nil
 		} else if m.Name != "" && m.Name != BootstrapName {
 			_, err := o.Kube.CoreV1().Nodes().Get(ctx, m.Name, metav1.GetOptions{})
@@ -307,6 +353,9 @@ func (o *Operator) changeMembership(ctx context.Context, machines []controlPlane
 		return err
 	}
 	log := klog.FromContext(ctx)
+	if name, ok := memberOf[act.Member]; ok {
+		act.Member = name
+	}
 	switch act.Kind {
 	case ActionNone:
 		if act.Message != "" && act.Message != o.lastHold {
@@ -315,14 +364,22 @@ func (o *Operator) changeMembership(ctx context.Context, machines []controlPlane
 		o.lastHold = act.Message
 		return nil
 	case ActionPromote:
-		err = o.Cluster.Promote(ctx, act.Member)
+		err = o.membership().Promote(ctx, act.Member)
 	case ActionAddLearner:
-		err = o.Cluster.AddLearner(ctx, act.Machine)
+		err = o.membership().AddLearner(ctx, act.Machine)
+		if errors.Is(err, ErrHostJoins) {
+			hold := fmt.Sprintf("waiting for the host of machine %s to add its member (%s)", act.Machine, act.Message)
+			if hold != o.lastHold {
+				log.Info("Etcd membership unchanged", "why", hold)
+			}
+			o.lastHold = hold
+			return nil
+		}
 	case ActionRemove:
 		if act.Member == "" {
-			err = o.Cluster.RemoveID(ctx, act.ID)
+			err = o.membership().RemoveID(ctx, act.ID)
 		} else {
-			err = o.Cluster.Remove(ctx, act.Member)
+			err = o.membership().Remove(ctx, act.Member)
 		}
 	}
 	o.lastHold = ""

@@ -16,7 +16,9 @@ import (
 //
 //  1. A learner (or a member added but never started) whose machine is
 //     being deleted or is gone is removed: it does not vote, so this is
-//     always safe (attemptToRemoveLearningMember).
+//     always safe (attemptToRemoveLearningMember). A member a host added
+//     and has not started yet (Joining) has no machine to tell: rule 2
+//     alone applies to it.
 //  2. A learner or unstarted member that has not become a voter within
 //     LearnerTimeout of being added is removed: an add that failed half
 //     way, or a learner that can never catch up, must not block every
@@ -69,6 +71,10 @@ type RuleMember struct {
 	Node bool
 	// Added is when the member was added (learners and unstarted members).
 	Added time.Time
+	// Joining: added by a host and not started yet, so nameless and of
+	// no machine the operator can tell (an etcd capstan does not run):
+	// only the learner timeout gives it up.
+	Joining bool
 }
 
 // votes: a member that counts towards the quorum.
@@ -163,7 +169,7 @@ func Decide(s RuleState) (Action, error) {
 			continue
 		}
 		mc, ok := machines[m.Name]
-		if m.Name != BootstrapName && (!ok || mc.Deleting) {
+		if m.Name != BootstrapName && !m.Joining && (!ok || mc.Deleting) {
 			return remove(m, "ScaleDown", "removing learner member %s: its machine is being deleted", describe(m)), nil
 		}
 		if s.LearnerTimeout > 0 && !m.Added.IsZero() && s.Now.Sub(m.Added) >= s.LearnerTimeout {

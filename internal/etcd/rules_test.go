@@ -36,6 +36,7 @@ func TestDecide(t *testing.T) {
 		m.Started, m.Healthy, m.Learner, m.Added = false, false, true, now.Add(-time.Second)
 	}
 	nodeGone := func(m *RuleMember) { m.Node = false }
+	joining := func(m *RuleMember) { m.Joining = true }
 	three := func() []RuleMember { return []RuleMember{mem("m-0"), mem("m-1"), mem("m-2")} }
 
 	cases := []struct {
@@ -83,6 +84,14 @@ func TestDecide(t *testing.T) {
 			machines: []RuleMachine{mach("m-0"), mach("m-1"), mach("m-2")},
 			members:  append(three(), mem("", unstarted)),
 			want:     ActionRemove, target: "", message: "learner"},
+		{name: "a member a host added and has not started yet is left to the timeout",
+			machines: []RuleMachine{mach("m-0"), mach("m-1"), mach("m-2"), mach("m-3")},
+			members:  append(three(), mem("", unstarted, joining)),
+			want:     ActionNone},
+		{name: "a member a host added and never started is given up after the timeout",
+			machines: []RuleMachine{mach("m-0"), mach("m-1"), mach("m-2")},
+			members:  append(three(), mem("", unstarted, joining, func(m *RuleMember) { m.Added = now.Add(-10 * time.Minute) })),
+			want:     ActionRemove, target: "", message: "has not joined as a voting member"},
 		{name: "no learner is added while a member is unhealthy",
 			machines: []RuleMachine{mach("m-0", stopped), mach("m-1"), mach("m-2"), mach("m-3")},
 			members:  []RuleMember{mem("m-0", unhealthy), mem("m-1"), mem("m-2")},

@@ -1,0 +1,170 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Membership is the etcd cluster the operator reads and changes: the
+// members capstan runs as processes (Cluster), or an etcd whose members
+// run on their hosts and that capstan reaches only through etcd's API
+// (Remote).
+type Membership interface {
+	Members(ctx context.Context) ([]MemberStatus, error)
+	// AddLearner adds a member for the named machine as a learner.
+	AddLearner(ctx context.Context, name string) error
+	// Promote makes the named learner a voting member.
+	Promote(ctx context.Context, name string) error
+	// Remove takes the named member out of the cluster.
+	Remove(ctx context.Context, name string) error
+	// RemoveID removes a member the cluster lists without a name.
+	RemoveID(ctx context.Context, id uint64) error
+}
+
+var _ Membership = (*Cluster)(nil)
+var _ Membership = (*Remote)(nil)
+
+// ErrHostJoins is AddLearner's answer on a Remote: the member's host adds
+// it and starts it (kubeadm join --control-plane, a static pod), since
+// only the host can run its process.
+var ErrHostJoins = errors.New("a member of an etcd capstan does not run is added by its host")
+
+// RemoteConfig is how to reach an etcd capstan does not run.
+type RemoteConfig struct {
+	// Endpoints are client URLs of some of its members (https://HOST:2379).
+	Endpoints []string
+	// CA, Cert and Key are the files of etcd's client TLS: the CA that
+	// signed the members' serving certificates, and a client certificate
+	// the members trust.
+	CA, Cert, Key string
+}
+
+// Validate names what is missing or malformed.
+func (c RemoteConfig) Validate() error {
+	var errs []error
+	if len(c.Endpoints) == 0 {
+		errs = append(errs, errors.New("--etcd-endpoints: at least one member's client URL is needed"))
+	}
+	for _, e := range c.Endpoints {
+		u, err := url.Parse(e)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("--etcd-endpoints: %q is not a client URL (https://HOST:PORT)", e))
+		}
+	}
+	if (c.Cert == "") != (c.Key == "") {
+		errs = append(errs, errors.New("--etcd-cert and --etcd-key go together"))
+	}
+	return errors.Join(errs...)
+}
+
+// Remote is an etcd whose members run elsewhere: capstan lists them,
+// checks their health, promotes learners and removes members, all through
+// etcd's API, and starts or stops no process.
+type Remote struct {
+	client *clientv3.Client
+}
+
+// DialRemote connects to the members of cfg.
+func DialRemote(cfg RemoteConfig) (*Remote, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	// The endpoints follow the membership: a member added is reached, a
+	// member removed no longer is.
+	cc := clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: 5 * time.Second, AutoSyncInterval: 10 * time.Second, Logger: zap.NewNop()}
+	if cfg.CA != "" || cfg.Cert != "" {
+		tlsConfig, err := transport.TLSInfo{CertFile: cfg.Cert, KeyFile: cfg.Key, TrustedCAFile: cfg.CA}.ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("etcd client TLS: %w", err)
+		}
+		cc.TLS = tlsConfig
+	}
+	client, err := clientv3.New(cc)
+	if err != nil {
+		return nil, fmt.Errorf("etcd at %s: %w", strings.Join(cfg.Endpoints, ","), err)
+	}
+	return &Remote{client: client}, nil
+}
+
+// Close closes the client.
+func (r *Remote) Close() error { return r.client.Close() }
+
+// Members lists the members, each asked for its status for its health.
+func (r *Remote) Members(ctx context.Context) ([]MemberStatus, error) {
+	list, err := r.client.MemberList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []MemberStatus
+	for _, m := range list.Members {
+		st := statusOf(m)
+		st.Healthy = answers(ctx, r.client, st.ClientURL)
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// AddLearner is the host's: see ErrHostJoins.
+func (r *Remote) AddLearner(context.Context, string) error { return ErrHostJoins }
+
+// Promote makes a learner vote; etcd refuses until it has caught up.
+func (r *Remote) Promote(ctx context.Context, name string) error {
+	m, err := r.byName(ctx, name)
+	if err != nil || !m.Learner {
+		return err
+	}
+	if _, err := r.client.MemberPromote(ctx, m.ID); err != nil {
+		return fmt.Errorf("promoting member %s: %w", name, err)
+	}
+	r.sync(ctx)
+	return nil
+}
+
+// sync points the client at the members as they are now.
+func (r *Remote) sync(ctx context.Context) {
+	_ = r.client.Sync(ctx)
+}
+
+// Remove takes a member out of the cluster; its host stops its process.
+func (r *Remote) Remove(ctx context.Context, name string) error {
+	m, err := r.byName(ctx, name)
+	if errors.Is(err, errNoMember) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return r.RemoveID(ctx, m.ID)
+}
+
+// RemoveID removes a member by its ID.
+func (r *Remote) RemoveID(ctx context.Context, id uint64) error {
+	if _, err := r.client.MemberRemove(ctx, id); err != nil && !strings.Contains(err.Error(), "member not found") {
+		return fmt.Errorf("removing member %x: %w", id, err)
+	}
+	r.sync(ctx)
+	return nil
+}
+
+func (r *Remote) byName(ctx context.Context, name string) (MemberStatus, error) {
+	list, err := r.client.MemberList(ctx)
+	if err != nil {
+		return MemberStatus{}, err
+	}
+	for _, m := range list.Members {
+		if m.Name == name {
+			return statusOf(m), nil
+		}
+	}
+	return MemberStatus{}, fmt.Errorf("%w: %s", errNoMember, name)
+}
