@@ -5,16 +5,19 @@ import (
 	"net/http"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/v1/empty"
 	configclient "github.com/openshift/client-go/config/clientset/versioned"
 	machineclient "github.com/openshift/client-go/machine/clientset/versioned"
 	mcfgclient "github.com/openshift/client-go/machineconfiguration/clientset/versioned"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
@@ -23,16 +26,23 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
+	configv1 "github.com/openshift/api/config/v1"
 	machinev1 "github.com/openshift/api/machine/v1beta1"
 
 	"github.com/capstan-dev/capstan/deploy"
 	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/autoscaler"
 	"github.com/capstan-dev/capstan/internal/cluster"
+	"github.com/capstan-dev/capstan/internal/controlplane"
+	"github.com/capstan-dev/capstan/internal/cvo"
+	"github.com/capstan-dev/capstan/internal/etcd"
 	"github.com/capstan-dev/capstan/internal/machine"
+	"github.com/capstan-dev/capstan/internal/machine/hooks"
 	"github.com/capstan-dev/capstan/internal/mco"
+	"github.com/capstan-dev/capstan/internal/release"
 	"github.com/capstan-dev/capstan/internal/sim"
 	"github.com/capstan-dev/capstan/internal/testenv"
+	"github.com/capstan-dev/capstan/internal/updateservice"
 	"github.com/capstan-dev/capstan/internal/updateservice/demo"
 )
 
@@ -42,6 +52,7 @@ import (
 // manifests made, leader-elected, and does its part of a scenario; RBAC
 // refuses none of them anything (the audit log says so).
 func TestComponentsRunWithTheIdentitiesOfTheirManifests(t *testing.T) {
+	parent := t
 	dir := t.TempDir()
 	up := testenv.StartUp(t, "--data-dir", dir, "--port", strconv.Itoa(testenv.FreePort(t)), "--bare",
 		"--control-plane-nodes", "1", "--nodes", "1", "--metrics-address", "", "--console-address", "", "--thanos-address", "")
@@ -92,11 +103,13 @@ func TestComponentsRunWithTheIdentitiesOfTheirManifests(t *testing.T) {
 		leader, standby *replica
 	}
 	var pairs []pair
-	run := func(component string, args ...string) {
+	run := func(command string, args ...string) {
 		t.Helper()
-		args = append([]string{component, "--kubeconfig", as(component), "--leader-elect",
+		words := strings.Fields(command)
+		component := words[0]
+		args = append(append(words, "--kubeconfig", as(component), "--leader-elect",
 			"--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms",
-			"--health-address", "127.0.0.1:0"}, args...)
+			"--health-address", "127.0.0.1:0"), args...)
 		leader, standby := waitLeader(t, startReplica(t, args...), startReplica(t, args...))
 		pairs = append(pairs, pair{component: component, leader: leader, standby: standby})
 	}
@@ -210,15 +223,61 @@ spec:
 		})
 	})
 
-	t.Run("cvo", func(t *testing.T) {
-		// A release in an OCI layout: the cluster has no ClusterVersion,
-		// so the operator is told which release it runs.
-		built, err := demo.BuildReleases(ctx, "oci:"+filepath.Join(t.TempDir(), "releases"), nil)
-		if err != nil {
+	// The demo releases in an OCI layout, and an image there that is not
+	// a release, which the update service leaves out.
+	releases := filepath.Join(dir, "releases")
+	built, err := demo.BuildReleases(ctx, "oci:"+releases, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	junk, err := release.ParseRef("oci:" + releases + ":not-a-release")
+	if err != nil {
+		t.Fatal(err)
+	}
+	junkDigest, err := release.Write(ctx, junk, empty.Image)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var graphURL string
+	t.Run("update-service", func(t *testing.T) {
+		// Every replica serves: no lease. Its one right is the event on
+		// the ClusterVersion for the image it leaves out.
+		graphData := filepath.Join(dir, "graph-data")
+		if err := demo.WriteGraphData(graphData); err != nil {
 			t.Fatal(err)
 		}
+		// It serves on after this step: the CVO's asks it.
+		r := startReplica(parent, "update-service", "--kubeconfig", as("update-service"), "--record-events",
+			"--releases", "oci:"+releases, "--graph-data", graphData, "--listen", "127.0.0.1:0", "--health-address", "127.0.0.1:0")
+		m := regexp.MustCompile(`Serving the update graph at (http://\S+)`).FindStringSubmatch(r.p.Output())
+		if m == nil {
+			t.Fatalf("no graph address printed:\n%s", r.p.Output())
+		}
+		graphURL = m[1]
+		if code, body := r.get(t, "/readyz"); code != http.StatusOK {
+			t.Errorf("/readyz: %d %s", code, body)
+		}
+		testenv.Eventually(t, time.Minute, func() (bool, string) {
+			evs, err := kube.CoreV1().Events(cvo.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + updateservice.SkippedImageReason})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, e := range evs.Items {
+				if e.InvolvedObject.Kind == "ClusterVersion" && strings.Contains(e.Message, junkDigest.String()) {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("%d %s events, none for %s", len(evs.Items), updateservice.SkippedImageReason, junkDigest)
+		})
+	})
+
+	t.Run("cvo", func(t *testing.T) {
+		// A release in an OCI layout: the cluster has no ClusterVersion,
+		// so the operator is told which release it runs, and the graph
+		// is the standalone update service's.
 		version, pullSpec := built[0].Version, built[0].Ref.String()
-		run("cvo", "--release-image", pullSpec)
+		run("cvo", "--release-image", pullSpec, "--update-service", graphURL, "--channel", "candidate-4.10")
 		// It makes the ClusterVersion and applies the release by run
 		// level; the first level's ClusterOperators wait for operators
 		// this cluster does not run.
@@ -245,6 +304,164 @@ spec:
 				return false, err.Error()
 			}
 			return len(cos.Items) > 0, "no ClusterOperator applied from the release"
+		})
+		// The graph from the update service: every later release.
+		testenv.Eventually(t, time.Minute, func() (bool, string) {
+			cv, err := config.ConfigV1().ClusterVersions().Get(ctx, "version", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			var got []string
+			for _, u := range cv.Status.AvailableUpdates {
+				got = append(got, u.Version)
+			}
+			slices.Sort(got)
+			var retrieved string
+			for _, c := range cv.Status.Conditions {
+				if c.Type == configv1.RetrievedUpdates {
+					retrieved = fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
+				}
+			}
+			// The channel's releases after the one installed.
+			want := []string{"4.10.23", "4.10.24", "4.10.25", "4.10.26"}
+			return slices.Equal(got, want), fmt.Sprintf("available updates %v from %s, want %v (RetrievedUpdates %s)", got, graphURL, want, retrieved)
+		})
+	})
+
+	t.Run("hooks", func(t *testing.T) {
+		run("hooks run "+hooks.ProactiveReplacementName, "--hook-selector", machine.MachineSetLabel+"="+set)
+		setMachines := func() []machinev1.Machine {
+			list, err := mc.MachineV1beta1().Machines(machine.Namespace).List(ctx, metav1.ListOptions{LabelSelector: machine.MachineSetLabel + "=" + set})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return list.Items
+		}
+		// The hook goes on each machine of the set.
+		testenv.Eventually(t, time.Minute, func() (bool, string) {
+			ms := setMachines()
+			held := 0
+			for _, m := range ms {
+				if slices.ContainsFunc(m.Spec.LifecycleHooks.PreDrain, func(h machinev1.LifecycleHook) bool { return h.Name == "ProactiveReplacement" }) {
+					held++
+				}
+			}
+			return held == len(ms) && held > 0, fmt.Sprintf("%d of %d machines have the ProactiveReplacement hook", held, len(ms))
+		})
+		// A machine deleted waits for its replacement, and then the
+		// controller takes its hook off: the machine goes.
+		old := setMachines()[0].Name
+		if err := mc.MachineV1beta1().Machines(machine.Namespace).Delete(ctx, old, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 4*time.Minute, func() (bool, string) {
+			_, err := mc.MachineV1beta1().Machines(machine.Namespace).Get(ctx, old, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), fmt.Sprintf("machine %s still there: %v", old, err)
+		})
+		waitSetRunning(t, mc, set, 2)
+	})
+
+	t.Run("etcd-operator", func(t *testing.T) {
+		// An etcd capstan does not run, standing in for a cluster's:
+		// its members are processes of this test, the control-plane
+		// hosts', and the operator reaches them through etcd's API with
+		// etcd's client certificate alone.
+		pki := filepath.Join(dir, "hosts-etcd", "pki")
+		ca, err := controlplane.LoadOrCreateCA(filepath.Join(pki, "ca.crt"), filepath.Join(pki, "ca.key"), "hosts-etcd-ca")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tls, err := controlplane.EnsureEtcdPKI(ca, pki)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hosts, err := etcd.Start(ctx, etcd.Config{DataDir: filepath.Join(dir, "hosts-etcd"), TLS: tls, NoFsync: true,
+			LogFile:   filepath.Join(dir, "hosts-etcd", "etcd.log"),
+			Bootstrap: etcd.MemberSpec{Name: etcd.BootstrapName, Dir: "bootstrap", ClientPort: testenv.FreePort(t), PeerPort: testenv.FreePort(t)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer hosts.Stop()
+		boot, err := hosts.Members(ctx)
+		if err != nil || len(boot) != 1 {
+			t.Fatalf("the bootstrap member: %v %v", boot, err)
+		}
+		// A control-plane machine, which the Machine API provisions.
+		const master = "deploy-master-0"
+		m := &machinev1.Machine{ObjectMeta: metav1.ObjectMeta{Name: master, Namespace: machine.Namespace,
+			Labels: map[string]string{machine.MachineRoleLabel: "master", machine.MachineTypeLabel: "master"}},
+			Spec: machinev1.MachineSpec{ProviderSpec: machinev1.ProviderSpec{Value: machine.RawProviderSpec(machine.ProviderSpec{
+				InstanceType: "capstan.large", Region: sim.DefaultRegion, Zone: sim.DefaultZones[0]})}}}
+		if _, err := mc.MachineV1beta1().Machines(machine.Namespace).Create(ctx, m, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// Its base is applied on its own, as its Secret and endpoints
+		// are the cluster's (here, the flags below).
+		if code, out := testenv.RunCapstan(t, "kubectl", "--kubeconfig", adminKubeconfig, "apply", "--server-side", "-k", "../../deploy/etcd-operator"); code != 0 {
+			t.Fatalf("kubectl apply -k deploy/etcd-operator exited %d:\n%s", code, out)
+		}
+		run("etcd-operator", "--etcd-endpoints", boot[0].ClientURL, "--etcd-cacert", tls.CA,
+			"--etcd-cert", tls.ClientCert, "--etcd-key", tls.ClientKey, "--control-plane-replicas", "1")
+		config := configclient.NewForConfigOrDie(admin)
+		// The quorum guard on the machine, and the ClusterOperator.
+		testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+			m, err := mc.MachineV1beta1().Machines(machine.Namespace).Get(ctx, master, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			guarded := slices.ContainsFunc(m.Spec.LifecycleHooks.PreDrain, func(h machinev1.LifecycleHook) bool {
+				return h.Name == etcd.QuorumGuardHook && h.Owner == etcd.QuorumGuardOwner
+			})
+			running := m.Status.Phase != nil && *m.Status.Phase == "Running" && m.Status.NodeRef != nil
+			return guarded && running, fmt.Sprintf("machine %s: quorum guard %v, running with a node %v", master, guarded, running)
+		})
+		// The machine's host joins etcd (as kubeadm join --control-plane
+		// does); the operator promotes it once it caught up, and then the
+		// bootstrap member leaves.
+		// etcd adds a member only from a leader connected to a quorum
+		// for five seconds: the host tries again.
+		testenv.Eventually(t, time.Minute, func() (bool, string) {
+			err := hosts.AddLearner(ctx, master)
+			return err == nil, fmt.Sprint(err)
+		})
+		joined, err := hosts.Members(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var endpoints []string
+		for _, m := range joined {
+			endpoints = append(endpoints, m.ClientURL)
+		}
+		// Looked at through either member: the bootstrap one goes.
+		look, err := etcd.DialRemote(etcd.RemoteConfig{Endpoints: endpoints, CA: tls.CA, Cert: tls.ClientCert, Key: tls.ClientKey})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer look.Close()
+		testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+			members, err := look.Members(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			return len(members) == 1 && members[0].Name == master && !members[0].Learner && members[0].Healthy, fmt.Sprintf("members %+v", members)
+		})
+		testenv.Eventually(t, time.Minute, func() (bool, string) {
+			co, err := config.ConfigV1().ClusterOperators().Get(ctx, etcd.ClusterOperatorName, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			var got []string
+			ok := 0
+			for _, c := range co.Status.Conditions {
+				got = append(got, fmt.Sprintf("%s=%s %s %q", c.Type, c.Status, c.Reason, c.Message))
+				switch {
+				case c.Type == configv1.OperatorAvailable && c.Status == configv1.ConditionTrue && c.Message == "EtcdMembersAvailable: 1 members are available",
+					c.Type == configv1.OperatorDegraded && c.Status == configv1.ConditionFalse,
+					c.Type == configv1.OperatorProgressing && c.Status == configv1.ConditionFalse:
+					ok++
+				}
+			}
+			return ok == 3, fmt.Sprintf("ClusterOperator etcd: %v", got)
 		})
 	})
 
@@ -311,7 +528,7 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"scheduler", "machine-api", "autoscaler", "mco", "cvo", "console"} {
+	for _, name := range []string{"scheduler", "machine-api", "autoscaler", "mco", "cvo", "hooks", "etcd-operator", "update-service", "console"} {
 		comp, _ := deploy.Lookup(name)
 		if acted[comp.Username()] == 0 {
 			t.Errorf("the audit log has no request of %s with a ServiceAccount token (it has: %v)", name, acted)
