@@ -34,7 +34,6 @@ func Scheme() *runtime.Scheme {
 	return s
 }
 
-
 // NewComponent sets up the autoscaler and the MachineAutoscaler controller
 // and returns what runs them both until ctx ends (or one fails).
 func NewComponent(cfg *rest.Config, kube kubernetes.Interface, opts Options) (func(context.Context) error, error) {
