@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/capstan-dev/capstan/internal/component"
+	"github.com/capstan-dev/capstan/internal/cvo"
 	"github.com/capstan-dev/capstan/internal/leader"
 	"github.com/capstan-dev/capstan/internal/updateservice"
 )
@@ -64,7 +65,7 @@ credentials of --kubeconfig (in a pod, its ServiceAccount's).`,
 				if err != nil {
 					return fmt.Errorf("--record-events: %w", err)
 				}
-				svc.RecordSkips(ctx, kube)
+				svc.RecordSkips(ctx, kube, cvo.ClusterVersionRef)
 			} else {
 				svc.OnSkip(func(msg string) { fmt.Fprintf(out, "Left out of the graph: %s\n", msg) })
 			}

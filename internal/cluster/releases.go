@@ -144,7 +144,7 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 	if err != nil {
 		return err
 	}
-	svc.RecordSkips(runCtx, usID.kube)
+	svc.RecordSkips(runCtx, usID.kube, cvo.ClusterVersionRef)
 	c.run(runCtx, "update-service", func(ctx context.Context) error {
 		svc.Run(ctx, o.GraphReload)
 		return nil
