@@ -279,30 +279,15 @@ func TestTheTSDBKeepsSeriesAcrossRestarts(t *testing.T) {
 	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "kept", Help: "kept"})
 	g.Set(42)
 	reg.MustRegister(g)
-	run := func() (*Monitor, string, func()) {
-		m, err := New(Options{Dir: dir, ScrapeInterval: time.Second, EvaluationInterval: time.Second}, []Target{{Job: "x", Gatherer: reg}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := m.Run(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewServer(m.Handler())
-		return m, srv.URL, func() {
-			srv.Close()
-			if err := m.Stop(); err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	_, base, stop := run()
+	run := func() (string, func()) { return runMonitor(t, dir, Target{Job: "x", Gatherer: reg}) }
+	base, stop := run()
 	waitQuery(t, base, "kept == 42", 1)
 	stop()
 	if _, err := os.Stat(filepath.Join(dir, "wal")); err != nil {
 		t.Fatalf("no write-ahead log in the data dir: %v", err)
 	}
 	reg.Unregister(g)
-	_, base, stop = run()
+	base, stop = run()
 	defer stop()
 	// The sample written before the restart is still there.
 	waitQuery(t, base, "max_over_time(kept[10m]) == 42", 1)
@@ -384,12 +369,7 @@ func TestEveryEmbeddedRuleFileLoads(t *testing.T) {
 }
 
 func TestAConfigFileAddsTargetsAndRules(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "external_queue_depth", Help: "h"})
-	g.Set(7)
-	reg.MustRegister(g)
-	ext := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	defer ext.Close()
+	ext := gaugeServer(t, "external_queue_depth", 7)
 	dir := t.TempDir()
 	rules := filepath.Join(dir, "extra-rules.yaml")
 	if err := os.WriteFile(rules, []byte(`groups:
@@ -422,12 +402,7 @@ scrape_configs:
 }
 
 func TestDiscoveredTargetsComeAndGo(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "member_metric", Help: "h"})
-	g.Set(3)
-	reg.MustRegister(g)
-	member := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	defer member.Close()
+	member := gaugeServer(t, "member_metric", 3)
 	var urls atomic.Pointer[[]string]
 	urls.Store(&[]string{})
 	m, err := New(Options{Dir: t.TempDir(), ScrapeInterval: time.Second, EvaluationInterval: time.Second},
@@ -459,32 +434,9 @@ func TestDiscoveredTargetsComeAndGo(t *testing.T) {
 // returned for the five minutes of the lookback.
 func TestTargetsGoneAcrossARestartAreStale(t *testing.T) {
 	dir := t.TempDir()
-	var members []string
-	for range 2 {
-		reg := prometheus.NewRegistry()
-		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "member_metric", Help: "h"})
-		g.Set(1)
-		reg.MustRegister(g)
-		srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		defer srv.Close()
-		members = append(members, srv.URL+"/metrics")
-	}
+	members := []string{gaugeServer(t, "member_metric", 1).URL + "/metrics", gaugeServer(t, "member_metric", 1).URL + "/metrics"}
 	run := func(urls []string) (string, func()) {
-		m, err := New(Options{Dir: dir, ScrapeInterval: time.Second, EvaluationInterval: time.Second},
-			[]Target{{Job: "members", Discover: func() []string { return urls }}, {Job: "self", Gatherer: prometheus.NewRegistry()}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := m.Run(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewServer(m.Handler())
-		return srv.URL, func() {
-			srv.Close()
-			if err := m.Stop(); err != nil {
-				t.Error(err)
-			}
-		}
+		return runMonitor(t, dir, Target{Job: "members", Discover: func() []string { return urls }}, Target{Job: "self", Gatherer: prometheus.NewRegistry()})
 	}
 	base, stop := run(members)
 	waitQuery(t, base, `up{job="members"} == 1`, 2)
@@ -501,5 +453,38 @@ func TestTargetsGoneAcrossARestartAreStale(t *testing.T) {
 	code, a := get(t, base, "/api/v1/query", url.Values{"query": {`count(up{job="members"} == 1)`}, "time": {fmt.Sprintf("%.3f", float64(before.UnixMilli())/1000)}})
 	if code != 200 || !strings.Contains(string(a.Data), `"2"]`) {
 		t.Errorf("up of both members before the restart: %d %s", code, a.Data)
+	}
+}
+
+// gaugeServer serves /metrics with one gauge of that name and value,
+// closed when the test ends.
+func gaugeServer(t *testing.T, name string, v float64) *httptest.Server {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: "h"})
+	g.Set(v)
+	reg.MustRegister(g)
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// runMonitor runs a monitor on dir scraping the targets every second and
+// serves its API; stop stops both.
+func runMonitor(t *testing.T, dir string, targets ...Target) (base string, stop func()) {
+	t.Helper()
+	m, err := New(Options{Dir: dir, ScrapeInterval: time.Second, EvaluationInterval: time.Second}, targets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(m.Handler())
+	return srv.URL, func() {
+		srv.Close()
+		if err := m.Stop(); err != nil {
+			t.Error(err)
+		}
 	}
 }
