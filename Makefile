@@ -13,7 +13,9 @@
 .PHONY: test build fuzz
 test:
 	bash hack/ensure-chromium.sh
-	go test -p 2 -ldflags=-w -timeout 45m ./...
+	# The integration packages first: they are the long ones, and two
+	# slots finish sooner when they do not wait for the short ones.
+	go test -p 2 -ldflags=-w -timeout 45m ./test/... ./...
 	go test -race -ldflags=-w -timeout 10m ./internal/scheduler/... ./internal/leader/... ./internal/component/... ./internal/chaos/... ./internal/etcdretry/... \
 		./internal/cvo/... ./internal/release/... ./internal/registry/... ./internal/updateservice/... ./internal/console/...
 	bash hack/fuzz.sh 300x
