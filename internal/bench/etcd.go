@@ -70,11 +70,7 @@ func Etcd(ctx context.Context, o EtcdOptions, log io.Writer) (*EtcdResult, error
 	}
 	defer os.RemoveAll(dir)
 	pki := filepath.Join(dir, "pki")
-	ca, err := controlplane.LoadOrCreateCA(filepath.Join(pki, "ca.crt"), filepath.Join(pki, "ca.key"), "capstan-bench-ca")
-	if err != nil {
-		return nil, err
-	}
-	tlsFiles, err := controlplane.EnsureEtcdPKI(ca, pki)
+	tlsFiles, err := controlplane.EnsureEtcdPKI(pki)
 	if err != nil {
 		return nil, err
 	}

@@ -28,6 +28,7 @@ type upOptions struct {
 	opts                    cluster.Options
 	workerCPU, workerMemory string
 	nodeReadyTimeout        time.Duration
+	etcdReadyTimeout        time.Duration
 	hooks                   []string
 	hookFlags               hookFlags
 	bare, noAuditLog        bool
@@ -84,6 +85,7 @@ the same cluster. Stop it with Ctrl-C (SIGINT) or SIGTERM.`,
 	fs.StringVar(&mon.ThanosAddress, "thanos-address", "127.0.0.1:9091", "address of the Prometheus API over TLS for bearer tokens, published as the Route openshift-monitoring/thanos-querier (where oc adm upgrade status reads alerts); empty: none")
 	fs.DurationVar(&mon.MaxAlertFor, "alert-for-max", 0, "shorten every alerting rule's 'for' to at most this (a demo sees alerts fire in seconds); 0: as OpenShift writes them")
 	fs.DurationVar(&o.nodeReadyTimeout, "node-ready-timeout", 5*time.Minute, "how long to wait for the nodes to become Ready")
+	fs.DurationVar(&o.etcdReadyTimeout, "etcd-ready-timeout", 5*time.Minute, "how long to wait for etcd to tolerate the loss of a master: the bootstrap member gone and every control-plane machine's member voting and healthy")
 	daemon := &o.opts.MachineConfig.Daemon
 	fs.DurationVar(&daemon.ApplyDuration, "mcd-apply-duration", daemon.ApplyDuration, "how long a simulated machine-config-daemon takes to write a node's new configuration")
 	fs.DurationVar(&daemon.RebootDuration, "mcd-reboot-duration", daemon.RebootDuration, "how long a node the machine-config-daemon reboots stays down")
@@ -147,6 +149,7 @@ func (o *upOptions) run(c *cobra.Command) error {
 	o.opts.ControlPlane.RedirectStderr = true
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	began := time.Now()
 	fmt.Fprintf(out, "Starting capstan in %s ...\n", o.opts.ControlPlane.DataDir)
 	cl, err := cluster.Start(ctx, o.opts)
 	if err != nil {
@@ -178,6 +181,16 @@ func (o *upOptions) run(c *cobra.Command) error {
 	if err := cl.ControlPlane.WaitWritable(ctx, time.Minute); err != nil {
 		return err
 	}
+	// Up means fault-tolerant: a master may fail the moment this is said.
+	etcdState, err := cl.WaitEtcdFaultTolerant(ctx, o.etcdReadyTimeout, func(waiting string) {
+		fmt.Fprintf(out, "Waiting for etcd to tolerate the loss of a master: %s\n", waiting)
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	simNodes, err := cl.Sim.Nodes()
 	if err != nil {
 		return err
@@ -198,6 +211,7 @@ func (o *upOptions) run(c *cobra.Command) error {
 	if faulted > 0 {
 		summary += fmt.Sprintf(" (%d not Ready by injected fault)", faulted)
 	}
+	summary += ", " + etcdSummary(etcdState, time.Since(began))
 	fmt.Fprintf(out, "export KUBECONFIG=%s\n", cl.ControlPlane.KubeconfigPath())
 	fmt.Fprintf(out, "%s, data in %s\n", summary, cl.ControlPlane.DataDir().Root)
 	if !o.noAuditLog {
@@ -220,4 +234,18 @@ func (o *upOptions) run(c *cobra.Command) error {
 	<-ctx.Done()
 	stop()
 	return nil
+}
+
+// etcdSummary words etcd's state for the line that says capstan is up.
+func etcdSummary(st cluster.EtcdState, took time.Duration) string {
+	took = took.Round(time.Second)
+	switch {
+	case st.Waiting != "" && !st.FaultTolerant:
+		return "etcd: " + st.Waiting + ", not fault-tolerant"
+	case len(st.Stopped) > 0:
+		return fmt.Sprintf("etcd: %d of %d voting members healthy (%s stopped by an injected fault) after %s", st.Healthy, st.Desired, strings.Join(st.Stopped, ", "), took)
+	case st.Desired == 1:
+		return fmt.Sprintf("etcd: 1 voting member (a control plane of one machine tolerates no loss) after %s", took)
+	}
+	return fmt.Sprintf("etcd: %d of %d voting members healthy, the bootstrap member gone: fault-tolerant after %s", st.Healthy, st.Desired, took)
 }

@@ -306,6 +306,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	cloud := sim.NewAPICloud(simID.kube, opts.Cloud)
 	simOpts := opts.Sim
 	simOpts.Cloud = cloud
+	if opts.EtcdOperator && cp.Etcd() != nil {
+		simOpts.Prober = etcdProber(cp.Etcd())
+	}
 	s := sim.New(simID.kube, simOpts)
 	c.ControlPlane, c.Sim, c.Cloud = cp, s, cloud
 	go func() { c.simDone <- s.Run(runCtx) }()

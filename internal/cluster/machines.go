@@ -75,7 +75,7 @@ func (c *Cluster) startEtcdOperator(ctx, runCtx context.Context, namespace strin
 		return err
 	}
 	op := &etcd.Operator{Cluster: c.ControlPlane.Etcd(), Kube: id.kube, Machines: mc, Config: id.config, Namespace: namespace,
-		InstallReplicas: c.opts.ControlPlaneNodes}
+		InstallReplicas: c.opts.ControlPlaneNodes, Instances: simInstances{c.Cloud}, KeepQuorumGuard: true}
 	c.run(runCtx, "etcd operator", op.Run)
 	guard, err := hooks.NewManager(id.cfg, hooks.Options{Namespace: namespace}, op.QuorumGuard())
 	if err != nil {
@@ -83,6 +83,19 @@ func (c *Cluster) startEtcdOperator(ctx, runCtx context.Context, namespace strin
 	}
 	c.run(runCtx, "etcd quorum guard", guard.Start)
 	return nil
+}
+
+// simInstances tells the etcd operator whether a machine's simulated
+// instance exists: a member runs on its machine's instance, and only the
+// cloud knows when that is gone.
+type simInstances struct{ cloud *sim.APICloud }
+
+func (s simInstances) InstanceExists(ctx context.Context, machine string) (bool, error) {
+	_, err := s.cloud.GetInstance(ctx, machine)
+	if errors.Is(err, sim.ErrInstanceNotFound) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // startAutoscaler runs the cluster autoscaler and the MachineAutoscaler

@@ -156,7 +156,7 @@ func (c *Cluster) startMonitoring(ctx, runCtx context.Context) error {
 		// Every member, as the etcd operator adds and removes them.
 		tls := e.TLS()
 		targets = append(targets, monitoring.Target{Job: JobEtcd, Discover: e.MetricsURLs,
-			TLS:    &monitoring.TLSFiles{CA: tls.CA, Cert: tls.ClientCert, Key: tls.ClientKey},
+			TLS:    &monitoring.TLSFiles{CA: tls.MetricsCA, Cert: tls.MetricsClientCert, Key: tls.MetricsClientKey},
 			Labels: map[string]string{"namespace": "openshift-etcd", "service": "etcd", "endpoint": "etcd-metrics"}})
 	}
 	m, err := monitoring.New(monitoring.Options{

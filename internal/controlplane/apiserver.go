@@ -23,11 +23,12 @@ const ServiceAccountIssuer = "https://kubernetes.default.svc"
 func (cp *ControlPlane) apiserverFlags(etcdURL string) []string {
 	d := cp.dataDir
 	pki := d.PKIDir()
+	etcdTLS := EtcdTLSFiles(pki)
 	flags := []string{
 		"--etcd-servers=" + etcdURL,
-		"--etcd-cafile=" + pki + "/ca.crt",
-		"--etcd-certfile=" + pki + "/etcd-client.crt",
-		"--etcd-keyfile=" + pki + "/etcd-client.key",
+		"--etcd-cafile=" + etcdTLS.CA,
+		"--etcd-certfile=" + etcdTLS.ClientCert,
+		"--etcd-keyfile=" + etcdTLS.ClientKey,
 		"--bind-address=" + cp.cfg.BindAddress,
 		"--secure-port=" + strconv.Itoa(cp.cfg.Port),
 		"--advertise-address=127.0.0.1",

@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -178,7 +179,9 @@ func (ca *CertificateAuthority) signed(cert *x509.Certificate) bool {
 }
 
 func covers(cert *x509.Certificate, spec LeafSpec) bool {
-	if cert.Subject.CommonName != spec.CommonName {
+	if cert.Subject.CommonName != spec.CommonName || !slices.Equal(cert.Subject.Organization, spec.Organization) ||
+		slices.Contains(cert.ExtKeyUsage, x509.ExtKeyUsageServerAuth) != spec.Server ||
+		slices.Contains(cert.ExtKeyUsage, x509.ExtKeyUsageClientAuth) != spec.Client {
 		return false
 	}
 	have := map[string]bool{}

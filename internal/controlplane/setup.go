@@ -53,7 +53,7 @@ func (cp *ControlPlane) ensurePKI() error {
 	if err := ca.EnsureLeaf(filepath.Join(pki, "apiserver.crt"), filepath.Join(pki, "apiserver.key"), serving); err != nil {
 		return err
 	}
-	if _, err := EnsureEtcdPKI(ca, pki); err != nil {
+	if _, err := EnsureEtcdPKI(pki); err != nil {
 		return err
 	}
 	if err := EnsureKey(filepath.Join(pki, "sa.key"), filepath.Join(pki, "sa.pub")); err != nil {
@@ -171,24 +171,73 @@ func (cp *ControlPlane) setupLogging() error {
 	return err
 }
 
-// EnsureEtcdPKI creates, or reuses, etcd's certificates in pki, signed by
-// ca: the members serve clients and peers on loopback with one
-// certificate; capstan's clients (kube-apiserver, the etcd operator)
-// present another.
-func EnsureEtcdPKI(ca *CertificateAuthority, pki string) (etcd.TLSFiles, error) {
+// EnsureEtcdPKI creates, or reuses, etcd's own certificate authorities
+// and certificates in pki (kubeadm's layout, OpenShift's signers): etcd
+// trusts only its signer, pki/etcd/ca.crt, which signs nothing but the
+// members' serving and peer certificates and the client certificate of
+// kube-apiserver (which capstan's etcd operator and tools present too); a
+// peer must also present the peer certificate's name. A second signer,
+// pki/etcd/metrics-ca.crt (OpenShift's etcd-metric-signer), signs the
+// members' metrics serving certificate and the one client that may read
+// their metrics, Prometheus. So no component's certificate from the
+// cluster CA is anything to etcd.
+func EnsureEtcdPKI(pki string) (etcd.TLSFiles, error) {
 	files := EtcdTLSFiles(pki)
-	if err := ca.EnsureLeaf(files.ServingCert, files.ServingKey, LeafSpec{CommonName: "etcd",
-		DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}, Server: true, Client: true}); err != nil {
+	if err := os.MkdirAll(filepath.Join(pki, "etcd"), 0o700); err != nil {
 		return etcd.TLSFiles{}, err
 	}
-	if err := ca.EnsureLeaf(files.ClientCert, files.ClientKey, LeafSpec{CommonName: "system:etcd-client", Client: true}); err != nil {
+	signer, err := LoadOrCreateCA(files.CA, filepath.Join(pki, "etcd", "ca.key"), "etcd-signer")
+	if err != nil {
 		return etcd.TLSFiles{}, err
+	}
+	metrics, err := LoadOrCreateCA(files.MetricsCA, filepath.Join(pki, "etcd", "metrics-ca.key"), "etcd-metric-signer")
+	if err != nil {
+		return etcd.TLSFiles{}, err
+	}
+	loopback := LeafSpec{DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}, Server: true}
+	for _, l := range []struct {
+		ca        *CertificateAuthority
+		cert, key string
+		spec      LeafSpec
+	}{
+		{signer, files.ServingCert, files.ServingKey, withName(loopback, "etcd-server", nil)},
+		{signer, files.PeerCert, files.PeerKey, withClient(withName(loopback, etcd.PeerCommonName, []string{"system:etcd-peers"}))},
+		{signer, files.ClientCert, files.ClientKey, LeafSpec{CommonName: "system:etcd-client", Organization: []string{"system:etcd"}, Client: true}},
+		{metrics, files.MetricsServingCert, files.MetricsServingKey, withName(loopback, "etcd-metrics", nil)},
+		{metrics, files.MetricsClientCert, files.MetricsClientKey, LeafSpec{CommonName: "system:etcd-metric-client", Client: true}},
+	} {
+		if err := l.ca.EnsureLeaf(l.cert, l.key, l.spec); err != nil {
+			return etcd.TLSFiles{}, err
+		}
+	}
+	// The certificates of before etcd had a signer of its own, signed by
+	// the cluster CA, which etcd no longer trusts.
+	for _, old := range []string{"etcd.crt", "etcd.key", "etcd-client.crt", "etcd-client.key"} {
+		_ = os.Remove(filepath.Join(pki, old))
 	}
 	return files, nil
 }
 
+func withName(s LeafSpec, cn string, orgs []string) LeafSpec {
+	s.CommonName, s.Organization = cn, orgs
+	return s
+}
+
+func withClient(s LeafSpec) LeafSpec {
+	s.Client = true
+	return s
+}
+
 // EtcdTLSFiles are where etcd's certificates are in pki.
 func EtcdTLSFiles(pki string) etcd.TLSFiles {
-	return etcd.TLSFiles{CA: filepath.Join(pki, "ca.crt"), ServingCert: filepath.Join(pki, "etcd.crt"), ServingKey: filepath.Join(pki, "etcd.key"),
-		ClientCert: filepath.Join(pki, "etcd-client.crt"), ClientKey: filepath.Join(pki, "etcd-client.key")}
+	e := func(name string) string { return filepath.Join(pki, "etcd", name) }
+	return etcd.TLSFiles{
+		CA:          e("ca.crt"),
+		ServingCert: e("server.crt"), ServingKey: e("server.key"),
+		PeerCert: e("peer.crt"), PeerKey: e("peer.key"),
+		ClientCert: filepath.Join(pki, "apiserver-etcd-client.crt"), ClientKey: filepath.Join(pki, "apiserver-etcd-client.key"),
+		MetricsCA:          e("metrics-ca.crt"),
+		MetricsServingCert: e("metrics-server.crt"), MetricsServingKey: e("metrics-server.key"),
+		MetricsClientCert: e("metrics-client.crt"), MetricsClientKey: e("metrics-client.key"),
+	}
 }

@@ -1,9 +1,11 @@
 package controlplane
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -61,4 +63,29 @@ func StorageEndpoints(dataDir string) ([]string, error) {
 		endpoints = []string{"https://127.0.0.1:" + strconv.Itoa(st.EtcdClientPort)}
 	}
 	return endpoints, nil
+}
+
+// SaveEtcdSnapshot saves a snapshot of the etcd of dataDir to path, with
+// the client certificate capstan's own clients present (what OpenShift's
+// cluster-backup.sh does with etcdctl snapshot save).
+func SaveEtcdSnapshot(ctx context.Context, dataDir, path string) (etcd.SnapshotStatus, error) {
+	if _, err := os.Stat(filepath.Join(dataDir, "etcd-members.json")); err != nil {
+		return etcd.SnapshotStatus{}, fmt.Errorf("%s is not the data dir of a started capstan cluster: %w", dataDir, err)
+	}
+	return etcd.SaveSnapshot(ctx, dataDir, EtcdTLSFiles((&DataDir{Root: dataDir}).PKIDir()), path)
+}
+
+// RestoreEtcd restores the etcd of dataDir from the snapshot at from, as
+// OpenShift's cluster-restore.sh does (see etcd.Restore). It holds the
+// data dir's lock meanwhile, and refuses while capstan runs on it.
+func RestoreEtcd(dataDir, from, member string) (etcd.RestoreResult, error) {
+	if _, err := os.Stat(filepath.Join(dataDir, "etcd-members.json")); err != nil {
+		return etcd.RestoreResult{}, fmt.Errorf("%s is not the data dir of a started capstan cluster: %w", dataDir, err)
+	}
+	d, err := OpenDataDir(dataDir)
+	if err != nil {
+		return etcd.RestoreResult{}, fmt.Errorf("stop capstan before restoring its etcd: %w", err)
+	}
+	defer d.Close()
+	return etcd.Restore(d.Root, from, member)
 }

@@ -48,6 +48,10 @@ type Cluster struct {
 	cfg    Config
 	proxy  *Proxy
 	client *clientv3.Client
+	health *healthChecker
+	// Warnings are problems Start repaired (a registry that would not
+	// validate), for the user to hear of.
+	Warnings []string
 
 	mu       sync.Mutex
 	registry []MemberSpec
@@ -72,25 +76,35 @@ const registryFile = "etcd-members.json"
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	c := &Cluster{cfg: cfg, running: map[string]*Member{}, stopped: map[string]bool{}, leaving: map[string]bool{}}
 	raw, err := os.ReadFile(c.registryPath())
-	state := "existing"
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		c.registry = []MemberSpec{cfg.Bootstrap}
-		if _, err := os.Stat(filepath.Join(cfg.DataDir, cfg.Bootstrap.Dir, "member")); errors.Is(err, os.ErrNotExist) {
-			state = "new"
-		}
 	case err != nil:
 		return nil, err
 	default:
-		if c.registry, err = parseRegistry(raw); err != nil {
-			return nil, fmt.Errorf("%s: %w", c.registryPath(), err)
+		if err := json.Unmarshal(raw, &c.registry); err != nil {
+			return nil, fmt.Errorf("%s: %w (restore the cluster with capstan etcd restore)", c.registryPath(), err)
 		}
 	}
-	if err := validateRegistry(c.registry, cfg.Bootstrap.Dir); err != nil {
-		return nil, fmt.Errorf("%s: %w", c.registryPath(), err)
+	var repaired bool
+	if c.Warnings, repaired = c.repairRegistry(); repaired {
+		for _, w := range c.Warnings {
+			klog.Warning(w)
+		}
+		if err := c.writeRegistryLocked(); err != nil {
+			return nil, err
+		}
 	}
 	if err := c.relocate(); err != nil {
 		return nil, err
+	}
+	// A new cluster is its bootstrap member alone, without data yet (the
+	// registry may have been written before the member ever started).
+	state := "existing"
+	if len(c.registry) == 1 && c.registry[0].Name == cfg.Bootstrap.Name && c.registry[0].Dir == cfg.Bootstrap.Dir {
+		if _, err := os.Stat(filepath.Join(cfg.DataDir, cfg.Bootstrap.Dir, "member")); errors.Is(err, os.ErrNotExist) {
+			state = "new"
+		}
 	}
 	// A member being removed starts too: the removal may not have
 	// happened, and then the quorum needs it until settle finishes the
@@ -110,6 +124,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	if len(voting) == 0 {
 		return nil, fmt.Errorf("%s lists no member to start", c.registryPath())
+	}
+	if err := c.quorumPossible(); err != nil {
+		return nil, err
 	}
 	if len(serving) == 0 {
 		serving = voting
@@ -162,33 +179,59 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	return c, nil
 }
 
+// quorumPossible fails at once when the members that voted last are
+// too few with their data to ever form a quorum again (their data dirs
+// were deleted): no wait brings them back; a snapshot does.
+func (c *Cluster) quorumPossible() error {
+	var voting, lost []string
+	for _, s := range c.registry {
+		if !s.Voting || s.Adding {
+			continue
+		}
+		voting = append(voting, s.Name)
+		if _, err := os.Stat(filepath.Join(c.cfg.DataDir, s.Dir, "member")); errors.Is(err, os.ErrNotExist) {
+			lost = append(lost, s.Name)
+		}
+	}
+	if len(voting) == 0 || len(voting)-len(lost) >= len(voting)/2+1 {
+		return nil
+	}
+	return fmt.Errorf("etcd cannot form a quorum: the data of %d of its %d voting members is gone (%s): "+
+		"restore the cluster from a snapshot with `capstan etcd restore --from FILE --data-dir %s`",
+		len(lost), len(voting), strings.Join(lost, ", "), c.cfg.DataDir)
+}
+
 // relocate gives a member whose recorded port another program took while
 // capstan was down new ports, written down before the member starts on
 // them; fixPeerURLs then points the membership at its new peer URL.
 func (c *Cluster) relocate() error {
 	moved := false
 	for i, s := range c.registry {
-		if s.Adding || portFree(s.ClientPort) && portFree(s.PeerPort) {
+		if s.Adding {
 			continue
 		}
-		client, err := ports.Free()
-		if err != nil {
-			return err
+		if !portFree(s.ClientPort) || !portFree(s.PeerPort) {
+			free, err := c.freePortsLocked(2)
+			if err != nil {
+				return err
+			}
+			klog.InfoS("An etcd member's port is taken by another program: the member moves", "member", s.Name,
+				"clientPort", s.ClientPort, "newClientPort", free[0], "peerPort", s.PeerPort, "newPeerPort", free[1])
+			c.registry[i].ClientPort, c.registry[i].PeerPort = free[0], free[1]
+			moved = true
 		}
-		peer, err := ports.Free()
-		if err != nil {
-			return err
+		if !portFree(s.MetricsPort) {
+			free, err := c.freePortsLocked(1)
+			if err != nil {
+				return err
+			}
+			klog.InfoS("An etcd member's metrics port is taken by another program: it moves", "member", s.Name, "metricsPort", s.MetricsPort, "newMetricsPort", free[0])
+			c.registry[i].MetricsPort = free[0]
+			moved = true
 		}
-		klog.InfoS("An etcd member's port is taken by another program: the member moves", "member", s.Name,
-			"clientPort", s.ClientPort, "newClientPort", client, "peerPort", s.PeerPort, "newPeerPort", peer)
-		c.registry[i].ClientPort, c.registry[i].PeerPort = client, peer
-		moved = true
 	}
 	if !moved {
 		return nil
-	}
-	if err := validateRegistry(c.registry, c.cfg.Bootstrap.Dir); err != nil {
-		return err
 	}
 	return c.writeRegistryLocked()
 }
@@ -248,6 +291,7 @@ func (c *Cluster) newClient(specs []MemberSpec) (*clientv3.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.health = newHealthChecker(tlsConfig)
 	var endpoints []string
 	for _, s := range specs {
 		endpoints = append(endpoints, s.ClientURL())
@@ -294,7 +338,7 @@ func (c *Cluster) waitQuorum(ctx context.Context, timeout time.Duration) error {
 		return true, "", nil
 	})
 	if err != nil {
-		return fmt.Errorf("etcd has no quorum (see %s): %w", c.cfg.LogFile, err)
+		return fmt.Errorf("etcd has no quorum (see %s; a cluster whose members' data is lost is restored with capstan etcd restore --from SNAPSHOT): %w", c.cfg.LogFile, err)
 	}
 	var removed []string
 	c.mu.Lock()
@@ -337,7 +381,11 @@ func (c *Cluster) waitQuorum(ctx context.Context, timeout time.Duration) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%d of %d voting etcd members ready, a quorum is %d: %w", ready, voting, quorum, errors.Join(errs...))
+	err = fmt.Errorf("%d of %d voting etcd members ready, a quorum is %d", ready, voting, quorum)
+	if len(errs) > 0 {
+		err = fmt.Errorf("%w: %w", err, errors.Join(errs...))
+	}
+	return err
 }
 
 // settle resolves what a stop left half done: a member written down as
@@ -412,6 +460,10 @@ func (c *Cluster) settle(ctx context.Context) error {
 // syncLocked writes the registry and points the proxy and the client at
 // the voting members.
 func (c *Cluster) syncLocked(members []*etcdserverpb.Member) error {
+	for i := range c.registry {
+		m := byPeerURL(members, c.registry[i].PeerURL())
+		c.registry[i].Voting = m != nil && !m.IsLearner
+	}
 	if err := c.writeRegistryLocked(); err != nil {
 		return err
 	}
@@ -435,6 +487,9 @@ func (c *Cluster) syncLocked(members []*etcdserverpb.Member) error {
 // writeRegistryLocked writes the registry durably: a temporary file,
 // synced, renamed over the old one, and the directory synced.
 func (c *Cluster) writeRegistryLocked() error {
+	if err := validateRegistry(c.registry, c.cfg.Bootstrap.Dir); err != nil {
+		return fmt.Errorf("not writing an invalid etcd member registry: %w", err)
+	}
 	raw, err := json.MarshalIndent(c.registry, "", "  ")
 	if err != nil {
 		return err
@@ -503,6 +558,9 @@ func (c *Cluster) Stop() {
 	if c.client != nil {
 		c.client.Close()
 	}
+	if c.health != nil {
+		c.health.close()
+	}
 	c.mu.Lock()
 	members := c.running
 	c.running = map[string]*Member{}
@@ -518,6 +576,101 @@ func (c *Cluster) Stop() {
 		}()
 	}
 	wg.Wait()
+}
+
+// repairRegistry mends what validateRegistry would refuse, so that a
+// registry damaged by hand or by an old bug never stops every start: an
+// entry with no name, a name listed before, or a data dir that is not a
+// member's is left out (its data stays where it is); a port that is not
+// one, or that an entry before has, is replaced by a free one. Peer ports
+// are kept first, as the membership names them (a member whose peer port
+// moves is reached only once fixPeerURLs has a quorum to tell the
+// others); client and metrics ports follow, and move freely. An entry
+// both being added and removed is being removed. It returns a warning for
+// each repair, and whether it changed anything: a member of a registry
+// from before metrics ports were recorded gets one, without a warning.
+func (c *Cluster) repairRegistry() ([]string, bool) {
+	var warnings []string
+	names := map[string]bool{}
+	var keep []MemberSpec
+	for i, s := range c.registry {
+		where := fmt.Sprintf("etcd member registry %s: entry %d (%q)", c.registryPath(), i, s.Name)
+		switch err := validMemberDir(s.Dir, c.cfg.Bootstrap.Dir); {
+		case s.Name == "":
+			warnings = append(warnings, where+" has no name: left out")
+			continue
+		case names[s.Name]:
+			warnings = append(warnings, where+" is listed before: left out")
+			continue
+		case err != nil:
+			warnings = append(warnings, fmt.Sprintf("%s: dir %q: %v: left out", where, s.Dir, err))
+			continue
+		}
+		names[s.Name] = true
+		if s.Adding && s.Removing {
+			warnings = append(warnings, where+" is both being added and removed: it is being removed")
+			s.Adding = false
+		}
+		keep = append(keep, s)
+	}
+	changed := len(keep) != len(c.registry)
+	c.registry = keep
+	used := map[int]bool{}
+	type port struct {
+		what string
+		get  func(*MemberSpec) *int
+	}
+	for _, p := range []port{
+		{"peer", func(s *MemberSpec) *int { return &s.PeerPort }},
+		{"client", func(s *MemberSpec) *int { return &s.ClientPort }},
+		{"metrics", func(s *MemberSpec) *int { return &s.MetricsPort }},
+	} {
+		for i := range c.registry {
+			s := &c.registry[i]
+			n := p.get(s)
+			if *n > 0 && *n <= 65535 && !used[*n] {
+				used[*n] = true
+				continue
+			}
+			free, err := c.freePortsLocked(1, used)
+			if err != nil {
+				warnings = append(warnings, fmt.Sprintf("etcd member %s: its %s port %d is not its own and no free port was found: %v", s.Name, p.what, *n, err))
+				continue
+			}
+			if *n != 0 || p.what != "metrics" {
+				warnings = append(warnings, fmt.Sprintf("etcd member registry %s: member %s's %s port %d is not its own: it moves to %d",
+					c.registryPath(), s.Name, p.what, *n, free[0]))
+			}
+			*n, used[free[0]] = free[0], true
+			changed = true
+		}
+	}
+	return warnings, changed || len(warnings) > 0
+}
+
+// freePortsLocked returns n free loopback ports, none of them recorded
+// for a member of the registry (a stopped member's ports are its own),
+// none of also, nor the same as another.
+func (c *Cluster) freePortsLocked(n int, also ...map[int]bool) ([]int, error) {
+	taken := map[int]bool{}
+	for _, s := range c.registry {
+		taken[s.ClientPort], taken[s.PeerPort], taken[s.MetricsPort] = true, true, true
+	}
+	for _, m := range also {
+		for p := range m {
+			taken[p] = true
+		}
+	}
+	out := make([]int, 0, n)
+	for range n {
+		p, err := ports.FreeExcept(taken)
+		if err != nil {
+			return nil, err
+		}
+		taken[p] = true
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 func parseRegistry(raw []byte) ([]MemberSpec, error) {
@@ -553,7 +706,7 @@ func validateRegistry(specs []MemberSpec, bootstrapDir string) error {
 		if err := validMemberDir(s.Dir, bootstrapDir); err != nil {
 			errs = append(errs, fmt.Errorf("%s: dir %q: %w", where, s.Dir, err))
 		}
-		for _, p := range []int{s.ClientPort, s.PeerPort} {
+		for _, p := range []int{s.ClientPort, s.PeerPort, s.MetricsPort} {
 			if p <= 0 || p > 65535 {
 				errs = append(errs, fmt.Errorf("%s: port %d is not a TCP port", where, p))
 				continue
@@ -621,7 +774,7 @@ func (c *Cluster) MetricsURLs() []string {
 	}
 	var out []string
 	for _, s := range membersAsSpecs(live, c.registry) {
-		out = append(out, s.ClientURL()+"/metrics")
+		out = append(out, s.MetricsURL()+"/metrics")
 	}
 	sort.Strings(out)
 	return out

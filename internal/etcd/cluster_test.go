@@ -2,13 +2,17 @@ package etcd_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -28,11 +32,7 @@ func testConfig(t *testing.T) etcd.Config {
 	t.Helper()
 	dir := t.TempDir()
 	pki := filepath.Join(dir, "pki")
-	ca, err := controlplane.LoadOrCreateCA(filepath.Join(pki, "ca.crt"), filepath.Join(pki, "ca.key"), "test-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tls, err := controlplane.EnsureEtcdPKI(ca, pki)
+	tls, err := controlplane.EnsureEtcdPKI(pki)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,60 +342,115 @@ func writeRegistry(t *testing.T, cfg etcd.Config, specs []etcd.MemberSpec) {
 	}
 }
 
-// A registry entry that would make capstan delete or serve from the wrong
-// place is refused, by name, before anything is started or removed.
-func TestStartRefusesABadRegistry(t *testing.T) {
-	good := func(cfg etcd.Config) etcd.MemberSpec { return cfg.Bootstrap }
+// A registry damaged by hand or by an old bug never stops every start: a
+// bad entry is left out (its data, wherever it points, stays), a port
+// another entry has moves, and each repair is a warning. The members that
+// were fine serve with their data.
+func TestStartRepairsABadRegistry(t *testing.T) {
+	ctx := context.Background()
+	cfg := testConfig(t)
+	c := start(t, cfg, "the first start")
+	join(t, c, "master-0")
+	if _, err := proxyClient(t, cfg, c).Put(ctx, "/registry/test", "kept"); err != nil {
+		t.Fatal(err)
+	}
+	c.Stop()
+	good, err := etcd.ReadRegistry(cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var boot, m0 etcd.MemberSpec
+	for _, s := range good {
+		switch s.Name {
+		case etcd.BootstrapName:
+			boot = s
+		case "master-0":
+			m0 = s
+		}
+	}
+	outside := filepath.Join(t.TempDir(), "elsewhere")
+	if err := os.MkdirAll(outside, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	cases := map[string]struct {
-		entry func(etcd.Config) etcd.MemberSpec
-		want  string
+		registry func() []etcd.MemberSpec
+		warning  string
 	}{
-		"empty dir": {func(cfg etcd.Config) etcd.MemberSpec { return etcd.MemberSpec{Name: "m", ClientPort: 1, PeerPort: 2} }, `dir "": empty`},
-		"dir outside": {func(cfg etcd.Config) etcd.MemberSpec {
-			return etcd.MemberSpec{Name: "m", Dir: "../elsewhere", ClientPort: 1, PeerPort: 2}
-		}, "not a clean path inside the data dir"},
-		"absolute dir": {func(cfg etcd.Config) etcd.MemberSpec {
-			return etcd.MemberSpec{Name: "m", Dir: "/var/lib/etcd", ClientPort: 1, PeerPort: 2}
-		}, "not a clean path inside the data dir"},
-		"the pki dir": {func(cfg etcd.Config) etcd.MemberSpec {
-			return etcd.MemberSpec{Name: "m", Dir: "pki", ClientPort: 1, PeerPort: 2}
-		}, "nor one under etcd-members/"},
-		"the members dir": {func(cfg etcd.Config) etcd.MemberSpec {
-			return etcd.MemberSpec{Name: "m", Dir: "etcd-members", ClientPort: 1, PeerPort: 2}
-		}, "nor one under etcd-members/"},
-		"no name": {func(cfg etcd.Config) etcd.MemberSpec {
-			return etcd.MemberSpec{Dir: "etcd-members/x", ClientPort: 1, PeerPort: 2}
-		}, "no name"},
-		"name twice": {func(cfg etcd.Config) etcd.MemberSpec {
-			return etcd.MemberSpec{Name: etcd.BootstrapName, Dir: "etcd-members/x", ClientPort: 1, PeerPort: 2}
-		}, "the name is listed twice"},
-		"port shared": {func(cfg etcd.Config) etcd.MemberSpec {
-			return etcd.MemberSpec{Name: "m", Dir: "etcd-members/m", ClientPort: cfg.Bootstrap.PeerPort, PeerPort: 2}
-		}, "is also etcd-bootstrap's"},
-		"port out of range": {func(cfg etcd.Config) etcd.MemberSpec {
-			return etcd.MemberSpec{Name: "m", Dir: "etcd-members/m", ClientPort: 70000, PeerPort: 2}
-		}, "port 70000 is not a TCP port"},
+		"an entry with no dir": {func() []etcd.MemberSpec {
+			return append(slices.Clone(good), etcd.MemberSpec{Name: "m", ClientPort: 1, PeerPort: 2, MetricsPort: 3})
+		}, `dir "": empty: the member's data would be the whole data dir: left out`},
+		"an entry outside the data dir": {func() []etcd.MemberSpec {
+			return append(slices.Clone(good), etcd.MemberSpec{Name: "m", Dir: outside, ClientPort: 1, PeerPort: 2, MetricsPort: 3})
+		}, "not a clean path inside the data dir: left out"},
+		"an entry in the members' dir itself": {func() []etcd.MemberSpec {
+			return append(slices.Clone(good), etcd.MemberSpec{Name: "m", Dir: "etcd-members", ClientPort: 1, PeerPort: 2, MetricsPort: 3})
+		}, "nor one under etcd-members/: left out"},
+		"an entry with no name": {func() []etcd.MemberSpec {
+			return append(slices.Clone(good), etcd.MemberSpec{Dir: "etcd-members/x", ClientPort: 1, PeerPort: 2, MetricsPort: 3})
+		}, "has no name: left out"},
+		"a name twice": {func() []etcd.MemberSpec {
+			return append(slices.Clone(good), etcd.MemberSpec{Name: "master-0", Dir: "etcd-members/x", ClientPort: 1, PeerPort: 2, MetricsPort: 3})
+		}, "is listed before: left out"},
+		// M5: two entries drew the same port.
+		"a port another member has": {func() []etcd.MemberSpec {
+			bad := m0
+			bad.ClientPort = boot.PeerPort
+			return []etcd.MemberSpec{boot, bad}
+		}, "member master-0's client port"},
+		"a port out of range": {func() []etcd.MemberSpec {
+			bad := m0
+			bad.MetricsPort = 70000
+			return []etcd.MemberSpec{boot, bad}
+		}, "member master-0's metrics port 70000 is not its own"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			cfg := testConfig(t)
-			raw, err := json.Marshal([]etcd.MemberSpec{good(cfg), tc.entry(cfg)})
+			raw, err := json.Marshal(tc.registry())
 			if err != nil {
 				t.Fatal(err)
 			}
 			if err := os.WriteFile(filepath.Join(cfg.DataDir, "etcd-members.json"), raw, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			c, err := etcd.Start(context.Background(), cfg)
-			if err == nil {
-				c.Stop()
-				t.Fatal("a bad registry was accepted")
+			c, err := etcd.Start(ctx, cfg)
+			if err != nil {
+				t.Fatalf("a repairable registry stopped the start: %v", err)
 			}
-			if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "etcd-members.json") {
-				t.Errorf("error %q, want it to name the file and say %q", err, tc.want)
+			defer c.Stop()
+			if !slices.ContainsFunc(c.Warnings, func(w string) bool { return strings.Contains(w, tc.warning) }) {
+				t.Errorf("warnings %q, want one saying %q", c.Warnings, tc.warning)
 			}
-			if _, err := os.Stat(cfg.TLS.CA); err != nil {
-				t.Errorf("the data dir lost its CA: %v", err)
+			resp, err := proxyClient(t, cfg, c).Get(ctx, "/registry/test")
+			if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "kept" {
+				t.Fatalf("after the repair the key reads %v, %v", resp, err)
+			}
+			deadline := time.Now().Add(time.Minute)
+			for v := voting(t, c); !v[etcd.BootstrapName] || !v["master-0"]; v = voting(t, c) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the members are not both healthy voters after the repair: %v", v)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			specs, err := etcd.ReadRegistry(cfg.DataDir)
+			if err != nil {
+				t.Fatalf("the repaired registry does not read back: %v", err)
+			}
+			if len(specs) != 2 {
+				t.Errorf("the repaired registry lists %+v, want the two members", specs)
+			}
+			if _, err := os.Stat(outside); err != nil {
+				t.Errorf("the data of an entry left out went: %v", err)
+			}
+			c.Stop()
+			// The next case starts from the repaired registry's members.
+			good = specs
+			for _, s := range specs {
+				switch s.Name {
+				case etcd.BootstrapName:
+					boot = s
+				case "master-0":
+					m0 = s
+				}
 			}
 		})
 	}
@@ -601,4 +656,195 @@ func TestARemoteChangesTheMembershipThroughTheAPIOnly(t *testing.T) {
 	})); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A cluster whose quorum is lost for good (two of three members' data
+// deleted) says so at its next start, at once, and comes back from a
+// snapshot: one member restored with everything written before the
+// snapshot, its revision moved on; what came after the snapshot is gone.
+func TestASnapshotRestoresAClusterThatLostItsQuorum(t *testing.T) {
+	ctx := context.Background()
+	cfg := testConfig(t)
+	c := start(t, cfg, "the first start")
+	for _, n := range []string{"master-0", "master-1", "master-2"} {
+		join(t, c, n)
+	}
+	remove(t, c, etcd.BootstrapName)
+	if _, err := proxyClient(t, cfg, c).Put(ctx, "/registry/before", "kept"); err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(t.TempDir(), "backup", "snapshot.db")
+	st, err := etcd.SaveSnapshot(ctx, cfg.DataDir, cfg.TLS, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Revision < 2 || st.TotalKeys < 1 || st.Member == "" {
+		t.Errorf("snapshot status %+v", st)
+	}
+	if _, err := proxyClient(t, cfg, c).Put(ctx, "/registry/after", "lost"); err != nil {
+		t.Fatal(err)
+	}
+	c.Stop()
+	specs, err := etcd.ReadRegistry(cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range specs {
+		if s.Name != "master-0" {
+			if err := os.RemoveAll(filepath.Join(cfg.DataDir, s.Dir)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	began := time.Now()
+	if _, err := etcd.Start(ctx, cfg); err == nil || !strings.Contains(err.Error(), "cannot form a quorum: the data of 2 of its 3 voting members is gone") ||
+		!strings.Contains(err.Error(), "capstan etcd restore --from") {
+		t.Fatalf("the start without a quorum's data said %v, want it to name the lost members and the restore", err)
+	} else if took := time.Since(began); took > 30*time.Second {
+		t.Errorf("the start took %s to say so", took)
+	}
+	if _, err := etcd.Restore(cfg.DataDir, filepath.Join(cfg.DataDir, "no-such-snapshot"), ""); err == nil {
+		t.Error("a missing snapshot was restored")
+	}
+	if _, err := etcd.Restore(cfg.DataDir, snap, "nobody"); err == nil || !strings.Contains(err.Error(), "--member nobody is not an etcd member") {
+		t.Errorf("an unknown --member: %v", err)
+	}
+	res, err := etcd.Restore(cfg.DataDir, snap, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Member != "master-0" {
+		t.Errorf("restored into %s, want master-0 (the first control-plane member)", res.Member)
+	}
+	if _, err := os.Stat(filepath.Join(res.Aside, "master-0", "member")); err != nil {
+		t.Errorf("the former data of master-0 was not kept aside: %v", err)
+	}
+	c = start(t, cfg, "the start after the restore")
+	cl := proxyClient(t, cfg, c)
+	resp, err := cl.Get(ctx, "/registry/before")
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "kept" {
+		t.Fatalf("a key written before the snapshot reads %v, %v", resp, err)
+	}
+	if resp.Header.Revision < etcd.RevisionBump {
+		t.Errorf("revision %d after the restore, want it moved on by %d", resp.Header.Revision, etcd.RevisionBump)
+	}
+	if resp, err := cl.Get(ctx, "/registry/after"); err != nil || len(resp.Kvs) != 0 {
+		t.Errorf("a key written after the snapshot reads %v, %v", resp, err)
+	}
+	if got := voting(t, c); len(got) != 1 || !got["master-0"] {
+		t.Fatalf("voting members %v after the restore, want master-0 alone", got)
+	}
+	// The operator's way back to three: learners added and promoted.
+	join(t, c, "master-1")
+	join(t, c, "master-2")
+	if got := voting(t, c); len(got) != 3 {
+		t.Fatalf("voting members %v, want three again", got)
+	}
+}
+
+// etcd trusts its own signer only: a certificate of the cluster CA, as
+// every component has, is refused; a client certificate of etcd's signer
+// is refused as a peer (peers must carry the peer certificate's name);
+// the metrics go to the metrics signer's client alone, the readiness to
+// anyone.
+func TestEtcdTrustsOnlyItsOwnSigner(t *testing.T) {
+	ctx := context.Background()
+	cfg := testConfig(t)
+	c := start(t, cfg, "the first start")
+	specs, err := etcd.ReadRegistry(cfg.DataDir)
+	if err != nil || len(specs) != 1 {
+		t.Fatalf("registry %v, %v", specs, err)
+	}
+	member := specs[0]
+	pki := filepath.Join(cfg.DataDir, "pki")
+	clusterCA, err := controlplane.LoadOrCreateCA(filepath.Join(pki, "ca.crt"), filepath.Join(pki, "ca.key"), "capstan-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := clusterCA.Issue(controlplane.LeafSpec{CommonName: "system:serviceaccount:openshift-machine-api:machine-api",
+		Organization: []string{"system:serviceaccounts"}, Client: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	component, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcdCA := x509.NewCertPool()
+	raw, err := os.ReadFile(cfg.TLS.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcdCA.AppendCertsFromPEM(raw)
+	// A component's certificate: no etcd request gets through.
+	cl, err := clientv3.New(clientv3.Config{Endpoints: []string{member.ClientURL()}, DialTimeout: 2 * time.Second, Logger: zap.NewNop(),
+		TLS: &tls.Config{RootCAs: etcdCA, Certificates: []tls.Certificate{component}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	if _, err := cl.Put(rctx, "/registry/rbac/owned", "by a component"); err == nil {
+		t.Error("etcd took a write from a certificate of the cluster CA")
+	}
+	cancel()
+	// The peer port: the client certificate of etcd's own signer is no
+	// peer; the peer certificate is.
+	handshake := func(certFile, keyFile string) error {
+		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := tls.Dial("tcp", strings.TrimPrefix(member.PeerURL(), "https://"), &tls.Config{RootCAs: etcdCA, Certificates: []tls.Certificate{pair}})
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		// TLS 1.3 reports a refused client certificate on the first read.
+		_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, err := conn.Write([]byte("GET /version HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+			return err
+		}
+		_, err = conn.Read(make([]byte, 1))
+		return err
+	}
+	if err := handshake(cfg.TLS.ClientCert, cfg.TLS.ClientKey); err == nil {
+		t.Error("the peer port took etcd's client certificate as a peer")
+	}
+	if err := handshake(cfg.TLS.PeerCert, cfg.TLS.PeerKey); err != nil {
+		t.Errorf("the peer port refused the peer certificate: %v", err)
+	}
+	// The metrics port.
+	metricsCA := x509.NewCertPool()
+	if raw, err := os.ReadFile(cfg.TLS.MetricsCA); err != nil {
+		t.Fatal(err)
+	} else {
+		metricsCA.AppendCertsFromPEM(raw)
+	}
+	get := func(path string, certs ...tls.Certificate) (int, error) {
+		hc := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: metricsCA, Certificates: certs}}}
+		resp, err := hc.Get(member.MetricsURL() + path)
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	prometheus, err := tls.LoadX509KeyPair(cfg.TLS.MetricsClientCert, cfg.TLS.MetricsClientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, err := get("/metrics", prometheus); err != nil || code != http.StatusOK {
+		t.Errorf("/metrics with the metrics client certificate: %d, %v", code, err)
+	}
+	if code, err := get("/metrics"); err != nil || code != http.StatusForbidden {
+		t.Errorf("/metrics without a certificate: %d, %v, want 403", code, err)
+	}
+	if code, err := get("/metrics", component); err == nil && code == http.StatusOK {
+		t.Error("/metrics served a certificate of the cluster CA")
+	}
+	if code, err := get("/readyz"); err != nil || code != http.StatusOK {
+		t.Errorf("/readyz without a certificate: %d, %v", code, err)
+	}
+	_ = c
 }

@@ -29,6 +29,9 @@ type MemberSpec struct {
 	Dir        string `json:"dir"`
 	ClientPort int    `json:"clientPort"`
 	PeerPort   int    `json:"peerPort"`
+	// MetricsPort serves the member's metrics (to Prometheus's client
+	// certificate) and its health (to anyone: a readiness probe).
+	MetricsPort int `json:"metricsPort,omitempty"`
 	// Adding marks a member whose addition to the cluster may not have
 	// happened: capstan stopped between writing it down and adding it.
 	Adding bool `json:"adding,omitempty"`
@@ -45,6 +48,10 @@ type MemberSpec struct {
 	// Added is when the member was added to the cluster (written before
 	// the add): a learner that has not joined some time after is given up.
 	Added time.Time `json:"added,omitzero"`
+	// Voting: the member voted when the membership was last listed. A
+	// start whose voting members' data is gone for a quorum of them says
+	// so at once (the cluster must be restored from a snapshot).
+	Voting bool `json:"voting,omitempty"`
 }
 
 // ClientURL is where the member serves clients.
@@ -53,19 +60,42 @@ func (s MemberSpec) ClientURL() string { return "https://127.0.0.1:" + strconv.I
 // PeerURL is where the member talks to its peers.
 func (s MemberSpec) PeerURL() string { return "https://127.0.0.1:" + strconv.Itoa(s.PeerPort) }
 
-// TLSFiles are the certificates members and their clients use, all signed
-// by the cluster's CA.
+// MetricsURL is where the member serves /metrics, /health and /readyz.
+func (s MemberSpec) MetricsURL() string { return "https://127.0.0.1:" + strconv.Itoa(s.MetricsPort) }
+
+// PeerCommonName is the name the members' peer certificate carries: a
+// member accepts a peer connection only from a certificate of etcd's
+// signer with this name, so a client certificate is never a peer.
+const PeerCommonName = "system:etcd-peer:capstan"
+
+// TLSFiles are the certificates members and their clients use. Those of
+// clients and peers are signed by etcd's signer (CA), which signs nothing
+// else; the metrics are served with certificates of a signer of their own
+// (MetricsCA), to the one client it signs.
 type TLSFiles struct {
 	CA string
-	// Serving is the members' certificate for clients and peers (it is
-	// both server and client certificate, for 127.0.0.1).
+	// Serving is the members' certificate for clients, Peer the one they
+	// present to each other (server and client, named PeerCommonName).
 	ServingCert, ServingKey string
-	// Client is the certificate capstan's own clients present.
+	PeerCert, PeerKey       string
+	// Client is the certificate kube-apiserver and capstan's own clients
+	// present.
 	ClientCert, ClientKey string
+	// MetricsCA signs MetricsServing, the members' metrics endpoint's
+	// certificate, and MetricsClient, the certificate Prometheus
+	// presents to read them.
+	MetricsCA                             string
+	MetricsServingCert, MetricsServingKey string
+	MetricsClientCert, MetricsClientKey   string
 }
 
 func (t TLSFiles) serving() transport.TLSInfo {
 	return transport.TLSInfo{CertFile: t.ServingCert, KeyFile: t.ServingKey, TrustedCAFile: t.CA, ClientCertAuth: true}
+}
+
+func (t TLSFiles) peer() transport.TLSInfo {
+	return transport.TLSInfo{CertFile: t.PeerCert, KeyFile: t.PeerKey, TrustedCAFile: t.CA, ClientCertAuth: true,
+		AllowedCNs: []string{PeerCommonName}}
 }
 
 // Member is a member's process and its supervisor: like a kubelet with

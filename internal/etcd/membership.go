@@ -4,18 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/klog/v2"
 
 	"github.com/capstan-dev/capstan/internal/failpoint"
-	"github.com/capstan-dev/capstan/internal/ports"
 )
 
 // MemberStatus is one member as the cluster and this process see it.
@@ -28,30 +28,44 @@ type MemberStatus struct {
 	// Started: the member has joined (a member added but not yet
 	// started has no name in the cluster's list).
 	Started bool
-	// Healthy: it answered a status request in time.
+	// Healthy: it served a read in time (see healthChecker).
 	Healthy bool
+	// AppliedIndex is the raft index it has applied, Leader the member
+	// it follows, when it answered.
+	AppliedIndex uint64
+	Leader       uint64
 	// Local: this process runs it (it is in the registry).
 	Local bool
+	// Stopped: this process stopped it with its machine.
+	Stopped bool
 	// Added is when this process added it (zero when it did not).
 	Added time.Time
 }
 
-// Members lists the cluster's members with their health.
-func (c *Cluster) Members(ctx context.Context) ([]MemberStatus, error) {
+// List lists the cluster's members without asking them for their health.
+func (c *Cluster) List(ctx context.Context) ([]MemberStatus, error) {
+	out, _, err := c.list(ctx)
+	return out, err
+}
+
+// list is List, and the members not to be asked anything: those stopped
+// and those being removed (a removed member that is asked anything
+// panics on finding itself no longer a member).
+func (c *Cluster) list(ctx context.Context) ([]MemberStatus, map[string]bool, error) {
 	list, err := c.client.MemberList(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c.mu.Lock()
 	registry := append([]MemberSpec(nil), c.registry...)
-	// No request to a stopped member, nor to one being removed.
-	stopped := map[string]bool{}
+	quiet := map[string]bool{}
 	for k, v := range c.stopped {
-		stopped[k] = v
+		quiet[k] = v
 	}
 	for k, v := range c.leaving {
-		stopped[k] = stopped[k] || v
+		quiet[k] = quiet[k] || v
 	}
+	stopped := maps.Clone(c.stopped)
 	c.mu.Unlock()
 	var out []MemberStatus
 	for _, m := range list.Members {
@@ -60,15 +74,45 @@ func (c *Cluster) Members(ctx context.Context) ([]MemberStatus, error) {
 			if s.PeerURL() == st.PeerURL {
 				st.Local, st.Name, st.Added = true, s.Name, s.Added
 				st.ClientURL = s.ClientURL()
+				st.Stopped = stopped[s.Name]
 			}
-		}
-		if !stopped[st.Name] {
-			st.Healthy = answers(ctx, c.client, st.ClientURL)
 		}
 		out = append(out, st)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, quiet, nil
+}
+
+// Members lists the cluster's members with their health.
+func (c *Cluster) Members(ctx context.Context) ([]MemberStatus, error) {
+	out, quiet, err := c.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	checkHealth(ctx, c.health, out, quiet)
 	return out, nil
+}
+
+// checkHealth asks each member but the quiet ones for its health, all at
+// once, and forgets the clients of members gone.
+func checkHealth(ctx context.Context, h *healthChecker, members []MemberStatus, quiet map[string]bool) {
+	var wg sync.WaitGroup
+	urls := make([]string, 0, len(members))
+	for i := range members {
+		st := &members[i]
+		urls = append(urls, st.ClientURL)
+		if quiet[st.Name] || !st.Started {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mh := h.check(ctx, st.ClientURL, st.Learner)
+			st.Healthy, st.AppliedIndex, st.Leader = mh.Healthy, mh.AppliedIndex, mh.Leader
+		}()
+	}
+	wg.Wait()
+	h.keep(urls)
 }
 
 // statusOf is a member as the cluster's list has it.
@@ -83,18 +127,6 @@ func statusOf(m *etcdserverpb.Member) MemberStatus {
 	return st
 }
 
-// answers says whether the member at clientURL answers a status request
-// in time: its health.
-func answers(ctx context.Context, client *clientv3.Client, clientURL string) bool {
-	if clientURL == "" {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	_, err := client.Status(ctx, clientURL)
-	return err == nil
-}
-
 // AddLearner adds a member for name as a learner and starts it: it
 // catches up with the leader before it can be promoted to vote.
 func (c *Cluster) AddLearner(ctx context.Context, name string) error {
@@ -102,20 +134,24 @@ func (c *Cluster) AddLearner(ctx context.Context, name string) error {
 	for _, s := range c.registry {
 		if s.Name == name {
 			c.mu.Unlock()
-			return nil
+			return fmt.Errorf("%w: %s", ErrMemberExists, name)
 		}
 	}
-	clientPort, err := ports.Free()
+	free, err := c.freePortsLocked(3)
 	if err != nil {
 		c.mu.Unlock()
 		return err
 	}
-	peerPort, err := ports.Free()
-	if err != nil {
+	clientPort, peerPort, metricsPort := free[0], free[1], free[2]
+	// A directory left by a member of that name that was removed (a kill
+	// between the registry's write and the data's removal) would start
+	// the learner as the removed member: it goes first.
+	if err := os.RemoveAll(filepath.Join(c.cfg.DataDir, MembersDir, name)); err != nil {
 		c.mu.Unlock()
-		return err
+		return fmt.Errorf("removing the stale data of member %s: %w", name, err)
 	}
-	spec := MemberSpec{Name: name, Dir: filepath.Join(MembersDir, name), ClientPort: clientPort, PeerPort: peerPort, Adding: true, Added: time.Now()}
+	spec := MemberSpec{Name: name, Dir: filepath.Join(MembersDir, name), ClientPort: clientPort, PeerPort: peerPort, MetricsPort: metricsPort,
+		Adding: true, Added: time.Now()}
 	// Written down first: a stop between this and the member's start is
 	// settled at the next start, either way.
 	c.registry = append(c.registry, spec)
@@ -147,6 +183,37 @@ func (c *Cluster) AddLearner(ctx context.Context, name string) error {
 	}
 	c.running[name] = m
 	return c.syncLocked(added.Members)
+}
+
+// ErrMemberExists is AddLearner's answer for a name this process runs a
+// member of already.
+var ErrMemberExists = errors.New("an etcd member of that name is in the registry")
+
+// ForgetRemoved forgets the members of the registry that the cluster no
+// longer lists, removed behind capstan's back (etcdctl member remove, as
+// OpenShift documents for replacing an unhealthy member): their processes
+// stop and their data goes, so that their machines get new members. It
+// returns their names.
+func (c *Cluster) ForgetRemoved(ctx context.Context) ([]string, error) {
+	// The registry is read before the list: a member added since is in
+	// both or in neither.
+	c.mu.Lock()
+	registry := append([]MemberSpec(nil), c.registry...)
+	c.mu.Unlock()
+	list, err := c.client.MemberList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var gone []string
+	for _, s := range registry {
+		if s.Adding || s.Removing || byPeerURL(list.Members, s.PeerURL()) != nil {
+			continue
+		}
+		klog.InfoS("Forgetting an etcd member the cluster no longer lists: it was removed by someone else", "member", s.Name)
+		c.forget(s.Name)
+		gone = append(gone, s.Name)
+	}
+	return gone, nil
 }
 
 // Promote makes a learner a voting member; it fails (and is tried again)
@@ -369,4 +436,20 @@ func (c *Cluster) Running(name string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.running[name] != nil
+}
+
+// ReadyzURL is the /readyz of the member name while this process runs it
+// (a stopped member, or one it does not have, answers nothing).
+func (c *Cluster) ReadyzURL(name string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running[name] == nil {
+		return "", false
+	}
+	for _, s := range c.registry {
+		if s.Name == name {
+			return s.MetricsURL() + "/readyz", true
+		}
+	}
+	return "", false
 }

@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/capstan-dev/capstan/internal/cvo"
@@ -68,14 +70,41 @@ type Operator struct {
 	// its member down (default 5 seconds, the machine config daemon's
 	// reboot).
 	RebootDowntime time.Duration
+	// Instances tells whether a machine's instance still runs: the
+	// member of a machine being deleted stops once its instance is gone.
+	// Without it (a remote etcd), the machine's Node being NotFound
+	// tells.
+	Instances InstanceLookup
+	// KeepQuorumGuard keeps the etcd quorum guard's pods and budget in
+	// openshift-etcd (capstan up, whose simulated kubelets probe the
+	// members' readiness; a remote etcd's hosts have their own guard).
+	KeepQuorumGuard bool
 
 	firstSeen map[uint64]time.Time
+	progress  map[uint64]learnerProgress
 	lastHold  string
+	relabeled map[string]bool
+	// guardReplicas and guardChecked are the quorum guard's size and
+	// when it was last made sure of.
+	guardReplicas int
+	guardChecked  time.Time
 
 	rebootMu sync.Mutex
 	// rebooted are the boots (sim.Boot) of the rebooting machines whose
 	// members were stopped for them.
 	rebooted map[string]int
+}
+
+// InstanceLookup tells whether a machine's instance exists.
+type InstanceLookup interface {
+	InstanceExists(ctx context.Context, machine string) (bool, error)
+}
+
+// learnerProgress is how far a learner was, and when it last moved on or
+// was caught up.
+type learnerProgress struct {
+	applied uint64
+	at      time.Time
 }
 
 // membership is the etcd the operator changes.
@@ -100,7 +129,7 @@ func (o *Operator) QuorumGuard() *hooks.Hook {
 	return &hooks.Hook{Name: QuorumGuardHook, Owner: QuorumGuardOwner, Point: hooks.PreDrain,
 		Selector: labels.SelectorFromSet(labels.Set{machine.MachineRoleLabel: "master"}),
 		Handle: func(ctx context.Context, _ client.Client, m *machinev1.Machine) (hooks.Result, error) {
-			members, err := o.membership().Members(ctx)
+			members, err := o.membership().List(ctx)
 			if err != nil {
 				return hooks.Result{RequeueAfter: time.Second}, nil
 			}
@@ -199,54 +228,103 @@ func (o *Operator) rebootMember(ctx context.Context, name string, boot int) {
 }
 
 // instanceDown reports whether a machine's instance is not running: it is
-// stopped, or it was terminated (the machine is being deleted and its
-// node is gone). Its member's process is down with it (a reboot: see
-// rebootMember).
-func instanceDown(cm controlPlaneMachine) bool {
-	if cm.node == nil {
-		return cm.deleting && cm.m.Status.NodeRef != nil
+// stopped, or, the machine being deleted, the instance was terminated.
+// Its member's process is down with it (a reboot: see rebootMember).
+// Only the cloud's or the API's NotFound says an instance is gone.
+func (o *Operator) instanceDown(ctx context.Context, cm controlPlaneMachine) (bool, error) {
+	switch {
+	case cm.node != nil && sim.Stopped(cm.node):
+		return true, nil
+	case !cm.deleting:
+		return false, nil
+	case o.Instances != nil:
+		exists, err := o.Instances.InstanceExists(ctx, cm.m.Name)
+		return !exists, err
 	}
-	return sim.Stopped(cm.node)
+	return cm.node == nil && cm.m.Status.NodeRef != nil, nil
 }
 
-func (o *Operator) reconcile(ctx context.Context) error {
+// controlPlaneMachines lists the control-plane machines with their nodes.
+// A node is absent only when the API says it is NotFound: any other
+// failure ends the look, as nothing may be decided on a guess.
+func (o *Operator) controlPlaneMachines(ctx context.Context) ([]controlPlaneMachine, error) {
 	list, err := o.Machines.MachineV1beta1().Machines(o.namespace()).List(ctx, metav1.ListOptions{LabelSelector: machine.MachineRoleLabel + "=master"})
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("listing the control-plane machines: %w", err)
 	}
 	var machines []controlPlaneMachine
 	for i := range list.Items {
 		m := &list.Items[i]
 		cm := controlPlaneMachine{m: m, deleting: !m.DeletionTimestamp.IsZero()}
 		if m.Status.NodeRef != nil {
-			if n, err := o.Kube.CoreV1().Nodes().Get(ctx, m.Status.NodeRef.Name, metav1.GetOptions{}); err == nil {
+			n, err := o.Kube.CoreV1().Nodes().Get(ctx, m.Status.NodeRef.Name, metav1.GetOptions{})
+			switch {
+			case err == nil:
 				cm.node = n
+			case !apierrors.IsNotFound(err):
+				return nil, fmt.Errorf("reading node %s of machine %s: %w", m.Status.NodeRef.Name, m.Name, err)
 			}
 		}
 		machines = append(machines, cm)
 	}
 	sort.Slice(machines, func(i, j int) bool { return machines[i].m.Name < machines[j].m.Name })
+	return machines, nil
+}
+
+// machineAPIFunctional: a control-plane Machine is Running
+// (ceohelpers.IsFunctional), so members can be told by their machines.
+func machineAPIFunctional(machines []controlPlaneMachine) bool {
+	for _, cm := range machines {
+		if ptr.Deref(cm.m.Status.Phase, "") == machinev1.PhaseRunning {
+			return true
+		}
+	}
+	return false
+}
+
+func (o *Operator) reconcile(ctx context.Context) error {
+	machines, err := o.controlPlaneMachines(ctx)
+	if err != nil {
+		return err
+	}
 	if o.Cluster != nil {
 		if err := o.followMachines(ctx, machines); err != nil {
+			return err
+		}
+		if _, err := o.Cluster.ForgetRemoved(ctx); err != nil {
+			o.report(ctx, machines, nil, err)
 			return err
 		}
 	}
 	members, err := o.membership().Members(ctx)
 	if err != nil {
-		o.report(ctx, nil, err)
+		o.report(ctx, machines, nil, err)
 		return err
 	}
-	defer func() {
-		if members, err := o.membership().Members(ctx); err == nil {
-			o.report(ctx, members, nil)
+	desired, err := o.desired(ctx)
+	if err != nil {
+		o.report(ctx, machines, members, nil)
+		return err
+	}
+	if o.KeepQuorumGuard {
+		if err := o.ensureQuorumGuard(ctx, desired); err != nil {
+			klog.FromContext(ctx).Error(err, "The etcd quorum guard")
 		}
-	}()
-	return o.changeMembership(ctx, machines, members)
+	}
+	changed, err := o.changeMembership(ctx, machines, members, desired)
+	if changed {
+		if now, lerr := o.membership().Members(ctx); lerr == nil {
+			members = now
+		}
+	}
+	o.report(ctx, machines, members, nil)
+	return err
 }
 
 // followMachines starts and stops the member processes capstan runs as
 // their machines start, stop and reboot.
 func (o *Operator) followMachines(ctx context.Context, machines []controlPlaneMachine) error {
+	log := klog.FromContext(ctx)
 	// A member runs on its machine: it stops with the machine. A machine
 	// started while the API was down has its node started now.
 	for _, cm := range machines {
@@ -269,32 +347,98 @@ func (o *Operator) followMachines(ctx context.Context, machines []controlPlaneMa
 		o.rebootMu.Lock()
 		delete(o.rebooted, name)
 		o.rebootMu.Unlock()
+		down, err := o.instanceDown(ctx, cm)
+		if err != nil {
+			return fmt.Errorf("the instance of machine %s: %w", name, err)
+		}
 		switch {
-		case instanceDown(cm) && o.Cluster.Running(name):
-			o.Cluster.StopMember(name)
-		case cm.node != nil && !instanceDown(cm):
+		case down && o.Cluster.Running(name):
+			o.stopMember(ctx, name)
+		case cm.node != nil && !down:
+			// One member that does not start holds no other.
 			if err := o.Cluster.StartMember(name); err != nil {
-				return err
+				log.Error(err, "Starting the etcd member of a machine", "machine", name)
 			}
 		}
 	}
-	// A member whose machine is gone went with its instance.
+	// A member whose machine is gone went with its instance; a machine
+	// that only stopped being listed as a master (relabelled) keeps its
+	// member.
 	for _, name := range o.Cluster.runningNames() {
-		if name != BootstrapName && !slices.ContainsFunc(machines, func(cm controlPlaneMachine) bool { return cm.m.Name == name }) {
+		if name == BootstrapName || slices.ContainsFunc(machines, func(cm controlPlaneMachine) bool { return cm.m.Name == name }) {
+			continue
+		}
+		_, err := o.Machines.MachineV1beta1().Machines(o.namespace()).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			delete(o.relabeled, name)
 			o.Cluster.StopMember(name)
+		case err != nil:
+			return fmt.Errorf("reading machine %s: %w", name, err)
+		case !o.relabeled[name]:
+			if o.relabeled == nil {
+				o.relabeled = map[string]bool{}
+			}
+			o.relabeled[name] = true
+			log.Info("A machine running an etcd member is no longer labelled a control-plane machine: its member stays", "machine", name,
+				"label", machine.MachineRoleLabel+"=master")
 		}
 	}
 	return nil
 }
 
-// changeMembership makes the one change the etcd operator's rules choose
-// (see Decide).
-func (o *Operator) changeMembership(ctx context.Context, machines []controlPlaneMachine, members []MemberStatus) error {
-	desired, err := o.desired(ctx)
-	if err != nil {
-		return err
+// stopMember stops a member as its machine stops. While the bootstrap
+// member votes, the cluster passes through two voters (the bootstrap
+// member and the first master's): the master's stop would take the
+// quorum with it, though its removal would not. Such a member leaves the
+// cluster first, as a member shut down gracefully would; its machine gets
+// a new member once it runs again.
+func (o *Operator) stopMember(ctx context.Context, name string) {
+	if members, err := o.Cluster.Members(ctx); err == nil && leavesBeforeStop(members, name) {
+		msg := fmt.Sprintf("removing member %s before its machine stops: with the bootstrap member still voting, its stop would lose the quorum and its removal does not", name)
+		if err := o.Cluster.Remove(ctx, name); err != nil {
+			klog.FromContext(ctx).Error(err, "Removing an etcd member before its machine stops", "member", name)
+		} else {
+			klog.FromContext(ctx).Info("Changed the etcd membership", "reason", "ScaleDown", "change", msg)
+			o.event(ctx, "ScaleDown", msg)
+		}
 	}
-	state := RuleState{Desired: desired, Now: time.Now(), LearnerTimeout: o.learnerTimeout()}
+	o.Cluster.StopMember(name)
+}
+
+// leavesBeforeStop says whether name's member must leave before it
+// stops: the bootstrap member votes, and the healthy voting members
+// without it are no quorum of the members as they are, but one of the
+// members without it.
+func leavesBeforeStop(members []MemberStatus, name string) bool {
+	voters, healthy := 0, 0
+	bootstrap, self := false, false
+	for _, m := range members {
+		if !m.Started || m.Learner {
+			continue
+		}
+		voters++
+		if m.Healthy {
+			healthy++
+		}
+		switch m.Name {
+		case BootstrapName:
+			bootstrap = true
+		case name:
+			self = m.Healthy
+		}
+	}
+	if !bootstrap || !self {
+		return false
+	}
+	staying := healthy - 1
+	return staying < voters/2+1 && staying >= (voters-1)/2+1
+}
+
+// changeMembership makes the one change the etcd operator's rules choose
+// (see Decide), and says whether it made one.
+func (o *Operator) changeMembership(ctx context.Context, machines []controlPlaneMachine, members []MemberStatus, desired int) (bool, error) {
+	state := RuleState{Desired: desired, Now: time.Now(), LearnerTimeout: o.learnerTimeout(), MachineAPIFunctional: machineAPIFunctional(machines)}
 	nodeOf := map[string]*corev1.Node{}
 	// A member is named after its machine (capstan up's) or its node
 	// (kubeadm's and OpenShift's); the rules go by machine.
@@ -304,16 +448,15 @@ func (o *Operator) changeMembership(ctx context.Context, machines []controlPlane
 		if cm.m.Status.NodeRef != nil && cm.m.Status.NodeRef.Name != cm.m.Name {
 			machineOf[cm.m.Status.NodeRef.Name] = cm.m.Name
 		}
-		hook := slices.ContainsFunc(cm.m.Spec.LifecycleHooks.PreDrain, func(h machinev1.LifecycleHook) bool {
-			return h.Name == QuorumGuardHook && h.Owner == QuorumGuardOwner
-		})
-		state.Machines = append(state.Machines, RuleMachine{Name: cm.m.Name, Deleting: cm.deleting, Hook: hook,
+		state.Machines = append(state.Machines, RuleMachine{Name: cm.m.Name, Deleting: cm.deleting, Hook: hasQuorumGuard(cm.m),
 			Running: cm.node != nil && !sim.Stopped(cm.node)})
 	}
+	progressed := o.learnersProgress(members, state.Now)
 	seen := map[uint64]bool{}
 	for _, m := range members {
 		seen[m.ID] = true
 		rm := RuleMember{Name: m.Name, ID: m.ID, Learner: m.Learner, Started: m.Started, Healthy: m.Healthy, Added: m.Added,
+			Progressed: progressed[m.ID],
 			// On a remote etcd, hosts add members: a nameless one is one
 			// being started. capstan up adds every member itself and
 			// names it from its registry.
@@ -326,7 +469,7 @@ func (o *Operator) changeMembership(ctx context.Context, machines []controlPlane
 		} else if m.Name != "" && m.Name != BootstrapName {
 			_, err := o.Kube.CoreV1().Nodes().Get(ctx, m.Name, metav1.GetOptions{})
 			if err != nil && !apierrors.IsNotFound(err) {
-				return err
+				return false, fmt.Errorf("reading the node of member %s: %w", m.Name, err)
 			}
 			rm.Node = err == nil
 		}
@@ -350,7 +493,7 @@ func (o *Operator) changeMembership(ctx context.Context, machines []controlPlane
 	}
 	act, err := Decide(state)
 	if err != nil {
-		return err
+		return false, err
 	}
 	log := klog.FromContext(ctx)
 	if name, ok := memberOf[act.Member]; ok {
@@ -362,7 +505,7 @@ func (o *Operator) changeMembership(ctx context.Context, machines []controlPlane
 			log.Info("Etcd membership unchanged", "why", act.Message)
 		}
 		o.lastHold = act.Message
-		return nil
+		return false, nil
 	case ActionPromote:
 		err = o.membership().Promote(ctx, act.Member)
 	case ActionAddLearner:
@@ -373,7 +516,7 @@ func (o *Operator) changeMembership(ctx context.Context, machines []controlPlane
 				log.Info("Etcd membership unchanged", "why", hold)
 			}
 			o.lastHold = hold
-			return nil
+			return false, nil
 		}
 	case ActionRemove:
 		if act.Member == "" {
@@ -384,11 +527,57 @@ func (o *Operator) changeMembership(ctx context.Context, machines []controlPlane
 	}
 	o.lastHold = ""
 	if err != nil {
-		return fmt.Errorf("%s: %w", act.Message, err)
+		return false, fmt.Errorf("%s: %w", act.Message, err)
 	}
 	log.Info("Changed the etcd membership", "reason", act.Reason, "change", act.Message)
 	o.event(ctx, act.Reason, act.Message)
-	return nil
+	return true, nil
+}
+
+// hasQuorumGuard reports whether a machine carries the quorum guard's
+// preDrain hook.
+func hasQuorumGuard(m *machinev1.Machine) bool {
+	return slices.ContainsFunc(m.Spec.LifecycleHooks.PreDrain, func(h machinev1.LifecycleHook) bool {
+		return h.Name == QuorumGuardHook && h.Owner == QuorumGuardOwner
+	})
+}
+
+// learnersProgress says when each learner last made progress: it applied
+// more than when last seen, or as much as the leader. A learner that
+// answers but never catches up is thus told from one catching up.
+func (o *Operator) learnersProgress(members []MemberStatus, now time.Time) map[uint64]time.Time {
+	var leaderApplied uint64
+	for _, m := range members {
+		for _, l := range members {
+			if m.Leader != 0 && l.ID == m.Leader && l.Healthy {
+				leaderApplied = l.AppliedIndex
+			}
+		}
+	}
+	out := map[uint64]time.Time{}
+	live := map[uint64]bool{}
+	for _, m := range members {
+		if !m.Learner {
+			continue
+		}
+		live[m.ID] = true
+		if o.progress == nil {
+			o.progress = map[uint64]learnerProgress{}
+		}
+		p := o.progress[m.ID]
+		if m.Healthy && (m.AppliedIndex > p.applied || leaderApplied > 0 && m.AppliedIndex >= leaderApplied) {
+			p.at = now
+		}
+		p.applied = max(p.applied, m.AppliedIndex)
+		o.progress[m.ID] = p
+		out[m.ID] = p.at
+	}
+	for id := range o.progress {
+		if !live[id] {
+			delete(o.progress, id)
+		}
+	}
+	return out
 }
 
 // desired is the control plane's size: the ControlPlaneMachineSet's
@@ -436,9 +625,9 @@ func (o *Operator) event(ctx context.Context, reason, message string) {
 	}
 }
 
-// report writes the etcd ClusterOperator from the members, in the etcd
-// operator's words.
-func (o *Operator) report(ctx context.Context, members []MemberStatus, listErr error) {
+// report writes the etcd ClusterOperator from the machines and the
+// members, in the etcd operator's words.
+func (o *Operator) report(ctx context.Context, machines []controlPlaneMachine, members []MemberStatus, listErr error) {
 	cos := o.Config.ConfigV1().ClusterOperators()
 	co, err := cos.Get(ctx, ClusterOperatorName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -484,13 +673,11 @@ func (o *Operator) report(ctx context.Context, members []MemberStatus, listErr e
 		} else {
 			set(configv1.OperatorDegraded, configv1.ConditionFalse, "AsExpected", "EtcdMembersDegraded: No unhealthy members found")
 		}
-	}
-	if len(unstarted)+len(learners) > 0 {
-		names := append(append([]string(nil), learners...), unstarted...)
-		set(configv1.OperatorProgressing, configv1.ConditionTrue, "EtcdMembers_MembersNotStarted",
-			fmt.Sprintf("EtcdMembersProgressing: %s joining the cluster", strings.Join(names, ", ")))
-	} else {
-		set(configv1.OperatorProgressing, configv1.ConditionFalse, "AsExpected", "EtcdMembersProgressing: No unstarted etcd members found")
+		if reason, message := progressing(machines, members); reason != "" {
+			set(configv1.OperatorProgressing, configv1.ConditionTrue, reason, message)
+		} else {
+			set(configv1.OperatorProgressing, configv1.ConditionFalse, "AsExpected", "EtcdMembersProgressing: No unstarted etcd members found")
+		}
 	}
 	set(configv1.OperatorUpgradeable, configv1.ConditionTrue, "AsExpected", "All is well")
 	st.RelatedObjects = []configv1.ObjectReference{{Group: "machine.openshift.io", Resource: "machines", Namespace: o.namespace()}}
@@ -504,6 +691,61 @@ func (o *Operator) report(ctx context.Context, members []MemberStatus, listErr e
 	}
 	co.Status = *st
 	_, _ = cos.UpdateStatus(ctx, co, metav1.UpdateOptions{})
+}
+
+// progressing says why the etcd ClusterOperator is Progressing (empty:
+// it is not): members joining, control-plane machines without a voting
+// member, the bootstrap member not gone yet. The cluster is
+// fault-tolerant only once none holds. Reasons and messages are joined
+// as library-go's union of conditions joins them.
+func progressing(machines []controlPlaneMachine, members []MemberStatus) (reason, message string) {
+	var reasons, messages []string
+	var joining []string
+	voters := map[string]bool{}
+	bootstrap := false
+	for _, m := range members {
+		switch {
+		case m.Name == BootstrapName:
+			bootstrap = true
+		case !m.Started || m.Learner:
+			joining = append(joining, cmp.Or(m.Name, fmt.Sprintf("%x", m.ID)))
+		default:
+			voters[m.Name] = true
+		}
+	}
+	if len(joining) > 0 {
+		reasons = append(reasons, "EtcdMembers_MembersNotStarted")
+		messages = append(messages, fmt.Sprintf("EtcdMembersProgressing: %s joining the cluster", strings.Join(joining, ", ")))
+	}
+	var without []string
+	for _, cm := range machines {
+		if cm.deleting {
+			continue
+		}
+		node := ""
+		if cm.m.Status.NodeRef != nil {
+			node = cm.m.Status.NodeRef.Name
+		}
+		if !voters[cm.m.Name] && (node == "" || !voters[node]) {
+			without = append(without, cm.m.Name)
+		}
+	}
+	if len(without) > 0 {
+		reasons = append(reasons, "EtcdMembers_MachinesWithoutVotingMember")
+		messages = append(messages, fmt.Sprintf("EtcdMembersProgressing: %s %s no voting member yet", strings.Join(without, ", "), pluralHas(len(without))))
+	}
+	if bootstrap {
+		reasons = append(reasons, "BootstrapTeardown_BootstrapMemberPresent")
+		messages = append(messages, "BootstrapTeardownProgressing: the bootstrap member etcd-bootstrap is still a member, waiting for the control-plane machines' members to vote")
+	}
+	return strings.Join(reasons, "::"), strings.Join(messages, "\n")
+}
+
+func pluralHas(n int) string {
+	if n == 1 {
+		return "has"
+	}
+	return "have"
 }
 
 // releaseVersion is the version of the release the cluster last

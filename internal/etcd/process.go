@@ -2,10 +2,15 @@ package etcd
 
 import (
 	"bufio"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log"
+	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -14,8 +19,11 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/etcdhttp"
+	"go.uber.org/zap"
 )
 
 // A member runs in its own process, as each control-plane machine's
@@ -51,6 +59,12 @@ func (c memberConfig) memberArgs() []string {
 		"--trusted-ca-file", c.tls.CA,
 		"--cert-file", c.tls.ServingCert,
 		"--key-file", c.tls.ServingKey,
+		"--peer-cert-file", c.tls.PeerCert,
+		"--peer-key-file", c.tls.PeerKey,
+		"--metrics-port", strconv.Itoa(c.spec.MetricsPort),
+		"--metrics-ca-file", c.tls.MetricsCA,
+		"--metrics-cert-file", c.tls.MetricsServingCert,
+		"--metrics-key-file", c.tls.MetricsServingKey,
 		"--log-file", c.logFile,
 		"--exit-with-parent",
 	}
@@ -78,9 +92,15 @@ func MemberMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.dir, "data-dir", "", "the member's data dir")
 	fs.IntVar(&c.spec.ClientPort, "client-port", 0, "loopback port serving clients")
 	fs.IntVar(&c.spec.PeerPort, "peer-port", 0, "loopback port serving peers")
-	fs.StringVar(&c.tls.CA, "trusted-ca-file", "", "CA of clients and peers")
-	fs.StringVar(&c.tls.ServingCert, "cert-file", "", "serving (and peer client) certificate")
+	fs.StringVar(&c.tls.CA, "trusted-ca-file", "", "etcd's signer: the CA of clients and peers")
+	fs.StringVar(&c.tls.ServingCert, "cert-file", "", "serving certificate for clients")
 	fs.StringVar(&c.tls.ServingKey, "key-file", "", "its key")
+	fs.StringVar(&c.tls.PeerCert, "peer-cert-file", "", "peer certificate (server and client), named "+PeerCommonName)
+	fs.StringVar(&c.tls.PeerKey, "peer-key-file", "", "its key")
+	fs.IntVar(&c.spec.MetricsPort, "metrics-port", 0, "loopback port serving /metrics (to clients of the metrics CA) and /health, /readyz, /livez")
+	fs.StringVar(&c.tls.MetricsCA, "metrics-ca-file", "", "the metrics signer: the CA of the metrics' clients")
+	fs.StringVar(&c.tls.MetricsServingCert, "metrics-cert-file", "", "serving certificate of the metrics port")
+	fs.StringVar(&c.tls.MetricsServingKey, "metrics-key-file", "", "its key")
 	fs.StringVar(&c.logFile, "log-file", "", "where the member logs (default: standard error)")
 	fs.StringVar(&initialCluster, "initial-cluster", "", "name=peerURL,... of a member without data")
 	fs.StringVar(&state, "initial-cluster-state", "existing", "new or existing, for a member without data")
@@ -91,12 +111,13 @@ func MemberMain(args []string, stdout, stderr io.Writer) int {
 	}
 	var missing []string
 	for flagName, v := range map[string]string{"name": c.spec.Name, "data-dir": c.dir, "trusted-ca-file": c.tls.CA,
-		"cert-file": c.tls.ServingCert, "key-file": c.tls.ServingKey} {
+		"cert-file": c.tls.ServingCert, "key-file": c.tls.ServingKey, "peer-cert-file": c.tls.PeerCert, "peer-key-file": c.tls.PeerKey,
+		"metrics-ca-file": c.tls.MetricsCA, "metrics-cert-file": c.tls.MetricsServingCert, "metrics-key-file": c.tls.MetricsServingKey} {
 		if v == "" {
 			missing = append(missing, "--"+flagName)
 		}
 	}
-	for flagName, p := range map[string]int{"client-port": c.spec.ClientPort, "peer-port": c.spec.PeerPort} {
+	for flagName, p := range map[string]int{"client-port": c.spec.ClientPort, "peer-port": c.spec.PeerPort, "metrics-port": c.spec.MetricsPort} {
 		if p <= 0 || p > 65535 {
 			missing = append(missing, fmt.Sprintf("--%s (a TCP port, not %d)", flagName, p))
 		}
@@ -126,6 +147,13 @@ func MemberMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "etcd member %s: %v\n", c.spec.Name, err)
 		return 1
 	}
+	metrics, err := serveMetrics(c, e)
+	if err != nil {
+		fmt.Fprintf(stderr, "etcd member %s: %v\n", c.spec.Name, err)
+		e.Close()
+		return 1
+	}
+	defer metrics.Close()
 	select {
 	case <-e.Server.ReadyNotify():
 		fmt.Fprintln(stdout, memberReady)
@@ -163,7 +191,7 @@ func (c memberConfig) embedConfig() *embed.Config {
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
 	cfg.ClientTLSInfo = c.tls.serving()
-	cfg.PeerTLSInfo = c.tls.serving()
+	cfg.PeerTLSInfo = c.tls.peer()
 	cfg.InitialCluster = c.initialCluster
 	cfg.ClusterState = c.state
 	cfg.InitialClusterToken = "capstan"
@@ -199,9 +227,13 @@ type memberProcess struct {
 
 // launch starts a process for the member c describes.
 func launch(c memberConfig) (*memberProcess, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
+	// The running binary itself, even when its file was replaced since
+	// (a rebuild): the member is always the same code as its supervisor.
+	self := "/proc/self/exe"
+	if _, err := os.Stat(self); err != nil {
+		if self, err = os.Executable(); err != nil {
+			return nil, err
+		}
 	}
 	logf, err := os.OpenFile(c.logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
@@ -284,4 +316,43 @@ func startOnLockedThread(cmd *exec.Cmd) error {
 	r := spawnRequest{cmd: cmd, done: make(chan error, 1)}
 	spawner.reqs <- r
 	return <-r.done
+}
+
+// serveMetrics serves the member's metrics port, as OpenShift's etcd pod
+// serves its metrics (with the etcd-metric-signer's certificates) and its
+// readiness: /metrics to a client certificate of the metrics signer only,
+// /health, /readyz and /livez to anyone (a readiness probe presents no
+// certificate). It is the member's only port without client
+// certificates, and it answers nothing but health.
+func serveMetrics(c memberConfig, e *embed.Etcd) (io.Closer, error) {
+	pair, err := tls.LoadX509KeyPair(c.tls.MetricsServingCert, c.tls.MetricsServingKey)
+	if err != nil {
+		return nil, fmt.Errorf("the metrics serving certificate: %w", err)
+	}
+	caPEM, err := os.ReadFile(c.tls.MetricsCA)
+	if err != nil {
+		return nil, fmt.Errorf("the metrics CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("the metrics CA %s holds no certificate", c.tls.MetricsCA)
+	}
+	mux := http.NewServeMux()
+	etcdhttp.HandleMetrics(mux)
+	etcdhttp.HandleHealth(zap.NewNop(), mux, e.Server)
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
+			http.Error(w, "the metrics are served to a client certificate of the etcd metrics signer", http.StatusForbidden)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(c.spec.MetricsPort)))
+	if err != nil {
+		return nil, fmt.Errorf("the metrics port: %w", err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0),
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12}}
+	go func() { _ = srv.ServeTLS(l, "", "") }()
+	return srv, nil
 }

@@ -19,7 +19,10 @@ import (
 // run on their hosts and that capstan reaches only through etcd's API
 // (Remote).
 type Membership interface {
+	// Members lists the members with their health.
 	Members(ctx context.Context) ([]MemberStatus, error)
+	// List lists them without asking them anything.
+	List(ctx context.Context) ([]MemberStatus, error)
 	// AddLearner adds a member for the named machine as a learner.
 	AddLearner(ctx context.Context, name string) error
 	// Promote makes the named learner a voting member.
@@ -71,6 +74,7 @@ func (c RemoteConfig) Validate() error {
 // etcd's API, and starts or stops no process.
 type Remote struct {
 	client *clientv3.Client
+	health *healthChecker
 }
 
 // DialRemote connects to the members of cfg.
@@ -92,23 +96,34 @@ func DialRemote(cfg RemoteConfig) (*Remote, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcd at %s: %w", strings.Join(cfg.Endpoints, ","), err)
 	}
-	return &Remote{client: client}, nil
+	return &Remote{client: client, health: newHealthChecker(cc.TLS)}, nil
 }
 
 // Close closes the client.
-func (r *Remote) Close() error { return r.client.Close() }
+func (r *Remote) Close() error {
+	r.health.close()
+	return r.client.Close()
+}
 
-// Members lists the members, each asked for its status for its health.
+// Members lists the members with their health.
 func (r *Remote) Members(ctx context.Context) ([]MemberStatus, error) {
+	out, err := r.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	checkHealth(ctx, r.health, out, nil)
+	return out, nil
+}
+
+// List lists the members.
+func (r *Remote) List(ctx context.Context) ([]MemberStatus, error) {
 	list, err := r.client.MemberList(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var out []MemberStatus
 	for _, m := range list.Members {
-		st := statusOf(m)
-		st.Healthy = answers(ctx, r.client, st.ClientURL)
-		out = append(out, st)
+		out = append(out, statusOf(m))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil

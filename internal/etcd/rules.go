@@ -12,39 +12,57 @@ import (
 // which one change to make, and the operator makes it. One change at a
 // time, as upstream does, so that every step is judged on fresh state.
 //
-// The rules, in the order they are tried:
+// Without a functional Machine API (no control-plane Machine Running: a
+// cluster whose masters are not Machines, as kubeadm's or a UPI install)
+// the rules cannot tell a member's machine, so they only promote learners
+// (clustermembercontroller's shouldPromote) and never remove a member
+// (clustermemberremovalcontroller returns early).
 //
-//  1. A learner (or a member added but never started) whose machine is
-//     being deleted or is gone is removed: it does not vote, so this is
-//     always safe (attemptToRemoveLearningMember). A member a host added
-//     and has not started yet (Joining) has no machine to tell: rule 2
-//     alone applies to it.
-//  2. A learner or unstarted member that has not become a voter within
-//     LearnerTimeout of being added is removed: an add that failed half
-//     way, or a learner that can never catch up, must not block every
-//     later change.
+// With it, the rules, in the order they are tried:
+//
+//  1. A learner whose machine is being deleted is removed: it does not
+//     vote, so this is always safe (attemptToRemoveLearningMember). A
+//     learner with no machine at all goes only once it is unhealthy and
+//     has no node (removeMemberWithoutMachine): a host may be joining it.
+//     A member a host added and has not started yet (Joining) has no
+//     machine to tell: rule 2 alone applies to it.
+//  2. A learner (or a member added but never started) that is unhealthy,
+//     or behind the leader without catching up, for LearnerTimeout since
+//     it was added or last made progress, is removed: an add that failed
+//     half way must not block every later change. A healthy learner that
+//     is catching up is never given up (upstream has no timeout at all).
 //  3. A voting member that is unhealthy and whose node is gone, with its
 //     machine gone or being deleted, is dead: it is removed. Removing an
 //     unhealthy member lowers the quorum and leaves the healthy count as
-//     it was, so no quorum check is needed
-//     (removeUnhealthyMemberWithoutNode).
+//     it was (removeUnhealthyMemberWithoutNode).
 //  4. A started, healthy learner is promoted when its machine stays and
-//     carries the quorum guard hook (shouldPromote); etcd itself refuses
-//     the promotion until the learner has caught up with the leader.
+//     carries the quorum guard hook (shouldPromote), while every voting
+//     member but the bootstrap one is healthy (a promotion beside a dead
+//     voter makes a larger cluster with the same number alive:
+//     reconcileMembers returns on unhealthy members), and only while the
+//     voting members whose machines stay are fewer than Desired: a
+//     promotion never takes the cluster above its size but to replace a
+//     machine being deleted. etcd itself refuses the promotion until the
+//     learner has caught up with the leader.
 //  5. Scale down (attemptToScaleDown): with at least Desired voting
-//     members, one of them on a machine being deleted, and at least
-//     MinimumTolerableQuorum(Desired) of them healthy: an unhealthy member
-//     of a deleting machine goes first; a healthy one goes only while the
-//     voting members exceed Desired. An unhealthy member whose machine is
-//     not being deleted holds every scale-down.
-//  6. A voting member with no machine at all is removed only while the
-//     voting members exceed Desired: a healthy member whose machine
-//     vanished never takes the cluster below its size.
-//  7. The bootstrap member leaves once Desired machine members vote, all
-//     of them healthy.
-//  8. A learner is added for a running machine that stays and has no
-//     member, only when every member is healthy and started and no other
-//     learner is catching up (clustermembercontroller).
+//     members, one of them on a machine being deleted, at least
+//     MinimumTolerableQuorum(Desired) of them healthy, and no unhealthy
+//     member whose machine stays: an unhealthy member of a deleting
+//     machine goes first; a healthy one goes only while the voting
+//     members of machines exceed Desired. While the bootstrap member
+//     votes it counts towards the size and the quorum of the first case:
+//     a master that dies before the bootstrap member left is removed
+//     like any dead master, so its replacement can join.
+//  6. The bootstrap member leaves once Desired machine members vote, all
+//     of them healthy (the bootstrap teardown controller).
+//  7. A learner is added for a running machine that stays, carries the
+//     quorum guard hook and has no member, only when every member is
+//     healthy and started and no other learner is catching up
+//     (clustermembercontroller).
+//
+// A healthy voting member with no machine is never removed: upstream
+// removes a member without a machine only once it has no node and is
+// unhealthy (rule 3).
 
 // RuleMachine is a control-plane machine as the rules see it.
 type RuleMachine struct {
@@ -71,6 +89,9 @@ type RuleMember struct {
 	Node bool
 	// Added is when the member was added (learners and unstarted members).
 	Added time.Time
+	// Progressed is when a learner was last seen caught up with the
+	// leader or closer to it than before (zero: never).
+	Progressed time.Time
 	// Joining: added by a host and not started yet, so nameless and of
 	// no machine the operator can tell (an etcd capstan does not run):
 	// only the learner timeout gives it up.
@@ -87,9 +108,12 @@ type RuleState struct {
 	// Desired is the control plane's size: the ControlPlaneMachineSet's
 	// replicas.
 	Desired int
-	Now     time.Time
-	// LearnerTimeout is how long a member may stay a learner (or
-	// unstarted) before it is given up.
+	// MachineAPIFunctional: a control-plane Machine is Running, so the
+	// members can be told by their machines (ceohelpers.IsFunctional).
+	MachineAPIFunctional bool
+	Now                  time.Time
+	// LearnerTimeout is how long a learner may stay unhealthy, unstarted
+	// or stalled before it is given up.
 	LearnerTimeout time.Duration
 }
 
@@ -126,154 +150,256 @@ func MinimumTolerableQuorum(members int) (int, error) {
 	return members/2 + 1, nil
 }
 
+// ruleView is a RuleState sorted and counted once for every rule.
+type ruleView struct {
+	RuleState
+	machines map[string]RuleMachine
+	members  []RuleMember
+	// voting and healthyVoting are the machines' voting members (the
+	// bootstrap member is apart).
+	voting, healthyVoting []RuleMember
+	// bootstrap is the bootstrap member, when it votes.
+	bootstrap *RuleMember
+	hasMember map[string]bool
+	learning  int
+	// allHealthy: every member is started and healthy.
+	allHealthy bool
+}
+
+func newRuleView(s RuleState) *ruleView {
+	v := &ruleView{RuleState: s, machines: map[string]RuleMachine{}, hasMember: map[string]bool{}, allHealthy: true}
+	for _, m := range s.Machines {
+		v.machines[m.Name] = m
+	}
+	v.members = slices.Clone(s.Members)
+	slices.SortFunc(v.members, func(a, b RuleMember) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID)) })
+	for i, m := range v.members {
+		v.hasMember[m.Name] = true
+		if !m.Healthy || !m.Started {
+			v.allHealthy = false
+		}
+		switch {
+		case !m.votes():
+			v.learning++
+		case m.Name == BootstrapName:
+			v.bootstrap = &v.members[i]
+		default:
+			v.voting = append(v.voting, m)
+			if m.Healthy {
+				v.healthyVoting = append(v.healthyVoting, m)
+			}
+		}
+	}
+	return v
+}
+
+// staying counts the machines' voting members whose machines are not
+// being deleted (a member without a machine counts: it is not leaving).
+func (v *ruleView) staying() int {
+	n := 0
+	for _, m := range v.voting {
+		if mc, ok := v.machines[m.Name]; !ok || !mc.Deleting {
+			n++
+		}
+	}
+	return n
+}
+
+// unhealthyVoters names the machines' voting members that are unhealthy.
+func (v *ruleView) unhealthyVoters() []string {
+	var out []string
+	for _, m := range v.voting {
+		if !m.Healthy {
+			out = append(out, m.Name)
+		}
+	}
+	return out
+}
+
+func remove(m RuleMember, reason, format string, args ...any) Action {
+	return Action{Kind: ActionRemove, Member: m.Name, ID: m.ID, Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
 // Decide returns the one membership change to make now, or ActionNone
 // with a Message saying what holds it when nothing can be done.
 func Decide(s RuleState) (Action, error) {
 	if s.Desired <= 0 {
 		return Action{}, fmt.Errorf("the desired control-plane size is %d: it must be at least 1", s.Desired)
 	}
-	machines := map[string]RuleMachine{}
-	for _, m := range s.Machines {
-		machines[m.Name] = m
+	v := newRuleView(s)
+	if !s.MachineAPIFunctional {
+		if act, ok := v.promotion(); ok || act.Message != "" {
+			return act, nil
+		}
+		return Action{Message: "the Machine API is not functional (no control-plane Machine is Running): learners are promoted, no member is added or removed"}, nil
 	}
-	members := slices.Clone(s.Members)
-	slices.SortFunc(members, func(a, b RuleMember) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID)) })
-	hasMember := map[string]bool{}
-	var voting, healthyVoting []RuleMember
-	learning := 0
-	allHealthy := true
-	for _, m := range members {
-		hasMember[m.Name] = true
-		if !m.Healthy || !m.Started {
-			allHealthy = false
+	// The first rule that holds a change says why, unless a later one
+	// makes a change.
+	hold := ""
+	for _, rule := range []func() (Action, bool){v.learnerRemoval, v.deadMember, v.promotion, v.scaleDown, v.bootstrapTeardown, v.addLearner} {
+		act, ok := rule()
+		if ok {
+			return act, nil
 		}
-		if !m.votes() {
-			learning++
-			continue
-		}
-		if m.Name == BootstrapName {
-			continue
-		}
-		voting = append(voting, m)
-		if m.Healthy {
-			healthyVoting = append(healthyVoting, m)
+		if hold == "" {
+			hold = act.Message
 		}
 	}
-	remove := func(m RuleMember, reason, format string, args ...any) Action {
-		return Action{Kind: ActionRemove, Member: m.Name, ID: m.ID, Reason: reason, Message: fmt.Sprintf(format, args...)}
-	}
+	return Action{Message: hold}, nil
+}
 
-	// 1 and 2: learners that cannot or did not join.
-	for _, m := range members {
-		if m.votes() {
+// learnerRemoval is rules 1 and 2: learners that cannot or did not join.
+func (v *ruleView) learnerRemoval() (Action, bool) {
+	for _, m := range v.members {
+		if m.votes() || m.Name == BootstrapName {
 			continue
 		}
-		mc, ok := machines[m.Name]
-		if m.Name != BootstrapName && !m.Joining && (!ok || mc.Deleting) {
-			return remove(m, "ScaleDown", "removing learner member %s: its machine is being deleted", describe(m)), nil
+		if !m.Joining {
+			mc, ok := v.machines[m.Name]
+			switch {
+			case ok && mc.Deleting:
+				return remove(m, "ScaleDown", "removing learner member %s: its machine is being deleted", describe(m)), true
+			case !ok && !m.Healthy && !m.Node:
+				return remove(m, "ScaleDown", "removing learner member %s: it has no machine nor node and is unhealthy", describe(m)), true
+			}
 		}
-		if s.LearnerTimeout > 0 && !m.Added.IsZero() && s.Now.Sub(m.Added) >= s.LearnerTimeout {
-			return remove(m, "ScaleDown", "removing learner member %s: it has not joined as a voting member within %s", describe(m), s.LearnerTimeout), nil
+		since := m.Added
+		if m.Progressed.After(since) {
+			since = m.Progressed
+		}
+		if v.LearnerTimeout > 0 && !since.IsZero() && v.Now.Sub(since) >= v.LearnerTimeout {
+			what := "it has not joined as a voting member"
+			if m.Started && m.Healthy {
+				what = "it has not caught up with the leader"
+			}
+			return remove(m, "ScaleDown", "removing learner member %s: %s within %s", describe(m), what, v.LearnerTimeout), true
 		}
 	}
-	// 3: dead members.
-	for _, m := range voting {
-		mc, ok := machines[m.Name]
+	return Action{}, false
+}
+
+// deadMember is rule 3.
+func (v *ruleView) deadMember() (Action, bool) {
+	for _, m := range v.voting {
+		mc, ok := v.machines[m.Name]
 		if !m.Healthy && !m.Node && (!ok || mc.Deleting) {
-			return remove(m, "ScaleDown", "removing member %s: it is unhealthy and its node is gone", describe(m)), nil
+			return remove(m, "ScaleDown", "removing member %s: it is unhealthy and its node is gone", describe(m)), true
 		}
 	}
-	// 4: promotion.
-	for _, m := range members {
+	return Action{}, false
+}
+
+// promotion is rule 4. Without a functional Machine API every learner
+// qualifies by itself; the health and size gates hold either way.
+func (v *ruleView) promotion() (Action, bool) {
+	for _, m := range v.members {
 		if !m.Learner || !m.Started || !m.Healthy {
 			continue
 		}
-		if mc, ok := machines[m.Name]; ok && !mc.Deleting && mc.Hook {
-			return Action{Kind: ActionPromote, Member: m.Name, ID: m.ID, Reason: "MemberPromote",
-				Message: fmt.Sprintf("promoting learner member %s", describe(m))}, nil
+		if v.MachineAPIFunctional {
+			if mc, ok := v.machines[m.Name]; !ok || mc.Deleting || !mc.Hook {
+				continue
+			}
 		}
+		if bad := v.unhealthyVoters(); len(bad) > 0 {
+			return Action{Message: fmt.Sprintf("not promoting learner member %s: unhealthy voting members found: %v", describe(m), bad)}, false
+		}
+		if n := v.staying(); n >= v.Desired {
+			return Action{Message: fmt.Sprintf("not promoting learner member %s: %d voting members already stay, the desired control-plane size is %d", describe(m), n, v.Desired)}, false
+		}
+		return Action{Kind: ActionPromote, Member: m.Name, ID: m.ID, Reason: "MemberPromote",
+			Message: fmt.Sprintf("promoting learner member %s", describe(m))}, true
 	}
-	// 5: scale down.
-	quorum, _ := MinimumTolerableQuorum(s.Desired)
+	return Action{}, false
+}
+
+// scaleDown is rule 5: a removal, or why none.
+func (v *ruleView) scaleDown() (Action, bool) {
+	quorum, _ := MinimumTolerableQuorum(v.Desired)
 	var pendingDeletion []RuleMember
 	var unhealthyElsewhere []string
-	for _, m := range voting {
-		mc, ok := machines[m.Name]
+	for _, m := range v.voting {
+		mc, ok := v.machines[m.Name]
 		switch {
 		case ok && mc.Deleting:
 			pendingDeletion = append(pendingDeletion, m)
-		case ok && !m.Healthy:
+		case !m.Healthy:
 			unhealthyElsewhere = append(unhealthyElsewhere, m.Name)
 		}
 	}
-	hold := ""
+	if len(pendingDeletion) == 0 {
+		return Action{}, false
+	}
+	size, healthy := len(v.voting), len(v.healthyVoting)
+	if b := v.bootstrap; b != nil {
+		size++
+		if b.Healthy {
+			healthy++
+		} else {
+			unhealthyElsewhere = append(unhealthyElsewhere, BootstrapName)
+		}
+	}
 	switch {
-	case len(pendingDeletion) == 0:
-	case len(voting) < s.Desired:
-		hold = fmt.Sprintf("Ignoring scale down since the number of voting, non-bootstrap etcd members (%d) < desired number of control-plane replicas (%d)", len(voting), s.Desired)
-	case len(healthyVoting) < quorum:
-		hold = fmt.Sprintf("Ignoring scale down since the number of healthy voting, non-bootstrap etcd members (%d) < minimum required to maintain quorum (%d)", len(healthyVoting), quorum)
+	case size < v.Desired:
+		return Action{Message: fmt.Sprintf("Ignoring scale down since the number of voting, non-bootstrap etcd members (%d) < desired number of control-plane replicas (%d)", size, v.Desired)}, false
+	case healthy < quorum:
+		return Action{Message: fmt.Sprintf("Ignoring scale down since the number of healthy voting, non-bootstrap etcd members (%d) < minimum required to maintain quorum (%d)", healthy, quorum)}, false
 	case len(unhealthyElsewhere) > 0:
-		hold = fmt.Sprintf("cannot proceed with scaling down, unhealthy voting etcd members found: %v but none are pending deletion", unhealthyElsewhere)
-	default:
-		// Unhealthy first; among equals the one whose index has more
-		// voting members (it spreads the members over the failure
-		// domains), then by name.
-		perIndex := map[string]int{}
-		for _, m := range voting {
-			perIndex[machineIndex(m.Name)]++
-		}
-		slices.SortStableFunc(pendingDeletion, func(a, b RuleMember) int {
-			if a.Healthy != b.Healthy {
-				if !a.Healthy {
-					return -1
-				}
-				return 1
-			}
-			return perIndex[machineIndex(b.Name)] - perIndex[machineIndex(a.Name)]
-		})
-		first := pendingDeletion[0]
-		if !first.Healthy {
-			return remove(first, "ScaleDown", "removing member %s: it is unhealthy and its machine is being deleted", describe(first)), nil
-		}
-		if len(voting) > s.Desired {
-			return remove(first, "ScaleDown", "removing member %s: its machine is being deleted and its replacement votes", describe(first)), nil
-		}
+		return Action{Message: fmt.Sprintf("cannot proceed with scaling down, unhealthy voting etcd members found: %v but none are pending deletion", unhealthyElsewhere)}, false
 	}
-	// 6: members without a machine, as long as the healthy ones that stay
-	// keep the quorum.
-	if len(voting) > s.Desired {
-		for _, m := range voting {
-			staying := len(healthyVoting)
-			if m.Healthy {
-				staying--
-			}
-			if _, ok := machines[m.Name]; !ok && staying >= quorum {
-				return remove(m, "ScaleDown", "removing member %s: it has no machine and the cluster is above its size of %d", describe(m), s.Desired), nil
-			}
-		}
+	// Unhealthy first; among equals the one whose index has more voting
+	// members (it spreads the members over the failure domains), then
+	// by name.
+	perIndex := map[string]int{}
+	for _, m := range v.voting {
+		perIndex[machineIndex(m.Name)]++
 	}
-	// 7: the bootstrap member.
-	for _, m := range members {
-		if m.Name == BootstrapName && m.votes() && len(healthyVoting) >= s.Desired && len(healthyVoting) == len(voting) {
-			return remove(m, "BootstrapTeardown", "removing the bootstrap member: %d control-plane members vote", len(voting)), nil
+	slices.SortStableFunc(pendingDeletion, func(a, b RuleMember) int {
+		if a.Healthy != b.Healthy {
+			if !a.Healthy {
+				return -1
+			}
+			return 1
 		}
+		return perIndex[machineIndex(b.Name)] - perIndex[machineIndex(a.Name)]
+	})
+	first := pendingDeletion[0]
+	if !first.Healthy {
+		return remove(first, "ScaleDown", "removing member %s: it is unhealthy and its machine is being deleted", describe(first)), true
 	}
-	// 8: a learner for a machine without a member.
-	for _, mc := range s.Machines {
-		if hasMember[mc.Name] || mc.Deleting || !mc.Running {
+	if len(v.voting) > v.Desired {
+		return remove(first, "ScaleDown", "removing member %s: its machine is being deleted and its replacement votes", describe(first)), true
+	}
+	return Action{Message: fmt.Sprintf("skip scale down: all voting, non-bootstrap members are healthy and membership does not exceed the desired cluster size of %d", v.Desired)}, false
+}
+
+// bootstrapTeardown is rule 6.
+func (v *ruleView) bootstrapTeardown() (Action, bool) {
+	b := v.bootstrap
+	if b == nil || len(v.healthyVoting) < v.Desired || len(v.healthyVoting) != len(v.voting) {
+		return Action{}, false
+	}
+	return remove(*b, "BootstrapTeardown", "removing the bootstrap member: %d control-plane members vote", len(v.voting)), true
+}
+
+// addLearner is rule 7: an add, or why a machine waits for one.
+func (v *ruleView) addLearner() (Action, bool) {
+	for _, mc := range v.Machines {
+		if v.hasMember[mc.Name] || mc.Deleting || !mc.Running {
 			continue
 		}
 		switch {
-		case learning > 0:
-			return Action{Message: fmt.Sprintf("not adding a member for %s: a learner is catching up", mc.Name)}, nil
-		case !allHealthy:
-			return Action{Message: fmt.Sprintf("not adding a member for %s: unhealthy members found", mc.Name)}, nil
+		case !mc.Hook:
+			return Action{Message: fmt.Sprintf("not adding a member for %s: its machine lacks the %s deletion hook", mc.Name, QuorumGuardHook)}, false
+		case v.learning > 0:
+			return Action{Message: fmt.Sprintf("not adding a member for %s: a learner is catching up", mc.Name)}, false
+		case !v.allHealthy:
+			return Action{Message: fmt.Sprintf("not adding a member for %s: unhealthy members found", mc.Name)}, false
 		}
 		return Action{Kind: ActionAddLearner, Machine: mc.Name, Reason: "MemberAddAsLearner",
-			Message: fmt.Sprintf("adding a learner member for machine %s", mc.Name)}, nil
+			Message: fmt.Sprintf("adding a learner member for machine %s", mc.Name)}, true
 	}
-	return Action{Message: hold}, nil
+	return Action{}, false
 }
 
 // machineIndex is a control-plane machine's index, the digits its name

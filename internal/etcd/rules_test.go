@@ -44,6 +44,8 @@ func TestDecide(t *testing.T) {
 		machines []RuleMachine
 		members  []RuleMember
 		desired  int
+		// noMachineAPI: no control-plane Machine is Running.
+		noMachineAPI bool
 		// want: the action's kind and its member or machine;
 		// message: a part of its message.
 		want    ActionKind
@@ -82,7 +84,7 @@ func TestDecide(t *testing.T) {
 			want:     ActionNone, message: "a learner is catching up"},
 		{name: "an orphan left by a failed add (no name, never started) is removed",
 			machines: []RuleMachine{mach("m-0"), mach("m-1"), mach("m-2")},
-			members:  append(three(), mem("", unstarted)),
+			members:  append(three(), mem("", unstarted, nodeGone)),
 			want:     ActionRemove, target: "", message: "learner"},
 		{name: "a member a host added and has not started yet is left to the timeout",
 			machines: []RuleMachine{mach("m-0"), mach("m-1"), mach("m-2"), mach("m-3")},
@@ -124,10 +126,73 @@ func TestDecide(t *testing.T) {
 			machines: []RuleMachine{mach("m-1"), mach("m-2")},
 			members:  three(),
 			want:     ActionNone},
-		{name: "a healthy member whose machine vanished leaves once the cluster is above its size",
+		// S1: a healthy member without a machine is never removed, even
+		// above the desired size (a relabelled master, a host's join).
+		{name: "a healthy member whose machine vanished stays even above the cluster's size",
 			machines: []RuleMachine{mach("m-1"), mach("m-2"), mach("m-x-0")},
 			members:  append(three(), mem("m-x-0")),
-			want:     ActionRemove, target: "m-0", message: "no machine"},
+			want:     ActionNone},
+		{name: "a started learner with no machine is left alone while it is healthy or has a node",
+			machines: []RuleMachine{mach("m-0"), mach("m-1"), mach("m-2")},
+			members:  append(three(), mem("host-3", learner(time.Second))),
+			want:     ActionNone},
+		{name: "a learner with no machine nor node, unhealthy, is removed",
+			machines: []RuleMachine{mach("m-0"), mach("m-1"), mach("m-2")},
+			members:  append(three(), mem("host-3", learner(time.Second), unhealthy, nodeGone)),
+			want:     ActionRemove, target: "host-3", message: "no machine nor node"},
+		// S1: without a functional Machine API, only promotions.
+		{name: "without a functional Machine API a learner is promoted though it has no machine",
+			noMachineAPI: true,
+			members:      []RuleMember{mem("h-1"), mem("h-2"), mem("h-3", learner(time.Second))},
+			want:         ActionPromote, target: "h-3"},
+		{name: "without a functional Machine API a dead member is not removed",
+			noMachineAPI: true,
+			machines:     []RuleMachine{mach("m-0", deleting, stopped), mach("m-1"), mach("m-2")},
+			members:      []RuleMember{mem("m-0", unhealthy, nodeGone), mem("m-1"), mem("m-2")},
+			want:         ActionNone, message: "not functional"},
+		{name: "without a functional Machine API a learner is not promoted above the desired size",
+			noMachineAPI: true,
+			members:      append(three(), mem("h-3", learner(time.Second))),
+			want:         ActionNone, message: "3 voting members already stay"},
+		// H3: no promotion beside an unhealthy voter.
+		{name: "no promotion while another voter is unhealthy: it would make four voters with three alive",
+			machines: []RuleMachine{mach("m-0", deleting), mach("m-1", stopped), mach("m-2"), mach("m-x-0")},
+			members:  []RuleMember{mem("m-0"), mem("m-1", unhealthy), mem("m-2"), mem("m-x-0", learner(time.Second))},
+			want:     ActionNone, message: "unhealthy voting members found: [m-1]"},
+		{name: "no promotion above the desired size: a new master beside three that stay waits",
+			machines: []RuleMachine{mach("m-0"), mach("m-1"), mach("m-2"), mach("m-3")},
+			members:  append(three(), mem("m-3", learner(time.Second))),
+			want:     ActionNone, message: "3 voting members already stay"},
+		// M2: a healthy learner catching up is never killed.
+		{name: "a healthy learner still catching up is not given up at the timeout",
+			machines: []RuleMachine{mach("m-0", deleting), mach("m-1"), mach("m-2"), mach("m-x-0")},
+			members: append(three(), mem("m-x-0", learner(time.Hour), func(m *RuleMember) { m.Progressed = now.Add(-time.Second) })),
+			want:    ActionPromote, target: "m-x-0"},
+		{name: "a healthy learner that made no progress for the timeout is given up",
+			machines: []RuleMachine{mach("m-0", deleting), mach("m-1"), mach("m-2"), mach("m-x-0")},
+			members:  append(three(), mem("m-x-0", learner(time.Hour))),
+			want:     ActionRemove, target: "m-x-0", message: "has not caught up with the leader"},
+		// Bootstrap: a master dying before the bootstrap member left.
+		{name: "a dead master deleted while the bootstrap member votes is removed, counting the bootstrap member",
+			machines: []RuleMachine{mach("m-0", deleting, stopped), mach("m-1"), mach("m-2"), mach("m-x-0")},
+			members:  []RuleMember{mem(BootstrapName), mem("m-0", unhealthy), mem("m-1")},
+			want:     ActionRemove, target: "m-0", message: "unhealthy and its machine is being deleted"},
+		{name: "a healthy master deleted while the bootstrap member votes stays: the bootstrap member leaves first",
+			machines: []RuleMachine{mach("m-0", deleting), mach("m-1"), mach("m-2"), mach("m-x-0")},
+			members:  []RuleMember{mem(BootstrapName), mem("m-0"), mem("m-1"), mem("m-2")},
+			want:     ActionRemove, target: BootstrapName},
+		{name: "a healthy master deleted while the bootstrap member votes with two masters: the replacement comes first",
+			machines: []RuleMachine{mach("m-0", deleting), mach("m-1"), mach("m-2"), mach("m-x-0")},
+			members:  []RuleMember{mem(BootstrapName), mem("m-0"), mem("m-1")},
+			want:     ActionAddLearner, target: "m-2"},
+		{name: "a learner is promoted beside a dead bootstrap member, which then leaves",
+			machines: []RuleMachine{mach("m-0"), mach("m-1"), mach("m-2")},
+			members:  []RuleMember{mem(BootstrapName, unhealthy), mem("m-0"), mem("m-1"), mem("m-2", learner(time.Second))},
+			want:     ActionPromote, target: "m-2"},
+		{name: "no learner is added for a machine without the quorum guard hook",
+			machines: []RuleMachine{mach("m-0"), mach("m-1"), mach("m-2", noHook)},
+			members:  []RuleMember{mem(BootstrapName), mem("m-0"), mem("m-1")},
+			want:     ActionNone, message: "lacks the EtcdQuorumOperator deletion hook"},
 		{name: "the bootstrap member stays until the machines' members vote",
 			machines: []RuleMachine{mach("m-0"), mach("m-1"), mach("m-2")},
 			members:  []RuleMember{mem(BootstrapName), mem("m-0"), mem("m-1")},
@@ -156,7 +221,8 @@ func TestDecide(t *testing.T) {
 			if desired == 0 {
 				desired = 3
 			}
-			got, err := Decide(RuleState{Machines: c.machines, Members: c.members, Desired: desired, Now: now, LearnerTimeout: 10 * time.Minute})
+			got, err := Decide(RuleState{Machines: c.machines, Members: c.members, Desired: desired, Now: now, LearnerTimeout: 10 * time.Minute,
+				MachineAPIFunctional: !c.noMachineAPI})
 			if err != nil {
 				t.Fatal(err)
 			}

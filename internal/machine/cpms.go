@@ -77,35 +77,27 @@ type CPMSPlan struct {
 	Delete []string
 }
 
+// maxSurge is how many machines a RollingUpdate keeps above the
+// replicas at most, as upstream (a constant there too).
+const maxSurge = 1
+
 // PlanControlPlane decides the creations and deletions for replicas
 // indexes under strategy. Machines of indexes outside 0..replicas-1 are
 // left alone.
+//
+// Under RollingUpdate every machine counts towards the surge, those being
+// deleted included (deviseExistingSurge): a replacement is made only while
+// the machines number fewer than replicas+maxSurge, the lower index
+// first, so deleting two masters at once replaces them one after the
+// other, the second once the first old machine is gone. Under OnDelete an
+// index whose machines are all being deleted gets its replacement at once.
 func PlanControlPlane(replicas int, strategy cpmsv1.ControlPlaneMachineSetStrategyType, machines []CPMSMachine) CPMSPlan {
 	var plan CPMSPlan
 	byIndex := map[int][]CPMSMachine{}
 	for _, m := range machines {
 		byIndex[m.Index] = append(byIndex[m.Index], m)
 	}
-	// An index is being replaced while it has a machine that needs an
-	// update and another that does not: RollingUpdate replaces one index
-	// at a time.
-	replacing := false
-	for i := range replicas {
-		old, fresh := 0, 0
-		for _, m := range byIndex[i] {
-			if m.Deleting {
-				continue
-			}
-			if m.NeedsUpdate {
-				old++
-			} else {
-				fresh++
-			}
-		}
-		if old > 0 && fresh > 0 {
-			replacing = true
-		}
-	}
+	surge := len(machines) - replicas
 	for i := range replicas {
 		var live, fresh, old []CPMSMachine
 		for _, m := range byIndex[i] {
@@ -119,21 +111,21 @@ func PlanControlPlane(replicas int, strategy cpmsv1.ControlPlaneMachineSetStrate
 				fresh = append(fresh, m)
 			}
 		}
-		if len(live) == 0 {
-			plan.Create = append(plan.Create, i)
+		if strategy != cpmsv1.RollingUpdate {
+			if len(live) == 0 {
+				plan.Create = append(plan.Create, i)
+			}
 			continue
 		}
-		if strategy != cpmsv1.RollingUpdate || len(old) == 0 {
-			continue
-		}
-		switch {
-		case len(fresh) == 0 && !replacing:
-			plan.Create = append(plan.Create, i)
-			replacing = true
-		case len(fresh) > 0 && slices.ContainsFunc(fresh, func(m CPMSMachine) bool { return m.Ready }):
+		// A ready replacement: the outdated machines of the index go.
+		if len(old) > 0 && slices.ContainsFunc(fresh, func(m CPMSMachine) bool { return m.Ready }) {
 			for _, m := range old {
 				plan.Delete = append(plan.Delete, m.Name)
 			}
+		}
+		if len(fresh) == 0 && surge < maxSurge {
+			plan.Create = append(plan.Create, i)
+			surge++
 		}
 	}
 	return plan

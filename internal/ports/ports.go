@@ -26,23 +26,37 @@ const attempts = 64
 
 // Free returns a TCP port on 127.0.0.1 nothing listens on now, below the
 // kernel's ephemeral range when there is room there.
-func Free() (int, error) {
+func Free() (int, error) { return FreeExcept(nil) }
+
+// FreeExcept is Free, never returning a port of taken: ports recorded for
+// programs that are not listening now (a stopped etcd member's) are not
+// free for another.
+func FreeExcept(taken map[int]bool) (int, error) {
 	lo, _ := ephemeralRange()
 	if lo > lowest {
 		for range attempts {
 			p := lowest + rand.IntN(lo-lowest)
+			if taken[p] {
+				continue
+			}
 			if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p))); err == nil {
 				l.Close()
 				return p, nil
 			}
 		}
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	for range attempts {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !taken[p] {
+			return p, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("no free loopback port found in %d tries", 2*attempts)
 }
 
 // ephemeralRange is the kernel's range of ports for outgoing connections

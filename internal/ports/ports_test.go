@@ -34,3 +34,32 @@ func TestParseRange(t *testing.T) {
 		}
 	}
 }
+
+func TestFreeExceptNeverReturnsATakenPort(t *testing.T) {
+	lo, _ := ephemeralRange()
+	// Every port of the low range but one is taken: that one comes back.
+	if lo <= lowest {
+		t.Skip("no room below the ephemeral range here")
+	}
+	taken := map[int]bool{}
+	var want int
+	for p := lowest; p < lo; p++ {
+		if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p))); err == nil {
+			l.Close()
+			if want == 0 {
+				want = p
+				continue
+			}
+		}
+		taken[p] = true
+	}
+	for range 50 {
+		p, err := FreeExcept(taken)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if taken[p] {
+			t.Fatalf("FreeExcept returned the taken port %d", p)
+		}
+	}
+}

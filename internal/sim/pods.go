@@ -16,7 +16,15 @@ import (
 
 func (s *Simulator) podChanged(obj any) {
 	pod, ok := obj.(*corev1.Pod)
-	if !ok || pod.Spec.NodeName == "" || !s.needsWork(pod) {
+	if !ok || pod.Spec.NodeName == "" {
+		return
+	}
+	if s.probed(pod) {
+		if key, err := cache.MetaNamespaceKeyFunc(pod); err == nil {
+			s.trackProbes(key, pod)
+		}
+	}
+	if !s.needsWork(pod) {
 		return
 	}
 	if key, err := cache.MetaNamespaceKeyFunc(pod); err == nil {
@@ -46,8 +54,20 @@ func podStarted(pod *corev1.Pod) bool {
 		return true
 	case corev1.PodRunning:
 		// The node lifecycle controller marks pods of a lost node not
-		// ready; a kubelet that comes back reports them ready again.
-		return pod.Status.PodIP != "" && pod.Status.StartTime != nil && podReady(pod)
+		// ready; a kubelet that comes back reports them ready again. A
+		// pod its readiness probe keeps not ready runs all the same.
+		return pod.Status.PodIP != "" && pod.Status.StartTime != nil && (podReady(pod) || notReadyByProbe(pod))
+	}
+	return false
+}
+
+// notReadyByProbe reports whether the pod's readiness probe, not a lost
+// node, made it not ready.
+func notReadyByProbe(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionFalse && c.Reason == notReadyReason
+		}
 	}
 	return false
 }
@@ -66,7 +86,13 @@ func (s *Simulator) podDeleted(obj any) {
 		obj = d.Obj
 	}
 	pod, ok := obj.(*corev1.Pod)
-	if !ok || pod.Spec.NodeName == "" || pod.Status.PodIP == "" {
+	if !ok {
+		return
+	}
+	if key, err := cache.MetaNamespaceKeyFunc(pod); err == nil {
+		s.untrackProbes(key)
+	}
+	if pod.Spec.NodeName == "" || pod.Status.PodIP == "" {
 		return
 	}
 	s.ipMu.Lock()
@@ -236,6 +262,13 @@ func (s *Simulator) startPod(ctx context.Context, pod *corev1.Pod, inst *Instanc
 		setPodCondition(st, t, now)
 	}
 	st.ContainerStatuses = containerStatuses(pod, pod.Status.ContainerStatuses, pod.Spec.Containers, started, now, boot, false)
+	if key, err := cache.MetaNamespaceKeyFunc(pod); err == nil && !s.probeReady(key) {
+		// Running, not ready until its readiness probe says so.
+		setReadiness(st, false, now)
+		for i := range st.ContainerStatuses {
+			st.ContainerStatuses[i].Ready = false
+		}
+	}
 	if len(pod.Spec.InitContainers) > 0 {
 		st.InitContainerStatuses = containerStatuses(pod, pod.Status.InitContainerStatuses, pod.Spec.InitContainers, started, now, boot, true)
 	} else {

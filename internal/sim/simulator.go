@@ -36,6 +36,9 @@ type Options struct {
 	// Cloud is the cloud whose instances become nodes.
 	Cloud *APICloud
 	Clock clock.WithTicker
+	// Prober runs the readiness probes the simulation can answer (nil:
+	// every running container is ready).
+	Prober Prober
 }
 
 func (o *Options) setDefaults() {
@@ -89,6 +92,9 @@ type Simulator struct {
 	imageMu sync.Mutex
 	images  map[string]map[string]bool // images pulled, by node name
 
+	probeMu sync.Mutex
+	probes  map[string]*probeState // pods whose readiness is probed, by key
+
 	events *eventReporter
 }
 
@@ -108,6 +114,7 @@ func New(client kubernetes.Interface, opts Options) *Simulator {
 
 		terminating: map[types.UID]time.Time{},
 		images:      map[string]map[string]bool{},
+		probes:      map[string]*probeState{},
 		events:      newEventReporter(),
 	}
 	s.simFactory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(Namespace),
@@ -190,6 +197,9 @@ func (s *Simulator) Run(ctx context.Context) error {
 		return fmt.Errorf("simulator caches did not sync: %w", ctx.Err())
 	}
 	klog.FromContext(ctx).Info("Simulator started")
+	if s.opts.Prober != nil {
+		go s.runProbes(ctx)
+	}
 	var wg sync.WaitGroup
 	run := func(n int, q workqueue.TypedRateLimitingInterface[string], sync func(context.Context, string) error) {
 		for i := 0; i < n; i++ {

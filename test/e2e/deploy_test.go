@@ -367,11 +367,7 @@ spec:
 		// hosts', and the operator reaches them through etcd's API with
 		// etcd's client certificate alone.
 		pki := filepath.Join(dir, "hosts-etcd", "pki")
-		ca, err := controlplane.LoadOrCreateCA(filepath.Join(pki, "ca.crt"), filepath.Join(pki, "ca.key"), "hosts-etcd-ca")
-		if err != nil {
-			t.Fatal(err)
-		}
-		tls, err := controlplane.EnsureEtcdPKI(ca, pki)
+		tls, err := controlplane.EnsureEtcdPKI(pki)
 		if err != nil {
 			t.Fatal(err)
 		}
