@@ -166,8 +166,8 @@ func TestDecide(t *testing.T) {
 		// M2: a healthy learner catching up is never killed.
 		{name: "a healthy learner still catching up is not given up at the timeout",
 			machines: []RuleMachine{mach("m-0", deleting), mach("m-1"), mach("m-2"), mach("m-x-0")},
-			members: append(three(), mem("m-x-0", learner(time.Hour), func(m *RuleMember) { m.Progressed = now.Add(-time.Second) })),
-			want:    ActionPromote, target: "m-x-0"},
+			members:  append(three(), mem("m-x-0", learner(time.Hour), func(m *RuleMember) { m.Progressed = now.Add(-time.Second) })),
+			want:     ActionPromote, target: "m-x-0"},
 		{name: "a healthy learner that made no progress for the timeout is given up",
 			machines: []RuleMachine{mach("m-0", deleting), mach("m-1"), mach("m-2"), mach("m-x-0")},
 			members:  append(three(), mem("m-x-0", learner(time.Hour))),
