@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/capstan-dev/capstan/internal/cluster"
+	"github.com/capstan-dev/capstan/internal/etcd"
 	"github.com/capstan-dev/capstan/internal/machine/hooks"
 	"github.com/capstan-dev/capstan/internal/sim"
 )
@@ -85,13 +86,15 @@ the same cluster. Stop it with Ctrl-C (SIGINT) or SIGTERM.`,
 	fs.StringVar(&mon.ThanosAddress, "thanos-address", "127.0.0.1:9091", "address of the Prometheus API over TLS for bearer tokens, published as the Route openshift-monitoring/thanos-querier (where oc adm upgrade status reads alerts); empty: none")
 	fs.DurationVar(&mon.MaxAlertFor, "alert-for-max", 0, "shorten every alerting rule's 'for' to at most this (a demo sees alerts fire in seconds); 0: as OpenShift writes them")
 	fs.DurationVar(&o.nodeReadyTimeout, "node-ready-timeout", 5*time.Minute, "how long to wait for the nodes to become Ready")
-	fs.DurationVar(&o.etcdReadyTimeout, "etcd-ready-timeout", 5*time.Minute, "how long to wait for etcd to tolerate the loss of a master: the bootstrap member gone and every control-plane machine's member voting and healthy")
+	fs.DurationVar(&o.etcdReadyTimeout, "etcd-ready-timeout", 0, "how long to wait for etcd to tolerate the loss of a master (the bootstrap member gone, every control-plane machine's member voting and healthy) before giving up; 0: as long as it takes, saying what it waits for (the API serves meanwhile: a broken master's Machine can be deleted)")
 	daemon := &o.opts.MachineConfig.Daemon
 	fs.DurationVar(&daemon.ApplyDuration, "mcd-apply-duration", daemon.ApplyDuration, "how long a simulated machine-config-daemon takes to write a node's new configuration")
 	fs.DurationVar(&daemon.RebootDuration, "mcd-reboot-duration", daemon.RebootDuration, "how long a node the machine-config-daemon reboots stays down")
 	fs.BoolVar(&o.bare, "bare", false, "run the control plane and the simulated nodes only, none of capstan's controllers (scheduler, Machine API, autoscaler, CVO, MCO, etcd operator, metrics-server): a stand-in for an existing cluster to run them on as their own processes")
 	fs.BoolVar(&o.noAuditLog, "no-audit-log", false, "do not write the API server's audit log (DATA_DIR/logs/audit.log: who did what, and what RBAC refused)")
 	fs.StringSliceVar(&o.hooks, "hooks", nil, "example hook controllers to run: "+strings.Join(hooks.ExampleNames(), ", "))
+	fs.BoolVar(&cp.EtcdPartitionable, "etcd-partitionable", false, "serve each etcd member's peer port through a proxy that DATA_DIR/"+etcd.PartitionFile+" (member names, one a line) cuts from the others: capstan chaos partitions members with it")
+	_ = fs.MarkHidden("etcd-partitionable")
 	o.hookFlags.add(fs)
 	return c
 }

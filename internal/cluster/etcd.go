@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"sort"
@@ -145,8 +146,11 @@ func (c *Cluster) stoppedMasters(ctx context.Context) (map[string]bool, error) {
 // the bootstrap member gone and the desired number of voting members
 // healthy. Each time what it waits for changes, it says so through
 // progress. Without the etcd operator the bootstrap member serves alone
-// and nothing is waited for.
+// and nothing is waited for. A timeout of 0 waits until ctx ends.
 func (c *Cluster) WaitEtcdFaultTolerant(ctx context.Context, timeout time.Duration, progress func(string)) (EtcdState, error) {
+	if timeout <= 0 {
+		timeout = math.MaxInt64
+	}
 	if !c.opts.EtcdOperator || c.ControlPlane.Etcd() == nil {
 		return EtcdState{Desired: 1, Healthy: 1, FaultTolerant: false, Waiting: "the bootstrap member serves alone (no etcd operator)"}, nil
 	}

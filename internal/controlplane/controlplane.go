@@ -49,6 +49,10 @@ type Config struct {
 
 	// EtcdNoFsync trades durability for speed (tests only).
 	EtcdNoFsync bool
+	// EtcdPartitionable serves every etcd member's peer port through a
+	// proxy that the data dir's partition file controls: a fault
+	// campaign cuts a member from the others with it.
+	EtcdPartitionable bool
 	// LogVerbosity is the klog level written to DATA_DIR/logs/capstan.log.
 	LogVerbosity int
 	// RedirectStderr points file descriptor 2 at the log file too: embedded
@@ -162,7 +166,7 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 		return nil, err
 	}
 	pki := d.PKIDir()
-	cp.etcd, err = etcd.Start(ctx, etcd.Config{DataDir: d.Root, LogFile: d.Path("logs", "etcd.log"), NoFsync: cfg.EtcdNoFsync,
+	cp.etcd, err = etcd.Start(ctx, etcd.Config{DataDir: d.Root, LogFile: d.Path("logs", "etcd.log"), NoFsync: cfg.EtcdNoFsync, Partitionable: cfg.EtcdPartitionable,
 		TLS:       EtcdTLSFiles(pki),
 		Bootstrap: etcd.MemberSpec{Name: etcd.BootstrapName, Dir: "etcd", ClientPort: clientPort, PeerPort: peerPort}})
 	if err != nil {

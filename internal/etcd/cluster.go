@@ -38,6 +38,9 @@ type Config struct {
 	TLS     TLSFiles
 	LogFile string
 	NoFsync bool
+	// Partitionable has every member serve its peer port through a proxy
+	// that the data dir's partition file controls (fault campaigns).
+	Partitionable bool
 	// Bootstrap is the first member of a new cluster (and of a data dir
 	// from before members were per machine).
 	Bootstrap MemberSpec
@@ -281,8 +284,12 @@ func portFree(port int) bool {
 }
 
 func (c *Cluster) start(s MemberSpec, cluster, state string) (*Member, error) {
-	return startMember(memberConfig{spec: s, dir: filepath.Join(c.cfg.DataDir, s.Dir), tls: c.cfg.TLS, logFile: c.cfg.LogFile,
-		noFsync: c.cfg.NoFsync, initialCluster: cluster, state: state})
+	mc := memberConfig{spec: s, dir: filepath.Join(c.cfg.DataDir, s.Dir), tls: c.cfg.TLS, logFile: c.cfg.LogFile,
+		noFsync: c.cfg.NoFsync, initialCluster: cluster, state: state}
+	if c.cfg.Partitionable {
+		mc.partitionFile = filepath.Join(c.cfg.DataDir, PartitionFile)
+	}
+	return startMember(mc)
 }
 
 func (c *Cluster) newClient(specs []MemberSpec) (*clientv3.Client, error) {

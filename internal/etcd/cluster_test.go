@@ -848,3 +848,91 @@ func TestEtcdTrustsOnlyItsOwnSigner(t *testing.T) {
 	}
 	_ = c
 }
+
+// A member cut from the others by the partition file (both ways, as a
+// network partition) loses its quorum reads while it still answers a
+// status request, the others elect a leader and take writes, and once
+// the partition heals the member catches up.
+func TestAPartitionedMemberIsCutBothWays(t *testing.T) {
+	ctx := context.Background()
+	cfg := testConfig(t)
+	cfg.Partitionable = true
+	c := start(t, cfg, "the first start")
+	for _, n := range []string{"master-0", "master-1", "master-2"} {
+		join(t, c, n)
+	}
+	remove(t, c, etcd.BootstrapName)
+	members, err := c.Members(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := ""
+	for _, m := range members {
+		if m.Leader == m.ID {
+			leader = m.Name
+		}
+	}
+	if leader == "" {
+		t.Fatalf("no leader among %+v", members)
+	}
+	if err := etcd.WritePartition(cfg.DataDir, leader); err != nil {
+		t.Fatal(err)
+	}
+	// The others elect a leader of their own and take writes.
+	err = waitfor.Poll(ctx, 200*time.Millisecond, time.Minute, func(ctx context.Context) (bool, string, error) {
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := proxyClient(t, cfg, c).Put(wctx, "/registry/during", "the partition")
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		v := voting(t, c)
+		return !v[leader] && len(v) == 3, fmt.Sprintf("voting members' health %v, want %s alone unhealthy", v, leader), nil
+	})
+	if err != nil {
+		t.Fatalf("with %s partitioned: %v", leader, err)
+	}
+	// The partitioned member answers a status request all the same: a
+	// status is no health.
+	for _, m := range members {
+		if m.Name != leader {
+			continue
+		}
+		cl := memberClient(t, cfg, m.ClientURL)
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if _, err := cl.Status(sctx, m.ClientURL); err != nil {
+			t.Errorf("the partitioned member's status: %v", err)
+		}
+		cancel()
+		gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if _, err := cl.Get(gctx, "health"); err == nil {
+			t.Error("the partitioned member served a linearizable read")
+		}
+		cancel()
+	}
+	if err := etcd.WritePartition(cfg.DataDir); err != nil {
+		t.Fatal(err)
+	}
+	err = waitfor.Poll(ctx, 200*time.Millisecond, time.Minute, func(ctx context.Context) (bool, string, error) {
+		v := voting(t, c)
+		return v[leader] && len(v) == 3, fmt.Sprintf("voting members' health %v after the partition healed", v), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// memberClient is a client of one member only.
+func memberClient(t *testing.T, cfg etcd.Config, url string) *clientv3.Client {
+	t.Helper()
+	tlsConfig, err := transport.TLSInfo{CertFile: cfg.TLS.ClientCert, KeyFile: cfg.TLS.ClientKey, TrustedCAFile: cfg.TLS.CA}.ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, TLS: tlsConfig, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}

@@ -123,6 +123,9 @@ type memberConfig struct {
 	// initialCluster is name=peerURL,... and state "new" or "existing";
 	// a member with data ignores both.
 	initialCluster, state string
+	// partitionFile, when set, has the member serve its peer port through
+	// a proxy a fault campaign partitions it with (see servePeers).
+	partitionFile string
 }
 
 func startMember(c memberConfig) (*Member, error) {

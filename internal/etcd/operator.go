@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/capstan-dev/capstan/internal/cvo"
+	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/machine"
 	"github.com/capstan-dev/capstan/internal/machine/hooks"
 	"github.com/capstan-dev/capstan/internal/sim"
@@ -257,7 +258,7 @@ func (o *Operator) controlPlaneMachines(ctx context.Context) ([]controlPlaneMach
 		m := &list.Items[i]
 		cm := controlPlaneMachine{m: m, deleting: !m.DeletionTimestamp.IsZero()}
 		if m.Status.NodeRef != nil {
-			n, err := o.Kube.CoreV1().Nodes().Get(ctx, m.Status.NodeRef.Name, metav1.GetOptions{})
+			n, err := o.node(ctx, m.Status.NodeRef.Name)
 			switch {
 			case err == nil:
 				cm.node = n
@@ -269,6 +270,15 @@ func (o *Operator) controlPlaneMachines(ctx context.Context) ([]controlPlaneMach
 	}
 	sort.Slice(machines, func(i, j int) bool { return machines[i].m.Name < machines[j].m.Name })
 	return machines, nil
+}
+
+// node reads a Node (a chaos campaign may make the read fail: see
+// failpoint.EtcdNodeRead).
+func (o *Operator) node(ctx context.Context, name string) (*corev1.Node, error) {
+	if err := failpoint.Fail(failpoint.EtcdNodeRead); err != nil {
+		return nil, err
+	}
+	return o.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 }
 
 // machineAPIFunctional: a control-plane Machine is Running
@@ -467,7 +477,7 @@ func (o *Operator) changeMembership(ctx context.Context, machines []controlPlane
 		if n, ok := nodeOf[rm.Name]; ok {
 			rm.Node = n != nil
 		} else if m.Name != "" && m.Name != BootstrapName {
-			_, err := o.Kube.CoreV1().Nodes().Get(ctx, m.Name, metav1.GetOptions{})
+			_, err := o.node(ctx, m.Name)
 			if err != nil && !apierrors.IsNotFound(err) {
 				return false, fmt.Errorf("reading the node of member %s: %w", m.Name, err)
 			}
@@ -605,23 +615,18 @@ func (o *Operator) learnerTimeout() time.Duration {
 // event records a membership change on the etcd ClusterOperator.
 func (o *Operator) event(ctx context.Context, reason, message string) {
 	now := metav1.Now()
+	// As library-go's recorder does: about the operator's Deployment, in
+	// its namespace (an event of a cluster-scoped object must be in
+	// default).
 	ev := &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{GenerateName: "etcd-operator.", Namespace: EventNamespace},
-		InvolvedObject: corev1.ObjectReference{APIVersion: "config.openshift.io/v1", Kind: "ClusterOperator", Name: ClusterOperatorName},
+		InvolvedObject: corev1.ObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Namespace: EventNamespace, Name: "etcd-operator"},
 		Reason:         reason, Message: message, Type: corev1.EventTypeNormal,
 		Source:         corev1.EventSource{Component: "openshift-cluster-etcd-operator"},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
-	_, err := o.Kube.CoreV1().Events(EventNamespace).Create(ctx, ev, metav1.CreateOptions{})
-	if apierrors.IsNotFound(err) {
-		// The operator's namespace, as OpenShift has it, made on first use.
-		_, err = o.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: EventNamespace}}, metav1.CreateOptions{})
-		if err == nil || apierrors.IsAlreadyExists(err) {
-			_, err = o.Kube.CoreV1().Events(EventNamespace).Create(ctx, ev, metav1.CreateOptions{})
-		}
-	}
-	if err != nil {
-		klog.FromContext(ctx).V(2).Info("Recording an etcd operator event", "err", err)
+	if _, err := o.Kube.CoreV1().Events(EventNamespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		klog.FromContext(ctx).Info("Recording an etcd operator event", "reason", reason, "err", err)
 	}
 }
 

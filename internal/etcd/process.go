@@ -74,6 +74,9 @@ func (c memberConfig) memberArgs() []string {
 	if c.noFsync {
 		args = append(args, "--unsafe-no-fsync")
 	}
+	if c.partitionFile != "" {
+		args = append(args, "--partition-file", c.partitionFile)
+	}
 	return args
 }
 
@@ -105,6 +108,7 @@ func MemberMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&initialCluster, "initial-cluster", "", "name=peerURL,... of a member without data")
 	fs.StringVar(&state, "initial-cluster-state", "existing", "new or existing, for a member without data")
 	fs.BoolVar(&c.noFsync, "unsafe-no-fsync", false, "skip fsync (tests only)")
+	fs.StringVar(&c.partitionFile, "partition-file", "", "serve the peer port through a proxy that cuts the members this file lists from the others (fault campaigns)")
 	fs.BoolVar(&exitWithParent, "exit-with-parent", false, "exit at once when standard input ends (the parent died)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -142,10 +146,29 @@ func MemberMain(args []string, stdout, stderr io.Writer) int {
 	}
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
-	e, err := embed.StartEtcd(c.embedConfig())
+	cfg := c.embedConfig()
+	var inner url.URL
+	if c.partitionFile != "" {
+		var err error
+		if inner, err = partitionableListenURL(); err != nil {
+			fmt.Fprintf(stderr, "etcd member %s: %v\n", c.spec.Name, err)
+			return 1
+		}
+		cfg.ListenPeerUrls = []url.URL{inner}
+	}
+	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "etcd member %s: %v\n", c.spec.Name, err)
 		return 1
+	}
+	if c.partitionFile != "" {
+		peers, err := servePeers(c, e, inner)
+		if err != nil {
+			fmt.Fprintf(stderr, "etcd member %s: %v\n", c.spec.Name, err)
+			e.Close()
+			return 1
+		}
+		defer peers.Close()
 	}
 	metrics, err := serveMetrics(c, e)
 	if err != nil {

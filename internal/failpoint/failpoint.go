@@ -10,6 +10,7 @@
 package failpoint
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // Env arms a point: NAME:N kills the process the N-th time it reaches
@@ -125,4 +127,81 @@ func Hit(name string) {
 	_ = os.Stdout.Sync()
 	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {} // the signal is on its way
+}
+
+// FaultEnv injects lasting faults, for every process of a run:
+// NAME:ON/PERIOD (comma-separated) makes Fail(NAME) fail for ON of every
+// PERIOD of wall-clock time, as an API server that answers errors for a
+// while, again and again (a timeout, a 429), would.
+const FaultEnv = "CAPSTAN_FAULTS"
+
+// Faults that Fail can inject.
+const (
+	EtcdNodeRead = "etcd/node-read"
+)
+
+// FaultPoints are the places a lasting fault may be injected, documented.
+var FaultPoints = []Point{
+	{EtcdNodeRead, "the etcd operator reads the Node of a control-plane machine or member: the read fails"},
+}
+
+// fault is a lasting fault: Fail fails for on of every period.
+type fault struct {
+	on, period time.Duration
+}
+
+var faults map[string]fault
+
+func init() {
+	var err error
+	if faults, err = ParseFaults(os.Getenv(FaultEnv)); err != nil {
+		fmt.Fprintf(os.Stderr, "capstan: %s: %v (no fault injected)\n", FaultEnv, err)
+	}
+}
+
+// ParseFaults reads NAME:ON/PERIOD,...; "" injects nothing.
+func ParseFaults(s string) (map[string]fault, error) {
+	out := map[string]fault{}
+	if s == "" {
+		return out, nil
+	}
+	for _, f := range strings.Split(s, ",") {
+		name, spec, ok := strings.Cut(f, ":")
+		on, period, ok2 := strings.Cut(spec, "/")
+		if !ok || !ok2 {
+			return nil, fmt.Errorf("%q is not NAME:ON/PERIOD", f)
+		}
+		if !slices.ContainsFunc(FaultPoints, func(p Point) bool { return p.Name == name }) {
+			return nil, fmt.Errorf("%q is not a fault point (known: %s)", name, EtcdNodeRead)
+		}
+		d1, err1 := time.ParseDuration(on)
+		d2, err2 := time.ParseDuration(period)
+		if err1 != nil || err2 != nil || d1 <= 0 || d2 < d1 {
+			return nil, fmt.Errorf("%q: ON and PERIOD must be durations with 0 < ON <= PERIOD", f)
+		}
+		out[name] = fault{on: d1, period: d2}
+	}
+	return out, nil
+}
+
+// FormatFault is the value of FaultEnv that makes name fail for on of
+// every period.
+func FormatFault(name string, on, period time.Duration) string {
+	return fmt.Sprintf("%s:%s/%s", name, on, period)
+}
+
+// ErrInjected is what Fail returns while its fault is on.
+var ErrInjected = errors.New("injected fault")
+
+// Fail returns an error while the fault injected at name is on, nil
+// otherwise (always, unless FaultEnv names it).
+func Fail(name string) error {
+	f, ok := faults[name]
+	if !ok {
+		return nil
+	}
+	if time.Duration(time.Now().UnixNano())%f.period < f.on {
+		return fmt.Errorf("%s: %w (%s of every %s)", name, ErrInjected, f.on, f.period)
+	}
+	return nil
 }

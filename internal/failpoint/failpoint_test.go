@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestParse(t *testing.T) {
@@ -74,5 +75,52 @@ func TestHitKillsAtTheArmedHit(t *testing.T) {
 	want := "hit 1\nhit 2\n" + Marker + AutoscalerScaleUp + " reached: SIGKILL\n"
 	if !strings.HasSuffix(out.String(), want) {
 		t.Fatalf("output:\n%s\nwant it to end with:\n%s", out.String(), want)
+	}
+}
+
+func TestParseFaults(t *testing.T) {
+	got, err := ParseFaults(FormatFault(EtcdNodeRead, 2*time.Second, 5*time.Second))
+	if err != nil || got[EtcdNodeRead] != (fault{on: 2 * time.Second, period: 5 * time.Second}) {
+		t.Fatalf("ParseFaults = %v, %v", got, err)
+	}
+	for in, want := range map[string]string{
+		"etcd/node-read":            "is not NAME:ON/PERIOD",
+		"etcd/node-read:2s":         "is not NAME:ON/PERIOD",
+		"etcd/nowhere:1s/2s":        "is not a fault point",
+		"etcd/node-read:3s/2s":      "0 < ON <= PERIOD",
+		"etcd/node-read:x/2s":       "0 < ON <= PERIOD",
+		"etcd/node-read:0s/2s":      "0 < ON <= PERIOD",
+		MCDMidReboot + ":1s/2s":     "is not a fault point",
+		"etcd/node-read:1s/2s,oops": "is not NAME:ON/PERIOD",
+	} {
+		if _, err := ParseFaults(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseFaults(%q) = %v, want an error with %q", in, err, want)
+		}
+	}
+}
+
+// A fault is on for its share of every period, and only where named.
+func TestFailFollowsItsPeriod(t *testing.T) {
+	saved := faults
+	defer func() { faults = saved }()
+	faults = map[string]fault{EtcdNodeRead: {on: 40 * time.Millisecond, period: 80 * time.Millisecond}}
+	failed, passed := 0, 0
+	deadline := time.Now().Add(400 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if err := Fail(EtcdNodeRead); err != nil {
+			if !errors.Is(err, ErrInjected) {
+				t.Fatalf("Fail = %v, not ErrInjected", err)
+			}
+			failed++
+		} else {
+			passed++
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if failed == 0 || passed == 0 {
+		t.Errorf("%d failures and %d passes in 5 periods, want both", failed, passed)
+	}
+	if err := Fail("elsewhere"); err != nil {
+		t.Errorf("Fail of a point without a fault: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package machine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -67,6 +68,8 @@ type CPMSMachine struct {
 	Ready bool
 	// NeedsUpdate: its spec differs from the template's for its index.
 	NeedsUpdate bool
+	// Created is when the machine was made.
+	Created time.Time
 }
 
 // CPMSPlan is what the ControlPlaneMachineSet does next.
@@ -118,10 +121,25 @@ func PlanControlPlane(replicas int, strategy cpmsv1.ControlPlaneMachineSetStrate
 			continue
 		}
 		// A ready replacement: the outdated machines of the index go.
-		if len(old) > 0 && slices.ContainsFunc(fresh, func(m CPMSMachine) bool { return m.Ready }) {
+		var ready []CPMSMachine
+		for _, m := range fresh {
+			if m.Ready {
+				ready = append(ready, m)
+			}
+		}
+		if len(old) > 0 && len(ready) > 0 {
 			for _, m := range old {
 				plan.Delete = append(plan.Delete, m.Name)
 			}
+		}
+		// Two up-to-date, ready machines of one index (a machine that
+		// was no longer selected came back): the oldest goes
+		// (deleteReplacedMachines).
+		if len(ready) > 1 {
+			oldest := slices.MinFunc(ready, func(a, b CPMSMachine) int {
+				return cmp.Or(a.Created.Compare(b.Created), strings.Compare(a.Name, b.Name))
+			})
+			plan.Delete = append(plan.Delete, oldest.Name)
 		}
 		if len(fresh) == 0 && surge < maxSurge {
 			plan.Create = append(plan.Create, i)
@@ -237,7 +255,7 @@ func (r *cpmsReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		if index < 0 || index >= replicas {
 			continue
 		}
-		info := CPMSMachine{Name: m.Name, Index: index, Deleting: !m.DeletionTimestamp.IsZero()}
+		info := CPMSMachine{Name: m.Name, Index: index, Deleting: !m.DeletionTimestamp.IsZero(), Created: m.CreationTimestamp.Time}
 		if ptr.Deref(m.Status.Phase, "") == machinev1.PhaseRunning && m.Status.NodeRef != nil {
 			n := &corev1.Node{}
 			if err := r.client.Get(ctx, types.NamespacedName{Name: m.Status.NodeRef.Name}, n); err == nil {

@@ -3,18 +3,21 @@ package machine
 import (
 	"reflect"
 	"testing"
+	"time"
 
 	cpmsv1 "github.com/openshift/api/machine/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestPlanControlPlane(t *testing.T) {
-	ready := func(name string, index int) CPMSMachine { return CPMSMachine{Name: name, Index: index, Ready: true} }
+	t0 := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
+	ready := func(name string, index int) CPMSMachine { return CPMSMachine{Name: name, Index: index, Ready: true, Created: t0} }
 	old := func(name string, index int) CPMSMachine {
 		return CPMSMachine{Name: name, Index: index, Ready: true, NeedsUpdate: true}
 	}
 	deleting := func(m CPMSMachine) CPMSMachine { m.Deleting = true; return m }
 	notReady := func(m CPMSMachine) CPMSMachine { m.Ready = false; return m }
+	older := func(m CPMSMachine) CPMSMachine { m.Created = t0.Add(-time.Hour); return m }
 	cases := []struct {
 		name     string
 		strategy cpmsv1.ControlPlaneMachineSetStrategyType
@@ -64,6 +67,11 @@ func TestPlanControlPlane(t *testing.T) {
 			want:     CPMSPlan{Create: []int{2}}},
 		{name: "not while the first replacement and the old machines are all there", strategy: cpmsv1.RollingUpdate,
 			machines: []CPMSMachine{deleting(ready("m-0", 0)), notReady(ready("n-0", 0)), ready("m-1", 1), deleting(ready("m-2", 2))}},
+		{name: "two ready machines of one index: the oldest goes", strategy: cpmsv1.RollingUpdate,
+			machines: []CPMSMachine{ready("m-0", 0), ready("m-1", 1), older(ready("m-2", 2)), ready("n-2", 2)},
+			want:     CPMSPlan{Delete: []string{"m-2"}}},
+		{name: "two machines of one index, the new one not ready yet: both stay", strategy: cpmsv1.RollingUpdate,
+			machines: []CPMSMachine{ready("m-0", 0), ready("m-1", 1), older(ready("m-2", 2)), notReady(ready("n-2", 2))}},
 		{name: "machines of indexes beyond replicas are left alone", strategy: cpmsv1.RollingUpdate,
 			machines: []CPMSMachine{ready("m-0", 0), ready("m-1", 1), ready("m-2", 2), old("m-3", 3)}},
 	}

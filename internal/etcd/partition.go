@@ -1,0 +1,209 @@
+package etcd
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// Network partitions, for fault campaigns (capstan up --etcd-partitionable):
+// a member then serves its peer port through a proxy in its own process,
+// in front of etcd listening on a port of its own. Every raft message
+// between two members is an HTTP request one of them serves (a stream is
+// opened by the receiver on the sender's port, a pipeline message posted
+// by the sender on the receiver's), and carries the other's ID
+// (X-Server-From): the proxy refuses, and cuts when a partition starts,
+// every request between a member the partition file lists and any other.
+// Both sides of a partitioned member are cut, as a network partition
+// does; the member keeps serving clients.
+
+// PartitionFile is the file of a data dir that lists the partitioned
+// members, one name per line; a fault campaign writes it.
+const PartitionFile = "etcd-partitions"
+
+// WritePartition partitions the named members of dataDir's cluster from
+// the others (none: heals every partition). The file is replaced whole.
+func WritePartition(dataDir string, names ...string) error {
+	path := filepath.Join(dataDir, PartitionFile)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strings.Join(names, "\n")+"\n"), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// peerProxy is a member's peer port when it can be partitioned.
+type peerProxy struct {
+	self string
+	file string
+	e    *embed.Etcd
+
+	mu          sync.Mutex
+	partitioned []string
+	streams     map[*stream]bool
+}
+
+type stream struct {
+	from   string
+	cancel context.CancelFunc
+}
+
+// partitionableListenURL is a free loopback port for etcd's own peer
+// listener; servePeers proxies the member's advertised peer port to it.
+func partitionableListenURL() (url.URL, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return url.URL{}, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	return url.URL{Scheme: "https", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}, nil
+}
+
+// servePeers serves the member's peer port, forwarding to etcd's own
+// peer listener at inner unless a partition cuts the request.
+func servePeers(c memberConfig, e *embed.Etcd, inner url.URL) (io.Closer, error) {
+	pair, err := tls.LoadX509KeyPair(c.tls.PeerCert, c.tls.PeerKey)
+	if err != nil {
+		return nil, fmt.Errorf("the peer certificate: %w", err)
+	}
+	caPEM, err := os.ReadFile(c.tls.CA)
+	if err != nil {
+		return nil, fmt.Errorf("etcd's CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("etcd's CA %s holds no certificate", c.tls.CA)
+	}
+	p := &peerProxy{self: c.spec.Name, file: c.partitionFile, e: e, streams: map[*stream]bool{}}
+	rp := httputil.NewSingleHostReverseProxy(&inner)
+	rp.FlushInterval = -1 // raft streams
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	rp.Transport = &http.Transport{TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12},
+		MaxIdleConnsPerHost: 16, IdleConnTimeout: 30 * time.Second}
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		from := p.nameOf(r.Header.Get("X-Server-From"))
+		if p.cut(from) {
+			// As a dropped network: no answer at all.
+			panic(http.ErrAbortHandler)
+		}
+		ctx, cancel := context.WithCancel(r.Context())
+		s := &stream{from: from, cancel: cancel}
+		p.mu.Lock()
+		p.streams[s] = true
+		p.mu.Unlock()
+		defer func() {
+			p.mu.Lock()
+			delete(p.streams, s)
+			p.mu.Unlock()
+			cancel()
+		}()
+		rp.ServeHTTP(w, r.WithContext(ctx))
+	})
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(c.spec.PeerPort)))
+	if err != nil {
+		return nil, fmt.Errorf("the peer port: %w", err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0),
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12,
+			// A peer carries the peer certificate's name, as etcd's own
+			// listener requires (PeerTLSInfo.AllowedCNs).
+			VerifyPeerCertificate: func(_ [][]byte, chains [][]*x509.Certificate) error {
+				for _, chain := range chains {
+					if len(chain) > 0 && chain[0].Subject.CommonName == PeerCommonName {
+						return nil
+					}
+				}
+				return fmt.Errorf("a peer must present a certificate named %s", PeerCommonName)
+			}}}
+	ctx, stop := context.WithCancel(context.Background())
+	go p.follow(ctx)
+	go func() { _ = srv.ServeTLS(l, "", "") }()
+	return closerFunc(func() error {
+		stop()
+		return srv.Close()
+	}), nil
+}
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
+
+// nameOf is the name of the member of the hexadecimal ID (the ID itself
+// when the member is not known yet).
+func (p *peerProxy) nameOf(id string) string {
+	if id == "" {
+		return ""
+	}
+	for _, m := range p.e.Server.Cluster().Members() {
+		if m.ID.String() == id {
+			return m.Name
+		}
+	}
+	return id
+}
+
+// cut reports whether a request from the member from is cut: this member
+// or that one is partitioned (a request without a sender, a lease's
+// forwarding or a probe, is cut only when this member is).
+func (p *peerProxy) cut(from string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if from == p.self {
+		return false
+	}
+	return slices.Contains(p.partitioned, p.self) || (from != "" && slices.Contains(p.partitioned, from))
+}
+
+// follow rereads the partition file and cuts the streams a new partition
+// forbids.
+func (p *peerProxy) follow(ctx context.Context) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		var names []string
+		if raw, err := os.ReadFile(p.file); err == nil {
+			for _, l := range strings.Split(string(raw), "\n") {
+				if l = strings.TrimSpace(l); l != "" {
+					names = append(names, l)
+				}
+			}
+		}
+		p.mu.Lock()
+		changed := !slices.Equal(names, p.partitioned)
+		p.partitioned = names
+		var cut []*stream
+		if changed {
+			for s := range p.streams {
+				if s.from != p.self && (slices.Contains(names, p.self) || slices.Contains(names, s.from)) {
+					cut = append(cut, s)
+				}
+			}
+		}
+		p.mu.Unlock()
+		for _, s := range cut {
+			s.cancel()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
