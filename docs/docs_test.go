@@ -88,3 +88,21 @@ func checkTableTests(t *testing.T, doc, header string, minRows int) {
 		t.Errorf("%s has %d rows; it lost some", doc, rows)
 	}
 }
+
+// Every gate of the etcd document names the test that shows it.
+func TestEtcdGatesNameRealTests(t *testing.T) {
+	raw, err := os.ReadFile("etcd.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, gates, ok := strings.Cut(string(raw), "| Gate |")
+	if !ok {
+		t.Fatal("etcd.md has no table of gates")
+	}
+	gates, _, _ = strings.Cut(gates, "\n\n")
+	tmp := filepath.Join(t.TempDir(), "gates.md")
+	if err := os.WriteFile(tmp, []byte("| Gate |"+gates+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	checkTableTests(t, tmp, "| Gate ", 10)
+}

@@ -59,6 +59,9 @@ type Scenario struct {
 	Progress func(ctx context.Context, r *Run) (done bool, why string, err error)
 	// SampleMembers has the run sample the etcd membership (Run.Members).
 	SampleMembers bool
+	// Faults are lasting faults injected in every start of the run
+	// (failpoint.FaultEnv).
+	Faults string
 	// MaxOutage, when set, bounds how long the API may refuse writes
 	// while capstan is up.
 	MaxOutage time.Duration

@@ -336,29 +336,40 @@ func TestCheckQuorum(t *testing.T) {
 	boot := s(true, 1, etcd.BootstrapName)
 	formed := s(true, 3, "m0", "m1", "m2")
 	cases := map[string]struct {
-		samples   []memberSample
-		want      []string
-		maxVoting int
+		samples    []memberSample
+		want       []string
+		maxVoting  int
+		minHealthy int
 	}{
 		"a replacement as it should go": {[]memberSample{boot, formed, s(true, 2, "m0", "m1", "m2"), s(true, 2, "m1", "m2"),
-			s(true, 3, "m1", "m2", "m3")}, nil, 3},
+			s(true, 3, "m1", "m2", "m3")}, nil, 3, 0},
 		"before the formation and while down do not count": {[]memberSample{s(true, 1, "x", "y", "z", "w"), formed,
-			s(false, 0, "m0", "m1", "m2"), s(false, 1, "m0", "m1", "m2", "m3")}, nil, 3},
-		"four voting": {[]memberSample{formed, s(true, 4, "m0", "m1", "m2", "m3")}, []string{"etcd members: 4 voting members"}, 3},
-		"one healthy": {[]memberSample{formed, s(true, 1, "m0", "m1", "m2"), s(true, 1, "m0", "m1", "m2")}, []string{"etcd quorum: 1 healthy voting members of 3"}, 3},
+			s(false, 0, "m0", "m1", "m2"), s(false, 1, "m0", "m1", "m2", "m3")}, nil, 3, 0},
+		"four voting": {[]memberSample{formed, s(true, 4, "m0", "m1", "m2", "m3")}, []string{"etcd members: 4 voting members"}, 3, 0},
+		"one healthy": {[]memberSample{formed, s(true, 1, "m0", "m1", "m2"), s(true, 1, "m0", "m1", "m2")}, []string{"etcd quorum: 1 healthy voting members of 3"}, 3, 0},
 		"one slow answer": {[]memberSample{formed, s(true, 1, "m0", "m1", "m2"), s(true, 3, "m0", "m1", "m2"), s(true, 1, "m0", "m1", "m2"),
-			s(false, 0, "m0", "m1", "m2")}, nil, 3},
-		"never formed": {[]memberSample{boot}, []string{"etcd members: the members never formed"}, 3},
+			s(false, 0, "m0", "m1", "m2")}, nil, 3, 0},
+		"never formed": {[]memberSample{boot}, []string{"etcd members: the members never formed"}, 3, 0},
 		"both, at once": {[]memberSample{formed, s(true, 1, "m0", "m1", "m2", "m3"), s(true, 0, "m0", "m1", "m2", "m3")},
-			[]string{"etcd members: 4 voting", "etcd quorum: 0 healthy"}, 3},
+			[]string{"etcd members: 4 voting", "etcd quorum: 0 healthy"}, 3, 0},
 		"four voting allowed, their quorum kept": {[]memberSample{formed, s(true, 3, "m0", "m1", "m2", "m3"), s(true, 3, "m0", "m1", "m2", "m3"),
-			s(true, 3, "m1", "m2", "m3")}, nil, 4},
+			s(true, 3, "m1", "m2", "m3")}, nil, 4, 0},
 		"four voting, two healthy: no quorum": {[]memberSample{formed, s(true, 2, "m0", "m1", "m2", "m3"), s(true, 2, "m0", "m1", "m2", "m3")},
-			[]string{"etcd quorum: 2 healthy voting members of 4"}, 4},
+			[]string{"etcd quorum: 2 healthy voting members of 4"}, 4, 0},
+		// S3 of the chaos review: a cluster shrunk to one member has a
+		// quorum of itself, and no fault tolerance.
+		"shrunk to one voter": {[]memberSample{formed, s(true, 2, "m1", "m2"), s(true, 1, "m2"), s(true, 1, "m2")},
+			[]string{"etcd quorum: 1 healthy voting members of 1"}, 3, 0},
+		"the bootstrap member voting while up": {[]memberSample{formed, s(true, 4, etcd.BootstrapName, "m0", "m1", "m2")},
+			[]string{"etcd members: 4 voting", "etcd members: the bootstrap member voted"}, 3, 0},
+		"a member down where none should be": {[]memberSample{formed, s(true, 2, "m0", "m1", "m2"), s(true, 2, "m0", "m1", "m2"), s(true, 2, "m0", "m1", "m2")},
+			[]string{"etcd members healthy: 2 healthy voting members of 3"}, 3, 3},
+		"a member slow twice where none should be down": {[]memberSample{formed, s(true, 2, "m0", "m1", "m2"), s(true, 2, "m0", "m1", "m2"), formed},
+			nil, 3, 3},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got := checkQuorum(tc.samples, formedWithoutBootstrap, tc.maxVoting)
+			got := checkQuorum(tc.samples, quorumCheck{formed: formedWithoutBootstrap, maxVoting: tc.maxVoting, desired: 3, minHealthy: tc.minHealthy})
 			if len(got) != len(tc.want) {
 				t.Fatalf("violations %v, want %d", got, len(tc.want))
 			}

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/capstan-dev/capstan/internal/controlplane"
+	"github.com/capstan-dev/capstan/internal/etcd"
 )
 
 // memberSample is what etcd itself said of its members at one instant:
@@ -136,35 +137,65 @@ func (s *memberSampler) all() []memberSample {
 	return slices.Clone(s.samples)
 }
 
+// quorumCheck says what checkQuorum holds the samples to.
+type quorumCheck struct {
+	// formed tells the first sample the checks start from.
+	formed func(memberSample) bool
+	// maxVoting is the most voting members allowed.
+	maxVoting int
+	// desired is the control plane's size: the healthy voting members
+	// are never fewer than a quorum of it, nor of the members there are
+	// (a cluster shrunk to one member has a quorum of itself, and has
+	// lost its fault tolerance all the same).
+	desired int
+	// minHealthy, when set, is the fewest healthy voting members allowed
+	// (a scenario where no member should ever be down).
+	minHealthy int
+}
+
 // checkQuorum checks the samples taken while capstan was up, from the
-// first that showed the wanted voting members all healthy (the bootstrap
-// member handed over) on: never more than maxVoting voting members, and
-// never fewer healthy ones than a quorum of them in two samples in a row
-// (a member too slow to answer once, on a loaded machine, is not a lost
-// one; a member lost stays lost for a while).
-func checkQuorum(samples []memberSample, formed func(memberSample) bool, maxVoting int) []Violation {
+// first that formed on: never more than maxVoting voting members, never
+// the bootstrap member among them, never fewer healthy ones than a quorum
+// (of the desired size and of the members there are) in two samples in a
+// row, nor fewer than minHealthy in three (a member too slow to answer
+// once, on a loaded machine, is not a lost one; a member lost stays lost
+// for a while).
+func checkQuorum(samples []memberSample, q quorumCheck) []Violation {
 	var out []Violation
 	started := false
-	lacking := func(s *memberSample) bool { return s.Healthy < quorum(len(s.Voting)) }
-	var mostVoting, fewestHealthy, prev *memberSample
+	need := func(s *memberSample) int { return max(quorum(len(s.Voting)), quorum(q.desired)) }
+	lacking := func(s *memberSample) bool { return s.Healthy < need(s) }
+	var mostVoting, fewestHealthy, below, bootstrap *memberSample
+	run := 0
+	var prev *memberSample
 	for i := range samples {
 		s := &samples[i]
-		started = started || formed(*s)
+		started = started || q.formed(*s)
 		if !started || !s.Up {
-			prev = nil
+			prev, run = nil, 0
 			continue
 		}
-		if len(s.Voting) > maxVoting && (mostVoting == nil || len(s.Voting) > len(mostVoting.Voting)) {
+		if len(s.Voting) > q.maxVoting && (mostVoting == nil || len(s.Voting) > len(mostVoting.Voting)) {
 			mostVoting = s
+		}
+		if bootstrap == nil && slices.Contains(s.Voting, etcd.BootstrapName) {
+			bootstrap = s
 		}
 		if lacking(s) && prev != nil && lacking(prev) {
 			worse := s
-			if quorum(len(prev.Voting))-prev.Healthy > quorum(len(s.Voting))-s.Healthy {
+			if need(prev)-prev.Healthy > need(s)-s.Healthy {
 				worse = prev
 			}
-			if fewestHealthy == nil || quorum(len(worse.Voting))-worse.Healthy > quorum(len(fewestHealthy.Voting))-fewestHealthy.Healthy {
+			if fewestHealthy == nil || need(worse)-worse.Healthy > need(fewestHealthy)-fewestHealthy.Healthy {
 				fewestHealthy = worse
 			}
+		}
+		if q.minHealthy > 0 && s.Healthy < q.minHealthy {
+			if run++; run >= 3 && (below == nil || s.Healthy < below.Healthy) {
+				below = s
+			}
+		} else {
+			run = 0
 		}
 		prev = s
 	}
@@ -173,11 +204,19 @@ func checkQuorum(samples []memberSample, formed func(memberSample) bool, maxVoti
 	}
 	if s := mostVoting; s != nil {
 		out = append(out, Violation{"etcd members", fmt.Sprintf("%d voting members at %s (%v), at most %d allowed",
-			len(s.Voting), s.At.Format("15:04:05.000"), s.Voting, maxVoting)})
+			len(s.Voting), s.At.Format("15:04:05.000"), s.Voting, q.maxVoting)})
+	}
+	if s := bootstrap; s != nil {
+		out = append(out, Violation{"etcd members", fmt.Sprintf("the bootstrap member voted at %s (%v) while capstan said it was up: up is fault-tolerant only without it",
+			s.At.Format("15:04:05.000"), s.Voting)})
 	}
 	if s := fewestHealthy; s != nil {
-		out = append(out, Violation{"etcd quorum", fmt.Sprintf("%d healthy voting members of %d at %s (%v), and no quorum in the sample before either, at least %d wanted",
-			s.Healthy, len(s.Voting), s.At.Format("15:04:05.000"), s.Voting, quorum(len(s.Voting)))})
+		out = append(out, Violation{"etcd quorum", fmt.Sprintf("%d healthy voting members of %d at %s (%v), and no quorum in the sample before either, at least %d wanted (a quorum of the %d desired and of the members there are)",
+			s.Healthy, len(s.Voting), s.At.Format("15:04:05.000"), s.Voting, need(s), q.desired)})
+	}
+	if s := below; s != nil {
+		out = append(out, Violation{"etcd members healthy", fmt.Sprintf("%d healthy voting members of %d at %s (%v) for three samples in a row, at least %d wanted: no member is down in this scenario",
+			s.Healthy, len(s.Voting), s.At.Format("15:04:05.000"), s.Voting, q.minHealthy)})
 	}
 	return out
 }

@@ -40,11 +40,14 @@ type process struct {
 const tailLines = 40
 
 // startProcess starts `capstan up args` with the failpoint armed ("":
-// none).
-func startProcess(command func(args ...string) *exec.Cmd, args []string, armed string) (*process, error) {
+// none) and the lasting faults injected.
+func startProcess(command func(args ...string) *exec.Cmd, args []string, armed, faults string) (*process, error) {
 	cmd := command(append([]string{"up"}, args...)...)
 	if armed != "" {
 		cmd.Env = append(cmd.Environ(), failpoint.Env+"="+armed)
+	}
+	if faults != "" {
+		cmd.Env = append(cmd.Environ(), failpoint.FaultEnv+"="+faults)
 	}
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw

@@ -130,7 +130,7 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 				armed = kills[next].armed()
 			}
 			var err error
-			if p, err = startProcess(opts.Command, args, armed); err != nil {
+			if p, err = startProcess(opts.Command, args, armed, s.Faults); err != nil {
 				return false, err
 			}
 			werr := p.waitUp(opts.StartTimeout)

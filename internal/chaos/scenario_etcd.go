@@ -32,8 +32,14 @@ const etcdMasters = 3
 const leaderElection = 30 * time.Second
 
 // etcdScenario is the base of the etcd scenarios: a control plane of 3
-// machines and a worker, the membership sampled from etcd.
-func etcdScenario(name, doc string, progress func(context.Context, *Run) (bool, string, error), maxVoting, replacements int) *Scenario {
+// machines and a worker, the membership sampled from etcd and held to
+// q (its desired size is the control plane's), replacements machines made
+// beside the three.
+func etcdScenario(name, doc string, progress func(context.Context, *Run) (bool, string, error), q quorumCheck, replacements int) *Scenario {
+	if q.formed == nil {
+		q.formed = formedWithoutBootstrap
+	}
+	q.desired = etcdMasters
 	return &Scenario{
 		Name:          name,
 		Doc:           doc,
@@ -45,7 +51,7 @@ func etcdScenario(name, doc string, progress func(context.Context, *Run) (bool, 
 		MaxOutage:     leaderElection,
 		Progress:      progress,
 		Check: func(ctx context.Context, r *Run) []Violation {
-			out := checkQuorum(r.Members.all(), formedWithoutBootstrap, maxVoting)
+			out := checkQuorum(r.Members.all(), q)
 			if made := mastersOf(r.History); len(made) != etcdMasters+replacements {
 				out = append(out, Violation{"nothing twice", fmt.Sprintf("%d control-plane machines ever made (%v), want %d and %d replacements",
 					len(made), made, etcdMasters, replacements)})
@@ -55,24 +61,33 @@ func etcdScenario(name, doc string, progress func(context.Context, *Run) (bool, 
 	}
 }
 
-// etcdDeadScenario replaces a dead master, the documented way: its
-// machine is stopped, then deleted.
+// fromUp checks the samples from the first taken while capstan is up:
+// up means fault-tolerant, so nothing needs to form first.
+func fromUp(memberSample) bool { return true }
+
+// etcdDeadScenario replaces a dead master, the documented way, starting
+// the moment capstan is first up: its machine is stopped, then deleted.
 func etcdDeadScenario() *Scenario {
 	return etcdScenario("etcd",
-		"a dead master replaced: one of 3 control-plane machines stopped, then deleted; the ControlPlaneMachineSet makes one "+
-			"replacement, whose member joins once the dead one left: one replacement machine ever made, never more than 3 voting "+
-			"members, never fewer healthy than a quorum of them while capstan is up, the API never down longer than a leader election, "+
-			"the 3 masters' members healthy at the end (read from etcd)",
-		etcdDeadProgress, etcdMasters, 1)
+		"a dead master replaced from the moment capstan is first up: one of 3 control-plane machines stopped as soon as capstan says "+
+			"it is up, then deleted; the ControlPlaneMachineSet makes one replacement, whose member joins once the dead one left: "+
+			"one replacement machine ever made, never more than 3 voting members nor the bootstrap member, never fewer healthy than a quorum of the "+
+			"3 desired while capstan is up (so up was fault-tolerant), the API never down longer than a leader election, the 3 masters' "+
+			"members healthy at the end (read from etcd)",
+		etcdDeadProgress, quorumCheck{formed: fromUp, maxVoting: etcdMasters}, 1)
 }
 
-// etcdTwoScenario deletes two healthy masters at once.
+// etcdTwoScenario deletes two healthy masters at once, while the etcd
+// operator's Node reads fail for 2s of every 5s.
 func etcdTwoScenario() *Scenario {
-	return etcdScenario("etcd-two",
-		"two of 3 healthy control-plane machines deleted at once: each replaced, one at a time, its replacement voting before the "+
-			"old member leaves: two replacement machines ever made, never more than 4 voting members, never fewer healthy than a "+
-			"quorum of them while capstan is up, the API never down longer than a leader election, the 3 masters' members healthy at the end",
-		etcdTwoProgress, etcdMasters+1, 2)
+	s := etcdScenario("etcd-two",
+		"two of 3 healthy control-plane machines deleted at once, the etcd operator's Node reads failing 2s of every 5s: each "+
+			"replaced, one at a time, its replacement voting before the old member leaves (no member ever down: a failed read is no "+
+			"missing node): two replacement machines ever made, never more than 4 voting members, never fewer than 3 healthy while "+
+			"capstan is up, the API never down longer than a leader election, the 3 masters' members healthy at the end",
+		etcdTwoProgress, quorumCheck{maxVoting: etcdMasters + 1, minHealthy: etcdMasters}, 2)
+	s.Faults = failpoint.FormatFault(failpoint.EtcdNodeRead, 2*time.Second, 5*time.Second)
+	return s
 }
 
 // etcdFailedScenario deletes a replacement that failed: a dead master is
@@ -82,9 +97,38 @@ func etcdFailedScenario() *Scenario {
 	return etcdScenario("etcd-failed",
 		"a dead master deleted while its zone has no capacity: the replacement goes Failed (InsufficientInstanceCapacity), the dead "+
 			"member leaves anyway; the zone restored and the failed replacement deleted, the ControlPlaneMachineSet makes one more for "+
-			"that index: two replacement machines ever made, never more than 3 voting members, never fewer healthy than a quorum of them "+
-			"while capstan is up, the API never down longer than a leader election, the 3 masters' members healthy at the end",
-		etcdFailedProgress, etcdMasters, 2)
+			"that index: two replacement machines ever made, never more than 3 voting members, never fewer healthy than a quorum of the 3 "+
+			"desired while capstan is up, the API never down longer than a leader election, the 3 masters' members healthy at the end",
+		etcdFailedProgress, quorumCheck{maxVoting: etcdMasters}, 2)
+}
+
+// partitionFor is how long the partition scenario cuts a member off:
+// several election timeouts (1s).
+const partitionFor = 5 * time.Second
+
+// etcdPartitionScenario cuts the leader's member from the others.
+func etcdPartitionScenario() *Scenario {
+	s := etcdScenario("etcd-partition",
+		fmt.Sprintf("the etcd leader's member cut from the others (peer traffic both ways, through the proxy of capstan up "+
+			"--etcd-partitionable that the campaign's partition file controls) for %s, longer than an election, then healed: the "+
+			"others elect a leader and the API keeps taking writes (kube-apiserver's connections leave the member cut off), no "+
+			"member removed and no machine made, never fewer healthy than a quorum of the 3 desired, the cut member healthy again at "+
+			"the end", partitionFor),
+		etcdPartitionProgress, quorumCheck{maxVoting: etcdMasters}, 0)
+	s.Args = append(s.Args, "--etcd-partitionable")
+	s.Points = nil
+	return s
+}
+
+// etcdRelabelScenario takes a master's role label away, and gives it back.
+func etcdRelabelScenario() *Scenario {
+	return etcdScenario("etcd-relabel",
+		"a master Machine's role label taken away (it is no longer the ControlPlaneMachineSet's, which makes a replacement for its "+
+			"index), then given back (the ControlPlaneMachineSet deletes the older of the index's two machines): the relabelled "+
+			"machine's member is never stopped (a label is no machine gone), its replacement joins once it is deleted: one "+
+			"replacement machine ever made, never more than 4 voting members, never fewer than 3 healthy while capstan is up, the "+
+			"API never down longer than a leader election, the 3 masters' members healthy at the end",
+		etcdRelabelProgress, quorumCheck{maxVoting: etcdMasters + 1, minHealthy: etcdMasters}, 1)
 }
 
 // memberKills is how many member processes the etcd-member scenario
@@ -98,7 +142,7 @@ func etcdMemberScenario() *Scenario {
 		fmt.Sprintf("the etcd leader's member process SIGKILLed %d times under a stream of writes, each time once the members are "+
 			"all healthy again: no acknowledged write lost, the API never down longer than a leader election, the member started "+
 			"again by capstan, no machine replaced, never fewer healthy voting members than a quorum while capstan is up", memberKills),
-		etcdMemberProgress, etcdMasters, 0)
+		etcdMemberProgress, quorumCheck{maxVoting: etcdMasters}, 0)
 	s.Points = nil
 	return s
 }
@@ -166,15 +210,36 @@ func replaceProgress(verb string, pick func([]machinev1.Machine) []string, act f
 	}
 }
 
-// etcdDeadProgress stops the first master's machine, then deletes it.
-var etcdDeadProgress = replaceProgress("dead",
-	func(m []machinev1.Machine) []string { return []string{m[0].Name} },
-	func(ctx context.Context, r *Run, victim string) error {
-		if err := stopMachine(ctx, r, victim); err != nil {
-			return err
+// etcdDeadProgress stops the first master's machine the moment capstan
+// is up (up means fault-tolerant: nothing is waited for), then deletes
+// it: the phases dead:<victim>, replacing:<victim>.
+func etcdDeadProgress(ctx context.Context, r *Run) (bool, string, error) {
+	ph, err := phase(ctx, r)
+	if err != nil {
+		return false, "", err
+	}
+	switch {
+	case ph == "":
+		masters, err := masterMachines(ctx, r)
+		if err != nil {
+			return false, "", err
 		}
-		return deleteMachines(ctx, r, victim)
-	})
+		if len(masters) != etcdMasters {
+			return false, fmt.Sprintf("%d control-plane machines", len(masters)), nil
+		}
+		return false, "stopping " + masters[0].Name, setPhase(ctx, r, "dead:"+masters[0].Name)
+	case strings.HasPrefix(ph, "dead:"):
+		victim := strings.TrimPrefix(ph, "dead:")
+		if err := stopMachine(ctx, r, victim); err != nil {
+			return false, "", err
+		}
+		if err := deleteMachines(ctx, r, victim); err != nil {
+			return false, "", err
+		}
+		return false, "replacing " + victim, setPhase(ctx, r, "replacing:"+victim)
+	}
+	return replacedWithout(ctx, r, strings.TrimPrefix(ph, "replacing:"))
+}
 
 // etcdTwoProgress deletes the first and the last master at once.
 var etcdTwoProgress = replaceProgress("deleting",

@@ -18,7 +18,8 @@ import (
 
 // Scenarios are the campaign's scenarios, in the order `all` runs them.
 func Scenarios() []*Scenario {
-	return []*Scenario{updateScenario(), autoscalerScenario(), machineSetScenario(), mcoScenario(), evictionScenario(), etcdDeadScenario(), etcdTwoScenario(), etcdFailedScenario(), etcdMemberScenario()}
+	return []*Scenario{updateScenario(), autoscalerScenario(), machineSetScenario(), mcoScenario(), evictionScenario(), etcdDeadScenario(), etcdTwoScenario(),
+		etcdFailedScenario(), etcdMemberScenario(), etcdPartitionScenario(), etcdRelabelScenario()}
 }
 
 // created treats AlreadyExists as success: each write of a scenario may

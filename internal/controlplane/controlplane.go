@@ -174,6 +174,7 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 		return nil, err
 	}
 	klog.InfoS("Started etcd", "url", cp.etcd.URL())
+	cp.Warnings = append(cp.Warnings, cp.etcd.Warnings...)
 
 	if cp.apiDone, err = cp.runAPIServer(runCtx, cp.etcd.URL(), listener); err != nil {
 		listener.Close()

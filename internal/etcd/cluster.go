@@ -66,6 +66,11 @@ type Cluster struct {
 	leaving map[string]bool
 	// members is the membership as last listed (syncLocked).
 	members []*etcdserverpb.Member
+	// sickSince is when running voting members started failing their
+	// health checks; shunned are those the proxy no longer sends
+	// clients to (see noteHealth).
+	sickSince map[string]time.Time
+	shunned   map[string]bool
 }
 
 func (c *Cluster) registryPath() string { return filepath.Join(c.cfg.DataDir, registryFile) }
@@ -77,7 +82,8 @@ const registryFile = "etcd-members.json"
 // bootstrap member), waits for them to form a quorum, and serves them
 // behind the proxy.
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
-	c := &Cluster{cfg: cfg, running: map[string]*Member{}, stopped: map[string]bool{}, leaving: map[string]bool{}}
+	c := &Cluster{cfg: cfg, running: map[string]*Member{}, stopped: map[string]bool{}, leaving: map[string]bool{},
+		sickSince: map[string]time.Time{}, shunned: map[string]bool{}}
 	raw, err := os.ReadFile(c.registryPath())
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -474,15 +480,32 @@ func (c *Cluster) syncLocked(members []*etcdserverpb.Member) error {
 	if err := c.writeRegistryLocked(); err != nil {
 		return err
 	}
-	var backends, endpoints []string
+	var backends, endpoints, sick []string
+	shunned := map[string]bool{}
 	for _, s := range c.registry {
 		m := byPeerURL(members, s.PeerURL())
 		if m == nil || m.IsLearner || c.leaving[s.Name] || c.stopped[s.Name] {
 			continue
 		}
-		backends = append(backends, net.JoinHostPort("127.0.0.1", strconv.Itoa(s.ClientPort)))
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(s.ClientPort))
+		if since, ok := c.sickSince[s.Name]; ok && time.Since(since) >= sickAfter {
+			sick = append(sick, addr)
+			shunned[s.Name] = true
+			continue
+		}
+		backends = append(backends, addr)
 		endpoints = append(endpoints, s.ClientURL())
 	}
+	if len(backends) == 0 {
+		// None healthy: no better place to send a client.
+		backends, shunned = sick, map[string]bool{}
+	}
+	for name := range shunned {
+		if !c.shunned[name] {
+			klog.InfoS("An etcd member has failed its health checks: kube-apiserver's connections leave it", "member", name)
+		}
+	}
+	c.shunned = shunned
 	c.members = members
 	c.proxy.SetBackends(backends)
 	if len(endpoints) > 0 {

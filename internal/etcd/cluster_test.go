@@ -936,3 +936,55 @@ func memberClient(t *testing.T, cfg etcd.Config, url string) *clientv3.Client {
 	t.Cleanup(func() { cl.Close() })
 	return cl
 }
+
+// A member removed behind capstan's back (etcdctl member remove, as
+// OpenShift documents for an unhealthy member) is forgotten, its process
+// stopped and its data gone, so that its machine can get a new member.
+func TestAMemberRemovedOutOfBandIsForgotten(t *testing.T) {
+	ctx := context.Background()
+	cfg := testConfig(t)
+	c := start(t, cfg, "the first start")
+	join(t, c, "master-0")
+	join(t, c, "master-1")
+	members, err := c.Members(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id uint64
+	for _, m := range members {
+		if m.Name == "master-1" {
+			id = m.ID
+		}
+	}
+	if err := c.AddLearner(ctx, "master-1"); !errors.Is(err, etcd.ErrMemberExists) {
+		t.Errorf("adding master-1 again: %v, want ErrMemberExists", err)
+	}
+	err = waitfor.Poll(ctx, 200*time.Millisecond, time.Minute, func(ctx context.Context) (bool, string, error) {
+		_, err := c.Client().MemberRemove(ctx, id)
+		return err == nil, fmt.Sprint(err), nil
+	})
+	if err != nil {
+		t.Fatalf("etcdctl member remove: %v", err)
+	}
+	gone, err := c.ForgetRemoved(ctx)
+	if err != nil || len(gone) != 1 || gone[0] != "master-1" {
+		t.Fatalf("ForgetRemoved = %v, %v; want master-1", gone, err)
+	}
+	specs, err := etcd.ReadRegistry(cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range specs {
+		if s.Name == "master-1" {
+			t.Errorf("master-1 is still in the registry: %+v", specs)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, etcd.MembersDir, "master-1")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("master-1's data is still there: %v", err)
+	}
+	// Its machine gets a member again.
+	join(t, c, "master-1")
+	if got := voting(t, c); !got["master-1"] {
+		t.Errorf("voting members %v after master-1 was added again", got)
+	}
+}

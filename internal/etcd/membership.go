@@ -90,7 +90,53 @@ func (c *Cluster) Members(ctx context.Context) ([]MemberStatus, error) {
 		return nil, err
 	}
 	checkHealth(ctx, c.health, out, quiet)
+	c.noteHealth(out)
 	return out, nil
+}
+
+// sickAfter is how long a running voting member must fail its health
+// checks before kube-apiserver's connections leave it.
+const sickAfter = 2 * time.Second
+
+// noteHealth follows the running voting members' health: one that has
+// failed its checks for sickAfter (cut off from the others, without a
+// leader) leaves the proxy's backends, and the apiserver's connections
+// to it are closed so that they reconnect to a member that can serve;
+// it is a backend again once healthy. The proxy keeps at least one
+// backend.
+func (c *Cluster) noteHealth(members []MemberStatus) {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	changed := false
+	seen := map[string]bool{}
+	for _, m := range members {
+		if !m.Local || m.Learner || !m.Started || m.Stopped || c.leaving[m.Name] {
+			continue
+		}
+		seen[m.Name] = true
+		since, sick := c.sickSince[m.Name]
+		switch {
+		case m.Healthy && sick:
+			changed = changed || now.Sub(since) >= sickAfter
+			delete(c.sickSince, m.Name)
+		case !m.Healthy && !sick:
+			c.sickSince[m.Name] = now
+		case !m.Healthy && now.Sub(since) >= sickAfter && !c.shunned[m.Name]:
+			changed = true
+		}
+	}
+	for name := range c.sickSince {
+		if !seen[name] {
+			delete(c.sickSince, name)
+			changed = true
+		}
+	}
+	if changed {
+		if err := c.syncLocked(c.members); err != nil {
+			klog.ErrorS(err, "Pointing the etcd proxy at the healthy members")
+		}
+	}
 }
 
 // checkHealth asks each member but the quiet ones for its health, all at

@@ -1,0 +1,152 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	machinev1 "github.com/openshift/api/machine/v1beta1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/capstan-dev/capstan/internal/etcd"
+	"github.com/capstan-dev/capstan/internal/machine"
+)
+
+// etcdPartitionProgress goes through the phases
+// partitioned:<member>:<unix nanoseconds> and healed:<member>:<unix
+// nanoseconds>. The partition is the run's data dir's partition file,
+// which the members' peer proxies read: the campaign controls it, with
+// capstan up killed or not.
+func etcdPartitionProgress(ctx context.Context, r *Run) (bool, string, error) {
+	ph, err := phase(ctx, r)
+	if err != nil {
+		return false, "", err
+	}
+	s := r.Members.last()
+	switch {
+	case ph == "":
+		if masters, why, err := formed(ctx, r); masters == nil {
+			return false, why, err
+		}
+		if s.Leader == "" {
+			return false, "waiting for a leader to cut off", nil
+		}
+		if err := etcd.WritePartition(r.DataDir, s.Leader); err != nil {
+			return false, "", err
+		}
+		return false, "cut off the leader " + s.Leader, setPhase(ctx, r, fmt.Sprintf("partitioned:%s:%d", s.Leader, time.Now().UnixNano()))
+	case strings.HasPrefix(ph, "partitioned:"):
+		name, at, err := phaseAt(ph, "partitioned:")
+		if err != nil {
+			return false, "", err
+		}
+		if err := etcd.WritePartition(r.DataDir, name); err != nil {
+			return false, "", err
+		}
+		if since := time.Since(at); since < partitionFor {
+			return false, fmt.Sprintf("%s cut off for %.0fs", name, since.Seconds()), nil
+		}
+		if !s.At.After(at.Add(partitionFor)) || s.Leader == "" || s.Leader == name || s.Healthy < quorum(etcdMasters) {
+			return false, fmt.Sprintf("%s cut off: waiting for the others to have a leader of their own (voting %v, %d healthy, leader %q)",
+				name, s.Voting, s.Healthy, s.Leader), nil
+		}
+		if err := etcd.WritePartition(r.DataDir); err != nil {
+			return false, "", err
+		}
+		return false, "healed the partition of " + name, setPhase(ctx, r, fmt.Sprintf("healed:%s:%d", name, time.Now().UnixNano()))
+	case strings.HasPrefix(ph, "healed:"):
+		name, at, err := phaseAt(ph, "healed:")
+		if err != nil {
+			return false, "", err
+		}
+		if err := etcd.WritePartition(r.DataDir); err != nil {
+			return false, "", err
+		}
+		if !s.At.After(at) || !formedWithoutBootstrap(s) {
+			return false, fmt.Sprintf("%s back: voting %v, %d healthy", name, s.Voting, s.Healthy), nil
+		}
+		return replacedWithout(ctx, r)
+	}
+	return false, "", fmt.Errorf("unknown phase %q", ph)
+}
+
+// phaseAt reads <prefix><name>:<unix nanoseconds>.
+func phaseAt(ph, prefix string) (string, time.Time, error) {
+	name, ns, ok := strings.Cut(strings.TrimPrefix(ph, prefix), ":")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil {
+		return "", time.Time{}, fmt.Errorf("phase %q is not %s<member>:<time>", ph, prefix)
+	}
+	return name, time.Unix(0, n), nil
+}
+
+// etcdRelabelProgress goes through the phases relabel:<victim>,
+// relabelled:<victim> (until the ControlPlaneMachineSet's replacement for
+// its index runs and has a learner) and restored:<victim> (until the
+// control plane settled without it).
+func etcdRelabelProgress(ctx context.Context, r *Run) (bool, string, error) {
+	ph, err := phase(ctx, r)
+	if err != nil {
+		return false, "", err
+	}
+	switch {
+	case ph == "":
+		masters, why, err := formed(ctx, r)
+		if masters == nil {
+			return false, why, err
+		}
+		return false, "relabelling " + masters[1].Name, setPhase(ctx, r, "relabel:"+masters[1].Name)
+	case strings.HasPrefix(ph, "relabel:"):
+		victim := strings.TrimPrefix(ph, "relabel:")
+		if err := setRole(ctx, r, victim, "relabelled"); err != nil {
+			return false, "", err
+		}
+		return false, victim + " relabelled", setPhase(ctx, r, "relabelled:"+victim)
+	case strings.HasPrefix(ph, "relabelled:"):
+		victim := strings.TrimPrefix(ph, "relabelled:")
+		masters, err := masterMachines(ctx, r)
+		if err != nil {
+			return false, "", err
+		}
+		replacement := ""
+		for _, m := range masters {
+			if m.Name != victim && machine.MachineIndex(m.Name) == machine.MachineIndex(victim) && ptr.Deref(m.Status.Phase, "") == machinev1.PhaseRunning {
+				replacement = m.Name
+			}
+		}
+		if s := r.Members.last(); replacement == "" || s.Learners == 0 {
+			return false, fmt.Sprintf("%s relabelled: waiting for the replacement of its index to run with a learner (replacement %q, %d learners)",
+				victim, replacement, s.Learners), nil
+		}
+		if err := setRole(ctx, r, victim, "master"); err != nil {
+			return false, "", err
+		}
+		return false, victim + " a master again", setPhase(ctx, r, "restored:"+victim)
+	case strings.HasPrefix(ph, "restored:"):
+		victim := strings.TrimPrefix(ph, "restored:")
+		if err := setRole(ctx, r, victim, "master"); err != nil {
+			return false, "", err
+		}
+		return replacedWithout(ctx, r, victim)
+	}
+	return false, "", fmt.Errorf("unknown phase %q", ph)
+}
+
+// setRole sets a machine's role label (a machine gone already is left).
+func setRole(ctx context.Context, r *Run, name, role string) error {
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, machine.MachineRoleLabel, role)
+	_, err := r.Machine.MachineV1beta1().Machines(machine.Namespace).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	return ignoreNotFound(err)
+}
+
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
