@@ -11,7 +11,9 @@ import (
 
 func TestPlanControlPlane(t *testing.T) {
 	t0 := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
-	ready := func(name string, index int) CPMSMachine { return CPMSMachine{Name: name, Index: index, Ready: true, Created: t0} }
+	ready := func(name string, index int) CPMSMachine {
+		return CPMSMachine{Name: name, Index: index, Ready: true, Created: t0}
+	}
 	old := func(name string, index int) CPMSMachine {
 		return CPMSMachine{Name: name, Index: index, Ready: true, NeedsUpdate: true}
 	}
