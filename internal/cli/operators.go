@@ -231,6 +231,7 @@ without one, --control-plane-replicas.`,
 	fs.StringVar(&remote.CA, "etcd-cacert", "", "CA bundle that verifies the members' serving certificates")
 	fs.StringVar(&remote.Cert, "etcd-cert", "", "client certificate the members trust")
 	fs.StringVar(&remote.Key, "etcd-key", "", "key of --etcd-cert")
+	fs.BoolVar(&remote.Insecure, "etcd-insecure", false, "allow http:// endpoints and members whose serving certificates go unchecked (tests only)")
 	fs.StringVar(&op.Namespace, "namespace", op.Namespace, "namespace of the Machines")
 	fs.IntVar(&op.InstallReplicas, "control-plane-replicas", op.InstallReplicas, "the control plane's size when there is no ControlPlaneMachineSet")
 	return c

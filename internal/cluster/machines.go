@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -154,8 +155,20 @@ func (c *Cluster) ensureMachines(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listing machinesets: %w", err)
 	}
+	installed := c.ControlPlane.DataDir().Path(installedMarker)
 	if len(existing.Items) > 0 || len(sets.Items) > 0 {
-		return c.ensureControlPlaneMachineSet(ctx, existing.Items)
+		// A ControlPlaneMachineSet deleted since the install comes back
+		// Inactive, as upstream's generator makes it: it replaces nothing
+		// until someone activates it. An install cut short before it made
+		// one makes it Active.
+		state := cpmsv1.ControlPlaneMachineSetStateActive
+		if _, err := os.Stat(installed); err == nil {
+			state = cpmsv1.ControlPlaneMachineSetStateInactive
+		}
+		if err := c.ensureControlPlaneMachineSet(ctx, existing.Items, state); err != nil {
+			return err
+		}
+		return os.WriteFile(installed, nil, 0o600)
 	}
 	infra := "capstan-" + sim.RandomSuffix()
 	zones := sim.DefaultZones
@@ -176,7 +189,7 @@ func (c *Cluster) ensureMachines(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listing machines: %w", err)
 	}
-	if err := c.ensureControlPlaneMachineSet(ctx, created.Items); err != nil {
+	if err := c.ensureControlPlaneMachineSet(ctx, created.Items, cpmsv1.ControlPlaneMachineSetStateActive); err != nil {
 		return err
 	}
 	for i, zone := range zones {
@@ -203,15 +216,19 @@ func (c *Cluster) ensureMachines(ctx context.Context) error {
 			return fmt.Errorf("creating machineset %s: %w", ms.Name, err)
 		}
 	}
-	return nil
+	return os.WriteFile(installed, nil, 0o600)
 }
+
+// installedMarker is the file of a data dir whose machines the install
+// made, ControlPlaneMachineSet included.
+const installedMarker = "machines-installed"
 
 // ensureControlPlaneMachineSet creates the ControlPlaneMachineSet named
 // cluster, as the installer does, for a control plane of 3 or 5 machines
-// (the sizes it supports): its template is the control-plane machines'
-// spec without their zone, which each index's failure domain sets. A
-// cluster that has one keeps it.
-func (c *Cluster) ensureControlPlaneMachineSet(ctx context.Context, machines []machinev1.Machine) error {
+// (the sizes it supports), in state: its template is the control-plane
+// machines' spec without their zone, which each index's failure domain
+// sets. A cluster that has one keeps it.
+func (c *Cluster) ensureControlPlaneMachineSet(ctx context.Context, machines []machinev1.Machine, state cpmsv1.ControlPlaneMachineSetState) error {
 	if c.opts.ControlPlaneNodes != 3 && c.opts.ControlPlaneNodes != 5 {
 		return nil
 	}
@@ -242,7 +259,7 @@ func (c *Cluster) ensureControlPlaneMachineSet(ctx context.Context, machines []m
 	cpms := &cpmsv1.ControlPlaneMachineSet{
 		ObjectMeta: metav1.ObjectMeta{Name: machine.ControlPlaneMachineSetName, Namespace: master.Namespace},
 		Spec: cpmsv1.ControlPlaneMachineSetSpec{
-			State:    cpmsv1.ControlPlaneMachineSetStateActive,
+			State:    state,
 			Replicas: ptr.To(int32(c.opts.ControlPlaneNodes)),
 			Strategy: cpmsv1.ControlPlaneMachineSetStrategy{Type: cpmsv1.RollingUpdate},
 			Selector: metav1.LabelSelector{MatchLabels: sel},

@@ -602,8 +602,9 @@ func TestARemoteChangesTheMembershipThroughTheAPIOnly(t *testing.T) {
 	for _, m := range members {
 		endpoints = append(endpoints, m.ClientURL)
 	}
-	if _, err := etcd.DialRemote(etcd.RemoteConfig{Endpoints: []string{"10.0.0.1:2379"}, Cert: cfg.TLS.ClientCert}); err == nil ||
-		!strings.Contains(err.Error(), `"10.0.0.1:2379" is not a client URL`) || !strings.Contains(err.Error(), "--etcd-cert and --etcd-key go together") {
+	if _, err := etcd.DialRemote(etcd.RemoteConfig{Endpoints: []string{"10.0.0.1:2379", "http://10.0.0.2:2379"}, Cert: cfg.TLS.ClientCert}); err == nil ||
+		!strings.Contains(err.Error(), `"10.0.0.1:2379" is not a client URL`) || !strings.Contains(err.Error(), "--etcd-cert and --etcd-key go together") ||
+		!strings.Contains(err.Error(), `"http://10.0.0.2:2379" is plain HTTP`) || !strings.Contains(err.Error(), "--etcd-cacert: the CA") {
 		t.Errorf("a bad remote configuration: %v", err)
 	}
 	r, err := etcd.DialRemote(etcd.RemoteConfig{Endpoints: endpoints, CA: cfg.TLS.CA, Cert: cfg.TLS.ClientCert, Key: cfg.TLS.ClientKey})

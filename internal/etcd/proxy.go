@@ -73,14 +73,20 @@ func (p *Proxy) Close() {
 }
 
 func (p *Proxy) serve() {
+	backoff := time.Duration(0)
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
+			// Out of file descriptors, say: wait before trying again
+			// rather than spin, as net/http's server does.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			time.Sleep(backoff)
 			continue
 		}
+		backoff = 0
 		go p.forward(c)
 	}
 }

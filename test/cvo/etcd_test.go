@@ -610,17 +610,18 @@ func (c *etcdCluster) nodeOf(t *testing.T, name string) string {
 	return m.Status.NodeRef.Name
 }
 
-// watchMemberCount samples how many members capstan runs until the
-// returned function is called, which says the fewest seen.
+// watchMemberCount samples how many voting members etcd has (learners
+// do not count: a member that left before its replacement voted shows)
+// until the returned function is called, which says the fewest seen.
 func (c *etcdCluster) watchMemberCount() func() int {
 	done := make(chan struct{})
 	result := make(chan int, 1)
 	go func() {
 		fewest := 1 << 30
-		tick := time.NewTicker(50 * time.Millisecond)
+		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			if n := len(c.registry()); n > 0 {
+			if n := c.votingCount(); n > 0 {
 				fewest = min(fewest, n)
 			}
 			select {
@@ -635,6 +636,28 @@ func (c *etcdCluster) watchMemberCount() func() int {
 		close(done)
 		return <-result
 	}
+}
+
+// votingCount asks etcd how many voting members it has (0: no answer).
+func (c *etcdCluster) votingCount() int {
+	cl, err := controlplane.StorageClient(c.dir)
+	if err != nil {
+		return 0
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	list, err := cl.MemberList(ctx)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, m := range list.Members {
+		if !m.IsLearner {
+			n++
+		}
+	}
+	return n
 }
 
 // settledMasters are the three control-plane machines of a settled
@@ -694,21 +717,7 @@ func (c *etcdCluster) watchVoting(t *testing.T) func() int {
 		tick := time.NewTicker(200 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			cl, err := controlplane.StorageClient(c.dir)
-			if err == nil {
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				if list, err := cl.MemberList(ctx); err == nil {
-					n := 0
-					for _, m := range list.Members {
-						if !m.IsLearner {
-							n++
-						}
-					}
-					most = max(most, n)
-				}
-				cancel()
-				cl.Close()
-			}
+			most = max(most, c.votingCount())
 			select {
 			case <-done:
 				result <- most
