@@ -30,6 +30,12 @@ func etcdPartitionProgress(ctx context.Context, r *Run) (bool, string, error) {
 	s := r.Members.last()
 	switch {
 	case ph == "":
+		// No partition yet: one written just before a kill that came
+		// ahead of its phase is taken back first (it would keep the
+		// members from forming, and capstan from saying it is up).
+		if err := etcd.WritePartition(r.DataDir); err != nil {
+			return false, "", err
+		}
 		if masters, why, err := formed(ctx, r); masters == nil {
 			return false, why, err
 		}

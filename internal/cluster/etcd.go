@@ -151,8 +151,11 @@ func (c *Cluster) WaitEtcdFaultTolerant(ctx context.Context, timeout time.Durati
 	if timeout <= 0 {
 		timeout = math.MaxInt64
 	}
-	if !c.opts.EtcdOperator || c.ControlPlane.Etcd() == nil {
-		return EtcdState{Desired: 1, Healthy: 1, FaultTolerant: false, Waiting: "the bootstrap member serves alone (no etcd operator)"}, nil
+	switch {
+	case !c.opts.EtcdOperator || c.ControlPlane.Etcd() == nil:
+		return EtcdState{Desired: 1, Healthy: 1, Waiting: "the bootstrap member serves alone (no etcd operator)"}, nil
+	case c.opts.ControlPlaneNodes == 0:
+		return EtcdState{Desired: 1, Healthy: 1, Waiting: "the bootstrap member serves alone (no control-plane machine)"}, nil
 	}
 	var last EtcdState
 	said := ""

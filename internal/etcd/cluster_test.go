@@ -374,34 +374,28 @@ func TestStartRepairsABadRegistry(t *testing.T) {
 	}
 	cases := map[string]struct {
 		registry func() []etcd.MemberSpec
-		warning  string
+		warnings []string
 	}{
-		"an entry with no dir": {func() []etcd.MemberSpec {
-			return append(slices.Clone(good), etcd.MemberSpec{Name: "m", ClientPort: 1, PeerPort: 2, MetricsPort: 3})
-		}, `dir "": empty: the member's data would be the whole data dir: left out`},
-		"an entry outside the data dir": {func() []etcd.MemberSpec {
-			return append(slices.Clone(good), etcd.MemberSpec{Name: "m", Dir: outside, ClientPort: 1, PeerPort: 2, MetricsPort: 3})
-		}, "not a clean path inside the data dir: left out"},
-		"an entry in the members' dir itself": {func() []etcd.MemberSpec {
-			return append(slices.Clone(good), etcd.MemberSpec{Name: "m", Dir: "etcd-members", ClientPort: 1, PeerPort: 2, MetricsPort: 3})
-		}, "nor one under etcd-members/: left out"},
-		"an entry with no name": {func() []etcd.MemberSpec {
-			return append(slices.Clone(good), etcd.MemberSpec{Dir: "etcd-members/x", ClientPort: 1, PeerPort: 2, MetricsPort: 3})
-		}, "has no name: left out"},
-		"a name twice": {func() []etcd.MemberSpec {
-			return append(slices.Clone(good), etcd.MemberSpec{Name: "master-0", Dir: "etcd-members/x", ClientPort: 1, PeerPort: 2, MetricsPort: 3})
-		}, "is listed before: left out"},
+		"entries without a dir, outside the data dir, in the members' dir itself, without a name, or listed twice": {func() []etcd.MemberSpec {
+			return append(slices.Clone(good),
+				etcd.MemberSpec{Name: "m", ClientPort: 1, PeerPort: 2, MetricsPort: 3},
+				etcd.MemberSpec{Name: "n", Dir: outside, ClientPort: 4, PeerPort: 5, MetricsPort: 6},
+				etcd.MemberSpec{Name: "o", Dir: "etcd-members", ClientPort: 7, PeerPort: 8, MetricsPort: 9},
+				etcd.MemberSpec{Dir: "etcd-members/x", ClientPort: 10, PeerPort: 11, MetricsPort: 12},
+				etcd.MemberSpec{Name: "master-0", Dir: "etcd-members/y", ClientPort: 13, PeerPort: 14, MetricsPort: 15})
+		}, []string{`dir "": empty: the member's data would be the whole data dir: left out`, "not a clean path inside the data dir: left out",
+			"nor one under etcd-members/: left out", "has no name: left out", "is listed before: left out"}},
 		// M5: two entries drew the same port.
 		"a port another member has": {func() []etcd.MemberSpec {
 			bad := m0
 			bad.ClientPort = boot.PeerPort
 			return []etcd.MemberSpec{boot, bad}
-		}, "member master-0's client port"},
+		}, []string{"member master-0's client port"}},
 		"a port out of range": {func() []etcd.MemberSpec {
 			bad := m0
 			bad.MetricsPort = 70000
 			return []etcd.MemberSpec{boot, bad}
-		}, "member master-0's metrics port 70000 is not its own"},
+		}, []string{"member master-0's metrics port 70000 is not its own"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -417,8 +411,10 @@ func TestStartRepairsABadRegistry(t *testing.T) {
 				t.Fatalf("a repairable registry stopped the start: %v", err)
 			}
 			defer c.Stop()
-			if !slices.ContainsFunc(c.Warnings, func(w string) bool { return strings.Contains(w, tc.warning) }) {
-				t.Errorf("warnings %q, want one saying %q", c.Warnings, tc.warning)
+			for _, want := range tc.warnings {
+				if !slices.ContainsFunc(c.Warnings, func(w string) bool { return strings.Contains(w, want) }) {
+					t.Errorf("warnings %q, want one saying %q", c.Warnings, want)
+				}
 			}
 			resp, err := proxyClient(t, cfg, c).Get(ctx, "/registry/test")
 			if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "kept" {

@@ -79,17 +79,9 @@ func partitionableListenURL() (url.URL, error) {
 // servePeers serves the member's peer port, forwarding to etcd's own
 // peer listener at inner unless a partition cuts the request.
 func servePeers(c memberConfig, e *embed.Etcd, inner url.URL) (io.Closer, error) {
-	pair, err := tls.LoadX509KeyPair(c.tls.PeerCert, c.tls.PeerKey)
+	pair, pool, err := loadPairAndCA("the peer certificate", c.tls.PeerCert, c.tls.PeerKey, c.tls.CA)
 	if err != nil {
-		return nil, fmt.Errorf("the peer certificate: %w", err)
-	}
-	caPEM, err := os.ReadFile(c.tls.CA)
-	if err != nil {
-		return nil, fmt.Errorf("etcd's CA: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("etcd's CA %s holds no certificate", c.tls.CA)
+		return nil, err
 	}
 	p := &peerProxy{self: c.spec.Name, file: c.partitionFile, e: e, streams: map[*stream]bool{}}
 	rp := httputil.NewSingleHostReverseProxy(&inner)

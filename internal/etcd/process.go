@@ -348,17 +348,9 @@ func startOnLockedThread(cmd *exec.Cmd) error {
 // certificate). It is the member's only port without client
 // certificates, and it answers nothing but health.
 func serveMetrics(c memberConfig, e *embed.Etcd) (io.Closer, error) {
-	pair, err := tls.LoadX509KeyPair(c.tls.MetricsServingCert, c.tls.MetricsServingKey)
+	pair, pool, err := loadPairAndCA("the metrics serving certificate", c.tls.MetricsServingCert, c.tls.MetricsServingKey, c.tls.MetricsCA)
 	if err != nil {
-		return nil, fmt.Errorf("the metrics serving certificate: %w", err)
-	}
-	caPEM, err := os.ReadFile(c.tls.MetricsCA)
-	if err != nil {
-		return nil, fmt.Errorf("the metrics CA: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("the metrics CA %s holds no certificate", c.tls.MetricsCA)
+		return nil, err
 	}
 	mux := http.NewServeMux()
 	etcdhttp.HandleMetrics(mux)
@@ -378,4 +370,22 @@ func serveMetrics(c memberConfig, e *embed.Etcd) (io.Closer, error) {
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12}}
 	go func() { _ = srv.ServeTLS(l, "", "") }()
 	return srv, nil
+}
+
+// loadPairAndCA loads a certificate and its key, and the CA whose
+// certificates it accepts from clients.
+func loadPairAndCA(what, certFile, keyFile, caFile string) (tls.Certificate, *x509.CertPool, error) {
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return tls.Certificate{}, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		return tls.Certificate{}, nil, fmt.Errorf("the CA of %s: %w", what, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return tls.Certificate{}, nil, fmt.Errorf("the CA %s of %s holds no certificate", caFile, what)
+	}
+	return pair, pool, nil
 }
