@@ -234,7 +234,9 @@ func writeLayout(t *testing.T, dir, tag, version string) (string, v1.Hash) {
 	p := demoPayload(t)
 	p.Metadata.Version = version
 	p.ImageReferences.Name = version
-	img, err := Build(p, BuildOptions{})
+	// A fixed creation time: the same payload built twice is the same
+	// image, whichever second each build falls in.
+	img, err := Build(p, BuildOptions{Created: time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)})
 	if err != nil {
 		t.Fatal(err)
 	}
