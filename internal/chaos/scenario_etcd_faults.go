@@ -42,6 +42,11 @@ func etcdPartitionProgress(ctx context.Context, r *Run) (bool, string, error) {
 		if s.Leader == "" {
 			return false, "waiting for a leader to cut off", nil
 		}
+		if !r.alive() {
+			// Not in a start: its wait for a fault-tolerant etcd would
+			// last as long as the partition.
+			return false, "waiting for capstan to be up", nil
+		}
 		if err := etcd.WritePartition(r.DataDir, s.Leader); err != nil {
 			return false, "", err
 		}
