@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/capstan-dev/capstan/internal/planted"
 	"github.com/capstan-dev/capstan/internal/scheduler/algorithm"
 )
 
@@ -119,7 +120,9 @@ func PlanScaleUp(in *ScaleUpInput) *ScaleUpPlan {
 	sort.SliceStable(candidates, func(i, j int) bool {
 		return ptr.Deref(candidates[i].pod.Spec.Priority, 0) > ptr.Deref(candidates[j].pod.Spec.Priority, 0)
 	})
-	addUpcoming(in)
+	if !planted.On(planted.ScaleUpTwice) {
+		addUpcoming(in)
+	}
 	remaining := in.filterSchedulable(candidates, plan)
 	if len(remaining) == 0 {
 		return plan

@@ -28,8 +28,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/grpclog"
-
-	"github.com/capstan-dev/capstan/internal/failpoint"
 )
 
 // Scenario is an operation a campaign kills capstan in the middle of.
@@ -40,12 +38,15 @@ type Scenario struct {
 	// Args are `capstan up` flags beyond the campaign's own (data dir and
 	// ports).
 	Args []string
-	// Window bounds the delay of a kill at a random instant, from the
-	// start of the operation or of the process; it is also how long a
-	// kill at a named point waits for the point to be reached.
-	Window time.Duration
+	// Span is how long the operation takes, measured without kills
+	// (`capstan chaos --kills 0` reports it as OP): a kill at a random
+	// instant lands at an instant of the operation's time (capstan's
+	// time up since the operation started) drawn over it.
+	Span time.Duration
 	// Points are the named points a kill may land at, with the most
-	// hits after which the kill comes.
+	// hits after which the kill comes, counted from the operation's start
+	// (or the start of capstan during it), in the order the operation
+	// reaches them.
 	Points []Point
 	// Timeout bounds the wait for the operation to complete after the
 	// last kill.
@@ -55,7 +56,10 @@ type Scenario struct {
 	// not): it creates what the operation needs and takes its next step
 	// once the cluster shows the last one done. It reads where the
 	// operation is from the cluster, never from memory, and each of its
-	// writes may be made twice: a kill can land anywhere in it.
+	// writes may be made twice: a kill can land anywhere in it. It names
+	// the operation's phase as it goes (phase and setPhase, or Run.enter):
+	// the first phase other than setup starts the operation, and kills
+	// land only after that.
 	Progress func(ctx context.Context, r *Run) (done bool, why string, err error)
 	// SampleMembers has the run sample the etcd membership (Run.Members).
 	SampleMembers bool
@@ -79,10 +83,12 @@ type Point struct {
 
 // Kill is one planned kill.
 type Kill struct {
-	// Point is the named point it lands at; "" means a random instant.
+	// Point is the named point it lands at, on its Hit-th hit once armed;
+	// "" means a random instant.
 	Point string
 	Hit   int
-	// After is the random instant's delay.
+	// After is the random instant: the operation's time at which it
+	// lands.
 	After time.Duration
 }
 
@@ -90,31 +96,62 @@ func (k Kill) String() string {
 	if k.Point != "" {
 		return fmt.Sprintf("at %s#%d", k.Point, k.Hit)
 	}
-	return fmt.Sprintf("after %.1fs", k.After.Seconds())
-}
-
-// armed is the failpoint setting of the process this kill ends.
-func (k Kill) armed() string {
-	if k.Point == "" {
-		return ""
-	}
-	return failpoint.Format(k.Point, k.Hit)
+	return fmt.Sprintf("at %.1fs of the operation", k.After.Seconds())
 }
 
 // PlanKills draws a run's kills from its seed: half of them at named
-// points (when the scenario has any), half at random instants.
+// points (when the scenario has any), half at random instants of the
+// operation. The points keep the order the operation reaches them in,
+// the instants come in time order, and the two are interleaved as drawn.
 func PlanKills(s *Scenario, seed uint64, n int) []Kill {
 	rnd := rand.New(rand.NewPCG(seed, seed^0x5bd1e995))
 	kills := make([]Kill, n)
+	var points, instants []int
 	for i := range kills {
 		if len(s.Points) > 0 && rnd.IntN(2) == 0 {
-			p := s.Points[rnd.IntN(len(s.Points))]
-			kills[i] = Kill{Point: p.Name, Hit: 1 + rnd.IntN(max(1, p.MaxHit))}
+			j := rnd.IntN(len(s.Points))
+			kills[i] = Kill{Point: s.Points[j].Name, Hit: 1 + rnd.IntN(max(1, s.Points[j].MaxHit)), After: time.Duration(j)}
+			points = append(points, i)
 			continue
 		}
-		kills[i] = Kill{After: time.Duration(rnd.Int64N(int64(s.Window)))}
+		kills[i] = Kill{After: time.Duration(rnd.Int64N(int64(max(s.Span, time.Second))))}
+		instants = append(instants, i)
+	}
+	for _, idx := range [][]int{points, instants} {
+		sorted := make([]Kill, len(idx))
+		for i, k := range idx {
+			sorted[i] = kills[k]
+		}
+		sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].After < sorted[j].After })
+		for i, k := range idx {
+			kills[k] = sorted[i]
+		}
+	}
+	for i := range kills {
+		if kills[i].Point != "" {
+			kills[i].After = 0
+		}
 	}
 	return kills
+}
+
+// PlanEveryPoint plans a kill at the first hit of each of the scenario's
+// points, then n kills at random instants drawn from seed: what CI runs,
+// so that every (scenario, point) pair is reached (a point not reached is
+// then a violation). The points are armed together, and land in the
+// order the operation reaches them.
+func PlanEveryPoint(s *Scenario, seed uint64, n int) []Kill {
+	rnd := rand.New(rand.NewPCG(seed, seed^0x5bd1e995))
+	var kills []Kill
+	for _, p := range s.Points {
+		kills = append(kills, Kill{Point: p.Name, Hit: 1})
+	}
+	var instants []Kill
+	for range n {
+		instants = append(instants, Kill{After: time.Duration(rnd.Int64N(int64(max(s.Span, time.Second))))})
+	}
+	sort.Slice(instants, func(i, j int) bool { return instants[i].After < instants[j].After })
+	return append(kills, instants...)
 }
 
 // Violation is an invariant that did not hold.
@@ -132,6 +169,15 @@ type Options struct {
 	Runs  int
 	Seed  uint64
 	Kills int
+	// EveryPoint plans a kill at each of a scenario's points, armed
+	// together, before the Kills at random instants (PlanEveryPoint).
+	EveryPoint bool
+	// Plan, when set, is every run's kills, instead of kills drawn from
+	// the seed.
+	Plan []Kill
+	// Env is added to the environment of every capstan up (a planted
+	// bug, say).
+	Env []string
 	// Command returns the command that runs capstan with args: the
 	// capstan binary, or a test binary standing in for it.
 	Command func(args ...string) *exec.Cmd
@@ -148,16 +194,21 @@ type Options struct {
 
 // RunResult is what one run found.
 type RunResult struct {
-	Scenario   string
-	Seed       uint64
-	Kills      []string
+	Scenario string
+	Seed     uint64
+	Kills    []KillResult
+	// NotReached are the planned kills that never landed: a point the
+	// operation did not reach (also a violation), or a random instant
+	// after the operation completed.
+	NotReached []Kill
 	Recoveries []time.Duration
 	Violations []Violation
 	// Changes counts the changes of stored objects the invariants read.
 	Changes int
 	// Completed is when, from the run's start, the operation was seen
-	// complete.
-	Completed time.Duration
+	// complete; Operation is the operation's time then (from its start,
+	// capstan's downtime left out).
+	Completed, Operation time.Duration
 	// Outage is the longest the API refused writes while capstan was up
 	// (a kill's own outage is a recovery, not counted here).
 	Outage time.Duration
@@ -168,8 +219,9 @@ type RunResult struct {
 
 // Report is a campaign's results.
 type Report struct {
-	Kills int
-	Runs  []*RunResult
+	Kills      int
+	EveryPoint bool
+	Runs       []*RunResult
 }
 
 // Campaign runs every scenario opts.Runs times.
@@ -186,7 +238,7 @@ func Campaign(ctx context.Context, opts Options) (*Report, error) {
 	// The storage client's connection attempts to a killed cluster are
 	// expected, not news.
 	grpclog.SetLoggerV2(grpclog.NewLoggerV2(io.Discard, io.Discard, io.Discard))
-	rep := &Report{Kills: opts.Kills}
+	rep := &Report{Kills: opts.Kills, EveryPoint: opts.EveryPoint}
 	for _, s := range opts.Scenarios {
 		for i := range opts.Runs {
 			if err := ctx.Err(); err != nil {
@@ -202,10 +254,13 @@ func Campaign(ctx context.Context, opts Options) (*Report, error) {
 			if n := len(res.Violations); n > 0 {
 				status = fmt.Sprintf("%d VIOLATIONS (data in %s)", n, res.DataDir)
 			}
-			fmt.Fprintf(opts.Log, "%s run %d/%d seed %d: %s; recovered in %s; longest API outage while up %.1fs; complete at %.0fs; %d changes checked; %.0fs\n", s.Name, i+1, opts.Runs, seed,
-				status, durations(res.Recoveries), res.Outage.Seconds(), res.Completed.Seconds(), res.Changes, res.Duration.Seconds())
+			fmt.Fprintf(opts.Log, "%s run %d/%d seed %d: %s; recovered in %s; longest API outage while up %.1fs; complete at %.0fs, the operation's %.0fs; %d changes checked; %.0fs\n", s.Name, i+1, opts.Runs, seed,
+				status, durations(res.Recoveries), res.Outage.Seconds(), res.Completed.Seconds(), res.Operation.Seconds(), res.Changes, res.Duration.Seconds())
 			for i, k := range res.Kills {
 				fmt.Fprintf(opts.Log, "  kill %d %s\n", i+1, k)
+			}
+			for _, k := range res.NotReached {
+				fmt.Fprintf(opts.Log, "  not reached: %s\n", k)
 			}
 			for _, v := range res.Violations {
 				fmt.Fprintf(opts.Log, "  %s\n", indent(v.String()))
@@ -239,9 +294,9 @@ func (r *Report) Violations() int {
 
 // Print writes the table of the campaign, scenario by scenario, then each
 // violation with the command that replays its run.
-func (r *Report) Print(w io.Writer, replay func(scenario string, seed uint64, kills int) string) {
+func (r *Report) Print(w io.Writer, replay func(scenario string, seed uint64, kills int, everyPoint bool) string) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tRUNS\tKILLS\tVIOLATIONS\tRECOVER p50\tRECOVER p99\tOUTAGE p50\tOUTAGE p99\tOUTAGE max")
+	fmt.Fprintln(tw, "SCENARIO\tRUNS\tKILLS\tNOT REACHED\tVIOLATIONS\tOP p50\tRECOVER p50\tRECOVER p99\tOUTAGE p50\tOUTAGE p99\tOUTAGE max\tKILLS BY PHASE")
 	var order []string
 	byScenario := map[string][]*RunResult{}
 	for _, run := range r.Runs {
@@ -252,21 +307,26 @@ func (r *Report) Print(w io.Writer, replay func(scenario string, seed uint64, ki
 	}
 	for _, name := range order {
 		runs := byScenario[name]
-		kills, violations := 0, 0
-		var rec, outages []time.Duration
+		notReached, violations := 0, 0
+		var kills []KillResult
+		var rec, outages, ops []time.Duration
 		for _, run := range runs {
-			kills += len(run.Kills)
+			kills = append(kills, run.Kills...)
+			notReached += len(run.NotReached)
 			violations += len(run.Violations)
 			rec = append(rec, run.Recoveries...)
 			outages = append(outages, run.Outage)
+			if run.Operation > 0 {
+				ops = append(ops, run.Operation)
+			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", name, len(runs), kills, violations, quantile(rec, 0.5), quantile(rec, 0.99),
-			quantile(outages, 0.5), quantile(outages, 0.99), quantile(outages, 1))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, len(runs), len(kills), notReached, violations, quantile(ops, 0.5),
+			quantile(rec, 0.5), quantile(rec, 0.99), quantile(outages, 0.5), quantile(outages, 0.99), quantile(outages, 1), phaseCounts(kills))
 	}
 	tw.Flush()
 	for _, run := range r.Runs {
 		for _, v := range run.Violations {
-			fmt.Fprintf(w, "\n%s seed %d: %s\n  replay: %s\n", run.Scenario, run.Seed, indent(v.String()), replay(run.Scenario, run.Seed, r.Kills))
+			fmt.Fprintf(w, "\n%s seed %d: %s\n  replay: %s\n", run.Scenario, run.Seed, indent(v.String()), replay(run.Scenario, run.Seed, r.Kills, r.EveryPoint))
 			if run.DataDir != "" {
 				fmt.Fprintf(w, "  data:   %s\n", run.DataDir)
 			}

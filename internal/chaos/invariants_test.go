@@ -10,9 +10,11 @@ import (
 
 	configv1 "github.com/openshift/api/config/v1"
 	machinev1 "github.com/openshift/api/machine/v1beta1"
+	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/etcd"
@@ -264,7 +266,7 @@ func TestEvictionViolations(t *testing.T) {
 }
 
 func TestPlanKillsIsReproducible(t *testing.T) {
-	s := &Scenario{Window: 10 * time.Second, Points: []Point{{failpoint.MCDMidReboot, 3}, {failpoint.DrainStarted, 1}}}
+	s := &Scenario{Span: 10 * time.Second, Points: []Point{{failpoint.MCDMidReboot, 3}, {failpoint.DrainStarted, 1}}}
 	a, b := PlanKills(s, 42, 20), PlanKills(s, 42, 20)
 	if !slices.Equal(a, b) {
 		t.Fatalf("the same seed planned %v then %v", a, b)
@@ -277,8 +279,8 @@ func TestPlanKillsIsReproducible(t *testing.T) {
 		switch k.Point {
 		case "":
 			instants++
-			if k.After < 0 || k.After >= s.Window {
-				t.Errorf("a random kill after %s, outside [0, %s)", k.After, s.Window)
+			if k.After < 0 || k.After >= s.Span {
+				t.Errorf("a random kill at %s, outside the operation's [0, %s)", k.After, s.Span)
 			}
 		case failpoint.MCDMidReboot:
 			points++
@@ -297,24 +299,87 @@ func TestPlanKillsIsReproducible(t *testing.T) {
 	if points == 0 || instants == 0 {
 		t.Errorf("%d kills at points and %d at instants: want both", points, instants)
 	}
-	if none := PlanKills(&Scenario{Window: time.Second}, 42, 5); slices.ContainsFunc(none, func(k Kill) bool { return k.Point != "" }) {
+	if none := PlanKills(&Scenario{Span: time.Second}, 42, 5); slices.ContainsFunc(none, func(k Kill) bool { return k.Point != "" }) {
 		t.Errorf("a scenario without points got kills at points: %v", none)
+	}
+	// The points come in the order the operation reaches them, the
+	// instants in time order.
+	lastPoint, lastAt := -1, time.Duration(-1)
+	for _, k := range a {
+		if k.Point == "" {
+			if k.After < lastAt {
+				t.Errorf("kills %v: the instants are not in time order", a)
+			}
+			lastAt = k.After
+			continue
+		}
+		i := slices.IndexFunc(s.Points, func(p Point) bool { return p.Name == k.Point })
+		if i < lastPoint {
+			t.Errorf("kills %v: the points are not in the operation's order", a)
+		}
+		lastPoint = i
+	}
+}
+
+// CI's plan reaches every point of a scenario once, in order, then its
+// random instants.
+func TestPlanEveryPoint(t *testing.T) {
+	s := &Scenario{Span: 10 * time.Second, Points: []Point{{failpoint.MCDMidReboot, 3}, {failpoint.DrainStarted, 1}}}
+	got := PlanEveryPoint(s, 7, 2)
+	if len(got) != 4 || got[0].Point != failpoint.MCDMidReboot || got[1].Point != failpoint.DrainStarted || got[0].Hit != 1 || got[1].Hit != 1 ||
+		got[2].Point != "" || got[3].Point != "" || got[2].After > got[3].After || got[3].After >= s.Span {
+		t.Fatalf("PlanEveryPoint = %v, want each point in order, then 2 instants of the operation in order", got)
+	}
+}
+
+// The operation's time counts only while capstan is up, from the
+// operation's start; phases are labels.
+func TestOperationTime(t *testing.T) {
+	o := newOperation()
+	t0 := time.Now()
+	o.up(t0)
+	if o.elapsed(t0.Add(time.Minute)) != 0 || o.hasStarted() || o.Phase() != setupPhase {
+		t.Fatalf("before the start: %s, started %v, phase %q", o.elapsed(t0.Add(time.Minute)), o.hasStarted(), o.Phase())
+	}
+	o.enter("replacing:m1,m2")
+	select {
+	case <-o.started:
+	default:
+		t.Fatal("the first phase after setup did not start the operation")
+	}
+	s := o.startedAt
+	if o.Phase() != "replacing" {
+		t.Errorf("phase %q, want replacing", o.Phase())
+	}
+	o.down(s.Add(10 * time.Second))
+	o.up(s.Add(40 * time.Second)) // 30s down: not the operation's time
+	if got := o.elapsed(s.Add(45 * time.Second)); got != 15*time.Second {
+		t.Errorf("elapsed %s, want 15s", got)
+	}
+	o.enter("")
+	if o.Phase() != setupPhase || o.startedAt != s {
+		t.Errorf("phase %q, start moved: %v", o.Phase(), o.startedAt != s)
 	}
 }
 
 func TestReportPrint(t *testing.T) {
+	in := func(phase string) KillResult { return KillResult{Phase: phase} }
 	rep := &Report{Kills: 2, Runs: []*RunResult{
-		{Scenario: "mco", Seed: 7, Kills: []string{"a", "b"}, Recoveries: []time.Duration{time.Second, 3 * time.Second}, Outage: 1500 * time.Millisecond},
-		{Scenario: "mco", Seed: 8, Kills: []string{"a", "b"}, Recoveries: []time.Duration{2 * time.Second, 4 * time.Second}, Outage: 6 * time.Second,
+		{Scenario: "mco", Seed: 7, Kills: []KillResult{in("rollout"), in("rollout")}, Recoveries: []time.Duration{time.Second, 3 * time.Second},
+			Outage: 1500 * time.Millisecond, Operation: 20 * time.Second},
+		{Scenario: "mco", Seed: 8, Kills: []KillResult{in("rollout"), in("up")}, NotReached: []Kill{{After: time.Minute}},
+			Recoveries: []time.Duration{2 * time.Second, 4 * time.Second}, Outage: 6 * time.Second,
 			Violations: []Violation{{"reboots", "node w1 booted 2 times"}}, DataDir: "/tmp/x"},
 	}}
 	var buf bytes.Buffer
-	rep.Print(&buf, func(s string, seed uint64, kills int) string { return fmt.Sprintf("replay %s %d %d", s, seed, kills) })
-	want := `SCENARIO  RUNS  KILLS  VIOLATIONS  RECOVER p50  RECOVER p99  OUTAGE p50  OUTAGE p99  OUTAGE max
-mco       2     4      1           2.0s         4.0s         1.5s        6.0s        6.0s
+	rep.Print(&buf, func(s string, seed uint64, kills int, every bool) string {
+		return fmt.Sprintf("replay %s %d %d %v", s, seed, kills, every)
+	})
+	want := `SCENARIO  RUNS  KILLS  NOT REACHED  VIOLATIONS  OP p50  RECOVER p50  RECOVER p99  OUTAGE p50  OUTAGE p99  OUTAGE max  KILLS BY PHASE
+mco       2     4      1            1           20.0s   2.0s         4.0s         1.5s        6.0s        6.0s        rollout 3, up 1
 
 mco seed 8: reboots: node w1 booted 2 times
-  replay: replay mco 8 2
+  replay: replay mco 8 2 false
   data:   /tmp/x
 `
 	if buf.String() != want {
@@ -414,5 +479,44 @@ func TestAcksOutage(t *testing.T) {
 				t.Errorf("outage %s, want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+// The user-intent invariant holds the object to the campaign's last
+// write, from its first on; a write it cannot find, or never made, is a
+// violation too.
+func TestIntents(t *testing.T) {
+	pool := func(mu *intstr.IntOrString) *mcfgv1.MachineConfigPool {
+		return &mcfgv1.MachineConfigPool{ObjectMeta: metav1.ObjectMeta{Name: "worker"}, Spec: mcfgv1.MachineConfigPoolSpec{MaxUnavailable: mu}}
+	}
+	two := intstr.FromInt32(2)
+	key := poolsKey + "worker"
+	f := newFakeHistory()
+	f.put(key, pool(nil)) // before the campaign's write: anything goes
+	var is intents
+	if vs := invariants(is.check(&f.h, key)); !slices.Equal(vs, []string{"user intent"}) {
+		t.Fatalf("no write recorded: violations %v, want user intent", vs)
+	}
+	rev := f.put(key, pool(&two))
+	if err := is.wrote(key, "maxUnavailable", "2", fmt.Sprint(rev), poolMaxUnavailable); err != nil {
+		t.Fatal(err)
+	}
+	f.put(key, pool(&two))
+	if vs := is.check(&f.h, key); len(vs) != 0 {
+		t.Fatalf("the setting held: violations %v", vs)
+	}
+	f.put(key, pool(nil)) // a controller set it back
+	if vs := is.check(&f.h, key); len(vs) != 1 || !strings.Contains(vs[0].Detail, "maxUnavailable is unset") {
+		t.Fatalf("violations %v, want maxUnavailable unset", vs)
+	}
+	var missing intents
+	if err := missing.wrote(key, "maxUnavailable", "2", "999", poolMaxUnavailable); err != nil {
+		t.Fatal(err)
+	}
+	if vs := missing.check(&f.h, key); len(vs) != 1 || !strings.Contains(vs[0].Detail, "no revision 999") {
+		t.Fatalf("violations %v, want the missing write", vs)
+	}
+	if err := missing.wrote(key, "maxUnavailable", "2", "", poolMaxUnavailable); err == nil {
+		t.Error("a write without a revision was taken")
 	}
 }

@@ -20,12 +20,12 @@ const upLine = "capstan is up"
 // process is one `capstan up` of a run.
 type process struct {
 	cmd *exec.Cmd
-	// armed is the failpoint this process was started with ("" none).
-	armed string
 
 	mu sync.Mutex
 	// tail is the end of what it printed.
 	tail []string
+	// point is the failpoint it killed itself at.
+	point string
 	// up is closed when it printed upLine; marker when it printed that it
 	// reached its failpoint.
 	up, marker chan struct{}
@@ -39,23 +39,25 @@ type process struct {
 
 const tailLines = 40
 
-// startProcess starts `capstan up args` with the failpoint armed ("":
-// none) and the lasting faults injected.
-func startProcess(command func(args ...string) *exec.Cmd, args []string, armed, faults string) (*process, error) {
+// startProcess starts `capstan up args` with its failpoints armed by the
+// file armFile (failpoint.FileEnv) and nothing else (an armed point in
+// the campaign's own environment is not inherited), and the lasting
+// faults and planted bugs given.
+func startProcess(command func(args ...string) *exec.Cmd, args []string, armFile string, env ...string) (*process, error) {
 	cmd := command(append([]string{"up"}, args...)...)
-	if armed != "" {
-		cmd.Env = append(cmd.Environ(), failpoint.Env+"="+armed)
-	}
-	if faults != "" {
-		cmd.Env = append(cmd.Environ(), failpoint.FaultEnv+"="+faults)
-	}
+	cmd.Env = append(cmd.Environ(), failpoint.Env+"=", failpoint.FileEnv+"="+armFile)
+	cmd.Env = append(cmd.Env, env...)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
-	p := &process{cmd: cmd, armed: armed, up: make(chan struct{}), marker: make(chan struct{}), done: make(chan struct{})}
+	p := &process{cmd: cmd, up: make(chan struct{}), marker: make(chan struct{}), done: make(chan struct{})}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting capstan up: %w", err)
 	}
+	// done closes once the process exited and everything it printed was
+	// read: its marker, if it printed one, is seen by then.
+	scanned := make(chan struct{})
 	go func() {
+		defer close(scanned)
 		sc := bufio.NewScanner(pr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
@@ -70,6 +72,9 @@ func startProcess(command func(args ...string) *exec.Cmd, args []string, armed, 
 			case strings.Contains(line, upLine):
 				p.upOnce.Do(func() { close(p.up) })
 			case strings.HasPrefix(line, failpoint.Marker):
+				p.mu.Lock()
+				p.point = failpoint.ReachedPoint(line)
+				p.mu.Unlock()
 				p.markOnce.Do(func() { close(p.marker) })
 			}
 		}
@@ -78,6 +83,7 @@ func startProcess(command func(args ...string) *exec.Cmd, args []string, armed, 
 	go func() {
 		err := cmd.Wait()
 		pw.Close()
+		<-scanned
 		p.mu.Lock()
 		if !errors.As(err, &p.state) {
 			p.err = err
@@ -117,6 +123,13 @@ func (p *process) reachedFailpoint() bool {
 	default:
 		return false
 	}
+}
+
+// reachedPoint is the failpoint the process killed itself at ("" none).
+func (p *process) reachedPoint() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.point
 }
 
 // exited reports whether the process has exited.

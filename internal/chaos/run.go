@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,7 +21,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/capstan-dev/capstan/deploy"
+	"github.com/capstan-dev/capstan/internal/etcd"
 	"github.com/capstan-dev/capstan/internal/etcdretry"
+	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/ports"
 )
 
@@ -48,6 +51,10 @@ type Run struct {
 	Capstan func(ctx context.Context, args ...string) (string, error)
 
 	opts *Options
+	// op is where the operation is.
+	op *operation
+	// intents are the settings the campaign made as a user.
+	intents intents
 	// up: the current process said it was up and has not been killed;
 	// proc is that process.
 	up   atomic.Bool
@@ -76,6 +83,12 @@ func (r *Run) upProcess() *process {
 func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*RunResult, error) {
 	start := time.Now()
 	kills := PlanKills(s, seed, opts.Kills)
+	if opts.EveryPoint {
+		kills = PlanEveryPoint(s, seed, opts.Kills)
+	}
+	if opts.Plan != nil {
+		kills = slices.Clone(opts.Plan)
+	}
 	res := &RunResult{Scenario: s.Name, Seed: seed}
 	dir, err := tempDir(opts, s.Name, seed)
 	if err != nil {
@@ -93,7 +106,7 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 	// reference that names the registry's address.
 	args := append([]string{"--data-dir", dir, "--port", strconv.Itoa(apiPort), "--metrics-address", "", "--console-address", "",
 		"--release-address", "127.0.0.1:" + strconv.Itoa(relPort)}, s.Args...)
-	r := &Run{Scenario: s, Seed: seed, DataDir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig"), opts: opts}
+	r := &Run{Scenario: s, Seed: seed, DataDir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig"), opts: opts, op: newOperation()}
 	r.Capstan = func(ctx context.Context, args ...string) (string, error) {
 		cmd := opts.Command(append(args, "--kubeconfig", r.Kubeconfig)...)
 		out, err := cmd.CombinedOutput()
@@ -110,11 +123,47 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 		}
 		os.RemoveAll(dir)
 	}()
+	env := slices.Clone(opts.Env)
+	if s.Faults != "" {
+		env = append(env, failpoint.FaultEnv+"="+s.Faults)
+	}
 
 	// next is the kill the running process is armed for (if it is at a
-	// point).
+	// point, and the operation started: the file armFile arms it).
 	next := 0
+	// p is the current process.
 	var p *process
+	armFile := filepath.Join(dir, "chaos-failpoint")
+	// With EveryPoint, every point not landed yet is armed at once: the
+	// operation reaches them in its own order, which a kill can change.
+	arm := func() error {
+		if next >= len(kills) || kills[next].Point == "" || !r.op.hasStarted() {
+			return failpoint.WriteArmFile(armFile)
+		}
+		var arms []failpoint.Arm
+		for _, k := range kills[next:] {
+			if k.Point == "" || (len(arms) > 0 && !opts.EveryPoint) {
+				break
+			}
+			arms = append(arms, failpoint.Arm{Name: k.Point, Hit: k.Hit})
+		}
+		return failpoint.WriteArmFile(armFile, arms...)
+	}
+	landed := func(inStart bool) {
+		// The kill that landed is the point the process reached.
+		if name := p.reachedPoint(); name != "" && kills[next].Point != name {
+			for i := next + 1; i < len(kills) && kills[i].Point != ""; i++ {
+				if kills[i].Point == name {
+					kills[next], kills[i] = kills[i], kills[next]
+					break
+				}
+			}
+		}
+		now := time.Now()
+		res.Kills = append(res.Kills, KillResult{Kill: kills[next], At: now.Sub(start), OpTime: r.op.elapsed(now), Phase: r.op.Phase(), InStart: inStart})
+		r.op.down(now)
+		next++
+	}
 	defer func() {
 		if p != nil && !p.exited() {
 			p.kill()
@@ -125,27 +174,30 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 	// next start is armed for the kill after it.
 	boot := func(which string) (bool, error) {
 		for {
-			armed := ""
-			if next < len(kills) {
-				armed = kills[next].armed()
+			if err := arm(); err != nil {
+				return false, err
+			}
+			if err := waitMembersGone(dir, time.Minute); err != nil {
+				violate("stops", "%s: %v", which, err)
+				return false, nil
 			}
 			var err error
-			if p, err = startProcess(opts.Command, args, armed, s.Faults); err != nil {
+			if p, err = startProcess(opts.Command, args, armFile, env...); err != nil {
 				return false, err
 			}
 			werr := p.waitUp(opts.StartTimeout)
 			if werr == nil {
 				r.proc.Store(p)
 				r.up.Store(true)
+				r.op.up(time.Now())
 				return true, nil
 			}
-			if armed == "" || !p.reachedFailpoint() || !p.killedBySIGKILL() {
+			if !p.reachedFailpoint() || !p.killedBySIGKILL() {
 				violate("starts", "%s: %v", which, werr)
 				return false, nil
 			}
-			res.Kills = append(res.Kills, fmt.Sprintf("%s [%.0fs: in the start]", kills[next], time.Since(start).Seconds()))
-			next++
-			which = fmt.Sprintf("the start after kill %d (%s, in the start)", next, kills[next-1])
+			landed(true)
+			which = fmt.Sprintf("the start after kill %d (%s)", next, res.Kills[next-1])
 			if r.History != nil {
 				r.History.reconnect()
 			}
@@ -174,44 +226,61 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 		p.kill()
 	}
 
-	// The operation goes on from here, through the kills.
+	// The operation goes on from here, through the kills, each of which
+	// waits for the operation to start.
 	progress := startProgress(rctx, r)
+	select {
+	case <-r.op.started:
+	case <-progress.done:
+	case <-p.done:
+	case <-time.After(s.Timeout):
+		violate("completes", "the operation did not start within %s of capstan being up: %s", s.Timeout, progress.why())
+	case <-ctx.Done():
+		return res, ctx.Err()
+	}
 	for next < len(kills) && len(res.Violations) == 0 {
 		kill := kills[next]
-		landed := kill.String()
-		// A kill at a point waits for the point, unless the operation
-		// is over (it will not be reached any more).
-		var over <-chan struct{}
-		if kill.Point != "" {
-			over = progress.done
+		if err := arm(); err != nil {
+			return nil, err
+		}
+		var fire <-chan time.Time
+		if kill.Point == "" {
+			fire = time.After(max(0, kill.After-r.op.elapsed(time.Now())))
+		}
+		notReached := func(why string) {
+			res.NotReached = append(res.NotReached, kills[next:]...)
+			// CI's plan, a kill at each point, must reach every one.
+			for _, k := range kills[next:] {
+				if k.Point != "" && opts.EveryPoint {
+					violate("kills", "%s was not reached: %s, in its phase %s", k, why, r.op.Phase())
+				}
+			}
+			next = len(kills)
 		}
 		select {
 		case <-ctx.Done():
 			return res, ctx.Err()
 		case <-p.done:
-		case <-over:
-			landed = fmt.Sprintf("%s not reached: the operation completed", kill.Point)
-			killNow()
-		case <-time.After(killDelay(s, kill)):
-			if kill.Point != "" {
-				landed = fmt.Sprintf("%s not reached: after %.0fs", kill.Point, killDelay(s, kill).Seconds())
-			}
+		case <-progress.done:
+			notReached("the operation completed")
+			continue
+		case <-time.After(s.Timeout):
+			notReached(fmt.Sprintf("not within %s", s.Timeout))
+			continue
+		case <-fire:
 			killNow()
 		}
 		r.up.Store(false)
-		killedAt := time.Now()
 		switch {
 		case kill.Point != "" && p.reachedFailpoint():
 		case !p.killedBySIGKILL():
 			violate("crash", "capstan up exited on its own (%s) before kill %d:\n%s", p.exit(), next+1, p.Tail())
 			return res, nil
 		}
-		// Where the operation was, as its last step said.
-		landed = fmt.Sprintf("%s [%.0fs: %s]", landed, killedAt.Sub(start).Seconds(), progress.why())
-		res.Kills = append(res.Kills, landed)
+		killedAt := time.Now()
+		landed(false)
 		r.History.reconnect()
-		next++
-		if ok, err := boot(fmt.Sprintf("the start after kill %d (%s)", next, landed)); !ok || err != nil {
+		if ok, err := boot(fmt.Sprintf("the start after kill %d (%s)", next, res.Kills[next-1])); !ok || err != nil {
 			return res, err
 		}
 		// The process may reach its armed point any time now, these
@@ -223,31 +292,37 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 		case err == nil:
 			res.Recoveries = append(res.Recoveries, at.Sub(killedAt))
 		case !killedAgain():
-			violate("starts", "after kill %d (%s) capstan said it was up, but the API took no write: %v", next, landed, err)
+			violate("starts", "after kill %d (%s) capstan said it was up, but the API took no write: %v", next, res.Kills[next-1], err)
 			return res, nil
 		}
 		lost, err := writes.lost(ctx, 30*time.Second, p.done)
 		switch {
 		case err != nil && !killedAgain():
-			violate("acknowledged writes", "after kill %d (%s): %v", next, landed, err)
+			violate("acknowledged writes", "after kill %d (%s): %v", next, res.Kills[next-1], err)
 		case len(lost) > 0:
-			violate("acknowledged writes", "after kill %d (%s): %d lost (%s)", next, landed, len(lost), summarize(lost, 5))
+			violate("acknowledged writes", "after kill %d (%s): %d lost (%s)", next, res.Kills[next-1], len(lost), summarize(lost, 5))
 		}
 	}
-	if len(res.Violations) > 0 {
+	complete := len(res.Violations) == 0
+	if complete {
+		select {
+		case <-progress.done:
+		case <-p.done:
+			violate("crash", "capstan up exited on its own (%s):\n%s", p.exit(), p.Tail())
+			return res, nil
+		case <-time.After(s.Timeout):
+			violate("completes", "not within %s of the last kill: %s", s.Timeout, progress.why())
+			complete = false
+		case <-ctx.Done():
+			return res, ctx.Err()
+		}
+	}
+	if p.exited() {
 		return res, nil
 	}
-	select {
-	case <-progress.done:
-	case <-p.done:
-		violate("crash", "capstan up exited on its own (%s):\n%s", p.exit(), p.Tail())
-		return res, nil
-	case <-time.After(s.Timeout):
-		violate("completes", "not within %s of the last kill: %s", s.Timeout, progress.why())
-		return res, nil
-	case <-ctx.Done():
-		return res, ctx.Err()
-	}
+	// The invariants are checked on what the cluster did, whether the
+	// operation completed or not: a duplicate explains a run that never
+	// completes.
 	if err := r.History.catchUp(ctx, time.Minute); err != nil {
 		violate("history", "%v", err)
 		return res, nil
@@ -256,7 +331,10 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 		violate("acknowledged writes", "at the end: %d lost (%s) %v", len(lost), summarize(lost, 5), err)
 	}
 	res.Changes = r.History.Len()
-	res.Completed = progress.at.Sub(start)
+	if complete {
+		res.Completed = progress.at.Sub(start)
+		res.Operation = r.op.elapsed(progress.at)
+	}
 	res.Outage = writes.longestOutage()
 	if s.MaxOutage > 0 && res.Outage > s.MaxOutage {
 		violate("API outage", "the API refused writes for %.1fs while capstan was up, more than the %s a leader election may take", res.Outage.Seconds(), s.MaxOutage)
@@ -276,13 +354,22 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 	return res, nil
 }
 
-// killDelay is how long a kill waits: its random delay, or how long its
-// point may take to be reached.
-func killDelay(s *Scenario, k Kill) time.Duration {
-	if k.Point != "" {
-		return 3 * s.Window
+// waitMembersGone waits until no etcd member process of the cluster of
+// dataDir is left: members end with capstan (they are its children, and
+// die with it), but asynchronously, and a start beside a dying one would
+// find its ports taken.
+func waitMembersGone(dataDir string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		left, err := etcd.MemberProcesses(dataDir)
+		if err != nil || len(left) == 0 {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("etcd members of the killed capstan still run after %s: %v", timeout, left)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	return k.After
 }
 
 // connect makes the run's clients of the cluster's API.

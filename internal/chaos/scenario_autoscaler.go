@@ -36,23 +36,26 @@ func autoscalerScenario() *Scenario {
 			"and instances), no node drained or terminated while its hook held it, no other node removed",
 		Args: []string{"--control-plane-nodes", "1", "--nodes", "1", "--autoscaler-scan-interval", "2s", "--boot-delay", "3s", "--terminate-delay", "2s",
 			"--hooks", "proactive-replacement", "--hook-selector", machine.MachineSetLabel + "=" + set},
-		Window: 12 * time.Second,
-		Points: []Point{{failpoint.AutoscalerScaleUp, 1}, {failpoint.AutoscalerScaleDown, 1}, {failpoint.MachineSetCreate, 3},
-			{failpoint.DrainStarted, 1}},
+		Span:    45 * time.Second,
+		Points:  []Point{{failpoint.AutoscalerScaleUp, 1}, {failpoint.MachineSetCreate, 3}, {failpoint.MachineInstanceLaunched, 3}, {failpoint.AutoscalerScaleDown, 1}},
 		Timeout: settleTime,
+		// The phases, each write made once (a kill may repeat the last):
+		// "" the set and its autoscaling made; up, the pods created;
+		// pending until they run; down, the pods deleted; deleted until
+		// the set is empty.
 		Progress: func(ctx context.Context, r *Run) (bool, string, error) {
-			if err := ensureMachineSet(ctx, r, newMachineSet(set, nil)); err != nil {
-				return false, "", err
-			}
-			if err := ensureAutoscaling(ctx, r, set); err != nil {
-				return false, "", err
-			}
 			ph, err := phase(ctx, r)
 			if err != nil {
 				return false, "", err
 			}
 			switch ph {
 			case "":
+				if err := ensureMachineSet(ctx, r, newMachineSet(set, nil)); err != nil {
+					return false, "", err
+				}
+				if err := ensureAutoscaling(ctx, r, set); err != nil {
+					return false, "", err
+				}
 				return false, "making pods pending", setPhase(ctx, r, "up")
 			case "up":
 				for i := range asPods {
@@ -60,17 +63,21 @@ func autoscalerScenario() *Scenario {
 						return false, "", err
 					}
 				}
+				return false, "pods pending", setPhase(ctx, r, "pending")
+			case "pending":
 				running, _, err := runningPods(ctx, r, set)
 				if err != nil || running < asPods {
 					return false, fmt.Sprintf("%d of %d pods running after the scale-up", running, asPods), err
 				}
 				return false, "deleting the pods", setPhase(ctx, r, "down")
-			}
-			for i := range asPods {
-				err := r.Kube.CoreV1().Pods(ackNamespace).Delete(ctx, fmt.Sprintf("%s-%d", set, i), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
-				if err != nil && !apierrors.IsNotFound(err) {
-					return false, "", err
+			case "down":
+				for i := range asPods {
+					err := r.Kube.CoreV1().Pods(ackNamespace).Delete(ctx, fmt.Sprintf("%s-%d", set, i), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+					if err != nil && !apierrors.IsNotFound(err) {
+						return false, "", err
+					}
 				}
+				return false, "pods deleted", setPhase(ctx, r, "deleted")
 			}
 			st, err := readSet(ctx, r, set)
 			if err != nil {

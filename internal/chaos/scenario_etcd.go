@@ -41,11 +41,12 @@ func etcdScenario(name, doc string, progress func(context.Context, *Run) (bool, 
 	}
 	q.desired = etcdMasters
 	return &Scenario{
-		Name:          name,
-		Doc:           doc,
-		Args:          []string{"--control-plane-nodes", "3", "--nodes", "1"},
-		Window:        20 * time.Second,
-		Points:        []Point{{failpoint.EtcdAddWritten, 4}, {failpoint.EtcdRemovalWritten, 2}, {failpoint.DrainStarted, 1}},
+		Name: name,
+		Doc:  doc,
+		Args: []string{"--control-plane-nodes", "3", "--nodes", "1"},
+		Span: 60 * time.Second,
+		Points: []Point{{failpoint.CPMSMachineCreated, 1}, {failpoint.EtcdRemovalWritten, 1}, {failpoint.EtcdMemberRemoved, 1},
+			{failpoint.EtcdAddWritten, 1}, {failpoint.EtcdLearnerAdded, 1}, {failpoint.EtcdLearnerPromoted, 1}},
 		Timeout:       settleTime,
 		SampleMembers: true,
 		MaxOutage:     leaderElection,

@@ -31,31 +31,48 @@ func mcoScenario() *Scenario {
 		Name: "mco",
 		Doc: "a MachineConfig rolled over a worker pool of 5 nodes with maxUnavailable 2: never more than 2 nodes out of service, " +
 			"each node rebooted exactly once into the new rendered configuration, the pool Updated at the end",
-		Args:   []string{"--control-plane-nodes", "1", "--nodes", fmt.Sprint(mcoWorkers), "--mcd-apply-duration", "1s", "--mcd-reboot-duration", "3s"},
-		Window: 12 * time.Second,
-		Points: []Point{{failpoint.MCOTargetDecided, 3}, {failpoint.MCDMidApply, 3}, {failpoint.MCDMidReboot, 3},
-			{failpoint.DrainStarted, 1}},
+		Args:    []string{"--control-plane-nodes", "1", "--nodes", fmt.Sprint(mcoWorkers), "--mcd-apply-duration", "1s", "--mcd-reboot-duration", "3s"},
+		Span:    12 * time.Second,
+		Points:  []Point{{failpoint.MCOTargetDecided, 1}, {failpoint.MCDMidApply, 2}, {failpoint.MCDMidReboot, 2}, {failpoint.MCDRebooted, 2}},
 		Timeout: settleTime,
+		// The phases: "" until the pool is installed, then maxUnavailable
+		// is set (once: the user-intent invariant holds the MCO to it);
+		// config, the MachineConfig created; rollout until the pool is
+		// Updated.
 		Progress: func(ctx context.Context, r *Run) (bool, string, error) {
 			pools := r.MCO.MachineconfigurationV1().MachineConfigPools()
-			patch := fmt.Sprintf(`{"spec":{"maxUnavailable":%d}}`, mcoMaxUnavailable)
-			if _, err := pools.Patch(ctx, "worker", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			ph, err := phase(ctx, r)
+			if err != nil {
 				return false, "", err
 			}
 			pool, err := pools.Get(ctx, "worker", metav1.GetOptions{})
 			if err != nil {
 				return false, "", err
 			}
-			// The pool's first configuration is rendered and its nodes
-			// run it before the new one comes.
-			if ok, why, _ := poolUpdated(pool, mcoWorkers); !ok && !rendersFrom(pool, config) {
-				return false, "the worker pool is not installed: " + why, nil
-			}
-			mc := &mcfgv1.MachineConfig{ObjectMeta: metav1.ObjectMeta{Name: config, Labels: map[string]string{mco.RoleLabel: "worker"}},
-				Spec: mcfgv1.MachineConfigSpec{Config: runtime.RawExtension{Raw: []byte(
-					`{"ignition":{"version":"3.2.0"},"storage":{"files":[{"path":"/etc/chaos","contents":{"source":"data:,rolled"}}]}}`)}}}
-			if _, err := r.MCO.MachineconfigurationV1().MachineConfigs().Create(ctx, mc, metav1.CreateOptions{}); created(err) != nil {
-				return false, "", err
+			switch ph {
+			case "":
+				// The pool's first configuration is rendered and its nodes
+				// run it before the new one comes.
+				if ok, why, _ := poolUpdated(pool, mcoWorkers); !ok {
+					return false, "the worker pool is not installed: " + why, nil
+				}
+				patch := fmt.Sprintf(`{"spec":{"maxUnavailable":%d}}`, mcoMaxUnavailable)
+				patched, err := pools.Patch(ctx, "worker", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+				if err != nil {
+					return false, "", err
+				}
+				if err := r.intents.wrote(poolsKey+"worker", "maxUnavailable", fmt.Sprint(mcoMaxUnavailable), patched.ResourceVersion, poolMaxUnavailable); err != nil {
+					return false, "", err
+				}
+				return false, "maxUnavailable set", setPhase(ctx, r, "config")
+			case "config":
+				mc := &mcfgv1.MachineConfig{ObjectMeta: metav1.ObjectMeta{Name: config, Labels: map[string]string{mco.RoleLabel: "worker"}},
+					Spec: mcfgv1.MachineConfigSpec{Config: runtime.RawExtension{Raw: []byte(
+						`{"ignition":{"version":"3.2.0"},"storage":{"files":[{"path":"/etc/chaos","contents":{"source":"data:,rolled"}}]}}`)}}}
+				if _, err := r.MCO.MachineconfigurationV1().MachineConfigs().Create(ctx, mc, metav1.CreateOptions{}); created(err) != nil {
+					return false, "", err
+				}
+				return false, config + " created", setPhase(ctx, r, "rollout")
 			}
 			if !rendersFrom(pool, config) {
 				return false, "the worker pool does not render " + config + " yet", nil
@@ -67,7 +84,8 @@ func mcoScenario() *Scenario {
 			if err != nil {
 				return []Violation{{"completes", err.Error()}}
 			}
-			return checkRollout(r.History, "worker", isWorker, pool.Spec.Configuration.Name, mcoMaxUnavailable)
+			out := checkRollout(r.History, "worker", isWorker, pool.Spec.Configuration.Name, mcoMaxUnavailable)
+			return append(out, r.intents.check(r.History, poolsKey+"worker")...)
 		},
 	}
 }
@@ -96,4 +114,14 @@ func poolUpdated(p *mcfgv1.MachineConfigPool, n int) (bool, string, error) {
 		int(st.MachineCount) == n && int(st.UpdatedMachineCount) == n && int(st.ReadyMachineCount) == n
 	return ok, fmt.Sprintf("pool %s: %d of %d machines updated to %s (%d ready), status at %s, Updated %v",
 		p.Name, st.UpdatedMachineCount, st.MachineCount, p.Spec.Configuration.Name, st.ReadyMachineCount, st.Configuration.Name, updated), nil
+}
+
+// poolMaxUnavailable reads a stored pool's maxUnavailable ("unset"
+// without one).
+func poolMaxUnavailable(obj runtime.Object) string {
+	p, ok := obj.(*mcfgv1.MachineConfigPool)
+	if !ok || p.Spec.MaxUnavailable == nil {
+		return "unset"
+	}
+	return p.Spec.MaxUnavailable.String()
 }

@@ -37,10 +37,10 @@ func updateScenario() *Scenario {
 		Doc: "`capstan adm upgrade --to 4.10.26` from 4.10.22 with the node rollout of both pools: the update completes with one " +
 			"Completed history entry and none Partial, the release retrieved once, no operator updated ahead of a lower run level, " +
 			"each node rebooted once into its new configuration, never more than one node of a pool out of service",
-		Args:   []string{"--control-plane-nodes", "1", "--nodes", "2", "--mcd-apply-duration", "1s", "--mcd-reboot-duration", "2s"},
-		Window: 15 * time.Second,
-		Points: []Point{{failpoint.CVOMidApply, 40}, {failpoint.CVOApplied, 1}, {failpoint.MCOTargetDecided, 2},
-			{failpoint.MCDMidApply, 2}, {failpoint.MCDMidReboot, 2}, {failpoint.DrainStarted, 2}},
+		Args: []string{"--control-plane-nodes", "1", "--nodes", "2", "--mcd-apply-duration", "1s", "--mcd-reboot-duration", "2s"},
+		Span: 90 * time.Second,
+		Points: []Point{{failpoint.CVORetrieved, 1}, {failpoint.CVOHandover, 1}, {failpoint.CVOMidApply, 10}, {failpoint.CVOApplied, 1},
+			{failpoint.MCOTargetDecided, 1}, {failpoint.MCDMidApply, 1}, {failpoint.MCDMidReboot, 1}, {failpoint.MCDRebooted, 1}},
 		Timeout: settleTime,
 		Progress: func(ctx context.Context, r *Run) (bool, string, error) {
 			cv, err := r.Config.ConfigV1().ClusterVersions().Get(ctx, cvo.Name, metav1.GetOptions{})
@@ -62,11 +62,14 @@ func updateScenario() *Scenario {
 				if out, err := r.Capstan(ctx, "adm", "upgrade", "--to", updateTo); err != nil {
 					return false, "", fmt.Errorf("capstan adm upgrade --to %s: %v: %s", updateTo, err, out)
 				}
+				r.op.enter("update")
 				return false, "update requested", nil
 			}
 			if !completed(cv, updateTo) {
+				r.op.enter("update")
 				return false, "updating: " + describe(cv), nil
 			}
+			r.op.enter("pools")
 			for pool, n := range map[string]int{"master": 1, "worker": 2} {
 				p, err := r.MCO.MachineconfigurationV1().MachineConfigPools().Get(ctx, pool, metav1.GetOptions{})
 				if err != nil {

@@ -33,7 +33,8 @@ func created(err error) error {
 
 // phase is where a multi-step scenario is, kept in the cluster (so a
 // kill of the campaign's target loses nothing of it): a ConfigMap
-// chaos-phase in the campaign's namespace.
+// chaos-phase in the campaign's namespace. "" is the setup, before the
+// operation starts.
 func phase(ctx context.Context, r *Run) (string, error) {
 	cm, err := r.Kube.CoreV1().ConfigMaps(ackNamespace).Get(ctx, "chaos-phase", metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -42,6 +43,7 @@ func phase(ctx context.Context, r *Run) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	r.op.enter(cm.Data["phase"])
 	return cm.Data["phase"], nil
 }
 
@@ -52,6 +54,9 @@ func setPhase(ctx context.Context, r *Run, p string) error {
 	if apierrors.IsNotFound(err) {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "chaos-phase", Namespace: ackNamespace}, Data: map[string]string{"phase": p}}
 		_, err = r.Kube.CoreV1().ConfigMaps(ackNamespace).Create(ctx, cm, metav1.CreateOptions{})
+	}
+	if err == nil {
+		r.op.enter(p)
 	}
 	return err
 }
@@ -82,10 +87,9 @@ func ensureMachineSet(ctx context.Context, r *Run, ms *machinev1.MachineSet) err
 }
 
 // scaleTo sets a MachineSet's replicas.
-func scaleTo(ctx context.Context, r *Run, set string, replicas int) error {
+func scaleTo(ctx context.Context, r *Run, set string, replicas int) (*machinev1.MachineSet, error) {
 	patch := fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas)
-	_, err := r.Machine.MachineV1beta1().MachineSets(machine.Namespace).Patch(ctx, set, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-	return err
+	return r.Machine.MachineV1beta1().MachineSets(machine.Namespace).Patch(ctx, set, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 }
 
 // setState is what the cluster holds of a MachineSet: its replicas, its

@@ -28,12 +28,20 @@ func newChaosCommand() *cobra.Command {
 		Use:   "chaos",
 		Short: "A fault campaign: kill capstan up in the middle of a scenario, again and again, then check what it did",
 		Long: `Runs each scenario on a fresh capstan up child process, SIGKILLs it --kills
-times (at instants drawn from the seed, or at named points of capstan's code:
-between a decision and its write, mid-drain, mid-reboot, mid-apply), starts
-it again each time, and once the scenario has settled checks its invariants
-against the cluster's storage and API: the operation completed, nothing was
-done twice, no limit was exceeded, no acknowledged write was lost, history
-and conditions agree, and capstan started every time.
+times (at instants of the operation drawn from the seed, or at named points of
+capstan's code: between a decision and its write, mid-drain, mid-reboot,
+mid-apply), starts it again each time, and once the scenario has settled
+checks its invariants against the cluster's storage and API: the operation
+completed, nothing was done twice, no limit was exceeded, no acknowledged
+write was lost, history and conditions agree, and capstan started every time.
+
+Kills land only once the scenario's operation has started: a named point is
+armed then (its hits counted from then on), and a random instant is drawn
+over the operation's measured time (OP in the table). Each kill records the
+phase it landed in. --every-point arms every named point of a scenario at
+once, kills at whichever the operation reaches first, arms the rest in the
+next start, and so on, then kills --kills times at random instants: what CI
+runs. There a point the operation never reaches is a violation.
 
 Run i of a scenario uses seed --seed+i; each violation prints the command
 that replays its run. The exit status is 1 when any invariant was violated.
@@ -70,7 +78,11 @@ that replays its run. The exit status is 1 when any invariant was violated.
 			opts.Log = out
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			fmt.Fprintf(out, "capstan chaos: %d run(s) of %s, %d kills each, seed %d\n", opts.Runs, strings.Join(scenarioNames(opts.Scenarios), ", "), opts.Kills, opts.Seed)
+			kills := fmt.Sprintf("%d kills each", opts.Kills)
+			if opts.EveryPoint {
+				kills = fmt.Sprintf("a kill at every point and %d at random instants each", opts.Kills)
+			}
+			fmt.Fprintf(out, "capstan chaos: %d run(s) of %s, %s, seed %d\n", opts.Runs, strings.Join(scenarioNames(opts.Scenarios), ", "), kills, opts.Seed)
 			rep, err := chaos.Campaign(ctx, opts)
 			if rep != nil && len(rep.Runs) > 0 {
 				fmt.Fprintln(out)
@@ -89,7 +101,8 @@ that replays its run. The exit status is 1 when any invariant was violated.
 	f.StringSliceVar(&names, "scenario", []string{"all"}, "scenarios to run (comma-separated), or all")
 	f.IntVar(&opts.Runs, "runs", opts.Runs, "runs of each scenario")
 	f.Int64Var(&seed, "seed", 0, "seed of the first run (default: the current time)")
-	f.IntVar(&opts.Kills, "kills", opts.Kills, "SIGKILLs in each run")
+	f.IntVar(&opts.Kills, "kills", opts.Kills, "SIGKILLs in each run (with --every-point: at random instants, after the points)")
+	f.BoolVar(&opts.EveryPoint, "every-point", false, "kill once at every named point of a scenario, in the order the operation reaches them, then --kills times at random instants")
 	f.StringVar(&opts.Dir, "dir", "", "where the runs' data dirs go (created if missing; default: the system's temp dir)")
 	f.BoolVar(&opts.Keep, "keep", false, "keep every run's data dir (a run with a violation keeps its own anyway)")
 	f.DurationVar(&opts.StartTimeout, "start-timeout", 3*time.Minute, "how long each start of capstan up may take")
@@ -118,8 +131,12 @@ func scenarioNames(ss []*chaos.Scenario) []string {
 	return out
 }
 
-func replayCommand(scenario string, seed uint64, kills int) string {
-	return fmt.Sprintf("capstan chaos --scenario %s --seed %d --kills %d --runs 1", scenario, seed, kills)
+func replayCommand(scenario string, seed uint64, kills int, everyPoint bool) string {
+	every := ""
+	if everyPoint {
+		every = " --every-point"
+	}
+	return fmt.Sprintf("capstan chaos --scenario %s --seed %d --kills %d%s --runs 1", scenario, seed, kills, every)
 }
 
 func printChaosList(out interface{ Write([]byte) (int, error) }) {

@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/cvo/payload"
+	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/release"
 )
 
@@ -80,6 +81,9 @@ func (w *worker) accept(ctx context.Context, cv *configv1.ClusterVersion) (*rele
 	wg.Wait()
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
+	}
+	if jobErr == nil {
+		failpoint.Hit(failpoint.CVORetrieved)
 	}
 	if jobErr != nil {
 		return nil, retrieveFailed(&payload.UpdateError{Effect: payload.EffectFail, Reason: "UpdatePayloadRetrievalFailed",

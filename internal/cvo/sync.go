@@ -24,6 +24,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/cvo/payload"
 	"github.com/capstan-dev/capstan/internal/failpoint"
+	"github.com/capstan-dev/capstan/internal/planted"
 	"github.com/capstan-dev/capstan/internal/release"
 )
 
@@ -243,6 +244,13 @@ func (w *worker) syncOnce(ctx context.Context) error {
 	var img *release.Image
 	if accepted {
 		img, err = o.loadAccepted(ctx, cv, t)
+		if err == nil && planted.On(planted.UpdateTwice) {
+			err = o.updateStatus(ctx, func(cv *configv1.ClusterVersion, _ metav1.Time) {
+				if h := cv.Status.History; len(h) > 0 && h[0].Image == t.Image && h[0].State == configv1.PartialUpdate && (len(h) < 2 || h[1].Image != t.Image) {
+					cv.Status.History = append([]configv1.UpdateHistory{h[0]}, h...)
+				}
+			})
+		}
 	} else {
 		img, err = w.accept(ctx, cv)
 	}
@@ -382,6 +390,7 @@ func (w *worker) apply(ctx context.Context, m *payload.Manifest, mode payload.Mo
 		if err := w.o.reportOperator(ctx); err != nil {
 			return err
 		}
+		failpoint.Hit(failpoint.CVOHandover)
 		return errHandover
 	}
 	return nil

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/klog/v2"
 
+	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/ports"
 	"github.com/capstan-dev/capstan/internal/waitfor"
 )
@@ -438,6 +439,7 @@ func (c *Cluster) settle(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("finishing the removal of member %s: %w", s.Name, err)
 			}
+			failpoint.Hit(failpoint.EtcdMemberRemoved)
 		}
 		c.forget(s.Name)
 	}

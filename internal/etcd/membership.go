@@ -215,6 +215,7 @@ func (c *Cluster) AddLearner(ctx context.Context, name string) error {
 		c.forget(name)
 		return fmt.Errorf("adding member %s: %w", name, err)
 	}
+	failpoint.Hit(failpoint.EtcdLearnerAdded)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	spec.Adding = false
@@ -276,6 +277,7 @@ func (c *Cluster) Promote(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("promoting member %s: %w", name, err)
 	}
+	failpoint.Hit(failpoint.EtcdLearnerPromoted)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.syncLocked(resp.Members)
@@ -312,6 +314,7 @@ func (c *Cluster) Remove(ctx context.Context, name string) error {
 				return fmt.Errorf("removing member %s: %w", name, err)
 			}
 		}
+		failpoint.Hit(failpoint.EtcdMemberRemoved)
 	}
 	c.forget(name)
 	return nil

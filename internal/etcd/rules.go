@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/capstan-dev/capstan/internal/planted"
 )
 
 // The cluster-etcd-operator's membership rules, as one pure function: the
@@ -367,7 +369,7 @@ func (v *ruleView) scaleDown() (Action, bool) {
 	if !first.Healthy {
 		return remove(first, "ScaleDown", "removing member %s: it is unhealthy and its machine is being deleted", describe(first)), true
 	}
-	if len(v.voting) > v.Desired {
+	if len(v.voting) > v.Desired || planted.On(planted.RemoveBeforeAdd) {
 		return remove(first, "ScaleDown", "removing member %s: its machine is being deleted and its replacement votes", describe(first)), true
 	}
 	return Action{Message: fmt.Sprintf("skip scale down: all voting, non-bootstrap members are healthy and membership does not exceed the desired cluster size of %d", v.Desired)}, false

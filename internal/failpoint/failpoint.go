@@ -1,10 +1,12 @@
 // Package failpoint lets a fault campaign (`capstan chaos`) kill capstan
 // at a named point of its code: between a decision and its write, in the
 // middle of a drain, a reboot or the apply of a release. A point is armed
-// for one process through the environment, CAPSTAN_FAILPOINT=NAME:N, and
-// the N-th time the process reaches it, it sends itself SIGKILL: exactly
-// what a crash, an OOM kill or a power cut at that instant would do, with
-// no deferred function, no flush and no shutdown run.
+// for one process through the environment, CAPSTAN_FAILPOINT=NAME:N, or
+// through a file the campaign writes once the operation it kills has
+// started (CAPSTAN_FAILPOINT_FILE); the N-th time the process reaches it
+// after it was armed, it sends itself SIGKILL: exactly what a crash, an
+// OOM kill or a power cut at that instant would do, with no deferred
+// function, no flush and no shutdown run.
 //
 // Unarmed, Hit costs one atomic load.
 package failpoint
@@ -21,8 +23,9 @@ import (
 	"time"
 )
 
-// Env arms a point: NAME:N kills the process the N-th time it reaches
-// NAME (NAME alone: the first time).
+// Env arms points: NAME:N kills the process the N-th time it reaches
+// NAME (NAME alone: the first time); NAME:N,NAME:N arms several, the
+// first reached killing.
 const Env = "CAPSTAN_FAILPOINT"
 
 // Marker starts the line a process prints on stdout just before it kills
@@ -50,7 +53,14 @@ const (
 	CVOMidApply             = "cvo/mid-apply"
 	CVOApplied              = "cvo/applied-not-recorded"
 	EtcdAddWritten          = "etcd/add-written"
+	EtcdLearnerAdded        = "etcd/learner-added"
+	EtcdLearnerPromoted     = "etcd/learner-promoted"
 	EtcdRemovalWritten      = "etcd/removal-written"
+	EtcdMemberRemoved       = "etcd/member-removed"
+	CPMSMachineCreated      = "cpms/machine-created"
+	CVORetrieved            = "cvo/retrieved-not-accepted"
+	CVOHandover             = "cvo/handover"
+	MCDRebooted             = "mcd/rebooted-not-recorded"
 )
 
 // Points are every point, documented.
@@ -66,7 +76,14 @@ var Points = []Point{
 	{CVOMidApply, "the CVO has applied some of a release's manifests"},
 	{CVOApplied, "the CVO applied a whole release and has not recorded it as completed"},
 	{EtcdAddWritten, "a learner member is written down as being added and etcd has not been asked to add it"},
+	{EtcdLearnerAdded, "etcd added a learner member and capstan has not started its process"},
+	{EtcdLearnerPromoted, "etcd promoted a learner to a voting member and capstan has not written it down"},
 	{EtcdRemovalWritten, "a member is written down as being removed and etcd has not been asked to remove it"},
+	{EtcdMemberRemoved, "etcd removed a member and capstan has neither forgotten it nor let its machine's deletion go on"},
+	{CPMSMachineCreated, "the ControlPlaneMachineSet created a replacement control-plane machine and has not seen it"},
+	{CVORetrieved, "the CVO's retrieval job of a release completed and the CVO has not accepted the release"},
+	{CVOHandover, "the CVO applied its own Deployment of the new release and hands over to it"},
+	{MCDRebooted, "a node rebooted into its new configuration and its daemon has not recorded it"},
 }
 
 // Known reports whether name is a point.
@@ -74,53 +91,167 @@ func Known(name string) bool {
 	return slices.ContainsFunc(Points, func(p Point) bool { return p.Name == name })
 }
 
-var (
-	armedName string
-	remaining atomic.Int64
-)
+// FileEnv names a file that arms points the way Env does: the process
+// reads it as it starts and again every PollInterval, and each time its
+// content changes, the points it names are armed afresh, their hits
+// counted from then on ("" disarms). A campaign arms points this way only
+// once the operation it kills has started, so that the hits it counts are
+// the operation's, not the install's or the start-up's.
+const FileEnv = "CAPSTAN_FAILPOINT_FILE"
 
-func init() {
-	name, n, err := Parse(os.Getenv(Env))
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "capstan: %s: %v (no failpoint armed)\n", Env, err)
+// PollInterval is how often the file of FileEnv is read.
+const PollInterval = 50 * time.Millisecond
+
+// Arm is a point armed for its Hit-th hit.
+type Arm struct {
+	Name string
+	Hit  int
+}
+
+func (a Arm) String() string { return a.Name + ":" + strconv.Itoa(a.Hit) }
+
+// armedPoints are the armed points and the hits each has left: the first
+// to run out kills the process.
+type armedPoints map[string]*atomic.Int64
+
+var armed atomic.Pointer[armedPoints]
+
+// arm arms the points, for their hits from now (none: disarms).
+func arm(arms []Arm) {
+	if len(arms) == 0 {
+		armed.Store(nil)
 		return
 	}
-	armedName = name
-	remaining.Store(int64(n))
+	a := armedPoints{}
+	for _, x := range arms {
+		n := &atomic.Int64{}
+		n.Store(int64(x.Hit))
+		a[x.Name] = n
+	}
+	armed.Store(&a)
 }
 
-// Parse reads NAME[:N]; "" arms nothing.
-func Parse(s string) (name string, n int, err error) {
+func init() {
+	arms, err := Parse(os.Getenv(Env))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "capstan: %s: %v (no failpoint armed)\n", Env, err)
+	} else {
+		arm(arms)
+	}
+	if path := os.Getenv(FileEnv); path != "" {
+		last := readArmFile(path, "")
+		go func() {
+			for range time.Tick(PollInterval) {
+				last = readArmFile(path, last)
+			}
+		}()
+	}
+}
+
+// readArmFile arms the points the file at path names when its content is
+// not last, and returns the content. A missing file is an empty one; a
+// bad one arms nothing and says why.
+func readArmFile(path, last string) string {
+	b, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return last
+	}
+	content := strings.TrimSpace(string(b))
+	if content == last {
+		return last
+	}
+	arms, err := Parse(content)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "capstan: %s %s: %v (no failpoint armed)\n", FileEnv, path, err)
+	}
+	arm(arms)
+	return content
+}
+
+// Armed are the points armed now, by name.
+func Armed() []string {
+	a := armed.Load()
+	if a == nil {
+		return nil
+	}
+	var out []string
+	for name := range *a {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// WriteArmFile arms the points, from now on, in every process that reads
+// the file at path (FileEnv); none disarms. The file is replaced whole,
+// never seen half-written.
+func WriteArmFile(path string, arms ...Arm) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(Format(arms...)+"\n"), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// Parse reads NAME[:N][,NAME[:N]...]; "" arms nothing.
+func Parse(s string) ([]Arm, error) {
 	if s == "" {
-		return "", 0, nil
+		return nil, nil
 	}
-	name, count, hasCount := strings.Cut(s, ":")
-	n = 1
-	if hasCount {
-		if n, err = strconv.Atoi(count); err != nil || n < 1 {
-			return "", 0, fmt.Errorf("%q: the count after %q must be a positive number", s, name)
+	var out []Arm
+	for _, one := range strings.Split(s, ",") {
+		name, count, hasCount := strings.Cut(one, ":")
+		n := 1
+		if hasCount {
+			var err error
+			if n, err = strconv.Atoi(count); err != nil || n < 1 {
+				return nil, fmt.Errorf("%q: the count after %q must be a positive number", one, name)
+			}
 		}
-	}
-	if !Known(name) {
-		names := make([]string, len(Points))
-		for i, p := range Points {
-			names[i] = p.Name
+		if !Known(name) {
+			names := make([]string, len(Points))
+			for i, p := range Points {
+				names[i] = p.Name
+			}
+			return nil, fmt.Errorf("%q is not a failpoint (known: %s)", name, strings.Join(names, ", "))
 		}
-		return "", 0, fmt.Errorf("%q is not a failpoint (known: %s)", name, strings.Join(names, ", "))
+		if slices.ContainsFunc(out, func(a Arm) bool { return a.Name == name }) {
+			return nil, fmt.Errorf("%q: %s is armed twice", s, name)
+		}
+		out = append(out, Arm{Name: name, Hit: n})
 	}
-	return name, n, nil
+	return out, nil
 }
 
-// Format is the value of Env that arms name for its n-th hit.
-func Format(name string, n int) string { return name + ":" + strconv.Itoa(n) }
+// Format is the value of Env that arms the points.
+func Format(arms ...Arm) string {
+	parts := make([]string, len(arms))
+	for i, a := range arms {
+		parts[i] = a.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+// ReachedPoint reads the point a process's output line says it killed
+// itself at ("" if the line is no marker).
+func ReachedPoint(line string) string {
+	rest, ok := strings.CutPrefix(line, Marker)
+	if !ok {
+		return ""
+	}
+	name, _, _ := strings.Cut(rest, " ")
+	return name
+}
 
 // Hit marks that the process reached the point name; armed for this hit,
 // it kills the process.
 func Hit(name string) {
-	if remaining.Load() <= 0 || name != armedName {
+	a := armed.Load()
+	if a == nil {
 		return
 	}
-	if remaining.Add(-1) != 0 {
+	n := (*a)[name]
+	if n == nil || n.Add(-1) != 0 {
 		return
 	}
 	fmt.Fprintf(os.Stdout, "%s%s reached: SIGKILL\n", Marker, name)

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,29 +17,36 @@ import (
 func TestParse(t *testing.T) {
 	for _, tc := range []struct {
 		in      string
-		name    string
-		n       int
+		want    []Arm
 		wantErr string
 	}{
 		{in: ""},
-		{in: MCDMidReboot, name: MCDMidReboot, n: 1},
-		{in: MCDMidReboot + ":3", name: MCDMidReboot, n: 3},
+		{in: MCDMidReboot, want: []Arm{{MCDMidReboot, 1}}},
+		{in: MCDMidReboot + ":3", want: []Arm{{MCDMidReboot, 3}}},
+		{in: MCDMidReboot + ":3," + CVOHandover, want: []Arm{{MCDMidReboot, 3}, {CVOHandover, 1}}},
 		{in: MCDMidReboot + ":0", wantErr: "must be a positive number"},
 		{in: MCDMidReboot + ":x", wantErr: "must be a positive number"},
+		{in: MCDMidReboot + "," + MCDMidReboot + ":2", wantErr: "mcd/mid-reboot is armed twice"},
 		{in: "mcd/nowhere:1", wantErr: `"mcd/nowhere" is not a failpoint (known: autoscaler/scale-up-decided`},
 	} {
-		name, n, err := Parse(tc.in)
+		got, err := Parse(tc.in)
 		switch {
 		case tc.wantErr != "":
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("Parse(%q) = %v, want an error with %q", tc.in, err, tc.wantErr)
 			}
-		case err != nil || name != tc.name || n != tc.n:
-			t.Errorf("Parse(%q) = %q, %d, %v; want %q, %d", tc.in, name, n, err, tc.name, tc.n)
+		case err != nil || !slices.Equal(got, tc.want):
+			t.Errorf("Parse(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
 		}
 	}
-	if got := Format(CVOMidApply, 2); got != "cvo/mid-apply:2" {
+	if got := Format(Arm{CVOMidApply, 2}, Arm{CVOHandover, 1}); got != "cvo/mid-apply:2,cvo/handover:1" {
 		t.Errorf("Format = %q", got)
+	}
+	if got := ReachedPoint(Marker + CVOHandover + " reached: SIGKILL"); got != CVOHandover {
+		t.Errorf("ReachedPoint = %q", got)
+	}
+	if got := ReachedPoint("capstan is up"); got != "" {
+		t.Errorf("ReachedPoint of a plain line = %q", got)
 	}
 }
 
@@ -61,7 +70,7 @@ func TestHelperProcess(t *testing.T) {
 // printing the marker; other points and earlier hits do nothing.
 func TestHitKillsAtTheArmedHit(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$")
-	cmd.Env = append(os.Environ(), helperEnv+"=1", Env+"="+Format(AutoscalerScaleUp, 2))
+	cmd.Env = append(os.Environ(), helperEnv+"=1", Env+"="+Format(Arm{AutoscalerScaleUp, 2}))
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
@@ -122,5 +131,80 @@ func TestFailFollowsItsPeriod(t *testing.T) {
 	}
 	if err := Fail("elsewhere"); err != nil {
 		t.Errorf("Fail of a point without a fault: %v", err)
+	}
+}
+
+// fileHelperEnv makes this test binary hit a point before and after the
+// file of FileEnv arms it (see TestFileArmsFromThenOn).
+const fileHelperEnv = "FAILPOINT_TEST_FILE_HELPER"
+
+func TestFileHelperProcess(t *testing.T) {
+	if os.Getenv(fileHelperEnv) != "1" {
+		t.Skip("run by TestFileArmsFromThenOn")
+	}
+	for i := 1; i <= 3; i++ {
+		Hit(AutoscalerScaleUp) // not armed yet: never kills
+	}
+	fmt.Println("unarmed hits survived")
+	for len(Armed()) == 0 {
+		time.Sleep(PollInterval)
+	}
+	for i := 1; i <= 3; i++ {
+		fmt.Printf("armed hit %d\n", i)
+		Hit(MCDMidReboot) // armed for its third hit: the other kills first
+		Hit(AutoscalerScaleUp)
+	}
+	fmt.Println("survived")
+}
+
+// Points armed by the file count their hits from the moment the file
+// arms them: the hits before do not count, and the first point to reach
+// its hit kills.
+func TestFileArmsFromThenOn(t *testing.T) {
+	path := t.TempDir() + "/failpoint"
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFileHelperProcess$")
+	cmd.Env = append(os.Environ(), fileHelperEnv+"=1", Env+"=", FileEnv+"="+path)
+	var out bytes.Buffer
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	// The file is written once the unarmed hits are done, as a campaign
+	// arms a point once the operation started.
+	buf := make([]byte, 4096)
+	for !strings.Contains(out.String(), "unarmed hits survived") {
+		n, err := pr.Read(buf)
+		if err != nil {
+			t.Fatalf("the helper ended early: %v\n%s", err, out.String())
+		}
+		out.Write(buf[:n])
+	}
+	if err := WriteArmFile(path, Arm{MCDMidReboot, 3}, Arm{AutoscalerScaleUp, 2}); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(pr)
+	out.Write(rest)
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("the process was not killed (%v):\n%s", err, out.String())
+	}
+	want := "armed hit 1\narmed hit 2\n" + Marker + AutoscalerScaleUp + " reached: SIGKILL\n"
+	if !strings.HasSuffix(out.String(), want) {
+		t.Fatalf("output:\n%s\nwant it to end with:\n%s", out.String(), want)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "mcd/mid-reboot:3,autoscaler/scale-up-decided:2\n" {
+		t.Errorf("the file holds %q", b)
+	}
+	if err := WriteArmFile(path); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "\n" {
+		t.Errorf("disarmed, the file holds %q", b)
 	}
 }

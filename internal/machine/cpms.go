@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/nodes"
 	"github.com/capstan-dev/capstan/internal/sim"
 )
@@ -348,6 +349,7 @@ func (r *cpmsReconciler) createMachine(ctx context.Context, cpms *cpmsv1.Control
 		err = r.client.Create(ctx, m.DeepCopy())
 		switch {
 		case err == nil, apierrors.IsAlreadyExists(err) && attempt > 1:
+			failpoint.Hit(failpoint.CPMSMachineCreated)
 			return m.Name, nil
 		case !outcomeUnknown(err):
 			return "", err

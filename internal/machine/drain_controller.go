@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/capstan-dev/capstan/internal/nodes"
+	"github.com/capstan-dev/capstan/internal/planted"
 
 	capdrain "github.com/capstan-dev/capstan/internal/drain"
 	machinev1 "github.com/openshift/api/machine/v1beta1"
@@ -56,7 +57,7 @@ func (d *drainReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	if m.DeletionTimestamp.IsZero() || phaseOf(m) != machinev1.PhaseDeleting || conditionTrue(m.Status.Conditions, machinev1.MachineDrained) {
 		return reconcile.Result{}, nil
 	}
-	if hooks := m.Spec.LifecycleHooks.PreDrain; len(hooks) > 0 {
+	if hooks := m.Spec.LifecycleHooks.PreDrain; len(hooks) > 0 && !planted.On(planted.IgnorePreDrainHook) {
 		klog.FromContext(ctx).V(2).Info("Not draining: lifecycle blocked by pre-drain hooks", "machine", klog.KObj(m), "hooks", hooks)
 		d.recorder.Event(m, corev1.EventTypeNormal, EventDrainBlocked, "Drain blocked by pre-drain hook")
 		return reconcile.Result{}, nil

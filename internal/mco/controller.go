@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +35,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/failpoint"
+	"github.com/capstan-dev/capstan/internal/planted"
 )
 
 // Node annotations the MCO's controllers and daemon keep.
@@ -89,8 +91,10 @@ type Options struct {
 // most maxUnavailable at a time, runs the simulated daemon on each node,
 // and reports the pools' status.
 type Controller struct {
-	kube     kubernetes.Interface
-	mcfg     mcfgclient.Interface
+	kube kubernetes.Interface
+	mcfg mcfgclient.Interface
+	// reverted: the pools whose maxUnavailable a planted bug set back.
+	reverted sync.Map
 	opts     Options
 	recorder record.EventRecorder
 
@@ -278,6 +282,14 @@ func (c *Controller) syncPool(ctx context.Context, name string) error {
 		return err
 	}
 	pool := cached.DeepCopy()
+	if planted.On(planted.RevertUserEdit) && pool.Spec.MaxUnavailable != nil {
+		if _, loaded := c.reverted.LoadOrStore(name, true); !loaded {
+			patch := []byte(`{"spec":{"maxUnavailable":null}}`)
+			if _, err := c.mcfg.MachineconfigurationV1().MachineConfigPools().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+				return err
+			}
+		}
+	}
 	nodes, refused, err := c.poolNodes(pool)
 	if err != nil {
 		return err
@@ -500,6 +512,9 @@ func MaxUnavailable(pool *mcfgv1.MachineConfigPool, nodes int) int {
 // (the fix, typically) is how it recovers.
 func Candidates(pool *mcfgv1.MachineConfigPool, nodes []*corev1.Node, config string) []*corev1.Node {
 	capacity := MaxUnavailable(pool, len(nodes))
+	if planted.On(planted.OneMoreUnavailable) {
+		capacity++
+	}
 	for _, n := range nodes {
 		if unavailable(n) {
 			capacity--

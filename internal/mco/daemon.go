@@ -200,6 +200,7 @@ func (d *daemon) update(n *corev1.Node) error {
 		if err := sim.FinishReboot(ctx, d.kube, name); err != nil {
 			return err
 		}
+		failpoint.Hit(failpoint.MCDRebooted)
 	}
 	if err := d.waitReady(ctx, name); err != nil {
 		return err
