@@ -126,10 +126,11 @@ func busy(n *corev1.Node) bool {
 }
 
 // checkRollout checks a pool's rollout to config over the nodes member
-// selects: never more than maxUnavailable of them out of service at once
-// (from the first node targeted on), and each rebooted exactly once into
-// config.
-func checkRollout(h *History, pool string, member func(*corev1.Node) bool, config string, maxUnavailable int) []Violation {
+// selects, of which there are want: never more than maxUnavailable of
+// them out of service at once (from the first node targeted on), and each
+// rebooted exactly once into config. A rollout it cannot see (no node
+// targeted, nodes missing) is a violation, not a pass.
+func checkRollout(h *History, pool string, member func(*corev1.Node) bool, config string, maxUnavailable, want int) []Violation {
 	var out []Violation
 	started := false
 	worst, worstRev := 0, int64(0)
@@ -162,6 +163,12 @@ func checkRollout(h *History, pool string, member func(*corev1.Node) bool, confi
 		}
 	})
 	sort.Strings(members)
+	if !started {
+		out = append(out, Violation{"rollout", fmt.Sprintf("no node of pool %s was ever told to run %s: there is no rollout to check", pool, config)})
+	}
+	if len(members) != want {
+		out = append(out, Violation{"rollout", fmt.Sprintf("the history holds %d nodes of pool %s (%s), want %d", len(members), pool, strings.Join(members, ", "), want)})
+	}
 	for _, name := range members {
 		if r := reboots[name]; r != 1 {
 			out = append(out, Violation{"reboots", fmt.Sprintf("node %s of pool %s booted %d times into %s, want once", name, pool, r, config)})

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/etcd"
 	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/mco"
+	"github.com/capstan-dev/capstan/internal/sim"
 	"github.com/capstan-dev/capstan/internal/updateservice/demo"
 )
 
@@ -136,8 +138,15 @@ func TestCheckRollout(t *testing.T) {
 		good.put(nodesKey+n, nodeObj(n, n+"-b", "r1", "r2", false, true))
 		good.put(nodesKey+n, nodeObj(n, n+"-b", "r2", "r2", true, false))
 	}
-	if vs := checkRollout(&good.h, "worker", isWorker, "r2", 1); len(vs) != 0 {
+	if vs := checkRollout(&good.h, "worker", isWorker, "r2", 1, 2); len(vs) != 0 {
 		t.Fatalf("a clean rollout: %v", vs)
+	}
+	// H3: what the check cannot see fails it.
+	if got := invariants(checkRollout(&good.h, "worker", isWorker, "r3", 1, 2)); !slices.Contains(got, "rollout") {
+		t.Errorf("a rollout to a config no node was told to run: %v, want a rollout violation", got)
+	}
+	if vs := checkRollout(&good.h, "worker", isWorker, "r2", 1, 3); len(vs) != 1 || !strings.Contains(vs[0].Detail, "2 nodes of pool worker (w1, w2), want 3") {
+		t.Errorf("a node missing from the history: %v", vs)
 	}
 
 	bad := newFakeHistory()
@@ -151,7 +160,7 @@ func TestCheckRollout(t *testing.T) {
 	bad.put(nodesKey+"w1", nodeObj("w1", "w1-c", "r2", "r2", true, false))
 	bad.put(nodesKey+"w2", nodeObj("w2", "w2-b", "r2", "r2", true, false))
 	bad.put(nodesKey+"w3", nodeObj("w3", "w3-a", "r2", "r2", true, false))
-	vs := checkRollout(&bad.h, "worker", isWorker, "r2", 1)
+	vs := checkRollout(&bad.h, "worker", isWorker, "r2", 1, 3)
 	if got, want := invariants(vs), []string{"maxUnavailable", "reboots", "reboots"}; !slices.Equal(got, want) {
 		t.Fatalf("violations %v, want %v", vs, want)
 	}
@@ -398,6 +407,10 @@ func TestCheckQuorum(t *testing.T) {
 		at = at.Add(time.Second)
 		return memberSample{At: at, Up: up, Voting: voting, Healthy: healthy}
 	}
+	failed := func(up bool) memberSample {
+		at = at.Add(time.Second)
+		return memberSample{At: at, Up: up, Failed: true}
+	}
 	boot := s(true, 1, etcd.BootstrapName)
 	formed := s(true, 3, "m0", "m1", "m2")
 	cases := map[string]struct {
@@ -431,6 +444,12 @@ func TestCheckQuorum(t *testing.T) {
 			[]string{"etcd members healthy: 2 healthy voting members of 3"}, 3, 3},
 		"a member slow twice where none should be down": {[]memberSample{formed, s(true, 2, "m0", "m1", "m2"), s(true, 2, "m0", "m1", "m2"), formed},
 			nil, 3, 3},
+		// H3: samples that failed while up are etcd not answering, not
+		// samples to drop.
+		"etcd silent while up": {[]memberSample{formed, failed(true), failed(true), failed(true), failed(true), failed(true), failed(true), s(true, 3, "m0", "m1", "m2")},
+			[]string{"etcd quorum: etcd gave no member list for 6.0s"}, 3, 0},
+		"etcd silent a moment, or while down": {[]memberSample{formed, failed(true), failed(true), s(true, 3, "m0", "m1", "m2"), failed(false), failed(false),
+			failed(false), failed(false), failed(false), failed(false), failed(false)}, nil, 3, 0},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -518,5 +537,47 @@ func TestIntents(t *testing.T) {
 	}
 	if err := missing.wrote(key, "maxUnavailable", "2", "", poolMaxUnavailable); err == nil {
 		t.Error("a write without a revision was taken")
+	}
+}
+
+// The drain check measures termination at the cloud's termination time,
+// and a machine whose instance was never terminated, or never seen, is a
+// violation rather than a skip.
+func TestCheckDrained(t *testing.T) {
+	inst := func(name string, terminating bool) *corev1.ConfigMap {
+		i := &sim.Instance{Spec: sim.InstanceSpec{Name: name, Zone: "z"}}
+		if terminating {
+			at := time.Unix(100, 0)
+			i.TerminateAt = &at
+		}
+		raw, err := json.Marshal(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm := instanceObj(name)
+		cm.Data = map[string]string{"instance.json": string(raw)}
+		return cm
+	}
+	pod := func(name, node string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ackNamespace}, Spec: corev1.PodSpec{NodeName: node}}
+	}
+	f := newFakeHistory()
+	f.put(instancesKey+"m1", inst("m1", false))
+	f.put(instancesKey+"m2", inst("m2", false))
+	f.put(podsKey+ackNamespace+"/p1", pod("p1", "m1"))
+	// m1 terminates with p1 on it; its ConfigMap goes only later, after
+	// the pod did.
+	f.put(instancesKey+"m1", inst("m1", true))
+	f.put(podsKey+ackNamespace+"/p1", nil)
+	f.put(instancesKey+"m1", nil)
+	vs := checkDrained(&f.h, []string{"m1", "m2", "m3"})
+	all := fmt.Sprint(vs)
+	for _, want := range []string{"machine m1's instance was terminated", "machine m2's instance was never terminated", "no instance of machine m3"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("no violation %q in %s", want, all)
+		}
+	}
+	if len(vs) != 3 {
+		t.Errorf("%d violations, want 3: %s", len(vs), all)
 	}
 }

@@ -28,6 +28,8 @@ type memberSample struct {
 	// Leader is the member a voting member named its leader ("" when
 	// none did).
 	Leader string
+	// Failed: etcd could not be asked (no member list within a second).
+	Failed bool
 }
 
 // memberSampler samples the etcd membership of a run's data dir, from
@@ -62,36 +64,38 @@ func (s *memberSampler) run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		up := s.alive()
+		sample := memberSample{At: time.Now(), Failed: true}
 		now, err := controlplane.StorageEndpoints(s.dataDir)
-		if err != nil {
-			continue
-		}
-		if client == nil || !slices.Equal(now, endpoints) {
+		if err == nil && (client == nil || !slices.Equal(now, endpoints)) {
 			if client != nil {
 				client.Close()
 			}
 			if client, err = controlplane.StorageClient(s.dataDir); err != nil {
 				client = nil
-				continue
 			}
 			endpoints = now
 		}
-		if sample, ok := s.sample(ctx, client); ok {
-			s.mu.Lock()
-			s.samples = append(s.samples, sample)
-			s.mu.Unlock()
+		if err == nil {
+			sample = s.sample(ctx, client)
 		}
+		// A sample that failed is kept: a stretch of them while capstan
+		// is up is etcd not answering.
+		sample.Up = up && s.alive()
+		s.mu.Lock()
+		s.samples = append(s.samples, sample)
+		s.mu.Unlock()
 	}
 }
 
-func (s *memberSampler) sample(ctx context.Context, client *clientv3.Client) (memberSample, bool) {
-	up := s.alive()
+func (s *memberSampler) sample(ctx context.Context, client *clientv3.Client) memberSample {
 	sample := memberSample{At: time.Now()}
 	lctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	list, err := client.MemberList(lctx)
 	if err != nil {
-		return sample, false
+		sample.Failed = true
+		return sample
 	}
 	names := map[uint64]string{}
 	for _, m := range list.Members {
@@ -117,8 +121,7 @@ func (s *memberSampler) sample(ctx context.Context, client *clientv3.Client) (me
 		}
 	}
 	sort.Strings(sample.Voting)
-	sample.Up = up && s.alive()
-	return sample, true
+	return sample
 }
 
 // last is the latest sample (none: the zero sample).
@@ -168,13 +171,31 @@ func checkQuorum(samples []memberSample, q quorumCheck) []Violation {
 	var mostVoting, fewestHealthy, below, bootstrap *memberSample
 	run := 0
 	var prev *memberSample
+	// blindFrom is the first of the failed samples since the last that
+	// answered, all while up; blind the longest such stretch, to the
+	// next answer.
+	var blindFrom *memberSample
+	var blind time.Duration
+	var blindAt time.Time
 	for i := range samples {
 		s := &samples[i]
-		started = started || q.formed(*s)
+		started = started || (!s.Failed && q.formed(*s))
 		if !started || !s.Up {
-			prev, run = nil, 0
+			prev, run, blindFrom = nil, 0, nil
 			continue
 		}
+		if blindFrom != nil {
+			if d := s.At.Sub(blindFrom.At); d > blind {
+				blind, blindAt = d, blindFrom.At
+			}
+		}
+		if s.Failed {
+			if blindFrom == nil {
+				blindFrom = s
+			}
+			continue
+		}
+		blindFrom = nil
 		if len(s.Voting) > q.maxVoting && (mostVoting == nil || len(s.Voting) > len(mostVoting.Voting)) {
 			mostVoting = s
 		}
@@ -202,6 +223,10 @@ func checkQuorum(samples []memberSample, q quorumCheck) []Violation {
 	if !started {
 		out = append(out, Violation{"etcd members", "the members never formed"})
 	}
+	if blind > unobservedLimit {
+		out = append(out, Violation{"etcd quorum", fmt.Sprintf("etcd gave no member list for %.1fs from %s while capstan was up: no quorum can be shown for it (%s allowed)",
+			blind.Seconds(), blindAt.Format("15:04:05.000"), unobservedLimit)})
+	}
 	if s := mostVoting; s != nil {
 		out = append(out, Violation{"etcd members", fmt.Sprintf("%d voting members at %s (%v), at most %d allowed",
 			len(s.Voting), s.At.Format("15:04:05.000"), s.Voting, q.maxVoting)})
@@ -220,6 +245,11 @@ func checkQuorum(samples []memberSample, q quorumCheck) []Violation {
 	}
 	return out
 }
+
+// unobservedLimit is the longest etcd may go without answering the
+// sampler while capstan is up: a leader election and a slow answer on a
+// loaded machine, not more.
+const unobservedLimit = 5 * time.Second
 
 // quorum is the majority of n voting members.
 func quorum(n int) int { return n/2 + 1 }

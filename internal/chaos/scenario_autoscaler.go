@@ -144,7 +144,7 @@ func checkHooksHeld(h *History, set string) []Violation {
 			out = append(out, Violation{"hooks", fmt.Sprintf("machine %s never had its preDrain hook", m)})
 			continue
 		}
-		if rev := deletedAt(h, instancesKey+m); rev != 0 && rev < held[m] {
+		if rev := terminatedAt(h, instancesKey+m); rev != 0 && rev < held[m] {
 			out = append(out, Violation{"hooks", fmt.Sprintf("machine %s's instance was terminated (revision %d) while its preDrain hook held it (%s)", m, rev, until(held[m]))})
 		}
 	}

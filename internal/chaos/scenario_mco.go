@@ -84,7 +84,7 @@ func mcoScenario() *Scenario {
 			if err != nil {
 				return []Violation{{"completes", err.Error()}}
 			}
-			out := checkRollout(r.History, "worker", isWorker, pool.Spec.Configuration.Name, mcoMaxUnavailable)
+			out := checkRollout(r.History, "worker", isWorker, pool.Spec.Configuration.Name, mcoMaxUnavailable, mcoWorkers)
 			return append(out, r.intents.check(r.History, poolsKey+"worker")...)
 		},
 	}

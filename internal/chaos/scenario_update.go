@@ -167,13 +167,14 @@ func checkUpdate(ctx context.Context, r *Run) []Violation {
 	for _, pool := range []struct {
 		name   string
 		member func(*corev1.Node) bool
-	}{{"master", nodes.IsControlPlane}, {"worker", isWorker}} {
+		nodes  int
+	}{{"master", nodes.IsControlPlane, 1}, {"worker", isWorker, 2}} {
 		p, err := r.MCO.MachineconfigurationV1().MachineConfigPools().Get(ctx, pool.name, metav1.GetOptions{})
 		if err != nil {
 			add("completes", "pool %s: %v", pool.name, err)
 			continue
 		}
-		out = append(out, checkRollout(r.History, pool.name, pool.member, p.Spec.Configuration.Name, 1)...)
+		out = append(out, checkRollout(r.History, pool.name, pool.member, p.Spec.Configuration.Name, 1, pool.nodes)...)
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	machinev1 "github.com/openshift/api/machine/v1beta1"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/machine"
+	"github.com/capstan-dev/capstan/internal/sim"
 )
 
 // Scenarios are the campaign's scenarios, in the order `all` runs them.
@@ -182,24 +184,46 @@ func podsOnAt(h *History, ns string, rev int64) map[string][]string {
 	return out
 }
 
-// deletedAt is the revision at which key was deleted (0: never).
-func deletedAt(h *History, key string) int64 {
-	var rev int64
+// terminatedAt is the revision at which the instance stored at key
+// started terminating: the cloud wrote its termination time, or deleted
+// it outright (0: never). Termination is the instant the machine goes,
+// not the instance's removal, which comes lazily after it.
+func terminatedAt(h *History, key string) int64 {
 	for _, e := range h.Events(key) {
-		if e.Key == key && e.Obj == nil {
-			rev = e.Rev
+		if e.Key != key {
+			continue
+		}
+		cm, ok := e.Obj.(*corev1.ConfigMap)
+		if !ok {
+			return e.Rev // deleted
+		}
+		if inst, err := sim.InstanceFromConfigMap(cm); err == nil && inst.TerminateAt != nil {
+			return e.Rev
 		}
 	}
-	return rev
+	return 0
+}
+
+// launched reports whether the history holds the instance stored at key.
+func launched(h *History, key string) bool {
+	return slices.ContainsFunc(h.Events(key), func(e Event) bool { return e.Key == key && e.Obj != nil })
 }
 
 // checkDrained checks that each machine's node had no pod of namespace ns
-// left when its instance was terminated.
+// left when its instance was terminated, and that every instance was
+// terminated: a machine gone with its instance left running (or one whose
+// instance the history never held) is a leak, and leaves the drain
+// unchecked.
 func checkDrained(h *History, machines []string) []Violation {
 	var out []Violation
 	for _, m := range machines {
-		rev := deletedAt(h, instancesKey+m)
-		if rev == 0 {
+		rev := terminatedAt(h, instancesKey+m)
+		switch {
+		case rev == 0 && launched(h, instancesKey+m):
+			out = append(out, Violation{"instances", fmt.Sprintf("machine %s's instance was never terminated", m)})
+			continue
+		case rev == 0:
+			out = append(out, Violation{"instances", fmt.Sprintf("the history holds no instance of machine %s", m)})
 			continue
 		}
 		if left := podsOnAt(h, ackNamespace, rev)[m]; len(left) > 0 {

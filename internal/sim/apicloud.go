@@ -170,7 +170,7 @@ func (c *APICloud) DeleteInstance(ctx context.Context, name string) error {
 		if err != nil {
 			return fmt.Errorf("reading instance %s: %w", name, err)
 		}
-		inst, err := instanceFromConfigMap(cm)
+		inst, err := InstanceFromConfigMap(cm)
 		if err != nil {
 			return err
 		}
@@ -218,7 +218,7 @@ func (c *APICloud) GetInstance(ctx context.Context, name string) (*Instance, err
 	if err != nil {
 		return nil, fmt.Errorf("reading instance %s: %w", name, err)
 	}
-	inst, err := instanceFromConfigMap(cm)
+	inst, err := InstanceFromConfigMap(cm)
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +239,7 @@ func (c *APICloud) ListInstances(ctx context.Context) ([]*Instance, error) {
 	}
 	out := make([]*Instance, 0, len(list.Items))
 	for i := range list.Items {
-		inst, err := instanceFromConfigMap(&list.Items[i])
+		inst, err := InstanceFromConfigMap(&list.Items[i])
 		if err != nil {
 			return nil, err
 		}
@@ -348,7 +348,7 @@ func (c *APICloud) loadIndexesLocked(ctx context.Context) error {
 	}
 	used := map[int]bool{}
 	for i := range insts.Items {
-		inst, err := instanceFromConfigMap(&insts.Items[i])
+		inst, err := InstanceFromConfigMap(&insts.Items[i])
 		if err != nil {
 			continue
 		}
@@ -384,7 +384,7 @@ func (c *APICloud) reclaimStaleLocked(ctx context.Context, idx int) (bool, error
 	}
 	inst, err := cms.Get(ctx, claim.Data[indexClaimInstanceKey], metav1.GetOptions{})
 	if err == nil {
-		if i, err := instanceFromConfigMap(inst); err != nil || i.Index == idx {
+		if i, err := InstanceFromConfigMap(inst); err != nil || i.Index == idx {
 			return false, nil
 		}
 	} else if !apierrors.IsNotFound(err) {
@@ -501,7 +501,9 @@ func instanceToConfigMap(inst *Instance) (*corev1.ConfigMap, error) {
 	}, nil
 }
 
-func instanceFromConfigMap(cm *corev1.ConfigMap) (*Instance, error) {
+// InstanceFromConfigMap reads the instance a ConfigMap of the simulated
+// cloud stores.
+func InstanceFromConfigMap(cm *corev1.ConfigMap) (*Instance, error) {
 	raw, ok := cm.Data[instanceDataKey]
 	if !ok {
 		return nil, fmt.Errorf("instance %s/%s has no %s", cm.Namespace, cm.Name, instanceDataKey)

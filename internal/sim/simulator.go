@@ -323,7 +323,7 @@ func (s *Simulator) instance(name string) (*Instance, *corev1.ConfigMap) {
 	if err != nil {
 		return nil, nil
 	}
-	inst, err := instanceFromConfigMap(cm)
+	inst, err := InstanceFromConfigMap(cm)
 	if err != nil {
 		return nil, nil
 	}
