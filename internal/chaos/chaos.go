@@ -66,12 +66,36 @@ type Scenario struct {
 	// Faults are lasting faults injected in every start of the run
 	// (failpoint.FaultEnv).
 	Faults string
-	// MaxOutage, when set, bounds how long the API may refuse writes
-	// while capstan is up.
+	// MaxOutage bounds how long the API may refuse writes while capstan
+	// is up (DefaultMaxOutage when zero).
 	MaxOutage time.Duration
+	// MaxRecovery bounds how long after each kill the API may take to
+	// take a write again (DefaultMaxRecovery when zero).
+	MaxRecovery time.Duration
 	// Check returns the scenario's invariant violations once the
 	// operation is complete.
 	Check func(ctx context.Context, r *Run) []Violation
+}
+
+// The bounds of a scenario that sets none: an outage while up is a
+// leader election or a member's restart (seconds), with room for a loaded
+// machine; a recovery is capstan starting again, which takes 3 to 6
+// seconds here.
+const (
+	DefaultMaxOutage   = 30 * time.Second
+	DefaultMaxRecovery = time.Minute
+)
+
+// bounds are the scenario's outage and recovery bounds, defaults filled.
+func (s *Scenario) bounds() (outage, recovery time.Duration) {
+	outage, recovery = s.MaxOutage, s.MaxRecovery
+	if outage == 0 {
+		outage = DefaultMaxOutage
+	}
+	if recovery == 0 {
+		recovery = DefaultMaxRecovery
+	}
+	return outage, recovery
 }
 
 // Point is a named kill point of a scenario.
@@ -212,6 +236,8 @@ type RunResult struct {
 	// Outage is the longest the API refused writes while capstan was up
 	// (a kill's own outage is a recovery, not counted here).
 	Outage time.Duration
+	// MaxOutage and MaxRecovery are the scenario's bounds.
+	MaxOutage, MaxRecovery time.Duration
 	// DataDir is kept when the run found a violation.
 	DataDir  string
 	Duration time.Duration
@@ -296,7 +322,7 @@ func (r *Report) Violations() int {
 // violation with the command that replays its run.
 func (r *Report) Print(w io.Writer, replay func(scenario string, seed uint64, kills int, everyPoint bool) string) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tRUNS\tKILLS\tNOT REACHED\tVIOLATIONS\tOP p50\tRECOVER p50\tRECOVER p99\tOUTAGE p50\tOUTAGE p99\tOUTAGE max\tKILLS BY PHASE")
+	fmt.Fprintln(tw, "SCENARIO\tRUNS\tKILLS\tNOT REACHED\tVIOLATIONS\tOP p50\tRECOVER p50\tRECOVER p99\tOUTAGE p50\tOUTAGE p99\tOUTAGE max\tBOUNDS\tKILLS BY PHASE")
 	var order []string
 	byScenario := map[string][]*RunResult{}
 	for _, run := range r.Runs {
@@ -320,8 +346,9 @@ func (r *Report) Print(w io.Writer, replay func(scenario string, seed uint64, ki
 				ops = append(ops, run.Operation)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, len(runs), len(kills), notReached, violations, quantile(ops, 0.5),
-			quantile(rec, 0.5), quantile(rec, 0.99), quantile(outages, 0.5), quantile(outages, 0.99), quantile(outages, 1), phaseCounts(kills))
+		bounds := fmt.Sprintf("outage %.0fs, recover %.0fs", runs[0].MaxOutage.Seconds(), runs[0].MaxRecovery.Seconds())
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, len(runs), len(kills), notReached, violations, quantile(ops, 0.5),
+			quantile(rec, 0.5), quantile(rec, 0.99), quantile(outages, 0.5), quantile(outages, 0.99), quantile(outages, 1), bounds, phaseCounts(kills))
 	}
 	tw.Flush()
 	for _, run := range r.Runs {

@@ -119,3 +119,26 @@ func slicesHas(all []*intent, key string) bool {
 	}
 	return false
 }
+
+// span is the revision of the campaign's first write of value to the
+// field of key, and of its first write of next after that (0: none).
+func (is *intents) span(key, field, value, next string) (from, to int64) {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	for _, in := range is.all {
+		if in.key != key || in.field != field {
+			continue
+		}
+		in.mu.Lock()
+		for _, w := range in.writes {
+			switch {
+			case from == 0 && w.value == value:
+				from = w.rev
+			case from != 0 && to == 0 && w.value == next:
+				to = w.rev
+			}
+		}
+		in.mu.Unlock()
+	}
+	return from, to
+}

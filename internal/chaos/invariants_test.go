@@ -375,7 +375,7 @@ func TestReportPrint(t *testing.T) {
 	in := func(phase string) KillResult { return KillResult{Phase: phase} }
 	rep := &Report{Kills: 2, Runs: []*RunResult{
 		{Scenario: "mco", Seed: 7, Kills: []KillResult{in("rollout"), in("rollout")}, Recoveries: []time.Duration{time.Second, 3 * time.Second},
-			Outage: 1500 * time.Millisecond, Operation: 20 * time.Second},
+			Outage: 1500 * time.Millisecond, Operation: 20 * time.Second, MaxOutage: 30 * time.Second, MaxRecovery: time.Minute},
 		{Scenario: "mco", Seed: 8, Kills: []KillResult{in("rollout"), in("up")}, NotReached: []Kill{{After: time.Minute}},
 			Recoveries: []time.Duration{2 * time.Second, 4 * time.Second}, Outage: 6 * time.Second,
 			Violations: []Violation{{"reboots", "node w1 booted 2 times"}}, DataDir: "/tmp/x"},
@@ -384,8 +384,8 @@ func TestReportPrint(t *testing.T) {
 	rep.Print(&buf, func(s string, seed uint64, kills int, every bool) string {
 		return fmt.Sprintf("replay %s %d %d %v", s, seed, kills, every)
 	})
-	want := `SCENARIO  RUNS  KILLS  NOT REACHED  VIOLATIONS  OP p50  RECOVER p50  RECOVER p99  OUTAGE p50  OUTAGE p99  OUTAGE max  KILLS BY PHASE
-mco       2     4      1            1           20.0s   2.0s         4.0s         1.5s        6.0s        6.0s        rollout 3, up 1
+	want := `SCENARIO  RUNS  KILLS  NOT REACHED  VIOLATIONS  OP p50  RECOVER p50  RECOVER p99  OUTAGE p50  OUTAGE p99  OUTAGE max  BOUNDS                   KILLS BY PHASE
+mco       2     4      1            1           20.0s   2.0s         4.0s         1.5s        6.0s        6.0s        outage 30s, recover 60s  rollout 3, up 1
 
 mco seed 8: reboots: node w1 booted 2 times
   replay: replay mco 8 2 false

@@ -90,6 +90,7 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 		kills = slices.Clone(opts.Plan)
 	}
 	res := &RunResult{Scenario: s.Name, Seed: seed}
+	res.MaxOutage, res.MaxRecovery = s.bounds()
 	dir, err := tempDir(opts, s.Name, seed)
 	if err != nil {
 		return nil, err
@@ -291,6 +292,9 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 		switch {
 		case err == nil:
 			res.Recoveries = append(res.Recoveries, at.Sub(killedAt))
+			if d := at.Sub(killedAt); d > res.MaxRecovery {
+				violate("recovery", "after kill %d (%s) the API took a write %.1fs after the kill, more than the %s allowed", next, res.Kills[next-1], d.Seconds(), res.MaxRecovery)
+			}
 		case !killedAgain():
 			violate("starts", "after kill %d (%s) capstan said it was up, but the API took no write: %v", next, res.Kills[next-1], err)
 			return res, nil
@@ -336,8 +340,8 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 		res.Operation = r.op.elapsed(progress.at)
 	}
 	res.Outage = writes.longestOutage()
-	if s.MaxOutage > 0 && res.Outage > s.MaxOutage {
-		violate("API outage", "the API refused writes for %.1fs while capstan was up, more than the %s a leader election may take", res.Outage.Seconds(), s.MaxOutage)
+	if res.Outage > res.MaxOutage {
+		violate("API outage", "the API refused writes for %.1fs while capstan was up, more than the %s allowed", res.Outage.Seconds(), res.MaxOutage)
 	}
 	res.Violations = append(res.Violations, s.Check(ctx, r)...)
 	if err := p.stop(2 * time.Minute); err != nil {

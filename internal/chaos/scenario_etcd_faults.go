@@ -2,9 +2,11 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	machinev1 "github.com/openshift/api/machine/v1beta1"
@@ -80,6 +82,86 @@ func etcdPartitionProgress(ctx context.Context, r *Run) (bool, string, error) {
 		}
 		if !s.At.After(at) || !formedWithoutBootstrap(s) {
 			return false, fmt.Sprintf("%s back: voting %v, %d healthy", name, s.Voting, s.Healthy), nil
+		}
+		return replacedWithout(ctx, r)
+	}
+	return false, "", fmt.Errorf("unknown phase %q", ph)
+}
+
+// etcdPauseScenario stops the etcd leader's member process (SIGSTOP) for
+// longer than an election, then continues it.
+func etcdPauseScenario() *Scenario {
+	s := etcdScenario("etcd-pause",
+		fmt.Sprintf("the etcd leader's member process stopped (SIGSTOP) for %s, several election timeouts, then continued (SIGCONT): "+
+			"the others elect a leader and the API keeps taking writes, the stopped member is neither removed nor replaced and "+
+			"follows the new leader once continued, never fewer healthy than a quorum of the 3 desired", partitionFor),
+		etcdPauseProgress, quorumCheck{maxVoting: etcdMasters}, 0)
+	s.Points = nil
+	return s
+}
+
+// etcdPauseProgress goes through the phases
+// paused:<member>:<pid>:<unix nanoseconds> and
+// continued:<member>:<unix nanoseconds>.
+func etcdPauseProgress(ctx context.Context, r *Run) (bool, string, error) {
+	ph, err := phase(ctx, r)
+	if err != nil {
+		return false, "", err
+	}
+	s := r.Members.last()
+	switch {
+	case ph == "":
+		if masters, why, err := formed(ctx, r); masters == nil {
+			return false, why, err
+		}
+		if s.Leader == "" || !r.alive() {
+			return false, "waiting for a leader to stop, capstan up", nil
+		}
+		pids, err := etcd.MemberProcesses(r.DataDir)
+		if err != nil {
+			return false, "", err
+		}
+		pid := pids[s.Leader]
+		if pid == 0 {
+			return false, fmt.Sprintf("no process of the leader %s (processes %v)", s.Leader, pids), nil
+		}
+		at := time.Now()
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			return false, "", fmt.Errorf("stopping member %s (pid %d): %w", s.Leader, pid, err)
+		}
+		return false, "stopped the leader " + s.Leader, setPhase(ctx, r, fmt.Sprintf("paused:%s:%d:%d", s.Leader, pid, at.UnixNano()))
+	case strings.HasPrefix(ph, "paused:"):
+		f := strings.Split(strings.TrimPrefix(ph, "paused:"), ":")
+		if len(f) != 3 {
+			return false, "", fmt.Errorf("phase %q is not paused:<member>:<pid>:<time>", ph)
+		}
+		name := f[0]
+		pid, err1 := strconv.Atoi(f[1])
+		ns, err2 := strconv.ParseInt(f[2], 10, 64)
+		if err1 != nil || err2 != nil {
+			return false, "", fmt.Errorf("phase %q is not paused:<member>:<pid>:<time>", ph)
+		}
+		at := time.Unix(0, ns)
+		if since := time.Since(at); since < partitionFor {
+			return false, fmt.Sprintf("%s stopped for %.0fs", name, since.Seconds()), nil
+		}
+		if !s.At.After(at.Add(partitionFor)) || s.Leader == "" || s.Leader == name || s.Healthy < quorum(etcdMasters) {
+			return false, fmt.Sprintf("%s stopped: waiting for the others to have a leader of their own (voting %v, %d healthy, leader %q)",
+				name, s.Voting, s.Healthy, s.Leader), nil
+		}
+		// A member started again since (capstan was killed) is another
+		// process: the signal goes nowhere.
+		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return false, "", fmt.Errorf("continuing member %s (pid %d): %w", name, pid, err)
+		}
+		return false, "continued " + name, setPhase(ctx, r, fmt.Sprintf("continued:%s:%d", name, time.Now().UnixNano()))
+	case strings.HasPrefix(ph, "continued:"):
+		name, at, err := phaseAt(ph, "continued:")
+		if err != nil {
+			return false, "", err
+		}
+		if !s.At.After(at) || !formedWithoutBootstrap(s) {
+			return false, fmt.Sprintf("%s continued: voting %v, %d healthy", name, s.Voting, s.Healthy), nil
 		}
 		return replacedWithout(ctx, r)
 	}

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"syscall"
 	"time"
 
 	machinev1 "github.com/openshift/api/machine/v1beta1"
@@ -21,7 +22,30 @@ const msReplicas = 3
 
 // machineSetScenario scales a MachineSet 0 -> 3 -> 0 under a Deployment
 // with a pod per node, whose pods are drained on the way down.
-func machineSetScenario() *Scenario {
+func machineSetScenario() *Scenario { return machineSetOp(false) }
+
+// capstanPause is how long the pause scenario stops capstan up: longer
+// than a Lease (15s), shorter than the Nodes' grace (40s).
+const capstanPause = 20 * time.Second
+
+// machineSetPauseScenario is the machineset scenario with capstan up
+// stopped (SIGSTOP) between the scale-up and the scale-down.
+func machineSetPauseScenario() *Scenario {
+	s := machineSetOp(true)
+	s.Name = "pause"
+	s.Doc = fmt.Sprintf("the machineset scenario with capstan up stopped (SIGSTOP) for %s, longer than a Lease, once the pods run, "+
+		"then continued (SIGCONT): the scale-down goes on, exactly 3 machines and 3 instances ever made, never more than 3 replicas, "+
+		"each node drained before its instance goes, nothing left at the end, the API back within %s of the pause's end", capstanPause, pauseRecovery)
+	s.Span += capstanPause
+	s.MaxOutage = capstanPause + pauseRecovery
+	return s
+}
+
+// pauseRecovery bounds how long the API may take to serve again after
+// capstan is continued.
+const pauseRecovery = 30 * time.Second
+
+func machineSetOp(pause bool) *Scenario {
 	const set = "chaos-ms"
 	return &Scenario{
 		Name: "machineset",
@@ -65,6 +89,14 @@ func machineSetScenario() *Scenario {
 				if err != nil || running < msReplicas {
 					return false, fmt.Sprintf("%d of %d pods running on the set's nodes", running, msReplicas), err
 				}
+				if pause {
+					return false, "pausing capstan", setPhase(ctx, r, "pause")
+				}
+				return false, "scaling down", setPhase(ctx, r, "down")
+			case "pause":
+				if err := pauseCapstan(r, capstanPause); err != nil {
+					return false, "", err
+				}
 				return false, "scaling down", setPhase(ctx, r, "down")
 			case "down":
 				return false, "scaled down", userScale(ctx, r, set, 0, "scaled-down")
@@ -88,6 +120,41 @@ func machineSetScenario() *Scenario {
 			return append(out, checkDrained(r.History, machinesOf(r.History, set))...)
 		},
 	}
+}
+
+// machineSetCloudScenario is the machineset scenario on a cloud that
+// fails as real ones do.
+func machineSetCloudScenario() *Scenario {
+	s := machineSetScenario()
+	s.Name = "machineset-cloud"
+	s.Doc = "the machineset scenario on a simulated cloud whose create launches the instance and answers an error a third of the time " +
+		"(a timeout after the commit), and whose describe does not see an instance launched in the last 3s half of the time " +
+		"(eventually consistent): still exactly 3 machines and 3 instances ever made, never more than 3 replicas, each node drained " +
+		"before its instance goes, nothing left at the end"
+	s.Faults = failpoint.FormatFault(failpoint.CloudCreateAnswerLost, time.Second, 3*time.Second) + "," +
+		failpoint.FormatFault(failpoint.CloudDescribeLags, 2*time.Second, 4*time.Second)
+	return s
+}
+
+// pauseCapstan stops capstan up (SIGSTOP) for d and continues it
+// (SIGCONT), as a VM paused by its host or a process stopped in a
+// debugger would be. A kill meanwhile ends it the same.
+func pauseCapstan(r *Run, d time.Duration) error {
+	p := r.upProcess()
+	if p == nil {
+		return fmt.Errorf("capstan up is not up to pause")
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("stopping capstan up: %w", err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(d):
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil && !p.exited() {
+		return fmt.Errorf("continuing capstan up: %w", err)
+	}
+	return nil
 }
 
 // userScale scales a MachineSet as its user would, once, records the

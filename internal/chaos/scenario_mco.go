@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
@@ -25,7 +27,24 @@ const (
 
 // mcoScenario rolls a new MachineConfig over a worker pool of 5 nodes,
 // two at a time.
-func mcoScenario() *Scenario {
+func mcoScenario() *Scenario { return mcoRollout(false) }
+
+// mcoPauseScenario is the mco scenario with the pool paused by its user
+// in the middle of the rollout, and resumed.
+func mcoPauseScenario() *Scenario {
+	s := mcoRollout(true)
+	s.Name = "mco-pause"
+	s.Doc = fmt.Sprintf("the mco scenario with the pool paused by its user once a node is updated, and resumed %s later: no node "+
+		"told to run the new configuration while the pool is paused, paused and maxUnavailable only ever as the user set them, "+
+		"never more than 2 nodes out of service, each node rebooted exactly once, the pool Updated at the end", pauseFor)
+	s.Span = 12*time.Second + pauseFor
+	return s
+}
+
+// pauseFor is how long the mco-pause scenario keeps the pool paused.
+const pauseFor = 8 * time.Second
+
+func mcoRollout(pause bool) *Scenario {
 	const config = "50-chaos"
 	return &Scenario{
 		Name: "mco",
@@ -77,6 +96,12 @@ func mcoScenario() *Scenario {
 			if !rendersFrom(pool, config) {
 				return false, "the worker pool does not render " + config + " yet", nil
 			}
+			if pause && ph == "rollout" {
+				return pauseMidRollout(ctx, r, pool)
+			}
+			if pause && strings.HasPrefix(ph, "paused:") {
+				return resumeAfterPause(ctx, r, ph)
+			}
 			return poolUpdated(pool, mcoWorkers)
 		},
 		Check: func(ctx context.Context, r *Run) []Violation {
@@ -85,6 +110,9 @@ func mcoScenario() *Scenario {
 				return []Violation{{"completes", err.Error()}}
 			}
 			out := checkRollout(r.History, "worker", isWorker, pool.Spec.Configuration.Name, mcoMaxUnavailable, mcoWorkers)
+			if pause {
+				out = append(out, checkPausedHeld(r, pool.Spec.Configuration.Name)...)
+			}
 			return append(out, r.intents.check(r.History, poolsKey+"worker")...)
 		},
 	}
@@ -124,4 +152,75 @@ func poolMaxUnavailable(obj runtime.Object) string {
 		return "unset"
 	}
 	return p.Spec.MaxUnavailable.String()
+}
+
+// pauseMidRollout pauses the pool, as its user would, once a node runs
+// the new configuration and others do not yet.
+func pauseMidRollout(ctx context.Context, r *Run, pool *mcfgv1.MachineConfigPool) (bool, string, error) {
+	ok, why, _ := poolUpdated(pool, mcoWorkers)
+	if ok {
+		// Too late to pause mid-rollout: the check says so.
+		return false, "the rollout completed before the pause", setPhase(ctx, r, "resumed")
+	}
+	if pool.Status.UpdatedMachineCount < 1 {
+		return false, "waiting for a node updated to pause at: " + why, nil
+	}
+	if err := setPaused(ctx, r, true); err != nil {
+		return false, "", err
+	}
+	return false, "paused", setPhase(ctx, r, fmt.Sprintf("paused:%d", time.Now().UnixNano()))
+}
+
+// resumeAfterPause resumes the pool pauseFor after it was paused.
+func resumeAfterPause(ctx context.Context, r *Run, ph string) (bool, string, error) {
+	at, err := strconv.ParseInt(strings.TrimPrefix(ph, "paused:"), 10, 64)
+	if err != nil {
+		return false, "", fmt.Errorf("phase %q: %w", ph, err)
+	}
+	if left := pauseFor - time.Since(time.Unix(0, at)); left > 0 {
+		return false, fmt.Sprintf("paused, %.0fs left", left.Seconds()), nil
+	}
+	if err := setPaused(ctx, r, false); err != nil {
+		return false, "", err
+	}
+	return false, "resumed", setPhase(ctx, r, "resumed")
+}
+
+// setPaused sets the worker pool's paused, and records the intent.
+func setPaused(ctx context.Context, r *Run, paused bool) error {
+	patch := fmt.Sprintf(`{"spec":{"paused":%v}}`, paused)
+	p, err := r.MCO.MachineconfigurationV1().MachineConfigPools().Patch(ctx, "worker", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil {
+		return err
+	}
+	return r.intents.wrote(poolsKey+"worker", "paused", fmt.Sprint(paused), p.ResourceVersion, poolPaused)
+}
+
+// poolPaused reads a stored pool's paused.
+func poolPaused(obj runtime.Object) string {
+	p, ok := obj.(*mcfgv1.MachineConfigPool)
+	if !ok {
+		return "not a pool"
+	}
+	return fmt.Sprint(p.Spec.Paused)
+}
+
+// checkPausedHeld checks that no worker was told to run config while the
+// pool was paused: between the user's pause and resume, read from the
+// revisions of those writes.
+func checkPausedHeld(r *Run, config string) []Violation {
+	from, to := r.intents.span(poolsKey+"worker", "paused", "true", "false")
+	if from == 0 || to == 0 {
+		return []Violation{{"paused", fmt.Sprintf("the campaign did not record both its pause and its resume of the pool (revisions %d, %d)", from, to)}}
+	}
+	var out []Violation
+	nodeStates(r.History, func(rev int64, n, prev *corev1.Node, _ map[string]*corev1.Node) {
+		if rev <= from || rev >= to || n == nil || !isWorker(n) {
+			return
+		}
+		if n.Annotations[mco.DesiredConfigAnnotation] == config && (prev == nil || prev.Annotations[mco.DesiredConfigAnnotation] != config) {
+			out = append(out, Violation{"paused", fmt.Sprintf("node %s was told to run %s at revision %d, while the pool was paused (revisions %d to %d)", n.Name, config, rev, from, to)})
+		}
+	})
+	return out
 }

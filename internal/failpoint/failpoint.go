@@ -269,11 +269,22 @@ const FaultEnv = "CAPSTAN_FAULTS"
 // Faults that Fail can inject.
 const (
 	EtcdNodeRead = "etcd/node-read"
+	// CloudCreateAnswerLost: the cloud launches the instance and the
+	// answer is lost (a timeout after the commit).
+	CloudCreateAnswerLost = "cloud/create-answer-lost"
+	// CloudDescribeLags: the cloud's describe does not see an instance
+	// launched in the last DescribeLag yet (eventually consistent).
+	CloudDescribeLags = "cloud/describe-lags"
 )
+
+// DescribeLag is how far behind a lagging describe is.
+const DescribeLag = 3 * time.Second
 
 // FaultPoints are the places a lasting fault may be injected, documented.
 var FaultPoints = []Point{
 	{EtcdNodeRead, "the etcd operator reads the Node of a control-plane machine or member: the read fails"},
+	{CloudCreateAnswerLost, "the simulated cloud launches an instance and answers an error, as a create whose answer timed out after the commit"},
+	{CloudDescribeLags, "the machine actuator describes an instance: one launched in the last 3s is not found yet, as an eventually consistent cloud API answers"},
 }
 
 // fault is a lasting fault: Fail fails for on of every period.
@@ -303,7 +314,11 @@ func ParseFaults(s string) (map[string]fault, error) {
 			return nil, fmt.Errorf("%q is not NAME:ON/PERIOD", f)
 		}
 		if !slices.ContainsFunc(FaultPoints, func(p Point) bool { return p.Name == name }) {
-			return nil, fmt.Errorf("%q is not a fault point (known: %s)", name, EtcdNodeRead)
+			known := make([]string, len(FaultPoints))
+			for i, p := range FaultPoints {
+				known[i] = p.Name
+			}
+			return nil, fmt.Errorf("%q is not a fault point (known: %s)", name, strings.Join(known, ", "))
 		}
 		d1, err1 := time.ParseDuration(on)
 		d2, err2 := time.ParseDuration(period)

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/sim"
 )
 
@@ -69,9 +70,19 @@ func (a *SimActuator) Create(ctx context.Context, m *machinev1.Machine) error {
 	return err
 }
 
+// describe reads the instance of a machine from the cloud's API, which
+// may lag behind its launches (failpoint.CloudDescribeLags).
+func (a *SimActuator) describe(ctx context.Context, name string) (*sim.Instance, error) {
+	inst, err := a.Cloud.GetInstance(ctx, name)
+	if err == nil && timeNow().Sub(inst.LaunchTime) < failpoint.DescribeLag && failpoint.Fail(failpoint.CloudDescribeLags) != nil {
+		return nil, sim.ErrInstanceNotFound
+	}
+	return inst, err
+}
+
 // Exists implements Actuator.
 func (a *SimActuator) Exists(ctx context.Context, m *machinev1.Machine) (bool, error) {
-	_, err := a.Cloud.GetInstance(ctx, m.Name)
+	_, err := a.describe(ctx, m.Name)
 	if errors.Is(err, sim.ErrInstanceNotFound) {
 		return false, nil
 	}
@@ -80,7 +91,7 @@ func (a *SimActuator) Exists(ctx context.Context, m *machinev1.Machine) (bool, e
 
 // Update implements Actuator.
 func (a *SimActuator) Update(ctx context.Context, m *machinev1.Machine) error {
-	inst, err := a.Cloud.GetInstance(ctx, m.Name)
+	inst, err := a.describe(ctx, m.Name)
 	if err != nil {
 		return fmt.Errorf("reading instance %s: %w", m.Name, err)
 	}

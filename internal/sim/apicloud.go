@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/namespaces"
 
 	"context"
@@ -154,6 +155,9 @@ func (c *APICloud) CreateInstance(ctx context.Context, spec InstanceSpec) (*Inst
 		if apierrors.IsAlreadyExists(err) {
 			return nil, &InstanceError{Reason: ReasonAlreadyExists, Message: fmt.Sprintf("an instance named %s already exists", spec.Name)}
 		}
+		return nil, fmt.Errorf("creating instance %s: %w", spec.Name, err)
+	}
+	if err := failpoint.Fail(failpoint.CloudCreateAnswerLost); err != nil {
 		return nil, fmt.Errorf("creating instance %s: %w", spec.Name, err)
 	}
 	return inst, nil
