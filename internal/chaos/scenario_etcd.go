@@ -88,6 +88,7 @@ func etcdTwoScenario() *Scenario {
 			"capstan is up, the API never down longer than a leader election, the 3 masters' members healthy at the end",
 		etcdTwoProgress, quorumCheck{maxVoting: etcdMasters + 1, minHealthy: etcdMasters}, 2)
 	s.Faults = failpoint.FormatFault(failpoint.EtcdNodeRead, 2*time.Second, 5*time.Second)
+	s.Span = 16 * time.Second
 	return s
 }
 
@@ -118,6 +119,7 @@ func etcdPartitionScenario() *Scenario {
 		etcdPartitionProgress, quorumCheck{maxVoting: etcdMasters}, 0)
 	s.Args = append(s.Args, "--etcd-partitionable")
 	s.Points = nil
+	s.Span = partitionFor + time.Second
 	return s
 }
 
@@ -145,6 +147,7 @@ func etcdMemberScenario() *Scenario {
 			"again by capstan, no machine replaced, never fewer healthy voting members than a quorum while capstan is up", memberKills),
 		etcdMemberProgress, quorumCheck{maxVoting: etcdMasters}, 0)
 	s.Points = nil
+	s.Span = 20 * time.Second
 	return s
 }
 

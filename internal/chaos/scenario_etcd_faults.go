@@ -97,6 +97,7 @@ func etcdPauseScenario() *Scenario {
 			"follows the new leader once continued, never fewer healthy than a quorum of the 3 desired", partitionFor),
 		etcdPauseProgress, quorumCheck{maxVoting: etcdMasters}, 0)
 	s.Points = nil
+	s.Span = partitionFor + 2*time.Second
 	return s
 }
 

@@ -59,8 +59,20 @@ func TestCampaign(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, run := range rep.Runs {
-				if want := len(s.Points) + kills; len(run.Kills) != want {
-					t.Errorf("%d kills landed, want %d: %v (not reached: %v)", len(run.Kills), want, run.Kills, run.NotReached)
+				// Every point lands (one not reached is a violation too); a
+				// random instant may come after the operation ended, but
+				// one at least must land.
+				points, instants := 0, 0
+				for _, k := range run.Kills {
+					if k.Kill.Point != "" {
+						points++
+					} else {
+						instants++
+					}
+				}
+				if points != len(s.Points) || (kills > 0 && instants == 0) {
+					t.Errorf("%d kills at points and %d at instants landed, want %d and at least one of %d: %v (not reached: %v)",
+						points, instants, len(s.Points), kills, run.Kills, run.NotReached)
 				}
 				for _, k := range run.Kills {
 					if k.Phase == "setup" {
