@@ -25,6 +25,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/etcdretry"
 	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/ports"
+	"github.com/capstan-dev/capstan/internal/seeded"
 )
 
 // Run is one run of a scenario: its cluster's data dir, clients of its
@@ -120,6 +121,7 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 		res.Duration = time.Since(start)
 		if len(res.Violations) > 0 || opts.Keep {
 			res.DataDir = dir
+			writeRunLog(dir, res)
 			return
 		}
 		os.RemoveAll(dir)
@@ -132,8 +134,9 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 	// next is the kill the running process is armed for (if it is at a
 	// point, and the operation started: the file armFile arms it).
 	next := 0
-	// p is the current process.
+	// p is the current process; starts counts the starts.
 	var p *process
+	starts := 0
 	armFile := filepath.Join(dir, "chaos-failpoint")
 	// With EveryPoint, every point not landed yet is armed at once: the
 	// operation reaches them in its own order, which a kill can change.
@@ -182,8 +185,12 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 				violate("stops", "%s: %v", which, err)
 				return false, nil
 			}
+			// capstan's own randomness follows the run's seed, start by
+			// start: a replay draws the same names and orders.
+			starts++
+			startEnv := append(slices.Clone(env), fmt.Sprintf("%s=%d", seeded.Env, seed*1_000_003+uint64(starts)))
 			var err error
-			if p, err = startProcess(opts.Command, args, armFile, env...); err != nil {
+			if p, err = startProcess(opts.Command, args, armFile, startEnv...); err != nil {
 				return false, err
 			}
 			werr := p.waitUp(opts.StartTimeout)
@@ -356,6 +363,24 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 		violate("rights", "RBAC refused capstan's components: %s", strings.Join(refused, "; "))
 	}
 	return res, nil
+}
+
+// writeRunLog keeps, in a kept run's data dir, what the run did: its
+// kills as they landed, those not reached, and its violations
+// (chaos-run.txt).
+func writeRunLog(dir string, res *RunResult) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s seed %d\n", res.Scenario, res.Seed)
+	for i, k := range res.Kills {
+		fmt.Fprintf(&b, "kill %d %s\n", i+1, k)
+	}
+	for _, k := range res.NotReached {
+		fmt.Fprintf(&b, "not reached: %s\n", k)
+	}
+	for _, v := range res.Violations {
+		fmt.Fprintf(&b, "%s\n", v)
+	}
+	_ = os.WriteFile(filepath.Join(dir, "chaos-run.txt"), []byte(b.String()), 0o644)
 }
 
 // waitMembersGone waits until no etcd member process of the cluster of

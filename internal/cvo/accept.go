@@ -19,12 +19,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/cvo/payload"
 	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/release"
+	"github.com/capstan-dev/capstan/internal/seeded"
 )
 
 // accept takes a new release on, as the CVO's payload sync does:
@@ -344,7 +344,7 @@ func (w *worker) runJob(ctx context.Context) error {
 		}
 	}
 	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("version-%s-%s", suffix, utilrand.String(5)), Namespace: Namespace,
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("version-%s-%s", suffix, seeded.String(5, "bcdfghjklmnpqrstvwxz2456789")), Namespace: Namespace,
 			Labels: map[string]string{"k8s-app": "retrieve-openshift-release", retrievedImageLabel: imageHash}},
 		Spec: batchv1.JobSpec{
 			BackoffLimit:          ptr.To(int32(0)),

@@ -3,7 +3,6 @@ package cvo
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/cvo/payload"
 	"github.com/capstan-dev/capstan/internal/release"
+	"github.com/capstan-dev/capstan/internal/seeded"
 )
 
 // Name is the ClusterVersion's (and the CVO's ClusterOperator's) name.
@@ -82,7 +82,7 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{
 		Architecture:               "amd64",
-		MinimumUpdateCheckInterval: func() time.Duration { return 2*time.Minute + rand.N(2*time.Minute) },
+		MinimumUpdateCheckInterval: func() time.Duration { return 2*time.Minute + time.Duration(seeded.IntN(int(2*time.Minute))) },
 		Clock:                      clock.RealClock{},
 		ReconcileInterval:          3 * time.Minute,
 		RetryInterval:              time.Second,

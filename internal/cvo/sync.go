@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sort"
 	"strings"
 	"sync"
@@ -26,6 +25,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/planted"
 	"github.com/capstan-dev/capstan/internal/release"
+	"github.com/capstan-dev/capstan/internal/seeded"
 )
 
 // The CVO's own namespace and workload.
@@ -281,7 +281,7 @@ func (w *worker) syncOnce(ctx context.Context) error {
 	case payload.Reconciling:
 		g = payload.Flatten(manifests)
 		for _, l := range g.Levels {
-			rand.Shuffle(len(l), func(i, j int) { l[i], l[j] = l[j], l[i] })
+			seeded.Shuffle(len(l), func(i, j int) { l[i], l[j] = l[j], l[i] })
 		}
 		workers = 2
 	default:

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"regexp"
 	"slices"
 	"strconv"
@@ -28,6 +27,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/nodes"
+	"github.com/capstan-dev/capstan/internal/seeded"
 	"github.com/capstan-dev/capstan/internal/sim"
 )
 
@@ -365,12 +365,7 @@ func (r *cpmsReconciler) createMachine(ctx context.Context, cpms *cpmsv1.Control
 
 // randomSuffix is five characters as the operator draws them.
 func randomSuffix() string {
-	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
-	b := make([]byte, 5)
-	for i := range b {
-		b[i] = alphabet[rand.IntN(len(alphabet))]
-	}
-	return string(b)
+	return seeded.String(5, "bcdfghjklmnpqrstvwxz2456789")
 }
 
 // cpmsOfMachine maps any control-plane machine to the cluster CPMS.

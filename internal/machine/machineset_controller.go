@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sort"
 	"sync"
 	"time"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/nodes"
+	"github.com/capstan-dev/capstan/internal/seeded"
 	"github.com/capstan-dev/capstan/internal/waitfor"
 )
 
@@ -154,7 +154,7 @@ func (r *machineSetReconciler) syncReplicas(ctx context.Context, ms *machinev1.M
 		candidates := machines
 		if ms.Spec.DeletePolicy == "" || ms.Spec.DeletePolicy == string(machinev1.RandomMachineSetDeletePolicy) {
 			candidates = append([]*machinev1.Machine(nil), machines...)
-			rand.Shuffle(len(candidates), func(i, j int) { candidates[i], candidates[j] = candidates[j], candidates[i] })
+			seeded.Shuffle(len(candidates), func(i, j int) { candidates[i], candidates[j] = candidates[j], candidates[i] })
 		}
 		victims := machinesToDelete(candidates, diff, prio, timeNow())
 		log.Info("Too many replicas, deleting machines", "want", want, "have", len(machines), "deleting", len(victims), "policy", ms.Spec.DeletePolicy)

@@ -3,11 +3,11 @@ package sim
 import (
 	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/namespaces"
+	"github.com/capstan-dev/capstan/internal/seeded"
 
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"net/netip"
 	"sort"
 	"strconv"
@@ -474,11 +474,7 @@ const nameAlphabet = "bcdfghjklmnpqrstvwxz2456789"
 // RandomSuffix is five characters of the kind Kubernetes' generateName
 // adds (no vowels, no look-alike digits).
 func RandomSuffix() string {
-	b := make([]byte, 5)
-	for i := range b {
-		b[i] = nameAlphabet[rand.IntN(len(nameAlphabet))]
-	}
-	return string(b)
+	return seeded.String(5, nameAlphabet)
 }
 
 func generateName(spec InstanceSpec) string {

@@ -3,7 +3,6 @@ package sim
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -11,6 +10,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/capstan-dev/capstan/internal/seeded"
 )
 
 // syncLease renews the node lease of a running kubelet, then schedules the
@@ -58,7 +59,7 @@ func (s *Simulator) syncLease(ctx context.Context, name string) error {
 		}
 	}
 	interval := s.opts.LeaseDuration / 4
-	jitter := time.Duration(rand.Float64() * 0.12 * float64(interval))
+	jitter := time.Duration(seeded.Float64() * 0.12 * float64(interval))
 	s.leaseQueue.AddAfter(name, interval-jitter)
 	return nil
 }
