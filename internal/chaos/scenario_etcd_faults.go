@@ -169,6 +169,70 @@ func etcdPauseProgress(ctx context.Context, r *Run) (bool, string, error) {
 	return false, "", fmt.Errorf("unknown phase %q", ph)
 }
 
+// etcdAPIServerCutScenario cuts kube-apiserver from etcd, through the
+// proxy it is given, for longer than an election.
+func etcdAPIServerCutScenario() *Scenario {
+	s := etcdScenario("etcd-apiserver-cut",
+		fmt.Sprintf("kube-apiserver cut from etcd for %s (every connection through the proxy it is given refused and closed, "+
+			"capstan up --etcd-partitionable), then healed: the API refuses writes meanwhile and takes them again within %s of the "+
+			"heal, no acknowledged write lost, no member removed and no machine made, never fewer healthy than a quorum of the 3 "+
+			"desired, the members healthy at the end", partitionFor, leaderElection),
+		etcdAPIServerCutProgress, quorumCheck{maxVoting: etcdMasters}, 0)
+	s.Args = append(s.Args, "--etcd-partitionable")
+	s.Points = nil
+	s.Span = partitionFor + 2*time.Second
+	s.MaxOutage = partitionFor + leaderElection
+	return s
+}
+
+// etcdAPIServerCutProgress cuts the apiserver from etcd in one step
+// (its own API reads would fail while the cut lasts, so it does not
+// wait on them), then goes through the phase healed:<unix nanoseconds>.
+func etcdAPIServerCutProgress(ctx context.Context, r *Run) (bool, string, error) {
+	ph, err := phase(ctx, r)
+	if err != nil {
+		return false, "", err
+	}
+	switch {
+	case ph == "":
+		if masters, why, err := formed(ctx, r); masters == nil {
+			return false, why, err
+		}
+		if !r.alive() {
+			return false, "waiting for capstan to be up", nil
+		}
+		r.op.enter("cut")
+		if err := etcd.WriteClientFault(r.DataDir, etcd.ClientFault{Cut: true}); err != nil {
+			return false, "", err
+		}
+		select {
+		case <-ctx.Done():
+			return false, "", ctx.Err()
+		case <-time.After(partitionFor):
+		}
+		if err := etcd.WriteClientFault(r.DataDir, etcd.ClientFault{}); err != nil {
+			return false, "", err
+		}
+		// The API takes a moment to serve again: the phase is written
+		// once it does (written "" again, it would cut once more).
+		healed := fmt.Sprintf("healed:%d", time.Now().UnixNano())
+		for setPhase(ctx, r, healed) != nil {
+			select {
+			case <-ctx.Done():
+				return false, "", ctx.Err()
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+		return false, "healed the cut", nil
+	case strings.HasPrefix(ph, "healed:"):
+		if err := etcd.WriteClientFault(r.DataDir, etcd.ClientFault{}); err != nil {
+			return false, "", err
+		}
+		return replacedWithout(ctx, r)
+	}
+	return false, "", fmt.Errorf("unknown phase %q", ph)
+}
+
 // phaseAt reads <prefix><name>:<unix nanoseconds>.
 func phaseAt(ph, prefix string) (string, time.Time, error) {
 	name, ns, ok := strings.Cut(strings.TrimPrefix(ph, prefix), ":")

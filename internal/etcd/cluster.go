@@ -166,6 +166,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		c.Stop()
 		return nil, err
 	}
+	if c.cfg.Partitionable {
+		go c.proxy.followClientFaults(filepath.Join(c.cfg.DataDir, ClientFaultFile), c.proxy.stop)
+	}
 	if c.client, err = c.newClient(serving); err != nil {
 		c.Stop()
 		return nil, err

@@ -22,6 +22,10 @@ type Proxy struct {
 	// backend leaves so their clients reconnect elsewhere.
 	conns  map[string]map[net.Conn]struct{}
 	closed bool
+	// fault cuts or slows the traffic (see ClientFaultFile); stop ends
+	// the following of its file.
+	fault ClientFault
+	stop  chan struct{}
 }
 
 // NewProxy listens on addr (127.0.0.1:0 picks a port).
@@ -30,7 +34,7 @@ func NewProxy(addr string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, conns: map[string]map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, conns: map[string]map[net.Conn]struct{}{}, stop: make(chan struct{})}
 	go p.serve()
 	return p, nil
 }
@@ -61,6 +65,9 @@ func (p *Proxy) SetBackends(addrs []string) {
 // Close stops the proxy and its connections.
 func (p *Proxy) Close() {
 	p.mu.Lock()
+	if !p.closed {
+		close(p.stop)
+	}
 	p.closed = true
 	for _, conns := range p.conns {
 		for c := range conns {
@@ -94,6 +101,10 @@ func (p *Proxy) serve() {
 // forward connects a client to the first backend that answers, starting
 // after the one the previous connection took.
 func (p *Proxy) forward(client net.Conn) {
+	if p.currentFault().Cut {
+		client.Close()
+		return
+	}
 	p.mu.Lock()
 	backends := append([]string(nil), p.backends...)
 	start := p.next
@@ -125,7 +136,13 @@ func (p *Proxy) forward(client net.Conn) {
 		src.Close()
 		done <- struct{}{}
 	}
-	go pipe(upstream, client)
+	go func() {
+		// The client's requests wait out the delay of a slow link.
+		_ = p.copyDelayed(upstream, client)
+		upstream.Close()
+		client.Close()
+		done <- struct{}{}
+	}()
 	go pipe(client, upstream)
 	<-done
 	<-done
