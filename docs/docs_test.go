@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/capstan-dev/capstan/internal/planted"
 )
 
 // Every test and fuzz target the bad-input table names exists, and every
@@ -105,4 +107,29 @@ func TestEtcdGatesNameRealTests(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkTableTests(t, tmp, "| Gate ", 10)
+}
+
+// docs/chaos.md's table of planted bugs has a row for every bug that can
+// be planted, with the scenario and the invariant the test holds it to.
+func TestChaosTableListsEveryPlantedBug(t *testing.T) {
+	raw, err := os.ReadFile("chaos.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]string{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if name, _, ok := strings.Cut(strings.TrimPrefix(line, "| `"), "`"); ok && strings.HasPrefix(line, "| `") {
+			rows[name] = line
+		}
+	}
+	for _, b := range planted.Bugs {
+		row, ok := rows[b.Name]
+		if !ok {
+			t.Errorf("chaos.md has no row for the planted bug %s", b.Name)
+			continue
+		}
+		if !strings.Contains(row, "| "+b.Scenario+" |") || !strings.Contains(row, "`"+b.Invariant+"`") {
+			t.Errorf("chaos.md's row for %s does not name its scenario %s and invariant %s: %s", b.Name, b.Scenario, b.Invariant, row)
+		}
+	}
 }

@@ -1,14 +1,12 @@
 // Package chaos runs, on every test run, what must never break unnoticed
-// and needs no shared cluster: a fixed-seed fault campaign over every
-// scenario of `capstan chaos`, and every `capstan bench` at a tiny size.
+// and needs no shared cluster: a fixed-seed fault campaign over the
+// scenarios of `capstan chaos` but the etcd ones (test/chaosetcd runs
+// those, beside it), and every `capstan bench` at a tiny size.
 // Each starts `capstan up` (or the benchmark's clusters) in child
 // processes: this test binary, acting as the capstan binary.
 package chaos
 
 import (
-	"context"
-	"fmt"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -16,123 +14,17 @@ import (
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/chaos"
+	"github.com/capstan-dev/capstan/internal/chaos/chaostest"
 	"github.com/capstan-dev/capstan/internal/cli"
-	"github.com/capstan-dev/capstan/internal/failpoint"
-	"github.com/capstan-dev/capstan/internal/planted"
 	"github.com/capstan-dev/capstan/internal/testenv"
 )
 
-func TestMain(m *testing.M) {
-	if os.Getenv(testenv.CLIEnv) == "1" {
-		// This binary, standing in for capstan, is a test build: it
-		// honours the planted bugs its environment names.
-		if err := planted.Allow(); err != nil {
-			fmt.Fprintln(os.Stderr, "capstan:", err)
-			os.Exit(1)
-		}
-		os.Exit(cli.Run())
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { chaostest.Main(m) }
 
-// campaignSeed fixes the kills of the campaign CI runs: the same points
-// and instants on every run, so a failure replays with
-// `capstan chaos --scenario NAME --seed SEED --every-point --kills N --runs 1`.
-const campaignSeed = 20261124
-
-// Every scenario, killed at each of its points (all armed at once, in
-// whatever order the operation reaches them; scenarios without points at
-// two random instants), settles with every invariant holding; every kill
-// lands inside the operation, and every point is reached.
+// Every scenario but the etcd ones (test/chaosetcd), killed at each of
+// its points, settles with every invariant holding.
 func TestCampaign(t *testing.T) {
-	for _, s := range chaos.Scenarios() {
-		t.Run(s.Name, func(t *testing.T) {
-			kills := 0
-			if len(s.Points) == 0 {
-				kills = 2
-			}
-			rep, err := chaos.Campaign(context.Background(), chaos.Options{
-				Scenarios: []*chaos.Scenario{s}, Runs: 1, Seed: campaignSeed, Kills: kills, EveryPoint: true,
-				Command: testenv.CapstanProcess, Dir: t.TempDir(), Log: testWriter{t},
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, run := range rep.Runs {
-				// Every point lands (one not reached is a violation too); a
-				// random instant may come after the operation ended, but
-				// one at least must land.
-				points, instants := 0, 0
-				for _, k := range run.Kills {
-					if k.Kill.Point != "" {
-						points++
-					} else {
-						instants++
-					}
-				}
-				if points != len(s.Points) || (kills > 0 && instants == 0) {
-					t.Errorf("%d kills at points and %d at instants landed, want %d and at least one of %d: %v (not reached: %v)",
-						points, instants, len(s.Points), kills, run.Kills, run.NotReached)
-				}
-				for _, k := range run.Kills {
-					if k.Phase == "setup" {
-						t.Errorf("kill %s landed before the operation started", k)
-					}
-				}
-				for _, v := range run.Violations {
-					t.Errorf("%s\n  replay: capstan chaos --scenario %s --seed %d --every-point --kills %d --runs 1", v, run.Scenario, run.Seed, kills)
-				}
-			}
-		})
-	}
-}
-
-// plantedKills are the kills a planted bug needs to show: none, unless
-// it lives in a restart.
-var plantedKills = map[string][]chaos.Kill{
-	planted.UpdateTwice: {{Point: failpoint.CVOMidApply, Hit: 1}},
-}
-
-// The campaign catches every planted bug: run with the bug switched on,
-// its scenario reports a violation of the invariant that promises to
-// catch it.
-func TestPlantedBugs(t *testing.T) {
-	for _, bug := range planted.Bugs {
-		t.Run(bug.Name, func(t *testing.T) {
-			s, err := chaos.Find([]string{bug.Scenario})
-			if err != nil {
-				t.Fatal(err)
-			}
-			kills := plantedKills[bug.Name]
-			if kills == nil {
-				kills = []chaos.Kill{}
-			}
-			rep, err := chaos.Campaign(context.Background(), chaos.Options{
-				Scenarios: s, Runs: 1, Seed: campaignSeed, Plan: kills, Env: []string{planted.Env + "=" + bug.Name},
-				Command: testenv.CapstanProcess, Dir: t.TempDir(), Log: testWriter{t},
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, run := range rep.Runs {
-				for _, v := range run.Violations {
-					got = append(got, v.Invariant)
-				}
-			}
-			if !slices.Contains(got, bug.Invariant) {
-				t.Errorf("with %s planted, the %s scenario reported %v: not a violation of %q", bug.Name, bug.Scenario, got, bug.Invariant)
-			}
-		})
-	}
-}
-
-// testWriter logs each line a campaign prints.
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
+	chaostest.Campaign(t, func(s *chaos.Scenario) bool { return !chaostest.Etcd(s) })
 }
 
 // The capstan chaos command refuses what it cannot run, and lists what it

@@ -1,0 +1,147 @@
+// Package chaostest runs capstan chaos in tests: the fixed-seed campaign
+// CI runs over every scenario, split in two test packages (test/chaos
+// and test/chaosetcd) so that the two run side by side, and the planted
+// bugs the campaign must catch.
+package chaostest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/capstan-dev/capstan/internal/chaos"
+	"github.com/capstan-dev/capstan/internal/cli"
+	"github.com/capstan-dev/capstan/internal/failpoint"
+	"github.com/capstan-dev/capstan/internal/planted"
+	"github.com/capstan-dev/capstan/internal/testenv"
+)
+
+// Seed fixes the kills of the campaign CI runs: the same points and
+// instants on every run, so a failure replays with
+// `capstan chaos --scenario NAME --seed SEED --every-point --kills N --runs 1`.
+const Seed = 20261124
+
+// Main is a chaos test package's TestMain: the test binary stands in for
+// capstan (testenv.CapstanProcess) as a test build, which honours the
+// planted bugs its environment names.
+func Main(m *testing.M) {
+	if os.Getenv(testenv.CLIEnv) == "1" {
+		if err := planted.Allow(); err != nil {
+			fmt.Fprintln(os.Stderr, "capstan:", err)
+			os.Exit(1)
+		}
+		os.Exit(cli.Run())
+	}
+	os.Exit(m.Run())
+}
+
+// Etcd tells the scenarios of a three-master control plane (test/chaosetcd
+// runs them) from the others (test/chaos).
+func Etcd(s *chaos.Scenario) bool { return strings.HasPrefix(s.Name, "etcd") }
+
+// Campaign runs each scenario that keep selects, killed at each of its
+// points (all armed at once, in whatever order the operation reaches
+// them; scenarios without points at two random instants): it settles with
+// every invariant holding, every kill lands inside the operation, and
+// every point is reached.
+func Campaign(t *testing.T, keep func(*chaos.Scenario) bool) {
+	n := 0
+	for _, s := range chaos.Scenarios() {
+		if !keep(s) {
+			continue
+		}
+		n++
+		t.Run(s.Name, func(t *testing.T) {
+			kills := 0
+			if len(s.Points) == 0 {
+				kills = 2
+			}
+			rep, err := chaos.Campaign(context.Background(), chaos.Options{
+				Scenarios: []*chaos.Scenario{s}, Runs: 1, Seed: Seed, Kills: kills, EveryPoint: true,
+				Command: testenv.CapstanProcess, Dir: t.TempDir(), Log: Writer{t},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, run := range rep.Runs {
+				// Every point lands (one not reached is a violation too); a
+				// random instant may come after the operation ended, but
+				// one at least must land.
+				points, instants := 0, 0
+				for _, k := range run.Kills {
+					if k.Kill.Point != "" {
+						points++
+					} else {
+						instants++
+					}
+				}
+				if points != len(s.Points) || (kills > 0 && instants == 0) {
+					t.Errorf("%d kills at points and %d at instants landed, want %d and at least one of %d: %v (not reached: %v)",
+						points, instants, len(s.Points), kills, run.Kills, run.NotReached)
+				}
+				for _, k := range run.Kills {
+					if k.Phase == "setup" {
+						t.Errorf("kill %s landed before the operation started", k)
+					}
+				}
+				for _, v := range run.Violations {
+					t.Errorf("%s\n  replay: capstan chaos --scenario %s --seed %d --every-point --kills %d --runs 1", v, run.Scenario, run.Seed, kills)
+				}
+			}
+		})
+	}
+	if n == 0 {
+		t.Fatal("no scenario selected")
+	}
+}
+
+// plantedKills are the kills a planted bug needs to show: none, unless
+// it lives in a restart.
+var plantedKills = map[string][]chaos.Kill{
+	planted.UpdateTwice: {{Point: failpoint.CVOMidApply, Hit: 1}},
+}
+
+// PlantedBugs runs, for every planted bug, its scenario with the bug
+// switched on: the campaign must report a violation of the invariant
+// that promises to catch it.
+func PlantedBugs(t *testing.T) {
+	for _, bug := range planted.Bugs {
+		t.Run(bug.Name, func(t *testing.T) {
+			s, err := chaos.Find([]string{bug.Scenario})
+			if err != nil {
+				t.Fatal(err)
+			}
+			kills := plantedKills[bug.Name]
+			if kills == nil {
+				kills = []chaos.Kill{}
+			}
+			rep, err := chaos.Campaign(context.Background(), chaos.Options{
+				Scenarios: s, Runs: 1, Seed: Seed, Plan: kills, Env: []string{planted.Env + "=" + bug.Name},
+				Command: testenv.CapstanProcess, Dir: t.TempDir(), Log: Writer{t},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, run := range rep.Runs {
+				for _, v := range run.Violations {
+					got = append(got, v.Invariant)
+				}
+			}
+			if !slices.Contains(got, bug.Invariant) {
+				t.Errorf("with %s planted, the %s scenario reported %v: not a violation of %q", bug.Name, bug.Scenario, got, bug.Invariant)
+			}
+		})
+	}
+}
+
+// Writer logs each line a campaign prints.
+type Writer struct{ T *testing.T }
+
+func (w Writer) Write(p []byte) (int, error) {
+	w.T.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
