@@ -13,6 +13,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/mco"
 	"github.com/capstan-dev/capstan/internal/nodes"
+	"github.com/capstan-dev/capstan/internal/sim"
 )
 
 // The invariants every scenario shares, each read from the history of the
@@ -40,13 +41,20 @@ func machinesOf(h *History, set string) []string {
 	return out
 }
 
-// instancesCreated counts the simulated cloud's instance creations of
-// each name.
+// instancesCreated counts the simulated cloud's instance launches for
+// each machine (the machine an instance is tagged with; its own name for
+// one that backs none): a cloud whose create is not idempotent launches a
+// second instance, under a host name of its own, for a create retried
+// without its client token.
 func instancesCreated(h *History) map[string]int {
 	out := map[string]int{}
 	for _, e := range h.Events(instancesKey) {
-		if cm, ok := e.Obj.(*corev1.ConfigMap); ok && e.Prev == nil && cm.Labels["sim.capstan.dev/instance"] == "true" {
-			out[cm.Name]++
+		if cm, ok := e.Obj.(*corev1.ConfigMap); ok && e.Prev == nil && cm.Labels[sim.InstanceLabel] == "true" {
+			name := cm.Name
+			if m := cm.Labels[sim.MachineLabel]; m != "" {
+				name = m
+			}
+			out[name]++
 		}
 	}
 	return out

@@ -122,16 +122,22 @@ func machineSetOp(pause bool) *Scenario {
 	}
 }
 
+// lostAnswers is how many launches of each start of the machineset-cloud
+// scenario answer an error: the install's two machines and the set's
+// three.
+const lostAnswers = 5
+
 // machineSetCloudScenario is the machineset scenario on a cloud that
 // fails as real ones do.
 func machineSetCloudScenario() *Scenario {
 	s := machineSetScenario()
 	s.Name = "machineset-cloud"
-	s.Doc = "the machineset scenario on a simulated cloud whose create launches the instance and answers an error a third of the time " +
-		"(a timeout after the commit), and whose describe does not see an instance launched in the last 3s half of the time " +
-		"(eventually consistent): still exactly 3 machines and 3 instances ever made, never more than 3 replicas, each node drained " +
-		"before its instance goes, nothing left at the end"
-	s.Faults = failpoint.FormatFault(failpoint.CloudCreateAnswerLost, time.Second, 3*time.Second) + "," +
+	s.Doc = fmt.Sprintf("the machineset scenario on a simulated cloud whose create is not idempotent (a retry without the "+
+		"machine's client token launches another instance) and answers an error after launching the first %d instances of each "+
+		"start (a timeout after the commit: the install's and the set's), and whose describe does not see an instance launched in "+
+		"the last 3s half of the time (eventually consistent): still exactly 3 machines and one instance for each ever made, never "+
+		"more than 3 replicas, each node drained before its instance goes, nothing left at the end", lostAnswers)
+	s.Faults = failpoint.FormatFirstFaults(failpoint.CloudCreateAnswerLost, lostAnswers) + "," +
 		failpoint.FormatFault(failpoint.CloudDescribeLags, 2*time.Second, 4*time.Second)
 	return s
 }

@@ -263,7 +263,8 @@ func Hit(name string) {
 // FaultEnv injects lasting faults, for every process of a run:
 // NAME:ON/PERIOD (comma-separated) makes Fail(NAME) fail for ON of every
 // PERIOD of wall-clock time, as an API server that answers errors for a
-// while, again and again (a timeout, a 429), would.
+// while, again and again (a timeout, a 429), would; NAME:xN makes its
+// first N calls fail.
 const FaultEnv = "CAPSTAN_FAULTS"
 
 // Faults that Fail can inject.
@@ -287,9 +288,11 @@ var FaultPoints = []Point{
 	{CloudDescribeLags, "the machine actuator describes an instance: one launched in the last 3s is not found yet, as an eventually consistent cloud API answers"},
 }
 
-// fault is a lasting fault: Fail fails for on of every period.
+// fault is a lasting fault: Fail fails for on of every period, or the
+// first times it is called.
 type fault struct {
 	on, period time.Duration
+	first      *atomic.Int64
 }
 
 var faults map[string]fault
@@ -309,16 +312,26 @@ func ParseFaults(s string) (map[string]fault, error) {
 	}
 	for _, f := range strings.Split(s, ",") {
 		name, spec, ok := strings.Cut(f, ":")
-		on, period, ok2 := strings.Cut(spec, "/")
-		if !ok || !ok2 {
-			return nil, fmt.Errorf("%q is not NAME:ON/PERIOD", f)
-		}
 		if !slices.ContainsFunc(FaultPoints, func(p Point) bool { return p.Name == name }) {
 			known := make([]string, len(FaultPoints))
 			for i, p := range FaultPoints {
 				known[i] = p.Name
 			}
 			return nil, fmt.Errorf("%q is not a fault point (known: %s)", name, strings.Join(known, ", "))
+		}
+		if n, isCount := strings.CutPrefix(spec, "x"); ok && isCount {
+			times, err := strconv.Atoi(n)
+			if err != nil || times < 1 {
+				return nil, fmt.Errorf("%q: the count after x must be a positive number", f)
+			}
+			first := &atomic.Int64{}
+			first.Store(int64(times))
+			out[name] = fault{first: first}
+			continue
+		}
+		on, period, ok2 := strings.Cut(spec, "/")
+		if !ok || !ok2 {
+			return nil, fmt.Errorf("%q is not NAME:ON/PERIOD or NAME:xCOUNT", f)
 		}
 		d1, err1 := time.ParseDuration(on)
 		d2, err2 := time.ParseDuration(period)
@@ -336,6 +349,12 @@ func FormatFault(name string, on, period time.Duration) string {
 	return fmt.Sprintf("%s:%s/%s", name, on, period)
 }
 
+// FormatFirstFaults is the value of FaultEnv that makes the first n calls
+// of name fail.
+func FormatFirstFaults(name string, n int) string {
+	return fmt.Sprintf("%s:x%d", name, n)
+}
+
 // ErrInjected is what Fail returns while its fault is on.
 var ErrInjected = errors.New("injected fault")
 
@@ -344,6 +363,12 @@ var ErrInjected = errors.New("injected fault")
 func Fail(name string) error {
 	f, ok := faults[name]
 	if !ok {
+		return nil
+	}
+	if f.first != nil {
+		if f.first.Add(-1) >= 0 {
+			return fmt.Errorf("%s: %w (one of the first calls)", name, ErrInjected)
+		}
 		return nil
 	}
 	if time.Duration(time.Now().UnixNano())%f.period < f.on {

@@ -97,14 +97,32 @@ func TestParseFaults(t *testing.T) {
 		"etcd/node-read:2s":         "is not NAME:ON/PERIOD",
 		"etcd/nowhere:1s/2s":        "is not a fault point",
 		"etcd/node-read:3s/2s":      "0 < ON <= PERIOD",
-		"etcd/node-read:x/2s":       "0 < ON <= PERIOD",
+		"etcd/node-read:x/2s":       "the count after x must be a positive number",
+		"etcd/node-read:x0":         "the count after x must be a positive number",
 		"etcd/node-read:0s/2s":      "0 < ON <= PERIOD",
 		MCDMidReboot + ":1s/2s":     "is not a fault point",
-		"etcd/node-read:1s/2s,oops": "is not NAME:ON/PERIOD",
+		"etcd/node-read:1s/2s,oops": `"oops" is not a fault point`,
 	} {
 		if _, err := ParseFaults(in); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ParseFaults(%q) = %v, want an error with %q", in, err, want)
 		}
+	}
+}
+
+// A fault armed for its first calls fails them, then never again.
+func TestFailFirstCalls(t *testing.T) {
+	saved := faults
+	defer func() { faults = saved }()
+	var err error
+	if faults, err = ParseFaults(FormatFirstFaults(CloudCreateAnswerLost, 2)); err != nil {
+		t.Fatal(err)
+	}
+	var got []bool
+	for range 4 {
+		got = append(got, Fail(CloudCreateAnswerLost) != nil)
+	}
+	if !slices.Equal(got, []bool{true, true, false, false}) {
+		t.Errorf("failed %v, want the first two calls only", got)
 	}
 }
 

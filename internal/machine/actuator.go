@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/failpoint"
+	"github.com/capstan-dev/capstan/internal/planted"
 	"github.com/capstan-dev/capstan/internal/sim"
 )
 
@@ -54,7 +55,15 @@ func (a *SimActuator) Create(ctx context.Context, m *machinev1.Machine) error {
 	if err != nil {
 		return &MachineError{Reason: machinev1.InvalidConfigurationMachineError, Message: err.Error()}
 	}
-	_, err = a.Cloud.CreateInstance(ctx, instanceSpec(m, ps))
+	spec := instanceSpec(m, ps)
+	// The machine's UID makes a retry of the same create (its answer
+	// lost) return the instance it launched, as a cloud actuator's
+	// client token does.
+	spec.Machine, spec.ClientToken = m.Name, string(m.UID)
+	if planted.On(planted.CreateNotIdempotent) {
+		spec.ClientToken = ""
+	}
+	_, err = a.Cloud.CreateInstance(ctx, spec)
 	var ie *sim.InstanceError
 	if errors.As(err, &ie) {
 		switch ie.Reason {

@@ -34,18 +34,21 @@ type Bug struct {
 
 // The bugs.
 const (
-	ScaleUpTwice       = "autoscaler/scale-up-twice"
-	OneMoreUnavailable = "mco/one-more-unavailable"
-	RemoveBeforeAdd    = "etcd/remove-before-add"
-	IgnorePreDrainHook = "machine/ignore-predrain-hook"
-	UpdateTwice        = "cvo/update-applied-twice"
-	RevertUserEdit     = "mco/revert-max-unavailable"
+	ScaleUpTwice        = "autoscaler/scale-up-twice"
+	CreateNotIdempotent = "machine/create-without-client-token"
+	OneMoreUnavailable  = "mco/one-more-unavailable"
+	RemoveBeforeAdd     = "etcd/remove-before-add"
+	IgnorePreDrainHook  = "machine/ignore-predrain-hook"
+	UpdateTwice         = "cvo/update-applied-twice"
+	RevertUserEdit      = "mco/revert-max-unavailable"
 )
 
 // Bugs are every bug that can be planted.
 var Bugs = []Bug{
 	{ScaleUpTwice, "the autoscaler forgets the nodes it is waiting for (upcoming nodes) and scales up again for the same pending pods",
 		"autoscaler", "replicas"},
+	{CreateNotIdempotent, "the machine actuator launches an instance without its client token, so a create retried after its answer was lost launches a second instance",
+		"machineset-cloud", "instances"},
 	{OneMoreUnavailable, "the MCO's node controller takes one node more out of service than maxUnavailable allows",
 		"mco", "maxUnavailable"},
 	{RemoveBeforeAdd, "the etcd operator removes a deleting master's healthy member before its replacement votes",

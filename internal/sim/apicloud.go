@@ -7,6 +7,7 @@ import (
 
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sort"
@@ -128,6 +129,20 @@ func (c *APICloud) CreateInstance(ctx context.Context, spec InstanceSpec) (*Inst
 	if spec.Name == "" {
 		spec.Name = generateName(spec)
 	}
+	if spec.Machine != "" {
+		existing, err := c.GetInstance(ctx, spec.Name)
+		switch {
+		case err == nil && spec.ClientToken != "" && existing.Spec.ClientToken == spec.ClientToken:
+			// The same request again: the instance it launched.
+			return existing, nil
+		case err == nil && spec.ClientToken == "":
+			// No token: the cloud cannot tell a retry from a new
+			// request, and launches another instance.
+			spec.Name = spec.Name + "-" + RandomSuffix()
+		case err != nil && !errors.Is(err, ErrInstanceNotFound):
+			return nil, err
+		}
+	}
 	if err := c.zoneCapacity(ctx, spec); err != nil {
 		return nil, err
 	}
@@ -136,9 +151,11 @@ func (c *APICloud) CreateInstance(ctx context.Context, spec InstanceSpec) (*Inst
 		return nil, err
 	}
 	now := c.opts.Clock.Now().UTC().Truncate(time.Millisecond)
+	id := "i-" + seeded.String(17, "0123456789abcdef")
 	inst := &Instance{
 		Spec:       spec,
-		ProviderID: ProviderIDPrefix + spec.Zone + "/" + spec.Name,
+		ID:         id,
+		ProviderID: ProviderIDPrefix + spec.Zone + "/" + id,
 		Index:      idx,
 		InternalIP: nodeIP(idx).String(),
 		PodCIDR:    podCIDR(idx).String(),
@@ -481,6 +498,15 @@ func generateName(spec InstanceSpec) string {
 	return spec.Role + "-" + spec.Zone + "-" + RandomSuffix()
 }
 
+// instanceLabels are the labels of an instance's ConfigMap.
+func instanceLabels(inst *Instance) map[string]string {
+	l := map[string]string{InstanceLabel: "true", LabelZone: inst.Spec.Zone, "sim.capstan.dev/role": inst.Spec.Role}
+	if inst.Spec.Machine != "" {
+		l[MachineLabel] = inst.Spec.Machine
+	}
+	return l
+}
+
 func instanceToConfigMap(inst *Instance) (*corev1.ConfigMap, error) {
 	raw, err := json.Marshal(inst)
 	if err != nil {
@@ -488,13 +514,9 @@ func instanceToConfigMap(inst *Instance) (*corev1.ConfigMap, error) {
 	}
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      inst.Name(),
-			Namespace: Namespace,
-			Labels: map[string]string{
-				InstanceLabel:          "true",
-				LabelZone:              inst.Spec.Zone,
-				"sim.capstan.dev/role": inst.Spec.Role,
-			},
+			Name:        inst.Name(),
+			Namespace:   Namespace,
+			Labels:      instanceLabels(inst),
 			Annotations: map[string]string{"sim.capstan.dev/index": strconv.Itoa(inst.Index)},
 		},
 		Data: map[string]string{instanceDataKey: string(raw)},

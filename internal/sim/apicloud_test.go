@@ -3,7 +3,9 @@ package sim
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -177,5 +179,46 @@ func TestAStatusFromAnOlderNodeIsNotWritten(t *testing.T) {
 	// From the current version it is written.
 	if err := postNodeStatus(context.Background(), client, got, stale); err != nil {
 		t.Fatalf("writing a status computed from the current version: %v", err)
+	}
+}
+
+// A machine's create is idempotent only through its client token: the
+// same token answers the instance launched, none launches another under a
+// host name of its own, tagged with the machine; the cloud names each
+// instance with an ID of its own, which its provider ID ends with.
+func TestACreateWithoutItsClientTokenLaunchesAgain(t *testing.T) {
+	client := apiserverClient()
+	ctx := context.Background()
+	c := NewAPICloud(client, CloudOptions{})
+	s := spec("m-1")
+	s.Machine, s.ClientToken = "m-1", "uid-1"
+	first, err := c.CreateInstance(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.ID == "" || !strings.HasSuffix(first.ProviderID, "/"+first.ID) || first.Name() != "m-1" {
+		t.Fatalf("instance %s, ID %q, provider ID %q", first.Name(), first.ID, first.ProviderID)
+	}
+	again, err := c.CreateInstance(ctx, s)
+	if err != nil || again.ID != first.ID {
+		t.Fatalf("the same create again: %v, %v; want instance %s", again, err, first.ID)
+	}
+	s.ClientToken = ""
+	second, err := c.CreateInstance(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.ID == first.ID || second.Name() == "m-1" || !strings.HasPrefix(second.Name(), "m-1-") {
+		t.Fatalf("a create without its token launched %s (%s), want another instance beside m-1 (%s)", second.Name(), second.ID, first.ID)
+	}
+	list, err := client.CoreV1().ConfigMaps(Namespace).List(ctx, metav1.ListOptions{LabelSelector: MachineLabel + "=m-1"})
+	if err != nil || len(list.Items) != 2 {
+		t.Fatalf("instances tagged with machine m-1: %v, %v; want 2", list, err)
+	}
+	// Another machine's token on a taken name is refused, as before.
+	s.ClientToken = "uid-2"
+	var ie *InstanceError
+	if _, err := c.CreateInstance(ctx, s); !errors.As(err, &ie) || ie.Reason != ReasonAlreadyExists {
+		t.Fatalf("a create of a taken name with another token: %v, want %s", err, ReasonAlreadyExists)
 	}
 }

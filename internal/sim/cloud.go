@@ -24,6 +24,8 @@ const Namespace = "capstan-sim"
 const (
 	// InstanceLabel marks a ConfigMap in Namespace as a cloud instance.
 	InstanceLabel = "sim.capstan.dev/instance"
+	// MachineLabel on an instance's ConfigMap names the Machine it backs.
+	MachineLabel = "sim.capstan.dev/machine"
 	// NodeInstanceAnnotation on a Node names the instance behind it; nodes
 	// without it are not simulated by capstan and are left alone.
 	NodeInstanceAnnotation = "sim.capstan.dev/instance"
@@ -79,6 +81,14 @@ type InstanceSpec struct {
 	Taints []corev1.Taint    `json:"taints,omitempty"`
 	// Annotations are copied onto the Node when it registers.
 	Annotations map[string]string `json:"annotations,omitempty"`
+	// Machine names the Machine the instance backs (a tag, as cloud
+	// actuators tag their instances). A create for a machine is not
+	// idempotent by name, as a cloud's is not: with the ClientToken of
+	// the instance already launched under that name, it answers that
+	// instance (EC2's ClientToken); without one, it launches another,
+	// under a host name of its own.
+	Machine     string `json:"machine,omitempty"`
+	ClientToken string `json:"clientToken,omitempty"`
 }
 
 // InstanceState is the lifecycle of an instance.
@@ -93,8 +103,11 @@ const (
 
 // Instance is a simulated cloud machine.
 type Instance struct {
-	Spec       InstanceSpec `json:"spec"`
-	ProviderID string       `json:"providerID"`
+	Spec InstanceSpec `json:"spec"`
+	// ID is the cloud's own name for the instance (i-0123...), generated
+	// at launch; the provider ID ends with it.
+	ID         string `json:"id,omitempty"`
+	ProviderID string `json:"providerID"`
 	// Index is unique among live instances; it derives the instance's
 	// addresses.
 	Index      int       `json:"index"`
