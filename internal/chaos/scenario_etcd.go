@@ -352,13 +352,9 @@ func etcdMemberProgress(ctx context.Context, r *Run) (bool, string, error) {
 		if !formedWithoutBootstrap(s) || s.Leader == "" {
 			return false, fmt.Sprintf("kill %d waits for the members: voting %v, %d healthy, leader %q", i, s.Voting, s.Healthy, s.Leader), nil
 		}
-		pids, err := etcd.MemberProcesses(r.DataDir)
-		if err != nil {
-			return false, "", err
-		}
-		pid := pids[s.Leader]
+		pid, why, err := leaderProcess(r, s)
 		if pid == 0 {
-			return false, fmt.Sprintf("kill %d: no process of the leader %s (processes %v)", i, s.Leader, pids), nil
+			return false, fmt.Sprintf("kill %d: %s", i, why), err
 		}
 		at := time.Now()
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
@@ -457,4 +453,17 @@ func mastersOf(h *History) []string {
 		}
 	}
 	return out
+}
+
+// leaderProcess finds the process of the leader a sample names, from the
+// operating system's process table (0 and why when there is none).
+func leaderProcess(r *Run, s memberSample) (int, string, error) {
+	pids, err := etcd.MemberProcesses(r.DataDir)
+	if err != nil {
+		return 0, "", err
+	}
+	if pid := pids[s.Leader]; pid != 0 {
+		return pid, "", nil
+	}
+	return 0, fmt.Sprintf("no process of the leader %s (processes %v)", s.Leader, pids), nil
 }

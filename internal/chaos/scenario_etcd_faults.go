@@ -61,12 +61,8 @@ func etcdPartitionProgress(ctx context.Context, r *Run) (bool, string, error) {
 		if err := etcd.WritePartition(r.DataDir, name); err != nil {
 			return false, "", err
 		}
-		if since := time.Since(at); since < partitionFor {
-			return false, fmt.Sprintf("%s cut off for %.0fs", name, since.Seconds()), nil
-		}
-		if !s.At.After(at.Add(partitionFor)) || s.Leader == "" || s.Leader == name || s.Healthy < quorum(etcdMasters) {
-			return false, fmt.Sprintf("%s cut off: waiting for the others to have a leader of their own (voting %v, %d healthy, leader %q)",
-				name, s.Voting, s.Healthy, s.Leader), nil
+		if ok, why := othersLead(s, name, at, "cut off"); !ok {
+			return false, why, nil
 		}
 		if err := etcd.WritePartition(r.DataDir); err != nil {
 			return false, "", err
@@ -118,13 +114,9 @@ func etcdPauseProgress(ctx context.Context, r *Run) (bool, string, error) {
 		if s.Leader == "" || !r.alive() {
 			return false, "waiting for a leader to stop, capstan up", nil
 		}
-		pids, err := etcd.MemberProcesses(r.DataDir)
-		if err != nil {
-			return false, "", err
-		}
-		pid := pids[s.Leader]
+		pid, why, err := leaderProcess(r, s)
 		if pid == 0 {
-			return false, fmt.Sprintf("no process of the leader %s (processes %v)", s.Leader, pids), nil
+			return false, why, err
 		}
 		at := time.Now()
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
@@ -143,12 +135,8 @@ func etcdPauseProgress(ctx context.Context, r *Run) (bool, string, error) {
 			return false, "", fmt.Errorf("phase %q is not paused:<member>:<pid>:<time>", ph)
 		}
 		at := time.Unix(0, ns)
-		if since := time.Since(at); since < partitionFor {
-			return false, fmt.Sprintf("%s stopped for %.0fs", name, since.Seconds()), nil
-		}
-		if !s.At.After(at.Add(partitionFor)) || s.Leader == "" || s.Leader == name || s.Healthy < quorum(etcdMasters) {
-			return false, fmt.Sprintf("%s stopped: waiting for the others to have a leader of their own (voting %v, %d healthy, leader %q)",
-				name, s.Voting, s.Healthy, s.Leader), nil
+		if ok, why := othersLead(s, name, at, "stopped"); !ok {
+			return false, why, nil
 		}
 		// A member started again since (capstan was killed) is another
 		// process: the signal goes nowhere.
@@ -231,6 +219,20 @@ func etcdAPIServerCutProgress(ctx context.Context, r *Run) (bool, string, error)
 		return replacedWithout(ctx, r)
 	}
 	return false, "", fmt.Errorf("unknown phase %q", ph)
+}
+
+// othersLead reports whether member name, out (what) since at, has been
+// out for partitionFor and the others have a leader of their own, as
+// sample s shows; or what is waited for.
+func othersLead(s memberSample, name string, at time.Time, what string) (bool, string) {
+	if since := time.Since(at); since < partitionFor {
+		return false, fmt.Sprintf("%s %s for %.0fs", name, what, since.Seconds())
+	}
+	if !s.At.After(at.Add(partitionFor)) || s.Leader == "" || s.Leader == name || s.Healthy < quorum(etcdMasters) {
+		return false, fmt.Sprintf("%s %s: waiting for the others to have a leader of their own (voting %v, %d healthy, leader %q)",
+			name, what, s.Voting, s.Healthy, s.Leader)
+	}
+	return true, ""
 }
 
 // phaseAt reads <prefix><name>:<unix nanoseconds>.
