@@ -36,7 +36,7 @@ func evictionScenario() *Scenario {
 			"no pod evicted before its toleration ran out, the tolerating pod never evicted, each evicted pod replaced once on another worker",
 		Args: []string{"--control-plane-nodes", "1", "--nodes", "3", "--node-monitor-grace-period", "20s", "--node-lease-duration", "8s",
 			"--default-unreachable-toleration-seconds", "30", "--default-not-ready-toleration-seconds", "30"},
-		Span:     70 * time.Second,
+		Span:     40 * time.Second,
 		Timeout:  settleTime,
 		Progress: evictionProgress,
 		Check:    checkEviction,

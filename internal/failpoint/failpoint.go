@@ -285,7 +285,7 @@ const DescribeLag = 3 * time.Second
 var FaultPoints = []Point{
 	{EtcdNodeRead, "the etcd operator reads the Node of a control-plane machine or member: the read fails"},
 	{CloudCreateAnswerLost, "the simulated cloud launches an instance and answers an error, as a create whose answer timed out after the commit"},
-	{CloudDescribeLags, "the machine actuator describes an instance: one launched in the last 3s is not found yet, as an eventually consistent cloud API answers"},
+	{CloudDescribeLags, "the machine actuator describes the instance of a machine that has not recorded it yet: one launched in the last 3s is not found yet, as an eventually consistent cloud API answers"},
 }
 
 // fault is a lasting fault: Fail fails for on of every period, or the

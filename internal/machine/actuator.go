@@ -80,10 +80,13 @@ func (a *SimActuator) Create(ctx context.Context, m *machinev1.Machine) error {
 }
 
 // describe reads the instance of a machine from the cloud's API, which
-// may lag behind its launches (failpoint.CloudDescribeLags).
-func (a *SimActuator) describe(ctx context.Context, name string) (*sim.Instance, error) {
-	inst, err := a.Cloud.GetInstance(ctx, name)
-	if err == nil && timeNow().Sub(inst.LaunchTime) < failpoint.DescribeLag && failpoint.Fail(failpoint.CloudDescribeLags) != nil {
+// may lag behind its launches (failpoint.CloudDescribeLags): before the
+// machine records its instance, the describe that decides whether to
+// launch may not see the one a create whose answer was lost launched.
+func (a *SimActuator) describe(ctx context.Context, m *machinev1.Machine) (*sim.Instance, error) {
+	inst, err := a.Cloud.GetInstance(ctx, m.Name)
+	if err == nil && m.Spec.ProviderID == nil && timeNow().Sub(inst.LaunchTime) < failpoint.DescribeLag &&
+		failpoint.Fail(failpoint.CloudDescribeLags) != nil {
 		return nil, sim.ErrInstanceNotFound
 	}
 	return inst, err
@@ -91,7 +94,7 @@ func (a *SimActuator) describe(ctx context.Context, name string) (*sim.Instance,
 
 // Exists implements Actuator.
 func (a *SimActuator) Exists(ctx context.Context, m *machinev1.Machine) (bool, error) {
-	_, err := a.describe(ctx, m.Name)
+	_, err := a.describe(ctx, m)
 	if errors.Is(err, sim.ErrInstanceNotFound) {
 		return false, nil
 	}
@@ -100,7 +103,7 @@ func (a *SimActuator) Exists(ctx context.Context, m *machinev1.Machine) (bool, e
 
 // Update implements Actuator.
 func (a *SimActuator) Update(ctx context.Context, m *machinev1.Machine) error {
-	inst, err := a.describe(ctx, m.Name)
+	inst, err := a.describe(ctx, m)
 	if err != nil {
 		return fmt.Errorf("reading instance %s: %w", m.Name, err)
 	}
