@@ -212,6 +212,10 @@ type Options struct {
 	Keep bool
 	// StartTimeout bounds each start of capstan up.
 	StartTimeout time.Duration
+	// Timeout, when set, replaces the scenarios' bound on the wait for
+	// the operation to complete (a run with a planted bug that keeps it
+	// from completing need not wait long to report it).
+	Timeout time.Duration
 	// Log receives a line per run.
 	Log io.Writer
 }

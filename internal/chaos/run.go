@@ -83,6 +83,10 @@ func (r *Run) upProcess() *process {
 // violation in the result.
 func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*RunResult, error) {
 	start := time.Now()
+	timeout := s.Timeout
+	if opts.Timeout > 0 {
+		timeout = opts.Timeout
+	}
 	kills := PlanKills(s, seed, opts.Kills)
 	if opts.EveryPoint {
 		kills = PlanEveryPoint(s, seed, opts.Kills)
@@ -241,8 +245,8 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 	case <-r.op.started:
 	case <-progress.done:
 	case <-p.done:
-	case <-time.After(s.Timeout):
-		violate("completes", "the operation did not start within %s of capstan being up: %s", s.Timeout, progress.why())
+	case <-time.After(timeout):
+		violate("completes", "the operation did not start within %s of capstan being up: %s", timeout, progress.why())
 	case <-ctx.Done():
 		return res, ctx.Err()
 	}
@@ -272,8 +276,8 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 		case <-progress.done:
 			notReached("the operation completed")
 			continue
-		case <-time.After(s.Timeout):
-			notReached(fmt.Sprintf("not within %s", s.Timeout))
+		case <-time.After(timeout):
+			notReached(fmt.Sprintf("not within %s", timeout))
 			continue
 		case <-fire:
 			killNow()
@@ -321,8 +325,8 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 		case <-p.done:
 			violate("crash", "capstan up exited on its own (%s):\n%s", p.exit(), p.Tail())
 			return res, nil
-		case <-time.After(s.Timeout):
-			violate("completes", "not within %s of the last kill: %s", s.Timeout, progress.why())
+		case <-time.After(timeout):
+			violate("completes", "not within %s of the last kill: %s", timeout, progress.why())
 			complete = false
 		case <-ctx.Done():
 			return res, ctx.Err()

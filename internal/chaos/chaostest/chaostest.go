@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/capstan-dev/capstan/internal/chaos"
 	"github.com/capstan-dev/capstan/internal/cli"
@@ -119,7 +120,7 @@ func PlantedBugs(t *testing.T) {
 				kills = []chaos.Kill{}
 			}
 			rep, err := chaos.Campaign(context.Background(), chaos.Options{
-				Scenarios: s, Runs: 1, Seed: Seed, Plan: kills, Env: []string{planted.Env + "=" + bug.Name},
+				Scenarios: s, Runs: 1, Seed: Seed, Plan: kills, Env: []string{planted.Env + "=" + bug.Name}, Timeout: 2 * time.Minute,
 				Command: testenv.CapstanProcess, Dir: t.TempDir(), Log: Writer{t},
 			})
 			if err != nil {
