@@ -135,10 +135,11 @@ func machineSetCloudScenario() *Scenario {
 	s.Doc = fmt.Sprintf("the machineset scenario on a simulated cloud whose create is not idempotent (a retry without the "+
 		"machine's client token launches another instance) and answers an error after launching the first %d instances of each "+
 		"start (a timeout after the commit: the install's and the set's), and whose describe does not see an instance launched in "+
-		"the last 3s half of the time (eventually consistent): still exactly 3 machines and one instance for each ever made, never "+
-		"more than 3 replicas, each node drained before its instance goes, nothing left at the end", lostAnswers)
+		"the last 3s (eventually consistent), so a retry cannot find what the lost answer launched: still exactly 3 machines and "+
+		"one instance for each ever made, never more than 3 replicas, each node drained before its instance goes, nothing left at "+
+		"the end", lostAnswers)
 	s.Faults = failpoint.FormatFirstFaults(failpoint.CloudCreateAnswerLost, lostAnswers) + "," +
-		failpoint.FormatFault(failpoint.CloudDescribeLags, 2*time.Second, 4*time.Second)
+		failpoint.FormatFault(failpoint.CloudDescribeLags, time.Second, time.Second)
 	return s
 }
 

@@ -236,8 +236,9 @@ func TestMachineSetProvisionsLinkedNodes(t *testing.T) {
 	ms.Spec.MinReadySeconds = 0
 	got := waitMachinesRunning(t, ms.Name, 2)
 	for _, m := range got {
-		if ptr.Deref(m.Spec.ProviderID, "") != sim.ProviderIDPrefix+"sim-zone-a/"+m.Name {
-			t.Errorf("%s: providerID %q", m.Name, ptr.Deref(m.Spec.ProviderID, ""))
+		// The cloud's own instance ID ends the provider ID.
+		if id, ok := strings.CutPrefix(ptr.Deref(m.Spec.ProviderID, ""), sim.ProviderIDPrefix+"sim-zone-a/i-"); !ok || len(id) != 17 {
+			t.Errorf("%s: providerID %q, want %si-<17 hex digits>", m.Name, ptr.Deref(m.Spec.ProviderID, ""), sim.ProviderIDPrefix+"sim-zone-a/")
 		}
 		if len(m.Status.Addresses) == 0 || m.Status.Addresses[0].Type != corev1.NodeInternalIP {
 			t.Errorf("%s: addresses %v", m.Name, m.Status.Addresses)
