@@ -84,10 +84,7 @@ func etcdPartitionProgress(ctx context.Context, r *Run) (bool, string, error) {
 		if err := etcd.WritePartition(r.DataDir); err != nil {
 			return false, "", err
 		}
-		if !s.At.After(at) || !formedWithoutBootstrap(s) {
-			return false, fmt.Sprintf("%s back: voting %v, %d healthy", name, s.Voting, s.Healthy), nil
-		}
-		return replacedWithout(ctx, r)
+		return settledSince(ctx, r, s, name+" back", at)
 	}
 	return false, "", fmt.Errorf("unknown phase %q", ph)
 }
@@ -157,10 +154,7 @@ func etcdPauseProgress(ctx context.Context, r *Run) (bool, string, error) {
 		if err != nil {
 			return false, "", err
 		}
-		if !s.At.After(at) || !formedWithoutBootstrap(s) {
-			return false, fmt.Sprintf("%s continued: voting %v, %d healthy", name, s.Voting, s.Healthy), nil
-		}
-		return replacedWithout(ctx, r)
+		return settledSince(ctx, r, s, name+" continued", at)
 	}
 	return false, "", fmt.Errorf("unknown phase %q", ph)
 }
@@ -241,6 +235,16 @@ func othersLead(s memberSample, name string, at time.Time, what string) (bool, s
 			name, what, s.Voting, s.Healthy, s.Leader)
 	}
 	return true, ""
+}
+
+// settledSince reports whether, after a fault ended at at, the masters'
+// members formed again in a sample taken since (s) and the control plane
+// settled with no machine replaced; what says what ended.
+func settledSince(ctx context.Context, r *Run, s memberSample, what string, at time.Time) (bool, string, error) {
+	if !s.At.After(at) || !formedWithoutBootstrap(s) {
+		return false, fmt.Sprintf("%s: voting %v, %d healthy", what, s.Voting, s.Healthy), nil
+	}
+	return replacedWithout(ctx, r)
 }
 
 // phaseAt reads <prefix><name>:<unix nanoseconds>.
