@@ -130,30 +130,30 @@ func (k Kill) String() string {
 func PlanKills(s *Scenario, seed uint64, n int) []Kill {
 	rnd := rand.New(rand.NewPCG(seed, seed^0x5bd1e995))
 	kills := make([]Kill, n)
+	// order is each kill's place in its kind: a point's index, or the
+	// instant.
+	order := make([]int64, n)
 	var points, instants []int
 	for i := range kills {
 		if len(s.Points) > 0 && rnd.IntN(2) == 0 {
 			j := rnd.IntN(len(s.Points))
-			kills[i] = Kill{Point: s.Points[j].Name, Hit: 1 + rnd.IntN(max(1, s.Points[j].MaxHit)), After: time.Duration(j)}
+			kills[i], order[i] = Kill{Point: s.Points[j].Name, Hit: 1 + rnd.IntN(max(1, s.Points[j].MaxHit))}, int64(j)
 			points = append(points, i)
 			continue
 		}
 		kills[i] = Kill{After: time.Duration(rnd.Int64N(int64(max(s.Span, time.Second))))}
+		order[i] = int64(kills[i].After)
 		instants = append(instants, i)
 	}
 	for _, idx := range [][]int{points, instants} {
-		sorted := make([]Kill, len(idx))
-		for i, k := range idx {
-			sorted[i] = kills[k]
+		sorted := slices.Clone(idx)
+		sort.SliceStable(sorted, func(a, b int) bool { return order[sorted[a]] < order[sorted[b]] })
+		planned := make([]Kill, len(idx))
+		for i, k := range sorted {
+			planned[i] = kills[k]
 		}
-		sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].After < sorted[j].After })
 		for i, k := range idx {
-			kills[k] = sorted[i]
-		}
-	}
-	for i := range kills {
-		if kills[i].Point != "" {
-			kills[i].After = 0
+			kills[k] = planned[i]
 		}
 	}
 	return kills
