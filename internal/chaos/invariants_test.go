@@ -581,3 +581,15 @@ func TestCheckDrained(t *testing.T) {
 		t.Errorf("%d violations, want 3: %s", len(vs), all)
 	}
 }
+
+// The scenarios read the members from the last sample that answered, not
+// from one that failed.
+func TestLastSampleAnswered(t *testing.T) {
+	s := &memberSampler{samples: []memberSample{{Voting: []string{"m0"}, Healthy: 1}, {Failed: true}}}
+	if got := s.last(); got.Failed || got.Healthy != 1 {
+		t.Fatalf("last() = %+v, want the sample that answered", got)
+	}
+	if got := (&memberSampler{samples: []memberSample{{Failed: true}}}).last(); got.Failed || len(got.Voting) != 0 {
+		t.Fatalf("last() with no answer = %+v, want the zero sample", got)
+	}
+}

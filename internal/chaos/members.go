@@ -124,14 +124,18 @@ func (s *memberSampler) sample(ctx context.Context, client *clientv3.Client) mem
 	return sample
 }
 
-// last is the latest sample (none: the zero sample).
+// last is the latest sample that answered (none: the zero sample).
 func (s *memberSampler) last() memberSample {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.samples) == 0 {
-		return memberSample{}
+	// A failed sample says nothing of the members: the last that
+	// answered does.
+	for i := len(s.samples) - 1; i >= 0; i-- {
+		if !s.samples[i].Failed {
+			return s.samples[i]
+		}
 	}
-	return s.samples[len(s.samples)-1]
+	return memberSample{}
 }
 
 func (s *memberSampler) all() []memberSample {
