@@ -111,6 +111,18 @@ func (is *intents) check(h *History, want ...string) []Violation {
 	return out
 }
 
+// has reports whether the campaign recorded a write of the field of key.
+func (is *intents) has(key, field string) bool {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	for _, i := range is.all {
+		if i.key == key && i.field == field {
+			return true
+		}
+	}
+	return false
+}
+
 func slicesHas(all []*intent, key string) bool {
 	for _, i := range all {
 		if i.key == key {

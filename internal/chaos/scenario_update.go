@@ -13,6 +13,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/capstan-dev/capstan/internal/cvo"
@@ -34,7 +35,8 @@ const (
 func updateScenario() *Scenario {
 	return &Scenario{
 		Name: "update",
-		Doc: "`capstan adm upgrade --to 4.10.26` from 4.10.22 with the node rollout of both pools: the update completes with one " +
+		Doc: "`capstan adm upgrade --to 4.10.26` from 4.10.22 with the node rollout of both pools, its user switching the channel to " +
+			updateChannel + " while the CVO applies it: the channel stays as the user set it and the CVO reads its graph, the update completes with one " +
 			"Completed history entry and none Partial, the release retrieved once, no operator updated ahead of a lower run level, " +
 			"each node rebooted once into its new configuration, never more than one node of a pool out of service",
 		Args: []string{"--control-plane-nodes", "1", "--nodes", "2", "--mcd-apply-duration", "1s", "--mcd-reboot-duration", "2s"},
@@ -70,6 +72,9 @@ func updateScenario() *Scenario {
 			}
 			if !completed(cv, updateTo) {
 				r.op.enter("update")
+				if err := userChangesChannel(ctx, r, cv); err != nil {
+					return false, "", err
+				}
 				return false, "updating: " + describe(cv), nil
 			}
 			r.op.enter("pools")
@@ -93,6 +98,38 @@ func updateScenario() *Scenario {
 		},
 		Check: checkUpdate,
 	}
+}
+
+// updateChannel is the channel the update scenario's user switches to
+// while the update runs (from capstan's fast-4.11): it has 4.10.26 but
+// not 4.11.0.
+const updateChannel = "stable-4.10"
+
+// userChangesChannel switches the cluster's channel, as
+// `oc adm upgrade channel stable-4.10` would, once the CVO has begun the
+// update: a user's edit made concurrently with the update, recorded for
+// the user-intent invariant. It writes once; a write whose answer is
+// lost is made again (the same value).
+func userChangesChannel(ctx context.Context, r *Run, cv *configv1.ClusterVersion) error {
+	key := clusterVersions + cvo.Name
+	if r.intents.has(key, "channel") || len(cv.Status.History) == 0 || cv.Status.History[0].Version != updateTo {
+		return nil
+	}
+	patch := fmt.Sprintf(`{"spec":{"channel":%q}}`, updateChannel)
+	patched, err := r.Config.ConfigV1().ClusterVersions().Patch(ctx, cvo.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil {
+		return err
+	}
+	return r.intents.wrote(key, "channel", updateChannel, patched.ResourceVersion, cvChannel)
+}
+
+// cvChannel reads a stored ClusterVersion's channel.
+func cvChannel(obj runtime.Object) string {
+	cv, ok := obj.(*configv1.ClusterVersion)
+	if !ok {
+		return "not a ClusterVersion"
+	}
+	return cv.Spec.Channel
 }
 
 // completed reports whether the cluster's latest update, to version, is
@@ -136,6 +173,17 @@ func checkUpdate(ctx context.Context, r *Run) []Violation {
 		{cvo.Failing, configv1.ConditionFalse}, {cvo.ReleaseAccepted, configv1.ConditionTrue}} {
 		if got := cvo.FindCondition(cv.Status.Conditions, c.t); got == nil || got.Status != c.want {
 			add("conditions", "%s is %v at the end, want %s", c.t, got, c.want)
+		}
+	}
+	// The user's channel change, made during the update, holds, and the
+	// CVO read the new channel's graph: 4.11.0 is only in the old one.
+	out = append(out, r.intents.check(r.History, clusterVersions+cvo.Name)...)
+	if cv.Spec.Channel == updateChannel {
+		for _, u := range cv.Status.AvailableUpdates {
+			add("channel", "%s is an available update in channel %s, which does not have it", u.Version, updateChannel)
+		}
+		for _, u := range cv.Status.ConditionalUpdates {
+			add("channel", "%s is a conditional update in channel %s, which does not have it", u.Release.Version, updateChannel)
 		}
 	}
 	// At no revision two entries for the update.
