@@ -136,21 +136,33 @@ func busy(n *corev1.Node) bool {
 // checkRollout checks a pool's rollout to config over the nodes member
 // selects, of which there are want: never more than maxUnavailable of
 // them out of service at once (from the first node targeted on), and each
-// rebooted exactly once into config. A rollout it cannot see (no node
+// rebooted exactly once into config (a node that joined running it,
+// never). A rollout it cannot see (no node
 // targeted, nodes missing) is a violation, not a pass.
 func checkRollout(h *History, pool string, member func(*corev1.Node) bool, config string, maxUnavailable, want int) []Violation {
 	var out []Violation
 	started := false
 	worst, worstRev := 0, int64(0)
 	var worstNodes []string
+	// A node counts once it has served: one that joins the pool (a user
+	// scaled its MachineSet) is out of service while it boots, by the
+	// user's doing, not the MCO's. joinedInto is the configuration each
+	// node first ran.
+	served := map[string]bool{}
+	joinedInto := map[string]string{}
 	nodeStates(h, func(rev int64, _ *corev1.Node, _ *corev1.Node, all map[string]*corev1.Node) {
 		var out []string
 		for _, n := range all {
 			if !member(n) {
 				continue
 			}
+			if cur := n.Annotations[mco.CurrentConfigAnnotation]; cur != "" && joinedInto[n.Name] == "" {
+				joinedInto[n.Name] = cur
+			}
 			started = started || n.Annotations[mco.DesiredConfigAnnotation] == config
-			if busy(n) {
+			if !busy(n) {
+				served[n.Name] = true
+			} else if served[n.Name] {
 				out = append(out, n.Name)
 			}
 		}
@@ -178,8 +190,13 @@ func checkRollout(h *History, pool string, member func(*corev1.Node) bool, confi
 		out = append(out, Violation{"rollout", fmt.Sprintf("the history holds %d nodes of pool %s (%s), want %d", len(members), pool, strings.Join(members, ", "), want)})
 	}
 	for _, name := range members {
-		if r := reboots[name]; r != 1 {
-			out = append(out, Violation{"reboots", fmt.Sprintf("node %s of pool %s booted %d times into %s, want once", name, pool, r, config)})
+		// A node that joined running config boots into it with no reboot.
+		want, times := 1, "once"
+		if joinedInto[name] == config {
+			want, times = 0, "never (it joined running it)"
+		}
+		if r := reboots[name]; r != want {
+			out = append(out, Violation{"reboots", fmt.Sprintf("node %s of pool %s booted %d times into %s, want %s", name, pool, r, config, times)})
 		}
 	}
 	return out

@@ -149,6 +149,29 @@ func TestCheckRollout(t *testing.T) {
 		t.Errorf("a node missing from the history: %v", vs)
 	}
 
+	// A node the user added mid-rollout: out of service while it boots
+	// (not the MCO's doing), then running r2 from its first boot.
+	joined := newFakeHistory()
+	for _, e := range good.h.events[:4] {
+		joined.put(e.Key, e.Obj)
+	}
+	joined.put(nodesKey+"w3", nodeObj("w3", "", "", "", false, false))
+	joined.put(nodesKey+"w3", nodeObj("w3", "w3-a", "r2", "r2", false, false))
+	joined.put(nodesKey+"w3", nodeObj("w3", "w3-a", "r2", "r2", true, false))
+	for _, e := range good.h.events[4:] {
+		joined.put(e.Key, e.Obj)
+	}
+	if vs := checkRollout(&joined.h, "worker", isWorker, "r2", 1, 3); len(vs) != 0 {
+		t.Errorf("a node that joined mid-rollout running r2: %v", vs)
+	}
+	// Once it has served, it counts: taken out with another, it is one
+	// too many.
+	joined.put(nodesKey+"w3", nodeObj("w3", "w3-a", "r2", "r2", true, true))
+	joined.put(nodesKey+"w1", nodeObj("w1", "w1-b", "r2", "r2", true, true))
+	if got := invariants(checkRollout(&joined.h, "worker", isWorker, "r2", 1, 3)); !slices.Equal(got, []string{"maxUnavailable"}) {
+		t.Errorf("the joined node and w1 out of service at once: %v, want maxUnavailable", got)
+	}
+
 	bad := newFakeHistory()
 	for _, n := range []string{"w1", "w2", "w3"} {
 		bad.put(nodesKey+n, nodeObj(n, n+"-a", "r1", "r1", true, false))

@@ -8,13 +8,16 @@ import (
 	"strings"
 	"time"
 
+	machinev1 "github.com/openshift/api/machine/v1beta1"
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/failpoint"
+	"github.com/capstan-dev/capstan/internal/machine"
 	"github.com/capstan-dev/capstan/internal/mco"
 	"github.com/capstan-dev/capstan/internal/nodes"
 )
@@ -26,7 +29,8 @@ const (
 )
 
 // mcoScenario rolls a new MachineConfig over a worker pool of 5 nodes,
-// two at a time.
+// two at a time, its user scaling a worker MachineSet up by one once the
+// first node is updated.
 func mcoScenario() *Scenario { return mcoRollout(false) }
 
 // mcoPauseScenario is the mco scenario with the pool paused by its user
@@ -48,8 +52,9 @@ func mcoRollout(pause bool) *Scenario {
 	const config = "50-chaos"
 	return &Scenario{
 		Name: "mco",
-		Doc: "a MachineConfig rolled over a worker pool of 5 nodes with maxUnavailable 2: never more than 2 nodes out of service, " +
-			"each node rebooted exactly once into the new rendered configuration, the pool Updated at the end",
+		Doc: "a MachineConfig rolled over a worker pool of 5 nodes with maxUnavailable 2, its user scaling a worker MachineSet up by one " +
+			"once the first node is updated: never more than 2 nodes out of service, each node rebooted exactly once into the new rendered " +
+			"configuration (the new one joins running it), maxUnavailable and the replicas only ever as the user set them, the pool Updated with 6 nodes at the end",
 		Args:    []string{"--control-plane-nodes", "1", "--nodes", fmt.Sprint(mcoWorkers), "--mcd-apply-duration", "1s", "--mcd-reboot-duration", "3s"},
 		Span:    12 * time.Second,
 		Points:  []Point{{failpoint.MCOTargetDecided, 1}, {failpoint.MCDMidApply, 2}, {failpoint.MCDMidReboot, 2}, {failpoint.MCDRebooted, 2}},
@@ -102,18 +107,35 @@ func mcoRollout(pause bool) *Scenario {
 			if pause && strings.HasPrefix(ph, "paused:") {
 				return resumeAfterPause(ctx, r, ph)
 			}
-			return poolUpdated(pool, mcoWorkers)
+			if pause {
+				return poolUpdated(pool, mcoWorkers)
+			}
+			switch {
+			case ph == "rollout" && pool.Status.UpdatedMachineCount >= 1:
+				return false, "", decideScaleUp(ctx, r)
+			case strings.HasPrefix(ph, "scale:"):
+				return false, "worker MachineSet scaled", userScaleUp(ctx, r, ph)
+			case ph == "rollout":
+				return false, "waiting for a node updated to scale the workers at", nil
+			}
+			return poolUpdated(pool, mcoWorkers+1)
 		},
 		Check: func(ctx context.Context, r *Run) []Violation {
 			pool, err := r.MCO.MachineconfigurationV1().MachineConfigPools().Get(ctx, "worker", metav1.GetOptions{})
 			if err != nil {
 				return []Violation{{"completes", err.Error()}}
 			}
-			out := checkRollout(r.History, "worker", isWorker, pool.Spec.Configuration.Name, mcoMaxUnavailable, mcoWorkers)
 			if pause {
+				out := checkRollout(r.History, "worker", isWorker, pool.Spec.Configuration.Name, mcoMaxUnavailable, mcoWorkers)
 				out = append(out, checkPausedHeld(r, pool.Spec.Configuration.Name)...)
+				return append(out, r.intents.check(r.History, poolsKey+"worker")...)
 			}
-			return append(out, r.intents.check(r.History, poolsKey+"worker")...)
+			out := checkRollout(r.History, "worker", isWorker, pool.Spec.Configuration.Name, mcoMaxUnavailable, mcoWorkers+1)
+			set, err := firstWorkerSet(ctx, r)
+			if err != nil {
+				return append(out, Violation{"user intent", err.Error()})
+			}
+			return append(out, r.intents.check(r.History, poolsKey+"worker", machineSetsKey+machine.Namespace+"/"+set.Name)...)
 		},
 	}
 }
@@ -127,6 +149,49 @@ func isWorker(n *corev1.Node) bool {
 // the MachineConfig name.
 func rendersFrom(p *mcfgv1.MachineConfigPool, name string) bool {
 	return slices.ContainsFunc(p.Spec.Configuration.Source, func(o corev1.ObjectReference) bool { return o.Name == name })
+}
+
+// decideScaleUp picks, once a node runs the new configuration, the worker
+// MachineSet its user scales up by one mid-rollout, and the replicas to
+// set: kept in the phase, so a write whose answer a kill loses is made
+// again with the same number, never one more.
+func decideScaleUp(ctx context.Context, r *Run) error {
+	set, err := firstWorkerSet(ctx, r)
+	if err != nil {
+		return err
+	}
+	return setPhase(ctx, r, fmt.Sprintf("scale:%s:%d", set.Name, ptr.Deref(set.Spec.Replicas, 0)+1))
+}
+
+// userScaleUp makes the scale-up decideScaleUp chose, as a user's `oc
+// scale` would, and records it for the user-intent invariant.
+func userScaleUp(ctx context.Context, r *Run, ph string) error {
+	parts := strings.Split(ph, ":")
+	replicas, err := strconv.Atoi(parts[len(parts)-1])
+	if len(parts) != 3 || err != nil {
+		return fmt.Errorf("phase %q: not scale:SET:REPLICAS", ph)
+	}
+	return userScale(ctx, r, parts[1], replicas, "scaled")
+}
+
+// firstWorkerSet is the installer's worker MachineSet that comes first by
+// name: the one the mco scenario's user scales.
+func firstWorkerSet(ctx context.Context, r *Run) (*machinev1.MachineSet, error) {
+	sets, err := r.Machine.MachineV1beta1().MachineSets(machine.Namespace).List(ctx, metav1.ListOptions{LabelSelector: machine.ClusterIDLabel})
+	if err != nil {
+		return nil, err
+	}
+	var workers []machinev1.MachineSet
+	for _, s := range sets.Items {
+		if s.Spec.Template.Labels[machine.MachineRoleLabel] == "worker" {
+			workers = append(workers, s)
+		}
+	}
+	if len(workers) == 0 {
+		return nil, fmt.Errorf("the cluster has no worker MachineSet of the installer's to scale")
+	}
+	slices.SortFunc(workers, func(a, b machinev1.MachineSet) int { return strings.Compare(a.Name, b.Name) })
+	return &workers[0], nil
 }
 
 // poolUpdated reports whether the pool's n nodes all run its target.
