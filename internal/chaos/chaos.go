@@ -72,6 +72,13 @@ type Scenario struct {
 	// MaxRecovery bounds how long after each kill the API may take to
 	// take a write again (DefaultMaxRecovery when zero).
 	MaxRecovery time.Duration
+	// Prepare, when set, readies the run's data dir before capstan's first
+	// start (a filesystem mounted in it), and returns what undoes it after
+	// the run.
+	Prepare func(dataDir string) (undo func(), err error)
+	// Requires, when set, says why this machine cannot run the scenario
+	// (nil when it can).
+	Requires func() error
 	// Check returns the scenario's invariant violations once the
 	// operation is complete.
 	Check func(ctx context.Context, r *Run) []Violation
@@ -189,10 +196,12 @@ func (v Violation) String() string { return v.Invariant + ": " + v.Detail }
 // Options configure a campaign.
 type Options struct {
 	Scenarios []*Scenario
-	// Runs per scenario; run i uses seed Seed+i.
-	Runs  int
-	Seed  uint64
-	Kills int
+	// Runs per scenario; run i uses seed Seed+i (Seed itself with
+	// SameSeed: the runs replay one run).
+	Runs     int
+	Seed     uint64
+	SameSeed bool
+	Kills    int
 	// EveryPoint plans a kill at each of a scenario's points, armed
 	// together, before the Kills at random instants (PlanEveryPoint).
 	EveryPoint bool
@@ -268,13 +277,31 @@ func Campaign(ctx context.Context, opts Options) (*Report, error) {
 	// The storage client's connection attempts to a killed cluster are
 	// expected, not news.
 	grpclog.SetLoggerV2(grpclog.NewLoggerV2(io.Discard, io.Discard, io.Discard))
-	rep := &Report{Kills: opts.Kills, EveryPoint: opts.EveryPoint}
+	// A scenario this machine cannot run is an error when it is the one
+	// asked for, and skipped, saying so, among others.
+	var runnable []*Scenario
 	for _, s := range opts.Scenarios {
+		if s.Requires != nil {
+			if err := s.Requires(); err != nil {
+				if len(opts.Scenarios) == 1 {
+					return nil, fmt.Errorf("this machine cannot run the %s scenario: %w", s.Name, err)
+				}
+				fmt.Fprintf(opts.Log, "%s: skipped: %v\n", s.Name, err)
+				continue
+			}
+		}
+		runnable = append(runnable, s)
+	}
+	rep := &Report{Kills: opts.Kills, EveryPoint: opts.EveryPoint}
+	for _, s := range runnable {
 		for i := range opts.Runs {
 			if err := ctx.Err(); err != nil {
 				return rep, err
 			}
 			seed := opts.Seed + uint64(i)
+			if opts.SameSeed {
+				seed = opts.Seed
+			}
 			res, err := runOnce(ctx, &opts, s, seed)
 			if err != nil {
 				return rep, fmt.Errorf("%s, seed %d: %w", s.Name, seed, err)

@@ -21,7 +21,7 @@ import (
 // Scenarios are the campaign's scenarios, in the order `all` runs them.
 func Scenarios() []*Scenario {
 	return []*Scenario{updateScenario(), autoscalerScenario(), machineSetScenario(), machineSetCloudScenario(), machineSetPauseScenario(), mcoScenario(), mcoPauseScenario(), evictionScenario(),
-		etcdDeadScenario(), etcdTwoScenario(), etcdFailedScenario(), etcdMemberScenario(), etcdPauseScenario(), etcdPartitionScenario(), etcdAPIServerCutScenario(), etcdRelabelScenario()}
+		etcdDeadScenario(), etcdTwoScenario(), etcdFailedScenario(), etcdMemberScenario(), etcdPauseScenario(), etcdPartitionScenario(), etcdAPIServerCutScenario(), etcdRelabelScenario(), etcdDiskFullScenario()}
 }
 
 // created treats AlreadyExists as success: each write of a scenario may

@@ -41,7 +41,10 @@ func Main(m *testing.M) {
 
 // Etcd tells the scenarios of a three-master control plane (test/chaosetcd
 // runs them) from the others (test/chaos).
-func Etcd(s *chaos.Scenario) bool { return strings.HasPrefix(s.Name, "etcd") }
+func Etcd(s *chaos.Scenario) bool {
+	i := slices.Index(s.Args, "--control-plane-nodes")
+	return i >= 0 && i+1 < len(s.Args) && s.Args[i+1] == "3"
+}
 
 // Campaign runs each scenario that keep selects, killed at each of its
 // points (all armed at once, in whatever order the operation reaches
@@ -56,6 +59,11 @@ func Campaign(t *testing.T, keep func(*chaos.Scenario) bool) {
 		}
 		n++
 		t.Run(s.Name, func(t *testing.T) {
+			if s.Requires != nil {
+				if err := s.Requires(); err != nil {
+					t.Skipf("this machine cannot run the %s scenario: %v", s.Name, err)
+				}
+			}
 			kills := 0
 			if len(s.Points) == 0 {
 				kills = 2
@@ -102,7 +110,8 @@ func Campaign(t *testing.T, keep func(*chaos.Scenario) bool) {
 // plantedKills are the kills a planted bug needs to show: none, unless
 // it lives in a restart.
 var plantedKills = map[string][]chaos.Kill{
-	planted.UpdateTwice: {{Point: failpoint.CVOMidApply, Hit: 1}},
+	planted.UpdateTwice:    {{Point: failpoint.CVOMidApply, Hit: 1}},
+	planted.RestoreOnStart: {{Point: failpoint.MachineSetCreate, Hit: 1}},
 }
 
 // PlantedBugs runs, for every planted bug, its scenario with the bug
