@@ -52,6 +52,9 @@ type Run struct {
 	Capstan func(ctx context.Context, args ...string) (string, error)
 
 	opts *Options
+	// rawKube is Kube without etcdretry's retries: the acknowledged
+	// writes' client.
+	rawKube kubernetes.Interface
 	// op is where the operation is.
 	op *operation
 	// intents are the settings the campaign made as a user.
@@ -130,6 +133,15 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 		}
 		os.RemoveAll(dir)
 	}()
+	if s.Prepare != nil {
+		undo, err := s.Prepare(dir)
+		if err != nil {
+			return nil, err
+		}
+		// After the process is killed (deferred later, run earlier), before
+		// the data dir is removed.
+		defer undo()
+	}
 	env := slices.Clone(opts.Env)
 	if s.Faults != "" {
 		env = append(env, failpoint.FaultEnv+"="+s.Faults)
@@ -228,7 +240,7 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 		violate("setup", "%v", err)
 		return res, nil
 	}
-	writes := newAcks(r.Kube, r.upProcess)
+	writes := newAcks(r.rawKube, r.upProcess)
 	go writes.run(rctx)
 	if s.SampleMembers {
 		r.Members = sampleMembers(rctx, dir, r.alive)
@@ -411,11 +423,15 @@ func (r *Run) connect() error {
 	if err != nil {
 		return fmt.Errorf("kubeconfig %s: %w", r.Kubeconfig, err)
 	}
-	cfg = etcdretry.Wrap(cfg)
 	cfg.QPS, cfg.Burst = 100, 200
 	cfg.Timeout = 30 * time.Second
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
+	// The acknowledged writes go without retries: a write the API refused
+	// is an outage to measure, not one to hide behind a retry.
+	r.rawKube, err = kubernetes.NewForConfig(cfg)
+	add(err)
+	cfg = etcdretry.Wrap(cfg)
 	r.Kube, err = kubernetes.NewForConfig(cfg)
 	add(err)
 	r.Machine, err = machineclient.NewForConfig(cfg)
