@@ -43,8 +43,9 @@ once, kills at whichever the operation reaches first, arms the rest in the
 next start, and so on, then kills --kills times at random instants: what CI
 runs. There a point the operation never reaches is a violation.
 
-Run i of a scenario uses seed --seed+i; each violation prints the command
-that replays its run. The exit status is 1 when any invariant was violated.
+Run i of a scenario uses seed --seed+i (--same-seed: --seed itself, every
+run a replay of one); each violation prints the command that replays its
+run. The exit status is 1 when any invariant was violated.
 --list shows the scenarios and the kill points.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -100,6 +101,7 @@ that replays its run. The exit status is 1 when any invariant was violated.
 	f := c.Flags()
 	f.StringSliceVar(&names, "scenario", []string{"all"}, "scenarios to run (comma-separated), or all")
 	f.IntVar(&opts.Runs, "runs", opts.Runs, "runs of each scenario")
+	f.BoolVar(&opts.SameSeed, "same-seed", false, "every run with --seed itself: --runs replays of one run, to see how often it reproduces")
 	f.Int64Var(&seed, "seed", 0, "seed of the first run (default: the current time)")
 	f.IntVar(&opts.Kills, "kills", opts.Kills, "SIGKILLs in each run (with --every-point: at random instants, after the points)")
 	f.BoolVar(&opts.EveryPoint, "every-point", false, "kill once at every named point of a scenario, in the order the operation reaches them, then --kills times at random instants")
