@@ -154,6 +154,7 @@ func (o *upOptions) run(c *cobra.Command) error {
 	defer stop()
 	began := time.Now()
 	fmt.Fprintf(out, "Starting capstan in %s ...\n", o.opts.ControlPlane.DataDir)
+	plantedRestore(o.opts.ControlPlane.DataDir)
 	cl, err := cluster.Start(ctx, o.opts)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -216,6 +217,7 @@ func (o *upOptions) run(c *cobra.Command) error {
 	}
 	summary += ", " + etcdSummary(etcdState, time.Since(began))
 	fmt.Fprintf(out, "export KUBECONFIG=%s\n", cl.ControlPlane.KubeconfigPath())
+	plantedSave(ctx, cl.ControlPlane.DataDir().Root)
 	fmt.Fprintf(out, "%s, data in %s\n", summary, cl.ControlPlane.DataDir().Root)
 	if !o.noAuditLog {
 		fmt.Fprintf(out, "Audit log: %s (each component acts as its own ServiceAccount, with the rights of deploy/COMPONENT/rbac.yaml)\n", cl.ControlPlane.DataDir().AuditLogPath())

@@ -41,6 +41,7 @@ const (
 	IgnorePreDrainHook  = "machine/ignore-predrain-hook"
 	UpdateTwice         = "cvo/update-applied-twice"
 	RevertUserEdit      = "mco/revert-max-unavailable"
+	RestoreOnStart      = "etcd/restore-on-start"
 )
 
 // Bugs are every bug that can be planted.
@@ -59,6 +60,8 @@ var Bugs = []Bug{
 		"update", "history"},
 	{RevertUserEdit, "the MCO sets a pool's maxUnavailable back to its default, once, after the user set it",
 		"mco", "user intent"},
+	{RestoreOnStart, "capstan up, started again, restores etcd from the snapshot it saved when it was last up, dropping every write acknowledged since",
+		"machineset", "acknowledged writes"},
 }
 
 var (
