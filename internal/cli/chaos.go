@@ -60,6 +60,9 @@ run. The exit status is 1 when any invariant was violated.
 			if opts.Runs < 1 {
 				return fmt.Errorf("--runs %d must be at least 1", opts.Runs)
 			}
+			if opts.Timeout < 0 {
+				return fmt.Errorf("--timeout %s must not be negative", opts.Timeout)
+			}
 			if opts.Kills < 0 {
 				return fmt.Errorf("--kills %d must not be negative", opts.Kills)
 			}
@@ -108,6 +111,7 @@ run. The exit status is 1 when any invariant was violated.
 	f.StringVar(&opts.Dir, "dir", "", "where the runs' data dirs go (created if missing; default: the system's temp dir)")
 	f.BoolVar(&opts.Keep, "keep", false, "keep every run's data dir (a run with a violation keeps its own anyway)")
 	f.DurationVar(&opts.StartTimeout, "start-timeout", 3*time.Minute, "how long each start of capstan up may take")
+	f.DurationVar(&opts.Timeout, "timeout", 0, "how long the operation may take to complete after the last kill (default: the scenario's own)")
 	f.BoolVar(&list, "list", false, "list the scenarios and the kill points, and exit")
 	return c
 }

@@ -44,6 +44,7 @@ func TestChaosCommand(t *testing.T) {
 		{"--runs 0", "--runs 0 must be at least 1"},
 		{"--kills -1", "--kills -1 must not be negative"},
 		{"--seed -3", "--seed -3 must not be negative"},
+		{"--timeout -1s", "--timeout -1s must not be negative"},
 	} {
 		out, err := testenv.CLI(append([]string{"chaos"}, strings.Fields(tc.args)...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
