@@ -10,14 +10,21 @@
 # links the test binaries without DWARF: each of the big ones links in about
 # two thirds of the time (panics still print their stacks; build with DWARF
 # to debug one).
+#
+# go test -json goes through hack/testsum, which prints what go test
+# prints without -v and ends with a summary of the failures and their
+# error lines: a log read from its end still says what failed and why.
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 .PHONY: test build fuzz
 test:
 	bash hack/ensure-chromium.sh
+	go build -o .testsum ./hack/testsum
 	# The integration packages first: they are the long ones, and two
 	# slots finish sooner when they do not wait for the short ones.
-	go test -p 2 -ldflags=-w -timeout 60m ./test/... ./...
-	go test -race -ldflags=-w -timeout 10m ./internal/scheduler/... ./internal/leader/... ./internal/component/... ./internal/chaos/... ./internal/etcdretry/... \
-		./internal/cvo/... ./internal/release/... ./internal/registry/... ./internal/updateservice/... ./internal/console/...
+	go test -json -p 2 -ldflags=-w -timeout 60m ./test/... ./... 2>&1 | ./.testsum
+	go test -json -race -ldflags=-w -timeout 10m ./internal/scheduler/... ./internal/leader/... ./internal/component/... ./internal/chaos/... ./internal/etcdretry/... \
+		./internal/cvo/... ./internal/release/... ./internal/registry/... ./internal/updateservice/... ./internal/console/... 2>&1 | ./.testsum
 	bash hack/fuzz.sh 300x
 
 fuzz:
