@@ -101,6 +101,12 @@ func (h *History) run(ctx context.Context) {
 			h.mu.Unlock()
 			return
 		}
+		h.mu.Lock()
+		failed := h.err != nil
+		h.mu.Unlock()
+		if failed {
+			return
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(200 * time.Millisecond):
@@ -122,7 +128,20 @@ func (h *History) follow(ctx context.Context) error {
 	defer client.Close()
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
+	// The storage never goes back: a revision below one the history read
+	// means committed changes were lost (etcd restored from an old
+	// snapshot, a member's data thrown away). The watch would skip them
+	// silently.
+	head, err := client.Get(wctx, "/registry/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return err
+	}
 	h.mu.Lock()
+	if head.Header.Revision < h.rev {
+		h.err = fmt.Errorf("the storage came back at revision %d, before revision %d that the history had read: committed changes were lost", head.Header.Revision, h.rev)
+		h.mu.Unlock()
+		return h.err
+	}
 	from := h.rev + 1
 	h.cancel = cancel
 	h.mu.Unlock()

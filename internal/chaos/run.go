@@ -320,6 +320,10 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 			}
 		case !killedAgain():
 			violate("starts", "after kill %d (%s) capstan said it was up, but the API took no write: %v", next, res.Kills[next-1], err)
+			// What it lost may be why (the writes' namespace gone).
+			if lost, err := writes.lost(ctx, 10*time.Second, p.done); err == nil && len(lost) > 0 {
+				violate("acknowledged writes", "after kill %d (%s): %d lost (%s)", next, res.Kills[next-1], len(lost), summarize(lost, 5))
+			}
 			return res, nil
 		}
 		lost, err := writes.lost(ctx, 30*time.Second, p.done)
