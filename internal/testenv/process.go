@@ -85,7 +85,14 @@ const tailOnFailure = 150
 
 func StartUp(t TB, args ...string) *UpProcess {
 	t.Helper()
-	p := StartCapstan(t, append([]string{"up"}, args...)...)
+	return StartUpEnv(t, nil, args...)
+}
+
+// StartUpEnv is StartUp with env added to the process's environment
+// (CAPSTAN_FAILPOINT=..., say).
+func StartUpEnv(t TB, env []string, args ...string) *UpProcess {
+	t.Helper()
+	p := startCapstan(t, env, append([]string{"up"}, args...)...)
 	p.up = true
 	return p
 }
@@ -94,7 +101,13 @@ func StartUp(t TB, args ...string) *UpProcess {
 // say) as StartUp starts capstan up.
 func StartCapstan(t TB, args ...string) *UpProcess {
 	t.Helper()
+	return startCapstan(t, nil, args...)
+}
+
+func startCapstan(t TB, env []string, args ...string) *UpProcess {
+	t.Helper()
 	cmd := CapstanProcess(args...)
+	cmd.Env = append(cmd.Env, env...)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	p := &UpProcess{cmd: cmd, lines: make(chan string, 100), done: make(chan struct{})}
@@ -237,6 +250,17 @@ func (p *UpProcess) Kill(t TB) {
 		t.Fatalf("killing capstan up: %v", err)
 	}
 	<-p.done
+}
+
+// WaitExit waits for the process to end on its own (a failpoint it was
+// armed with, say).
+func (p *UpProcess) WaitExit(t TB, timeout time.Duration) {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		t.Fatalf("capstan did not exit within %s:\n%s", timeout, p.Output())
+	}
 }
 
 // Output is everything the process printed so far.

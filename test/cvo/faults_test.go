@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/capstan-dev/capstan/internal/cvo"
+	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/mco"
 	"github.com/capstan-dev/capstan/internal/operators"
 	"github.com/capstan-dev/capstan/internal/sim"
@@ -70,13 +71,12 @@ func TestUpdateResumesAfterSIGKILL(t *testing.T) {
 		t.Fatalf("adm upgrade said %q", out)
 	}
 	var early []string
-	// killAndRestart SIGKILLs capstan up, keeps what the recorder saw, and
-	// starts it again on the same data.
-	killAndRestart := func() {
-		up.Kill(t)
+	// restart keeps what the recorder saw of the process that ended, and
+	// starts capstan up again on the same data, with env.
+	restart := func(env ...string) {
 		rec.stop()
 		early = append(early, rec.outOfOrder()...)
-		up = testenv.StartUp(t, args...)
+		up = testenv.StartUpEnv(t, env, args...)
 		up.WaitLine(t, "capstan is up", 3*time.Minute)
 		rec = recordUpdateOf(t, kube, config, "4.10.26")
 	}
@@ -87,11 +87,23 @@ func TestUpdateResumesAfterSIGKILL(t *testing.T) {
 		if rec.seen("machine-config") {
 			t.Fatalf("kill %d came too late: the update is through: %v", i+1, rec.updated())
 		}
-		killAndRestart()
+		up.Kill(t)
+		if i == 0 {
+			restart()
+			continue
+		}
+		// The third kill lands in the reboot of the control-plane node,
+		// the MCO's part of the update: the start after the second kill
+		// is armed to die there itself (the API is down while the only
+		// master reboots, so a test polling for the reboot would race it).
+		restart(failpoint.Env + "=" + failpoint.Format(failpoint.Arm{Name: failpoint.MCDMidReboot, Hit: 1}))
 	}
-	// The third kill lands in the reboot of the control-plane node, the
-	// MCO's part of the update: machine-config has not reported yet, and
-	// the node finishes its update in one more boot, not two.
+	up.WaitExit(t, 3*time.Minute)
+	if !strings.Contains(up.Output(), failpoint.MCDMidReboot+" reached") {
+		t.Fatalf("capstan up ended without reaching %s:\n%s", failpoint.MCDMidReboot, up.Output())
+	}
+	// machine-config has not reported yet, and the node finishes its
+	// update in one more boot, not two.
 	master := func() *corev1.Node {
 		nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "node-role.kubernetes.io/master"})
 		if err != nil || len(nodes.Items) != 1 {
@@ -99,14 +111,10 @@ func TestUpdateResumesAfterSIGKILL(t *testing.T) {
 		}
 		return &nodes.Items[0]
 	}
-	testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
-		n := master()
-		return sim.Rebooting(n), fmt.Sprintf("%s is not rebooting: %v", n.Name, n.Annotations)
-	})
 	if rec.seen("machine-config") {
 		t.Errorf("machine-config reported 4.10.26 while its node was rebooting")
 	}
-	killAndRestart()
+	restart()
 	testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
 		cv := cvNow()
 		h := cv.Status.History
