@@ -164,20 +164,26 @@ func etcdPauseProgress(ctx context.Context, r *Run) (bool, string, error) {
 func etcdAPIServerCutScenario() *Scenario {
 	s := etcdScenario("etcd-apiserver-cut",
 		fmt.Sprintf("kube-apiserver cut from etcd for %s (every connection through the proxy it is given refused and closed, "+
-			"capstan up --etcd-partitionable), then healed: the API refuses writes meanwhile and takes them again within %s of the "+
-			"heal, no acknowledged write lost, no member removed and no machine made, never fewer healthy than a quorum of the 3 "+
-			"desired, the members healthy at the end", partitionFor, leaderElection),
+			"capstan up --etcd-partitionable), then slow for %s (each chunk held %s each way), then healed: the API refuses writes "+
+			"while cut and takes them again within %s of the heal, no acknowledged write lost, no member removed and no machine made, "+
+			"never fewer healthy than a quorum of the 3 desired, the members healthy at the end", partitionFor, partitionFor, apiserverDelay, leaderElection),
 		etcdAPIServerCutProgress, quorumCheck{maxVoting: etcdMasters}, 0)
 	s.Args = append(s.Args, "--etcd-partitionable")
 	s.Points = nil
-	s.Span = partitionFor + 2*time.Second
+	s.Span = 2*partitionFor + 2*time.Second
 	s.MaxOutage = partitionFor + leaderElection
 	return s
 }
 
+// apiserverDelay is how long the etcd-apiserver-cut scenario's slow link
+// holds each chunk between kube-apiserver and etcd, each way.
+const apiserverDelay = 300 * time.Millisecond
+
 // etcdAPIServerCutProgress cuts the apiserver from etcd in one step
 // (its own API reads would fail while the cut lasts, so it does not
-// wait on them), then goes through the phase healed:<unix nanoseconds>.
+// wait on them), then goes through the phases delayed:<unix nanoseconds>
+// (the link back, each chunk held apiserverDelay, for partitionFor) and
+// healed:<unix nanoseconds>.
 func etcdAPIServerCutProgress(ctx context.Context, r *Run) (bool, string, error) {
 	ph, err := phase(ctx, r)
 	if err != nil {
@@ -204,16 +210,34 @@ func etcdAPIServerCutProgress(ctx context.Context, r *Run) (bool, string, error)
 			return false, "", err
 		}
 		// The API takes a moment to serve again: the phase is written
-		// once it does (written "" again, it would cut once more).
-		healed := fmt.Sprintf("healed:%d", time.Now().UnixNano())
-		for setPhase(ctx, r, healed) != nil {
+		// once it does (written "" again, it would cut once more). Then
+		// the link stays up but slow.
+		if err := etcd.WriteClientFault(r.DataDir, etcd.ClientFault{Delay: apiserverDelay}); err != nil {
+			return false, "", err
+		}
+		delayed := fmt.Sprintf("delayed:%d", time.Now().UnixNano())
+		for setPhase(ctx, r, delayed) != nil {
 			select {
 			case <-ctx.Done():
 				return false, "", ctx.Err()
 			case <-time.After(500 * time.Millisecond):
 			}
 		}
-		return false, "healed the cut", nil
+		return false, "healed the cut; the link is slow", nil
+	case strings.HasPrefix(ph, "delayed:"):
+		at, err := phaseTime(ph, "delayed:")
+		if err != nil {
+			return false, "", err
+		}
+		// A kill ends the delay with capstan's proxy; a start brings it
+		// back, from the file, for what is left of it.
+		if left := partitionFor - time.Since(at); left > 0 {
+			return false, fmt.Sprintf("the apiserver's link to etcd delays each chunk %s, %.0fs left", apiserverDelay, left.Seconds()), nil
+		}
+		if err := etcd.WriteClientFault(r.DataDir, etcd.ClientFault{}); err != nil {
+			return false, "", err
+		}
+		return false, "the link is fast again", setPhase(ctx, r, fmt.Sprintf("healed:%d", time.Now().UnixNano()))
 	case strings.HasPrefix(ph, "healed:"):
 		if err := etcd.WriteClientFault(r.DataDir, etcd.ClientFault{}); err != nil {
 			return false, "", err
@@ -255,6 +279,15 @@ func phaseAt(ph, prefix string) (string, time.Time, error) {
 		return "", time.Time{}, fmt.Errorf("phase %q is not %s<member>:<time>", ph, prefix)
 	}
 	return name, time.Unix(0, n), nil
+}
+
+// phaseTime reads the time of a phase <prefix><unix nanoseconds>.
+func phaseTime(ph, prefix string) (time.Time, error) {
+	n, err := strconv.ParseInt(strings.TrimPrefix(ph, prefix), 10, 64)
+	if err != nil || !strings.HasPrefix(ph, prefix) {
+		return time.Time{}, fmt.Errorf("phase %q is not %s<time>", ph, prefix)
+	}
+	return time.Unix(0, n), nil
 }
 
 // etcdRelabelProgress goes through the phases relabel:<victim>,

@@ -238,11 +238,11 @@ func pauseMidRollout(ctx context.Context, r *Run, pool *mcfgv1.MachineConfigPool
 
 // resumeAfterPause resumes the pool pauseFor after it was paused.
 func resumeAfterPause(ctx context.Context, r *Run, ph string) (bool, string, error) {
-	at, err := strconv.ParseInt(strings.TrimPrefix(ph, "paused:"), 10, 64)
+	at, err := phaseTime(ph, "paused:")
 	if err != nil {
-		return false, "", fmt.Errorf("phase %q: %w", ph, err)
+		return false, "", err
 	}
-	if left := pauseFor - time.Since(time.Unix(0, at)); left > 0 {
+	if left := pauseFor - time.Since(at); left > 0 {
 		return false, fmt.Sprintf("paused, %.0fs left", left.Seconds()), nil
 	}
 	if err := setPaused(ctx, r, false); err != nil {
