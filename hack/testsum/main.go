@@ -102,7 +102,7 @@ func run(in io.Reader, out io.Writer) (bool, error) {
 				lines := output[e.Package][e.Test]
 				fmt.Fprint(out, strings.Join(lines, ""))
 				summary := errorLines(lines)
-				if len(summary) == 0 {
+				if len(summary) == 0 && !hasTestFailure(failures, e.Package+" "+e.Test+"/") {
 					// No error line: a panic, or a timeout; its start says why.
 					summary = head(lines, maxPackageTail)
 				}
@@ -113,7 +113,7 @@ func run(in io.Reader, out io.Writer) (bool, error) {
 			delete(running, e.Package)
 			own := output[e.Package][""]
 			fmt.Fprint(out, strings.Join(own, ""))
-			if !hasTestFailure(failures, e.Package) {
+			if !hasTestFailure(failures, e.Package+" ") {
 				failures = append(failures, failure{name: e.Package, lines: tail(own, maxPackageTail)})
 			}
 			delete(output, e.Package)
@@ -180,9 +180,11 @@ func errorLines(lines []string) []string {
 	return tail(out, maxLinesPerTest)
 }
 
-func hasTestFailure(failures []failure, pkg string) bool {
+// hasTestFailure reports whether a failure recorded so far is named with
+// prefix ("PKG " for any test of a package, "PKG TEST/" for a subtest).
+func hasTestFailure(failures []failure, prefix string) bool {
 	for _, f := range failures {
-		if strings.HasPrefix(f.name, pkg+" ") {
+		if strings.HasPrefix(f.name, prefix) {
 			return true
 		}
 	}

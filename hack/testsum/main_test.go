@@ -22,6 +22,9 @@ func TestSummary(t *testing.T) {
 		`{"Action":"output","Package":"p/bad","Test":"TestB/sub","Output":"    process.go:180: last 2 lines of capstan.log:\n"}`,
 		`{"Action":"output","Package":"p/bad","Test":"TestB/sub","Output":"        I1127 noise\n"}`,
 		`{"Action":"fail","Package":"p/bad","Test":"TestB/sub"}`,
+		`{"Action":"output","Package":"p/bad","Test":"TestB","Output":"=== RUN   TestB\n"}`,
+		`{"Action":"output","Package":"p/bad","Test":"TestB","Output":"    process.go:179: last 1 lines of capstan up:\n"}`,
+		`{"Action":"output","Package":"p/bad","Test":"TestB","Output":"        parent noise\n"}`,
 		`{"Action":"fail","Package":"p/bad","Test":"TestB"}`,
 		`{"Action":"output","Package":"p/bad","Output":"FAIL\tp/bad\t3s\n"}`,
 		`{"Action":"fail","Package":"p/bad"}`,
@@ -53,6 +56,7 @@ func TestSummary(t *testing.T) {
 			t.Errorf("the summary lacks %q:\n%s", want, summary)
 		}
 	}
+	// A parent of a failed subtest has no lines of its own to summarize.
 	if strings.Contains(summary, "noise") {
 		t.Errorf("the summary holds a log tail:\n%s", summary)
 	}
