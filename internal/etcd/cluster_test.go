@@ -917,6 +917,55 @@ func TestAPartitionedMemberIsCutBothWays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+
+	// A slow network: every raft message between the members arrives
+	// 150 ms late. A write commits only after a round trip from the leader
+	// to a follower (at least 300 ms), and the members stay healthy: the
+	// heartbeats are late, but well inside the election timeout.
+	const delay = 150 * time.Millisecond
+	if err := etcd.WritePeerDelay(cfg.DataDir, delay, "master-0", "master-1", "master-2"); err != nil {
+		t.Fatal(err)
+	}
+	var took time.Duration
+	err = waitfor.Poll(ctx, 200*time.Millisecond, time.Minute, func(ctx context.Context) (bool, string, error) {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		began := time.Now()
+		if _, err := proxyClient(t, cfg, c).Put(wctx, "/registry/slow", "a slow network"); err != nil {
+			return false, err.Error(), nil
+		}
+		took = time.Since(began)
+		return took >= 2*delay, fmt.Sprintf("a write took %s, want at least %s with every message %s late", took, 2*delay, delay), nil
+	})
+	if err != nil {
+		t.Fatalf("with the members' messages delayed: %v", err)
+	}
+	if v := voting(t, c); len(v) != 3 || !v["master-0"] || !v["master-1"] || !v["master-2"] {
+		t.Errorf("voting members' health %v with the messages %s late, want all healthy", v, delay)
+	}
+	t.Logf("a write took %s with every raft message %s late", took.Round(time.Millisecond), delay)
+	if err := etcd.WritePartition(cfg.DataDir); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The partition file's lines: a name cuts, NAME delay D delays, anything
+// else does neither.
+func TestPeerFaultsFile(t *testing.T) {
+	dir := t.TempDir()
+	if err := etcd.WritePeerDelay(dir, 0, "m"); err == nil {
+		t.Error("a zero peer delay was taken")
+	}
+	if err := etcd.WritePeerDelay(dir, 200*time.Millisecond, "m-1", "m-2"); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, etcd.PartitionFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(raw), "m-1 delay 200ms\nm-2 delay 200ms\n"; got != want {
+		t.Errorf("the file says %q, want %q", got, want)
+	}
 }
 
 // memberClient is a client of one member only.

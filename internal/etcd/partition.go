@@ -34,8 +34,23 @@ import (
 // does; the member keeps serving clients.
 
 // PartitionFile is the file of a data dir that lists the partitioned
-// members, one name per line; a fault campaign writes it.
+// members, one name per line, and the delayed ones, "NAME delay
+// DURATION"; a fault campaign writes it.
 const PartitionFile = "etcd-partitions"
+
+// WritePeerDelay delays every raft message to and from the named members
+// of dataDir's cluster by d, each way (none: no delay, and no partition).
+// The file is replaced whole.
+func WritePeerDelay(dataDir string, d time.Duration, names ...string) error {
+	if d <= 0 {
+		return fmt.Errorf("a peer delay must be positive, not %s", d)
+	}
+	lines := make([]string, len(names))
+	for i, n := range names {
+		lines[i] = n + " delay " + d.String()
+	}
+	return WritePartition(dataDir, lines...)
+}
 
 // WritePartition partitions the named members of dataDir's cluster from
 // the others (none: heals every partition). The file is replaced whole.
@@ -56,6 +71,7 @@ type peerProxy struct {
 
 	mu          sync.Mutex
 	partitioned []string
+	delayed     map[string]time.Duration
 	streams     map[*stream]bool
 }
 
@@ -94,6 +110,18 @@ func servePeers(c memberConfig, e *embed.Etcd, inner url.URL) (io.Closer, error)
 		if p.cut(from) {
 			// As a dropped network: no answer at all.
 			panic(http.ErrAbortHandler)
+		}
+		if d := p.delay(from); d > 0 {
+			// The request's way: it arrives d late.
+			select {
+			case <-time.After(d):
+			case <-r.Context().Done():
+				return
+			}
+			// The answer's way: each chunk leaves d after it was written.
+			dw := newDelayedWriter(w, d)
+			defer dw.close()
+			w = dw
 		}
 		ctx, cancel := context.WithCancel(r.Context())
 		s := &stream{from: from, cancel: cancel}
@@ -163,6 +191,93 @@ func (p *peerProxy) cut(from string) bool {
 	return slices.Contains(p.partitioned, p.self) || (from != "" && slices.Contains(p.partitioned, from))
 }
 
+// delay is how late messages between this member and the member from
+// arrive, each way.
+func (p *peerProxy) delay(from string) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if from == p.self {
+		return 0
+	}
+	return max(p.delayed[p.self], p.delayed[from])
+}
+
+// parsePeerFaults reads the partition file's lines: NAME (cut) or NAME
+// delay DURATION. A line it cannot read cuts nothing and delays nothing.
+func parsePeerFaults(raw string) (cut []string, delayed map[string]time.Duration) {
+	delayed = map[string]time.Duration{}
+	for _, l := range strings.Split(raw, "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) == 1:
+			cut = append(cut, f[0])
+		case len(f) == 3 && f[1] == "delay":
+			if d, err := time.ParseDuration(f[2]); err == nil && d > 0 {
+				delayed[f[0]] = d
+			}
+		}
+	}
+	return cut, delayed
+}
+
+// delayedWriter holds each chunk an answer writes for d before it goes
+// out, as a link with that latency would: the writes return at once, in
+// order, and a goroutine sends each when it is due.
+type delayedWriter struct {
+	w     http.ResponseWriter
+	d     time.Duration
+	chunk chan delayedChunk
+	done  chan struct{}
+}
+
+type delayedChunk struct {
+	data []byte
+	due  time.Time
+}
+
+func newDelayedWriter(w http.ResponseWriter, d time.Duration) *delayedWriter {
+	dw := &delayedWriter{w: w, d: d, chunk: make(chan delayedChunk, 1024), done: make(chan struct{})}
+	go func() {
+		defer close(dw.done)
+		rc := http.NewResponseController(w)
+		failed := false
+		for c := range dw.chunk {
+			if failed {
+				continue
+			}
+			time.Sleep(time.Until(c.due))
+			if _, err := w.Write(c.data); err != nil {
+				failed = true
+				continue
+			}
+			_ = rc.Flush()
+		}
+	}()
+	return dw
+}
+
+func (dw *delayedWriter) Header() http.Header { return dw.w.Header() }
+
+// WriteHeader goes at once: the status line is the stream's start.
+func (dw *delayedWriter) WriteHeader(code int) {
+	dw.w.WriteHeader(code)
+	_ = http.NewResponseController(dw.w).Flush()
+}
+
+func (dw *delayedWriter) Write(b []byte) (int, error) {
+	dw.chunk <- delayedChunk{data: slices.Clone(b), due: time.Now().Add(dw.d)}
+	return len(b), nil
+}
+
+// Flush does nothing: each chunk is flushed when it goes out.
+func (dw *delayedWriter) Flush() {}
+
+// close sends what is held and waits for it to go.
+func (dw *delayedWriter) close() {
+	close(dw.chunk)
+	<-dw.done
+}
+
 // follow rereads the partition file and cuts the streams a new partition
 // forbids.
 func (p *peerProxy) follow(ctx context.Context) {
@@ -170,22 +285,26 @@ func (p *peerProxy) follow(ctx context.Context) {
 	defer t.Stop()
 	for {
 		var names []string
+		delayed := map[string]time.Duration{}
 		if raw, err := os.ReadFile(p.file); err == nil {
-			for _, l := range strings.Split(string(raw), "\n") {
-				if l = strings.TrimSpace(l); l != "" {
-					names = append(names, l)
-				}
-			}
+			names, delayed = parsePeerFaults(string(raw))
 		}
 		p.mu.Lock()
 		changed := !slices.Equal(names, p.partitioned)
-		p.partitioned = names
+		// A delay that starts or ends restarts the streams it concerns:
+		// a stream takes the delay of its start.
+		before := p.delayed
+		redelay := func(name string) bool {
+			return name != "" && delayed[name] != before[name]
+		}
+		p.partitioned, p.delayed = names, delayed
 		var cut []*stream
-		if changed {
-			for s := range p.streams {
-				if s.from != p.self && (slices.Contains(names, p.self) || slices.Contains(names, s.from)) {
-					cut = append(cut, s)
-				}
+		for s := range p.streams {
+			if s.from == p.self {
+				continue
+			}
+			if (changed && (slices.Contains(names, p.self) || slices.Contains(names, s.from))) || redelay(p.self) || redelay(s.from) {
+				cut = append(cut, s)
 			}
 		}
 		p.mu.Unlock()
