@@ -113,13 +113,13 @@ func etcdPartitionScenario() *Scenario {
 	s := etcdScenario("etcd-partition",
 		fmt.Sprintf("the etcd leader's member cut from the others (peer traffic both ways, through the proxy of capstan up "+
 			"--etcd-partitionable that the campaign's partition file controls) for %s, longer than an election, then healed: the "+
-			"others elect a leader and the API keeps taking writes (kube-apiserver's connections leave the member cut off), no "+
-			"member removed and no machine made, never fewer healthy than a quorum of the 3 desired, the cut member healthy again at "+
-			"the end", partitionFor),
+			"others elect a leader and the API keeps taking writes (kube-apiserver's connections leave the member cut off), then "+
+			"every raft message between the members %s late for %s: no member removed and no machine made, never fewer healthy than "+
+			"a quorum of the 3 desired, the cut member healthy again at the end", partitionFor, peerDelay, partitionFor),
 		etcdPartitionProgress, quorumCheck{maxVoting: etcdMasters}, 0)
 	s.Args = append(s.Args, "--etcd-partitionable")
 	s.Points = nil
-	s.Span = partitionFor + time.Second
+	s.Span = 2*partitionFor + time.Second
 	return s
 }
 

@@ -84,10 +84,47 @@ func etcdPartitionProgress(ctx context.Context, r *Run) (bool, string, error) {
 		if err := etcd.WritePartition(r.DataDir); err != nil {
 			return false, "", err
 		}
-		return settledSince(ctx, r, s, name+" back", at)
+		if ok, why, err := settledSince(ctx, r, s, name+" back", at); !ok || err != nil {
+			return false, why, err
+		}
+		if !r.alive() || len(s.Voting) != etcdMasters {
+			return false, "waiting for capstan to be up to slow the members' network", nil
+		}
+		// Then a slow network between all the members, for as long.
+		if err := etcd.WritePeerDelay(r.DataDir, peerDelay, s.Voting...); err != nil {
+			return false, "", err
+		}
+		return false, "slowed the members' network", setPhase(ctx, r, fmt.Sprintf("slow:%d", time.Now().UnixNano()))
+	case strings.HasPrefix(ph, "slow:"):
+		at, err := phaseTime(ph, "slow:")
+		if err != nil {
+			return false, "", err
+		}
+		if left := partitionFor - time.Since(at); left > 0 && r.alive() && len(s.Voting) == etcdMasters {
+			// Again on each tick: a start finds the file cleared.
+			if err := etcd.WritePeerDelay(r.DataDir, peerDelay, s.Voting...); err != nil {
+				return false, "", err
+			}
+			return false, fmt.Sprintf("every raft message %s late, %.0fs left", peerDelay, left.Seconds()), nil
+		}
+		if err := etcd.WritePartition(r.DataDir); err != nil {
+			return false, "", err
+		}
+		return false, "the members' network is fast again", setPhase(ctx, r, fmt.Sprintf("fast:%d", time.Now().UnixNano()))
+	case strings.HasPrefix(ph, "fast:"):
+		at, err := phaseTime(ph, "fast:")
+		if err != nil {
+			return false, "", err
+		}
+		return settledSince(ctx, r, s, "the network fast again", at)
 	}
 	return false, "", fmt.Errorf("unknown phase %q", ph)
 }
+
+// peerDelay is how late the etcd-partition scenario's slow network
+// delivers every raft message, each way: well inside the election
+// timeout (1 s), so the members must stay healthy.
+const peerDelay = 150 * time.Millisecond
 
 // etcdPauseScenario stops the etcd leader's member process (SIGSTOP) for
 // longer than an election, then continues it.
