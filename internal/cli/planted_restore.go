@@ -35,12 +35,12 @@ func plantedRestore(dataDir string) {
 
 // plantedSave takes the snapshot plantedRestore restores at the next
 // start.
-func plantedSave(ctx context.Context, dataDir string) {
+func plantedSave(ctx context.Context, d *controlplane.DataDir) {
 	if !planted.On(planted.RestoreOnStart) {
 		return
 	}
-	tls := controlplane.EtcdTLSFiles(filepath.Join(dataDir, "pki"))
-	if _, err := etcd.SaveSnapshot(ctx, dataDir, tls, filepath.Join(dataDir, plantedSnapshot)); err != nil {
+	tls := controlplane.EtcdTLSFiles(d.PKIDir())
+	if _, err := etcd.SaveSnapshot(ctx, d.Root, tls, d.Path(plantedSnapshot)); err != nil {
 		klog.ErrorS(err, "planted bug: saving a snapshot of etcd")
 	}
 }

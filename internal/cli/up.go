@@ -217,7 +217,7 @@ func (o *upOptions) run(c *cobra.Command) error {
 	}
 	summary += ", " + etcdSummary(etcdState, time.Since(began))
 	fmt.Fprintf(out, "export KUBECONFIG=%s\n", cl.ControlPlane.KubeconfigPath())
-	plantedSave(ctx, cl.ControlPlane.DataDir().Root)
+	plantedSave(ctx, cl.ControlPlane.DataDir())
 	fmt.Fprintf(out, "%s, data in %s\n", summary, cl.ControlPlane.DataDir().Root)
 	if !o.noAuditLog {
 		fmt.Fprintf(out, "Audit log: %s (each component acts as its own ServiceAccount, with the rights of deploy/COMPONENT/rbac.yaml)\n", cl.ControlPlane.DataDir().AuditLogPath())
