@@ -2,7 +2,9 @@
 // `go test` prints without -v (each package's result, the whole output of
 // each test that failed), then, last, a summary of the failures: each
 // failed test with its error lines. A CI log cut to its end still names
-// what failed and why, not only the tail of a failed test's logs.
+// what failed and why, not only the tail of a failed test's logs. Before
+// it come the slowest tests (those of a minute or more, at most 20), the
+// parents beside their subtests, to show where a run's minutes go.
 //
 // It exits 1 when a test, a package or a build failed, or when the stream
 // ended with a package still running (go test died).
@@ -25,6 +27,13 @@ type event struct {
 	Test       string
 	Output     string
 	ImportPath string
+	Elapsed    float64
+}
+
+// slowTest is a test that ran for a minute or more.
+type slowTest struct {
+	name    string
+	elapsed float64
 }
 
 // errorLine is a t.Error or t.Fatal line: an indented "file.go:N: ".
@@ -36,6 +45,8 @@ const (
 	maxLinesPerTest    = 12
 	maxPackageTail     = 40
 	maxSummaryLineSize = 400
+	slowSeconds        = 60
+	maxSlow            = 20
 )
 
 type failure struct {
@@ -60,6 +71,7 @@ func run(in io.Reader, out io.Writer) (bool, error) {
 	output := map[string]map[string][]string{}
 	running := map[string]bool{}
 	var failures []failure
+	var slow []slowTest
 	anyFailed := false
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
@@ -88,6 +100,11 @@ func run(in io.Reader, out io.Writer) (bool, error) {
 			running[e.Package] = true
 		case "output":
 			output[e.Package][e.Test] = append(output[e.Package][e.Test], e.Output)
+		}
+		if (e.Action == "pass" || e.Action == "fail") && e.Test != "" && e.Elapsed >= slowSeconds {
+			slow = append(slow, slowTest{name: e.Package + " " + e.Test, elapsed: e.Elapsed})
+		}
+		switch e.Action {
 		case "pass", "skip":
 			if e.Test == "" {
 				delete(running, e.Package)
@@ -131,6 +148,7 @@ func run(in io.Reader, out io.Writer) (bool, error) {
 		anyFailed = true
 		failures = append(failures, failure{name: pkg + " (no result: go test ended first)", lines: tail(output[pkg][""], maxPackageTail)})
 	}
+	printSlowest(out, slow)
 	if len(failures) > 0 {
 		fmt.Fprintf(out, "\n=== %d failure(s):\n", len(failures))
 		for _, f := range failures {
@@ -145,6 +163,18 @@ func run(in io.Reader, out io.Writer) (bool, error) {
 		}
 	}
 	return anyFailed, nil
+}
+
+// printSlowest prints the slowest tests, slowest first.
+func printSlowest(out io.Writer, slow []slowTest) {
+	if len(slow) == 0 {
+		return
+	}
+	sort.SliceStable(slow, func(i, j int) bool { return slow[i].elapsed > slow[j].elapsed })
+	fmt.Fprintf(out, "\n=== slowest tests (%ds or more):\n", slowSeconds)
+	for _, s := range head(slow, maxSlow) {
+		fmt.Fprintf(out, "%7.1fs  %s\n", s.elapsed, s.name)
+	}
 }
 
 // printPackageResult prints the lines go test prints of a package that
@@ -191,7 +221,7 @@ func hasTestFailure(failures []failure, prefix string) bool {
 	return false
 }
 
-func head(lines []string, n int) []string {
+func head[T any](lines []T, n int) []T {
 	if len(lines) > n {
 		return lines[:n]
 	}

@@ -12,7 +12,8 @@ func TestSummary(t *testing.T) {
 	in := strings.Join([]string{
 		`{"Action":"start","Package":"p/ok"}`,
 		`{"Action":"output","Package":"p/ok","Test":"TestA","Output":"=== RUN   TestA\n"}`,
-		`{"Action":"pass","Package":"p/ok","Test":"TestA"}`,
+		`{"Action":"pass","Package":"p/ok","Test":"TestA","Elapsed":61.5}`,
+		`{"Action":"pass","Package":"p/ok","Test":"TestQuick","Elapsed":59.9}`,
 		`{"Action":"output","Package":"p/ok","Output":"ok  \tp/ok\t0.1s\n"}`,
 		`{"Action":"pass","Package":"p/ok"}`,
 		`{"Action":"start","Package":"p/bad"}`,
@@ -25,7 +26,7 @@ func TestSummary(t *testing.T) {
 		`{"Action":"output","Package":"p/bad","Test":"TestB","Output":"=== RUN   TestB\n"}`,
 		`{"Action":"output","Package":"p/bad","Test":"TestB","Output":"    process.go:179: last 1 lines of capstan up:\n"}`,
 		`{"Action":"output","Package":"p/bad","Test":"TestB","Output":"        parent noise\n"}`,
-		`{"Action":"fail","Package":"p/bad","Test":"TestB"}`,
+		`{"Action":"fail","Package":"p/bad","Test":"TestB","Elapsed":300}`,
 		`{"Action":"output","Package":"p/bad","Output":"FAIL\tp/bad\t3s\n"}`,
 		`{"Action":"fail","Package":"p/bad"}`,
 		`{"Action":"start","Package":"p/panics"}`,
@@ -56,6 +57,12 @@ func TestSummary(t *testing.T) {
 			t.Errorf("the summary lacks %q:\n%s", want, summary)
 		}
 	}
+	if !strings.Contains(got, "=== slowest tests (60s or more):\n  300.0s  p/bad TestB\n   61.5s  p/ok TestA\n\n") {
+		t.Errorf("the slowest tests are not listed, slowest first, before the failures:\n%s", got)
+	}
+	if strings.Contains(got, "TestQuick") {
+		t.Errorf("a test under a minute is listed as slow:\n%s", got)
+	}
 	// A parent of a failed subtest has no lines of its own to summarize.
 	if strings.Contains(summary, "noise") {
 		t.Errorf("the summary holds a log tail:\n%s", summary)
@@ -67,7 +74,7 @@ func TestSummary(t *testing.T) {
 		t.Errorf("the build's output is not passed on:\n%s", got)
 	}
 
-	failed, err = run(strings.NewReader(strings.Join(strings.Split(in, "\n")[:5], "\n")), &strings.Builder{})
+	failed, err = run(strings.NewReader(strings.Join(strings.Split(in, "\n")[:6], "\n")), &strings.Builder{})
 	if err != nil || failed {
 		t.Errorf("a passing stream: failed %v, err %v", failed, err)
 	}
