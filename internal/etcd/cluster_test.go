@@ -135,6 +135,7 @@ func voting(t *testing.T, c *etcd.Cluster) map[string]bool {
 // member is replaced; the data written at the start is there throughout
 // and after a restart from the registry.
 func TestMembersReplaceTheBootstrapAndSurviveARestart(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cfg := testConfig(t)
 	c := start(t, cfg, "the first start")
@@ -198,6 +199,7 @@ func TestMembersReplaceTheBootstrapAndSurviveARestart(t *testing.T) {
 // cluster's own list, forgets it (entry and data) and starts with the
 // others, rather than waiting for a member that can never be ready.
 func TestStartForgetsAMemberRemovedBeforeTheRegistrySaidSo(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cfg := testConfig(t)
 	c := start(t, cfg, "the first start")
@@ -249,6 +251,7 @@ func TestStartForgetsAMemberRemovedBeforeTheRegistrySaidSo(t *testing.T) {
 // until it is removed (found by the chaos campaign: capstan could never
 // start again).
 func TestStartFinishesARemovalCutShort(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name    string
 		members []string
@@ -347,6 +350,7 @@ func writeRegistry(t *testing.T, cfg etcd.Config, specs []etcd.MemberSpec) {
 // another entry has moves, and each repair is a warning. The members that
 // were fine serve with their data.
 func TestStartRepairsABadRegistry(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cfg := testConfig(t)
 	c := start(t, cfg, "the first start")
@@ -456,6 +460,7 @@ func TestStartRepairsABadRegistry(t *testing.T) {
 // to new ones, written down first, and the cluster points at its new peer
 // URL: the start neither fails nor forgets the member.
 func TestAMemberWhosePortsWereTakenMoves(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cfg := testConfig(t)
 	c := start(t, cfg, "the first start")
@@ -522,6 +527,7 @@ func TestAMemberWhosePortsWereTakenMoves(t *testing.T) {
 // etcd, it is started again by its supervisor, and the cluster serves
 // through the proxy meanwhile (the others are a quorum).
 func TestAKilledMemberProcessIsStartedAgain(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cfg := testConfig(t)
 	c := start(t, cfg, "the first start")
@@ -586,6 +592,7 @@ func bootstrapGoneDataKept(t *testing.T, cfg etcd.Config, c *etcd.Cluster) {
 // lists them with their health, promotes a learner, removes a member,
 // and leaves adding one to its host.
 func TestARemoteChangesTheMembershipThroughTheAPIOnly(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	c := start(t, cfg, "the hosts' cluster")
 	join(t, c, "host-a")
@@ -660,6 +667,7 @@ func TestARemoteChangesTheMembershipThroughTheAPIOnly(t *testing.T) {
 // snapshot: one member restored with everything written before the
 // snapshot, its revision moved on; what came after the snapshot is gone.
 func TestASnapshotRestoresAClusterThatLostItsQuorum(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cfg := testConfig(t)
 	c := start(t, cfg, "the first start")
@@ -745,6 +753,7 @@ func TestASnapshotRestoresAClusterThatLostItsQuorum(t *testing.T) {
 // the metrics go to the metrics signer's client alone, the readiness to
 // anyone.
 func TestEtcdTrustsOnlyItsOwnSigner(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cfg := testConfig(t)
 	c := start(t, cfg, "the first start")
@@ -851,6 +860,7 @@ func TestEtcdTrustsOnlyItsOwnSigner(t *testing.T) {
 // status request, the others elect a leader and take writes, and once
 // the partition heals the member catches up.
 func TestAPartitionedMemberIsCutBothWays(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cfg := testConfig(t)
 	cfg.Partitionable = true
@@ -952,6 +962,7 @@ func TestAPartitionedMemberIsCutBothWays(t *testing.T) {
 // The partition file's lines: a name cuts, NAME delay D delays, anything
 // else does neither.
 func TestPeerFaultsFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if err := etcd.WritePeerDelay(dir, 0, "m"); err == nil {
 		t.Error("a zero peer delay was taken")
@@ -987,6 +998,7 @@ func memberClient(t *testing.T, cfg etcd.Config, url string) *clientv3.Client {
 // OpenShift documents for an unhealthy member) is forgotten, its process
 // stopped and its data gone, so that its machine can get a new member.
 func TestAMemberRemovedOutOfBandIsForgotten(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cfg := testConfig(t)
 	c := start(t, cfg, "the first start")

@@ -11,6 +11,7 @@ import (
 // The client faults: a cut refuses and closes the apiserver's
 // connections, a delay holds what clients send, none lets it through.
 func TestProxyClientFaults(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		in      string
 		want    ClientFault

@@ -299,6 +299,7 @@ func (m *model) converged() bool {
 // flow) or started again; or a healthy master deleted; or a master
 // stopped and started while another is being replaced.
 func TestDecideModel(t *testing.T) {
+	t.Parallel()
 	for seed := range uint64(400) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rnd := rand.New(rand.NewPCG(seed, 7))
