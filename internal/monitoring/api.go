@@ -29,6 +29,7 @@ const (
 	errCanceled  = "canceled"
 	errInternal  = "internal"
 	errNotFound  = "not_found"
+	errUnavail   = "unavailable"
 	maxRangeStep = 11000 // points per series in a range query, as Prometheus
 )
 
@@ -60,6 +61,16 @@ func (m *Monitor) Handler() http.Handler {
 	type endpoint func(r *http.Request) (any, annotations.Annotations, *apiError)
 	handle := func(path string, methods []string, fn endpoint) {
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			if readsTSDB[path] {
+				release, ok := m.admitQuery(r.Context())
+				if !ok {
+					w.Header().Set("Retry-After", "1")
+					writeJSON(w, http.StatusServiceUnavailable, response{Status: "error", ErrorType: errUnavail,
+						Error: fmt.Sprintf("too many queries: %d are evaluating; try again", cap(m.queries))})
+					return
+				}
+				defer release()
+			}
 			allowed := false
 			for _, meth := range methods {
 				allowed = allowed || r.Method == meth
@@ -98,13 +109,40 @@ func (m *Monitor) Handler() http.Handler {
 	return mux
 }
 
+// readsTSDB are the endpoints that evaluate or read the TSDB, each
+// holding a query slot while it does.
+var readsTSDB = map[string]bool{
+	"/api/v1/query": true, "/api/v1/query_range": true, "/api/v1/series": true,
+	"/api/v1/labels": true, "/api/v1/label/{name}/values": true,
+}
+
+// admitQuery takes a query slot, waiting QueryQueueWait at most; ok is
+// false when none came free.
+func (m *Monitor) admitQuery(ctx context.Context) (release func(), ok bool) {
+	release = func() { <-m.queries }
+	select {
+	case m.queries <- struct{}{}:
+		return release, true
+	default:
+	}
+	t := time.NewTimer(QueryQueueWait)
+	defer t.Stop()
+	select {
+	case m.queries <- struct{}{}:
+		return release, true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return nil, false
+}
+
 func errStatus(typ string) int {
 	switch typ {
 	case errBadData:
 		return http.StatusBadRequest
 	case errExec:
 		return http.StatusUnprocessableEntity
-	case errCanceled, errTimeout:
+	case errCanceled, errTimeout, errUnavail:
 		return http.StatusServiceUnavailable
 	case errNotFound:
 		return http.StatusNotFound

@@ -44,6 +44,17 @@ const (
 	DefaultScrapeInterval = 15 * time.Second
 	// DefaultEvaluationInterval is how often the rules are evaluated.
 	DefaultEvaluationInterval = 15 * time.Second
+
+	// MaxConcurrentQueries is how many API queries evaluate at once
+	// (Prometheus's --query.max-concurrency default). One more waits up
+	// to QueryQueueWait for a slot, then is refused with 503: the
+	// Prometheus shares its process with the control plane, which a
+	// flood of queries must not starve.
+	MaxConcurrentQueries = 20
+	QueryQueueWait       = time.Second
+	// MaxQuerySamples is how many samples one query may hold in memory
+	// at once (a tenth of Prometheus's default, for the same reason).
+	MaxQuerySamples = 5_000_000
 )
 
 // Options configure the monitor.
@@ -112,6 +123,9 @@ type Monitor struct {
 
 	local    net.Listener
 	localSrv *http.Server
+
+	// queries holds a token for each API query evaluating now.
+	queries chan struct{}
 
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -202,15 +216,21 @@ func New(opts Options, targets []Target) (*Monitor, error) {
 		return nil, fmt.Errorf("monitoring: opening the TSDB in %s: %w", opts.Dir, err)
 	}
 	m.db = db
+	evalInterval := opts.EvaluationInterval.Milliseconds()
 	m.engine = promql.NewEngine(promql.EngineOpts{
-		Logger:               opts.Logger,
-		Reg:                  m.reg,
-		MaxSamples:           50_000_000,
-		Timeout:              2 * time.Minute,
-		LookbackDelta:        5 * time.Minute,
-		EnableAtModifier:     true,
-		EnableNegativeOffset: true,
+		Logger:        opts.Logger,
+		Reg:           m.reg,
+		MaxSamples:    MaxQuerySamples,
+		Timeout:       2 * time.Minute,
+		LookbackDelta: 5 * time.Minute,
+		// A subquery without a step ([1h:]) steps at the evaluation
+		// interval, as Prometheus's own server sets it; the engine calls
+		// this unguarded, so without it such a query panics.
+		NoStepSubqueryIntervalFn: func(int64) int64 { return evalInterval },
+		EnableAtModifier:         true,
+		EnableNegativeOffset:     true,
 	})
+	m.queries = make(chan struct{}, MaxConcurrentQueries)
 	return m, nil
 }
 

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -487,4 +489,97 @@ func runMonitor(t *testing.T, dir string, targets ...Target) (base string, stop 
 			t.Error(err)
 		}
 	}
+}
+
+// A subquery without a step ([5m:]) steps at the evaluation interval, in
+// a rule file and through the API, as in Prometheus: without the engine's
+// NoStepSubqueryIntervalFn it panics, which in a rule group kills
+// capstan.
+func TestASubqueryWithoutAStepIsEvaluated(t *testing.T) {
+	dir := t.TempDir()
+	rules := filepath.Join(dir, "subquery-rules.yaml")
+	if err := os.WriteFile(rules, []byte(`groups:
+- name: subquery
+  rules:
+  - record: job:up:max5m
+    expr: max by (job) (max_over_time(up[5m:]))
+  - alert: SubqueryWithoutStep
+    expr: max_over_time(up{job="cluster-version-operator"}[1h:]) == 1
+    labels:
+      severity: info
+    annotations:
+      summary: A subquery without a step evaluated.
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "prometheus.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("rule_files: [%q]\n", rules)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, base, _, _ := testMonitor(t, Options{ConfigFile: cfg})
+	waitAlert(t, base, "SubqueryWithoutStep", "firing")
+	waitQuery(t, base, `job:up:max5m{job="cluster-version-operator"} == 1`, 1)
+	waitQuery(t, base, `max_over_time(up{job="cluster-version-operator"}[5m:])`, 1)
+}
+
+// A flood of queries is refused with 503 once MaxConcurrentQueries are
+// evaluating and a slot does not come free within QueryQueueWait; what
+// does not read the TSDB still answers, and the next query after the
+// flood does too.
+func TestAFloodOfQueriesIsRefused(t *testing.T) {
+	m, base, _, _ := testMonitor(t, Options{})
+	waitQuery(t, base, `up{job="cluster-version-operator"}`, 1)
+
+	// Every slot taken: refused, with Retry-After.
+	for range cap(m.queries) {
+		m.queries <- struct{}{}
+	}
+	resp, err := http.Get(base + "/api/v1/query?query=up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a apiAnswer
+	_ = json.NewDecoder(resp.Body).Decode(&a)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || a.ErrorType != "unavailable" || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("a query with every slot taken: %d %q %q (Retry-After %q), want 503 unavailable with Retry-After",
+			resp.StatusCode, a.ErrorType, a.Error, resp.Header.Get("Retry-After"))
+	}
+	if code, a := get(t, base, "/api/v1/alerts", nil); code != 200 {
+		t.Errorf("alerts with every query slot taken: %d %s", code, a.Error)
+	}
+	for range cap(m.queries) {
+		<-m.queries
+	}
+
+	// A real flood: slow range queries (a subquery of 3,600 points at
+	// each of 11,000 steps), four times as many as there are slots.
+	end := time.Now()
+	flood := url.Values{"query": {"sum_over_time(vector(1)[1h:1s])"}, "start": {fmt.Sprint(end.Add(-11000 * time.Second).Unix())},
+		"end": {fmt.Sprint(end.Unix())}, "step": {"1s"}}
+	codes := make(chan int, 4*MaxConcurrentQueries)
+	var wg sync.WaitGroup
+	for range cap(codes) {
+		wg.Go(func() {
+			resp, err := http.PostForm(base+"/api/v1/query_range", flood)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		})
+	}
+	wg.Wait()
+	close(codes)
+	count := map[int]int{}
+	for c := range codes {
+		count[c]++
+	}
+	if count[http.StatusServiceUnavailable] == 0 || count[http.StatusOK] == 0 || count[http.StatusOK]+count[http.StatusServiceUnavailable] != 4*MaxConcurrentQueries {
+		t.Errorf("the flood's answers by status: %v, want some 200 and some 503, nothing else", count)
+	}
+	t.Logf("the flood's answers by status: %v", count)
+	waitQuery(t, base, `up{job="cluster-version-operator"}`, 1)
 }
