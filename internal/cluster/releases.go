@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/capstan-dev/capstan/internal/atomicfile"
 	"github.com/capstan-dev/capstan/internal/component"
 	"github.com/capstan-dev/capstan/internal/cvo"
 	"github.com/capstan-dev/capstan/internal/operators"
@@ -296,7 +297,7 @@ func signingKey(path string) (*openpgp.Entity, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err
 	}
-	return e, os.WriteFile(path, buf.Bytes(), 0o600)
+	return e, atomicfile.Write(path, buf.Bytes(), 0o600)
 }
 
 // lateHandler answers 503 until the update service is loaded.

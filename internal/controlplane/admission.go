@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/capstan-dev/capstan/internal/atomicfile"
 	"github.com/capstan-dev/capstan/internal/strictyaml"
 
 	corev1 "k8s.io/api/core/v1"
@@ -66,7 +67,7 @@ nodeSelectorLabelBlacklist:
 func prepareAdmission(dir string, o AdmissionOverrides) (warnings []string, err error) {
 	for name, content := range defaultAdmissionFiles {
 		if _, err := os.Stat(filepath.Join(dir, name)); errors.Is(err, os.ErrNotExist) {
-			if err := writeFileAtomic(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			if err := atomicfile.Write(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
 				return nil, err
 			}
 		}
@@ -97,7 +98,7 @@ func prepareAdmission(dir string, o AdmissionOverrides) (warnings []string, err 
 			}
 			return nil, errors.New(msg)
 		}
-		if err := writeFileAtomic(target, out, 0o600); err != nil {
+		if err := atomicfile.Write(target, out, 0o600); err != nil {
 			return nil, err
 		}
 	}
@@ -109,7 +110,7 @@ plugins:
 - name: PodTolerationRestriction
   path: %s
 `, filepath.Join(eff, PodNodeSelectorConfigFile), filepath.Join(eff, PodTolerationRestrictionConfigFile))
-	return warnings, writeFileAtomic(filepath.Join(dir, admissionConfigFile), []byte(cfg), 0o600)
+	return warnings, atomicfile.Write(filepath.Join(dir, admissionConfigFile), []byte(cfg), 0o600)
 }
 
 type podNodeSelectorFile struct {

@@ -3,6 +3,8 @@ package controlplane
 import (
 	"os"
 	"path/filepath"
+
+	"github.com/capstan-dev/capstan/internal/atomicfile"
 )
 
 // auditPolicy is what the apiserver records of each request: who did
@@ -38,7 +40,7 @@ func (cp *ControlPlane) auditFlags() ([]string, error) {
 	if err := os.MkdirAll(filepath.Dir(policy), 0o700); err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(policy, []byte(auditPolicy), 0o600); err != nil {
+	if err := atomicfile.Write(policy, []byte(auditPolicy), 0o600); err != nil {
 		return nil, err
 	}
 	return []string{

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/capstan-dev/capstan/internal/atomicfile"
 	"github.com/capstan-dev/capstan/internal/ports"
 )
 
@@ -158,7 +159,7 @@ func (d *DataDir) etcdPorts() (client, peer int, err error) {
 		}
 	}
 	raw, _ := json.MarshalIndent(st, "", "  ")
-	if err := writeFileAtomic(d.statePath(), append(raw, '\n'), 0o600); err != nil {
+	if err := atomicfile.Write(d.statePath(), append(raw, '\n'), 0o600); err != nil {
 		return 0, 0, err
 	}
 	return st.EtcdClientPort, st.EtcdPeerPort, nil
@@ -182,7 +183,7 @@ func (d *DataDir) WebhookListener() (net.Listener, error) {
 	}
 	st.WebhookPort = l.Addr().(*net.TCPAddr).Port
 	raw, _ := json.MarshalIndent(st, "", "  ")
-	if err := writeFileAtomic(d.statePath(), append(raw, '\n'), 0o600); err != nil {
+	if err := atomicfile.Write(d.statePath(), append(raw, '\n'), 0o600); err != nil {
 		l.Close()
 		return nil, err
 	}

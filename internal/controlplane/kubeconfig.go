@@ -5,6 +5,8 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/capstan-dev/capstan/internal/atomicfile"
 )
 
 // ClusterName is the cluster and context name in the kubeconfigs capstan writes.
@@ -22,5 +24,5 @@ func writeKubeconfig(path, server string, caPEM, certPEM, keyPEM []byte, user st
 	if err != nil {
 		return fmt.Errorf("encoding kubeconfig %s: %w", path, err)
 	}
-	return writeFileAtomic(path, raw, 0o600)
+	return atomicfile.Write(path, raw, 0o600)
 }

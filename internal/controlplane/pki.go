@@ -8,14 +8,14 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"math/big"
 	"net"
 	"os"
-	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/capstan-dev/capstan/internal/atomicfile"
 )
 
 // CertificateAuthority is a signing key pair kept on disk as PEM files.
@@ -110,10 +110,10 @@ func (ca *CertificateAuthority) EnsureLeaf(certFile, keyFile string, spec LeafSp
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(keyFile, keyPEM, 0o600); err != nil {
+	if err := atomicfile.Write(keyFile, keyPEM, 0o600); err != nil {
 		return err
 	}
-	return writeFileAtomic(certFile, certPEM, 0o644)
+	return atomicfile.Write(certFile, certPEM, 0o644)
 }
 
 // Issue signs a fresh key pair for spec and returns both as PEM.
@@ -168,10 +168,10 @@ func EnsureKey(keyFile, pubFile string) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+	if err := atomicfile.Write(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
 		return err
 	}
-	return writeFileAtomic(pubFile, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644)
+	return atomicfile.Write(pubFile, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644)
 }
 
 func (ca *CertificateAuthority) signed(cert *x509.Certificate) bool {
@@ -253,46 +253,13 @@ func writePair(certFile, keyFile string, certPEM []byte, key *ecdsa.PrivateKey) 
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+	if err := atomicfile.Write(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
 		return err
 	}
-	return writeFileAtomic(certFile, certPEM, 0o644)
+	return atomicfile.Write(certFile, certPEM, 0o644)
 }
 
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
-}
-
-// writeFileAtomic writes through a temporary file and a rename so that a
-// crash never leaves a half-written certificate or config behind.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return errors.Join(fmt.Errorf("writing %s", path), err)
-	}
-	return nil
 }

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/klog/v2"
 
+	"github.com/capstan-dev/capstan/internal/atomicfile"
 	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/ports"
 	"github.com/capstan-dev/capstan/internal/waitfor"
@@ -529,30 +530,7 @@ func (c *Cluster) writeRegistryLocked() error {
 	if err != nil {
 		return err
 	}
-	tmp := c.registryPath() + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(raw)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, c.registryPath()); err != nil {
-		return err
-	}
-	dir, err := os.Open(c.cfg.DataDir)
-	if err != nil {
-		return err
-	}
-	defer dir.Close()
-	return dir.Sync()
+	return atomicfile.Write(c.registryPath(), raw, 0o600)
 }
 
 func byPeerURL(members []*etcdserverpb.Member, url string) *etcdserverpb.Member {

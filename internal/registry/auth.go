@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+
+	"github.com/capstan-dev/capstan/internal/atomicfile"
 )
 
 // CredentialsFile, in the registry's directory, holds its credentials
@@ -47,19 +49,10 @@ func loadOrCreateCredentials(path string) (user, password string, err error) {
 	if err != nil {
 		return "", "", err
 	}
-	if err := writeSecret(path, raw); err != nil {
+	if err := atomicfile.Write(path, raw, 0o600); err != nil {
 		return "", "", fmt.Errorf("registry credentials: %w", err)
 	}
 	return c.Username, c.Password, nil
-}
-
-// writeSecret writes a file only its owner reads, whole or not at all.
-func writeSecret(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // authorized lets a request through with the registry's credentials, or
@@ -93,5 +86,5 @@ func (r *Registry) WriteDockerConfig(path, host string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	return writeSecret(path, append(raw, '\n'))
+	return atomicfile.Write(path, append(raw, '\n'), 0o600)
 }

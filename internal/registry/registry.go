@@ -25,6 +25,8 @@ import (
 	"sync"
 
 	ggcr "github.com/google/go-containerregistry/pkg/registry"
+
+	"github.com/capstan-dev/capstan/internal/atomicfile"
 )
 
 // Registry serves the OCI distribution API from a directory.
@@ -81,7 +83,9 @@ func (r *Registry) replay() error {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
-		if err != nil || d.IsDir() || strings.HasSuffix(path, ".type") || strings.HasSuffix(path, ".tmp") {
+		// A name starting with "." is a write a crash cut short
+		// (atomicfile's temporary file): no reference starts so.
+		if err != nil || d.IsDir() || strings.HasSuffix(path, ".type") || strings.HasPrefix(d.Name(), ".") {
 			return err
 		}
 		rel, _ := filepath.Rel(root, path)
@@ -285,10 +289,10 @@ func (r *Registry) journal(repo, ref, mediaType string, body []byte, digest stri
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
-		if err := writeAtomic(p+".type", []byte(mediaType)); err != nil {
+		if err := atomicfile.Write(p+".type", []byte(mediaType), 0o644); err != nil {
 			return err
 		}
-		if err := writeAtomic(p, body); err != nil {
+		if err := atomicfile.Write(p, body, 0o644); err != nil {
 			return err
 		}
 	}
@@ -303,12 +307,4 @@ func (r *Registry) forget(repo, ref string) error {
 		}
 	}
 	return nil
-}
-
-func writeAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

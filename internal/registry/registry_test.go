@@ -98,7 +98,7 @@ func TestABrokenJournalEntryIsSetAsideAndReported(t *testing.T) {
 		"manifests/ocp/release/_refs/" + zeros + ".type": "application/vnd.oci.image.manifest.v1+json",
 		"manifests/ocp/Bad_Name/_refs/4.10.22":           "{}",
 		"manifests/ocp/Bad_Name/_refs/4.10.22.type":      "application/vnd.oci.image.manifest.v1+json",
-		"manifests/ocp/release/_refs/half-written.tmp":   "{",
+		"manifests/ocp/release/_refs/.v9.tmp-1234":       "{",
 	} {
 		p := filepath.Join(dir, filepath.FromSlash(file))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
