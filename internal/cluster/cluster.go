@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/capstan-dev/capstan/internal/mco"
+	"net"
 	"sort"
 	"strings"
 	"sync"
@@ -129,6 +130,10 @@ func (o *Options) WithoutMachineAPI() {
 func (o *Options) Validate() error {
 	var errs []error
 	if o.MetricsAddress != "" {
+		if err := loopbackOnly(o.MetricsAddress); err != nil {
+			errs = append(errs, fmt.Errorf("--metrics-address %s: %w: the metrics and the Prometheus API served there have no authentication; "+
+				"reach them from elsewhere through the thanos-querier (--thanos-address), which authenticates", o.MetricsAddress, err))
+		}
 		mo := monitoring.Options{Dir: "-", Retention: o.Monitoring.Retention, ScrapeInterval: o.Monitoring.ScrapeInterval,
 			EvaluationInterval: o.Monitoring.EvaluationInterval, MaxAlertFor: o.Monitoring.MaxAlertFor}
 		if err := mo.Validate(); err != nil {
@@ -159,6 +164,25 @@ func (o *Options) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// loopbackOnly refuses an address to listen on that is not a loopback
+// one (127.0.0.0/8, ::1, localhost).
+func loopbackOnly(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if host == "" {
+		return errors.New("every interface is not loopback only")
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("%q is not a loopback address", host)
+	}
+	return nil
 }
 
 // SetLeaseDuration defaults the simulated kubelets' lease duration to the

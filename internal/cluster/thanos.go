@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
+
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -75,7 +76,7 @@ func (c *Cluster) startThanosQuerier(ctx, runCtx context.Context) error {
 	if err != nil {
 		return err
 	}
-	auth := &bearerAuth{client: authID.kube, cache: map[[32]byte]authResult{}}
+	auth := newBearerAuth(authID.kube)
 	srv := &http.Server{Handler: auth.wrap(c.monitor.Handler()), ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}
 	c.run(runCtx, "thanos-querier", func(ctx context.Context) error {
@@ -202,17 +203,30 @@ func (c *Cluster) ensureAdminToken(ctx context.Context) error {
 
 // bearerAuth lets through requests whose bearer token the API server
 // authenticates (TokenReview) and allows to get namespaces
-// (SubjectAccessReview); answers are kept a minute.
+// (SubjectAccessReview). Answers are kept in a bounded cache, as
+// kube-rbac-proxy's delegating authenticator keeps them: an allowed
+// token a minute, a refused one 10 s, at most authCacheSize tokens, the
+// least recently used going first, so a stream of made-up tokens costs
+// reviews but no memory.
 type bearerAuth struct {
 	client kubernetes.Interface
-	mu     sync.Mutex
-	cache  map[[32]byte]authResult
+	cache  *cache.LRUExpireCache
+}
+
+const (
+	authCacheSize   = 1024
+	authAllowedTTL  = time.Minute
+	authRefusedTTL  = 10 * time.Second
+	authReviewLimit = 10 * time.Second
+)
+
+func newBearerAuth(client kubernetes.Interface) *bearerAuth {
+	return &bearerAuth{client: client, cache: cache.NewLRUExpireCache(authCacheSize)}
 }
 
 type authResult struct {
 	status  int
 	message string
-	at      time.Time
 }
 
 func (a *bearerAuth) wrap(h http.Handler) http.Handler {
@@ -234,29 +248,28 @@ func (a *bearerAuth) wrap(h http.Handler) http.Handler {
 
 func (a *bearerAuth) check(ctx context.Context, token string) authResult {
 	key := sha256.Sum256([]byte(token))
-	a.mu.Lock()
-	if res, ok := a.cache[key]; ok && time.Since(res.at) < time.Minute {
-		a.mu.Unlock()
-		return res
+	if res, ok := a.cache.Get(key); ok {
+		return res.(authResult)
 	}
-	a.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, authReviewLimit)
+	defer cancel()
 	res := a.review(ctx, token)
-	if res.status != http.StatusInternalServerError {
-		a.mu.Lock()
-		a.cache[key] = res
-		a.mu.Unlock()
+	switch res.status {
+	case http.StatusOK:
+		a.cache.Add(key, res, authAllowedTTL)
+	case http.StatusUnauthorized, http.StatusForbidden:
+		a.cache.Add(key, res, authRefusedTTL)
 	}
 	return res
 }
 
 func (a *bearerAuth) review(ctx context.Context, token string) authResult {
-	now := time.Now()
 	tr, err := a.client.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
 	if err != nil {
-		return authResult{http.StatusInternalServerError, "authenticating the token: " + err.Error(), now}
+		return authResult{http.StatusInternalServerError, "authenticating the token: " + err.Error()}
 	}
 	if !tr.Status.Authenticated {
-		return authResult{http.StatusUnauthorized, "Unauthorized: the token is not valid", now}
+		return authResult{http.StatusUnauthorized, "Unauthorized: the token is not valid"}
 	}
 	u := tr.Status.User
 	extra := map[string]authzv1.ExtraValue{}
@@ -268,10 +281,10 @@ func (a *bearerAuth) review(ctx context.Context, token string) authResult {
 		ResourceAttributes: &authzv1.ResourceAttributes{Verb: "get", Resource: "namespaces"},
 	}}, metav1.CreateOptions{})
 	if err != nil {
-		return authResult{http.StatusInternalServerError, "authorizing the user: " + err.Error(), now}
+		return authResult{http.StatusInternalServerError, "authorizing the user: " + err.Error()}
 	}
 	if !sar.Status.Allowed {
-		return authResult{http.StatusForbidden, fmt.Sprintf("Forbidden: user %q cannot get namespaces", u.Username), now}
+		return authResult{http.StatusForbidden, fmt.Sprintf("Forbidden: user %q cannot get namespaces", u.Username)}
 	}
-	return authResult{http.StatusOK, "", now}
+	return authResult{http.StatusOK, ""}
 }

@@ -68,6 +68,7 @@ func TestUpRejectsBadInputWithOneClearLine(t *testing.T) {
 		{"bad port", []string{"up", "--data-dir", filepath.Join(tmp, "ok2"), "--port", "70000"}, "not a TCP port"},
 		{"negative retention", []string{"up", "--data-dir", filepath.Join(tmp, "unwritten"), "--metrics-retention", "-1h"}, "--metrics-retention -1h0m0s: must not be negative"},
 		{"bad prometheus config", []string{"up", "--data-dir", filepath.Join(tmp, "unwritten"), "--prometheus-config", promConfig}, `not a valid duration string: "often"`},
+		{"metrics on every interface", []string{"up", "--data-dir", filepath.Join(tmp, "unwritten"), "--metrics-address", ":8085"}, "--metrics-address :8085: every interface is not loopback only"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
