@@ -25,6 +25,8 @@ func newConsoleCommand() *cobra.Command {
 		listen        string
 		prometheusURL string
 		policyFile    string
+		sessionKey    string
+		secureCookies bool
 	)
 	c := &cobra.Command{
 		Use:   "console",
@@ -49,7 +51,12 @@ is printed.`,
 			if err != nil {
 				return err
 			}
-			opts := console.Options{API: cfg, Policy: p}
+			opts := console.Options{API: cfg, Policy: p, SecureCookies: secureCookies}
+			if sessionKey != "" {
+				if opts.SessionKey, err = console.LoadSessionKey(sessionKey); err != nil {
+					return fmt.Errorf("--session-key-file: %w", err)
+				}
+			}
 			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			switch {
@@ -79,7 +86,9 @@ is printed.`,
 			}
 			base := "http://" + ln.Addr().String()
 			fmt.Fprintf(c.OutOrStdout(), "Console: %s\n", base)
-			if token := bearerToken(cfg); token != "" {
+			// In a pod, the token is the pod's own, and the link would go
+			// into its log with an address nobody browses to.
+			if token := bearerToken(cfg); token != "" && !inCluster() {
 				fmt.Fprintf(c.OutOrStdout(), "Log in as the kubeconfig's user, once, within 10 minutes: %s\n", srv.LoginLink(base, token))
 			}
 			return rf.run(c, "console", nil, leader.Config{}, nil, func(ctx context.Context) error { return srv.Serve(ctx, ln) })
@@ -90,7 +99,14 @@ is printed.`,
 	c.Flags().StringVar(&listen, "listen", "127.0.0.1:9000", "address to serve the console on (plain HTTP: keep it on loopback, or put TLS in front)")
 	c.Flags().StringVar(&prometheusURL, "prometheus-url", "", "Prometheus API to read alerts and charts from, with the user's token (default: the thanos-querier Route)")
 	c.Flags().StringVar(&policyFile, "policy", "", "scheduler Policy file pending pods are explained with (default: the default policy)")
+	c.Flags().StringVar(&sessionKey, "session-key-file", "", "file of at least 32 secret bytes that seals sessions into their cookies; replicas that share it share their sessions (default: a random key, sessions ending with the process)")
+	c.Flags().BoolVar(&secureCookies, "secure-cookies", false, "mark the session cookie Secure (named __Host-...): set it when the console is reached over HTTPS, as behind a Route or an Ingress")
 	return c
+}
+
+// inCluster reports whether this process runs in a pod.
+func inCluster() bool {
+	return os.Getenv("KUBERNETES_SERVICE_HOST") != "" && os.Getenv("KUBERNETES_SERVICE_PORT") != ""
 }
 
 func errOrNoHost(err error) error {

@@ -207,7 +207,9 @@ type Cluster struct {
 	Cloud        *sim.APICloud
 	Client       kubernetes.Interface
 	opts         Options
-	// adminToken is the capstan-admin ServiceAccount's token, once made.
+	// adminToken is the capstan-admin ServiceAccount's token, once made,
+	// renewed before it expires.
+	adminMu    sync.Mutex
 	adminToken string
 	console    *console.Server
 

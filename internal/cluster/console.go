@@ -4,11 +4,15 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
 
+	"github.com/capstan-dev/capstan/internal/atomicfile"
 	"github.com/capstan-dev/capstan/internal/console"
 )
 
@@ -16,17 +20,27 @@ import (
 // those who log in; the admin gets a one-time login link with the
 // capstan-admin ServiceAccount's token.
 func (c *Cluster) startConsole(ctx, runCtx context.Context) error {
-	if c.adminToken == "" {
-		if err := c.ensureAdminToken(ctx); err != nil {
-			return fmt.Errorf("the admin's token: %w", err)
-		}
+	if err := c.ensureAdminToken(ctx, runCtx); err != nil {
+		return fmt.Errorf("the admin's token: %w", err)
 	}
 	// The console's own identity has no rights: it acts with its users'.
 	id, err := c.as(ctx, "console")
 	if err != nil {
 		return err
 	}
-	opts := console.Options{API: id.cfg}
+	// The session key lives in the data dir: sessions survive a restart
+	// of capstan up.
+	keyFile := filepath.Join(c.ControlPlane.DataDir().PKIDir(), "console-session.key")
+	if _, err := os.Stat(keyFile); errors.Is(err, fs.ErrNotExist) {
+		if err := atomicfile.Write(keyFile, []byte(base64.StdEncoding.EncodeToString(console.NewSessionKey())+"\n"), 0o600); err != nil {
+			return err
+		}
+	}
+	key, err := console.LoadSessionKey(keyFile)
+	if err != nil {
+		return err
+	}
+	opts := console.Options{API: id.cfg, SessionKey: key}
 	if c.opts.Scheduler != nil {
 		opts.Policy = c.opts.Scheduler.Policy
 	}
@@ -52,7 +66,7 @@ func (c *Cluster) startConsole(ctx, runCtx context.Context) error {
 	c.run(runCtx, "console", func(ctx context.Context) error { return srv.Serve(ctx, ln) })
 	c.ConsoleURL = "http://" + ln.Addr().String()
 	c.console = srv
-	c.ConsoleLoginLink = c.NewConsoleLoginLink(c.adminToken)
+	c.ConsoleLoginLink = c.NewConsoleLoginLink(c.AdminToken())
 	return nil
 }
 
@@ -66,5 +80,9 @@ func (c *Cluster) NewConsoleLoginLink(token string) string {
 }
 
 // AdminToken is the capstan-admin ServiceAccount's token (bound to
-// cluster-admin), once the thanos-querier or the console made it.
-func (c *Cluster) AdminToken() string { return c.adminToken }
+// cluster-admin) now, once the thanos-querier or the console made it.
+func (c *Cluster) AdminToken() string {
+	c.adminMu.Lock()
+	defer c.adminMu.Unlock()
+	return c.adminToken
+}

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -10,8 +9,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"strconv"
-	"strings"
-
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
@@ -22,14 +19,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
+	"github.com/capstan-dev/capstan/internal/atomicfile"
+	"github.com/capstan-dev/capstan/internal/bearerauth"
 	"github.com/capstan-dev/capstan/internal/controlplane"
-	"github.com/capstan-dev/capstan/internal/waitfor"
 )
 
 // Where OpenShift serves its cluster's alerts and queries: the
@@ -76,8 +74,9 @@ func (c *Cluster) startThanosQuerier(ctx, runCtx context.Context) error {
 	if err != nil {
 		return err
 	}
-	auth := newBearerAuth(authID.kube)
-	srv := &http.Server{Handler: auth.wrap(c.monitor.Handler()), ReadHeaderTimeout: 10 * time.Second,
+	// As the oauth-proxy in front of OpenShift's thanos-querier asks.
+	auth := bearerauth.New(authID.kube, "thanos-querier", authzv1.ResourceAttributes{Verb: "get", Resource: "namespaces"})
+	srv := &http.Server{Handler: auth.Wrap(c.monitor.Handler()), ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}
 	c.run(runCtx, "thanos-querier", func(ctx context.Context) error {
 		go func() {
@@ -95,7 +94,7 @@ func (c *Cluster) startThanosQuerier(ctx, runCtx context.Context) error {
 	if err := c.publishThanosRoute(ctx, ln.Addr().String()); err != nil {
 		return fmt.Errorf("the thanos-querier Route: %w", err)
 	}
-	return c.ensureAdminToken(ctx)
+	return c.ensureAdminToken(ctx, runCtx)
 }
 
 // publishThanosRoute makes the thanos-querier Service and Route, the
@@ -151,11 +150,19 @@ func (c *Cluster) publishThanosRoute(ctx context.Context, addr string) error {
 	return err
 }
 
-// ensureAdminToken gives the admin kubeconfig a bearer token (the
-// capstan-admin ServiceAccount's, bound to cluster-admin), which oc
-// presents to the thanos-querier Route; the client certificate stays
-// what authenticates to the API server.
-func (c *Cluster) ensureAdminToken(ctx context.Context) error {
+// ensureAdminToken gives the admin kubeconfig a bearer token of the
+// capstan-admin ServiceAccount (bound to cluster-admin), which oc
+// presents to the thanos-querier Route and the console's login link
+// carries; the client certificate stays what authenticates to the API
+// server. The token is a TokenRequest's, valid AdminTokenLifetime, and a
+// new one replaces it in the kubeconfig once half of that has passed,
+// for as long as runCtx lasts: no token without an expiry is written.
+// A legacy token Secret from an older data dir is deleted, which
+// revokes its never-expiring token.
+func (c *Cluster) ensureAdminToken(ctx, runCtx context.Context) error {
+	if c.AdminToken() != "" {
+		return nil
+	}
 	ns := "kube-system"
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: adminServiceAccount, Namespace: ns}}
 	if _, err := c.Client.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -167,22 +174,53 @@ func (c *Cluster) ensureAdminToken(ctx context.Context) error {
 	if _, err := c.Client.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: adminServiceAccount + "-token", Namespace: ns,
-		Annotations: map[string]string{corev1.ServiceAccountNameKey: adminServiceAccount}}, Type: corev1.SecretTypeServiceAccountToken}
-	if _, err := c.Client.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := c.Client.CoreV1().Secrets(ns).Delete(ctx, legacyAdminTokenSecret, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting the never-expiring token Secret %s/%s: %w", ns, legacyAdminTokenSecret, err)
+	}
+	if err := c.renewAdminToken(ctx); err != nil {
 		return err
 	}
-	var token string
-	err := waitfor.Poll(ctx, 100*time.Millisecond, time.Minute, waitfor.Simple(func(ctx context.Context) (bool, string) {
-		s, err := c.Client.CoreV1().Secrets(ns).Get(ctx, secret.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
+	c.run(runCtx, "admin-token", func(ctx context.Context) error {
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(AdminTokenLifetime / 2):
+			}
+			// A renewal that fails is tried again a minute later; the
+			// token in use is good for half its lifetime still.
+			for ctx.Err() == nil {
+				if err := c.renewAdminToken(ctx); err == nil {
+					break
+				} else if ctx.Err() == nil {
+					klog.ErrorS(err, "Renewing the admin's bearer token")
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Minute):
+				}
+			}
 		}
-		token = string(s.Data[corev1.ServiceAccountTokenKey])
-		return token != "", "the token controller has not filled " + secret.Name
-	}))
+	})
+	return nil
+}
+
+const (
+	// AdminTokenLifetime is how long the admin's bearer token is valid;
+	// a new one comes at half of it.
+	AdminTokenLifetime = 24 * time.Hour
+	// legacyAdminTokenSecret held the admin's token in older data dirs:
+	// a kubernetes.io/service-account-token Secret, valid for ever.
+	legacyAdminTokenSecret = adminServiceAccount + "-token"
+)
+
+// renewAdminToken asks for a new token of the capstan-admin
+// ServiceAccount and writes it into the admin kubeconfig.
+func (c *Cluster) renewAdminToken(ctx context.Context) error {
+	tr, err := c.Client.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, adminServiceAccount, &authnv1.TokenRequest{
+		Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(AdminTokenLifetime / time.Second))}}, metav1.CreateOptions{})
 	if err != nil {
-		return err
+		return fmt.Errorf("a token for the %s ServiceAccount: %w", adminServiceAccount, err)
 	}
 	path := c.ControlPlane.KubeconfigPath()
 	cfg, err := clientcmd.LoadFromFile(path)
@@ -193,98 +231,16 @@ func (c *Cluster) ensureAdminToken(ctx context.Context) error {
 	if ctxName == nil || cfg.AuthInfos[ctxName.AuthInfo] == nil {
 		return fmt.Errorf("%s has no current user", path)
 	}
-	c.adminToken = token
-	if cfg.AuthInfos[ctxName.AuthInfo].Token == token {
-		return nil
-	}
-	cfg.AuthInfos[ctxName.AuthInfo].Token = token
-	return clientcmd.WriteToFile(*cfg, path)
-}
-
-// bearerAuth lets through requests whose bearer token the API server
-// authenticates (TokenReview) and allows to get namespaces
-// (SubjectAccessReview). Answers are kept in a bounded cache, as
-// kube-rbac-proxy's delegating authenticator keeps them: an allowed
-// token a minute, a refused one 10 s, at most authCacheSize tokens, the
-// least recently used going first, so a stream of made-up tokens costs
-// reviews but no memory.
-type bearerAuth struct {
-	client kubernetes.Interface
-	cache  *cache.LRUExpireCache
-}
-
-const (
-	authCacheSize   = 1024
-	authAllowedTTL  = time.Minute
-	authRefusedTTL  = 10 * time.Second
-	authReviewLimit = 10 * time.Second
-)
-
-func newBearerAuth(client kubernetes.Interface) *bearerAuth {
-	return &bearerAuth{client: client, cache: cache.NewLRUExpireCache(authCacheSize)}
-}
-
-type authResult struct {
-	status  int
-	message string
-}
-
-func (a *bearerAuth) wrap(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || token == "" {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="thanos-querier"`)
-			http.Error(w, "Unauthorized: a bearer token is required", http.StatusUnauthorized)
-			return
-		}
-		res := a.check(r.Context(), token)
-		if res.status != http.StatusOK {
-			http.Error(w, res.message, res.status)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
-}
-
-func (a *bearerAuth) check(ctx context.Context, token string) authResult {
-	key := sha256.Sum256([]byte(token))
-	if res, ok := a.cache.Get(key); ok {
-		return res.(authResult)
-	}
-	ctx, cancel := context.WithTimeout(ctx, authReviewLimit)
-	defer cancel()
-	res := a.review(ctx, token)
-	switch res.status {
-	case http.StatusOK:
-		a.cache.Add(key, res, authAllowedTTL)
-	case http.StatusUnauthorized, http.StatusForbidden:
-		a.cache.Add(key, res, authRefusedTTL)
-	}
-	return res
-}
-
-func (a *bearerAuth) review(ctx context.Context, token string) authResult {
-	tr, err := a.client.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+	cfg.AuthInfos[ctxName.AuthInfo].Token = tr.Status.Token
+	raw, err := clientcmd.Write(*cfg)
 	if err != nil {
-		return authResult{http.StatusInternalServerError, "authenticating the token: " + err.Error()}
+		return err
 	}
-	if !tr.Status.Authenticated {
-		return authResult{http.StatusUnauthorized, "Unauthorized: the token is not valid"}
+	if err := atomicfile.Write(path, raw, 0o600); err != nil {
+		return err
 	}
-	u := tr.Status.User
-	extra := map[string]authzv1.ExtraValue{}
-	for k, v := range u.Extra {
-		extra[k] = authzv1.ExtraValue(v)
-	}
-	sar, err := a.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
-		User: u.Username, UID: u.UID, Groups: u.Groups, Extra: extra,
-		ResourceAttributes: &authzv1.ResourceAttributes{Verb: "get", Resource: "namespaces"},
-	}}, metav1.CreateOptions{})
-	if err != nil {
-		return authResult{http.StatusInternalServerError, "authorizing the user: " + err.Error()}
-	}
-	if !sar.Status.Allowed {
-		return authResult{http.StatusForbidden, fmt.Sprintf("Forbidden: user %q cannot get namespaces", u.Username)}
-	}
-	return authResult{http.StatusOK, ""}
+	c.adminMu.Lock()
+	c.adminToken = tr.Status.Token
+	c.adminMu.Unlock()
+	return nil
 }

@@ -37,6 +37,8 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -72,6 +74,15 @@ type Options struct {
 	// (nil: the default policy).
 	Policy *policy.Policy
 	Logger *slog.Logger
+	// SessionKey seals sessions into their cookies (32 bytes; nil: a
+	// random key, and sessions last as long as the process). Replicas
+	// that share it share their sessions.
+	SessionKey []byte
+	// SecureCookies marks the session cookie Secure (and names it
+	// __Host-...): set it when the console is served over HTTPS, as
+	// behind a Route or an Ingress that terminates TLS. A request that
+	// came over TLS gets a Secure cookie anyway.
+	SecureCookies bool
 }
 
 // Server is a console.
@@ -82,10 +93,12 @@ type Server struct {
 	prom   *httputil.ReverseProxy
 	apiURL *url.URL
 
-	mu       sync.Mutex
-	sessions map[string]*session
-	links    map[string]loginLink
-	now      func() time.Time
+	sessionKey []byte
+	reqInfo    *request.RequestInfoFactory
+
+	mu    sync.Mutex
+	links map[string]loginLink
+	now   func() time.Time
 }
 
 type session struct {
@@ -112,7 +125,14 @@ func New(opts Options) (*Server, error) {
 	if opts.Policy == nil {
 		opts.Policy = policy.Default()
 	}
-	s := &Server{opts: opts, mux: http.NewServeMux(), sessions: map[string]*session{}, links: map[string]loginLink{}, now: time.Now}
+	if opts.SessionKey == nil {
+		opts.SessionKey = NewSessionKey()
+	}
+	if len(opts.SessionKey) != 32 {
+		return nil, fmt.Errorf("console: the session key has %d bytes, want 32", len(opts.SessionKey))
+	}
+	s := &Server{opts: opts, mux: http.NewServeMux(), links: map[string]loginLink{}, now: time.Now, sessionKey: opts.SessionKey,
+		reqInfo: &request.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}}
 	anon := anonymous(opts.API)
 	transport, err := rest.TransportFor(anon)
 	if err != nil {
@@ -126,12 +146,15 @@ func New(opts Options) (*Server, error) {
 	s.api = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(host)
-			pr.Out.URL.Path = strings.TrimPrefix(pr.In.URL.Path, "/api/kubernetes")
+			// The API's own base path (a gateway's /k8s/clusters/ID) stays.
+			pr.Out.URL.Path = strings.TrimSuffix(host.Path, "/") + strings.TrimPrefix(pr.In.URL.Path, "/api/kubernetes")
 			pr.Out.URL.RawPath = ""
+			pr.SetXForwarded()
 		},
-		Transport:     transport,
-		FlushInterval: -1, // watches stream
-		ErrorHandler:  s.proxyError,
+		Transport:      transport,
+		FlushInterval:  -1, // watches stream
+		ErrorHandler:   s.proxyError,
+		ModifyResponse: inert,
 	}
 	if opts.PrometheusURL != "" {
 		pu, err := url.Parse(opts.PrometheusURL)
@@ -145,9 +168,11 @@ func New(opts Options) (*Server, error) {
 				pr.SetURL(pu)
 				pr.Out.URL.Path = strings.TrimSuffix(pu.Path, "/") + strings.TrimPrefix(pr.In.URL.Path, "/api/prometheus")
 				pr.Out.URL.RawPath = ""
+				pr.SetXForwarded()
 			},
-			Transport:    tr,
-			ErrorHandler: s.proxyError,
+			Transport:      tr,
+			ErrorHandler:   s.proxyError,
+			ModifyResponse: inert,
 		}
 	}
 	static, err := fs.Sub(assets, "assets")
@@ -159,7 +184,7 @@ func New(opts Options) (*Server, error) {
 	s.mux.HandleFunc("GET /{$}", s.index)
 	s.mux.HandleFunc("GET /login", s.loginWithLink)
 	s.mux.HandleFunc("POST /api/login", s.login)
-	s.mux.HandleFunc("POST /api/logout", s.logout)
+	s.mux.HandleFunc("POST /api/logout", s.withSession(s.logout))
 	s.mux.HandleFunc("GET /api/session", s.withSession(s.sessionInfo))
 	s.mux.HandleFunc("/api/kubernetes/", s.withSession(s.proxyAPI))
 	s.mux.HandleFunc("GET /api/prometheus/", s.withSession(s.proxyPrometheus))
@@ -201,6 +226,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 func (s *Server) LoginLink(base, token string) string {
 	code := randomString()
 	s.mu.Lock()
+	for k, old := range s.links {
+		if s.now().After(old.expires) {
+			delete(s.links, k)
+		}
+	}
 	s.links[code] = loginLink{token: token, expires: s.now().Add(loginLinkTTL)}
 	s.mu.Unlock()
 	return strings.TrimSuffix(base, "/") + "/login?code=" + url.QueryEscape(code)
@@ -216,7 +246,8 @@ func randomString() string {
 
 func securityHeaders(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'")
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'")
+		w.Header().Set("Cross-Origin-Opener-Policy", "same-origin")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.Header().Set("Referrer-Policy", "no-referrer")
 		h.ServeHTTP(w, r)
@@ -323,24 +354,24 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request, token stri
 		}
 		return nil, fmt.Errorf("asking the API server who the token is: %v", err)
 	}
-	id := randomString()
 	sess := &session{token: token, user: u.Username, groups: u.Groups, csrf: randomString(), expires: s.now().Add(sessionTTL)}
-	s.mu.Lock()
-	for k, old := range s.sessions {
-		if s.now().After(old.expires) {
-			delete(s.sessions, k)
-		}
+	value, err := s.seal(sess)
+	if err != nil {
+		return nil, err
 	}
-	s.sessions[id] = sess
-	s.mu.Unlock()
-	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
-		Secure: r.TLS != nil, Expires: sess.expires})
+	http.SetCookie(w, &http.Cookie{Name: s.cookieName(), Value: value, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		Secure: s.opts.SecureCookies || r.TLS != nil, Expires: sess.expires})
 	s.opts.Logger.Info("Console login", "user", u.Username)
 	return sess, nil
 }
 
-// login takes {"token": "..."}.
+// login takes {"token": "..."}, as JSON, from the console's own pages:
+// a form on another site cannot log its visitor in as someone else.
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	if err := sameOriginJSON(r); err != nil {
+		writeError(w, http.StatusForbidden, "%v", err)
+		return
+	}
 	var body struct {
 		Token string `json:"token"`
 	}
@@ -379,14 +410,30 @@ func (s *Server) loginWithLink(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/#/overview", http.StatusSeeOther)
 }
 
-func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
-	if c, err := r.Cookie(SessionCookie); err == nil {
-		s.mu.Lock()
-		delete(s.sessions, c.Value)
-		s.mu.Unlock()
-	}
-	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+// logout clears the session's cookie (a request with the session's CSRF
+// token: another site cannot log the user out).
+func (s *Server) logout(w http.ResponseWriter, r *http.Request, _ *session) {
+	http.SetCookie(w, &http.Cookie{Name: s.cookieName(), Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		Secure: s.opts.SecureCookies || r.TLS != nil})
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// sameOriginJSON refuses a request that is not JSON from the console's
+// own origin: a cross-site form posts text/plain or a form encoding,
+// and its browser names the other origin.
+func sameOriginJSON(r *http.Request) error {
+	if mt, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); strings.TrimSpace(strings.ToLower(mt)) != "application/json" {
+		return fmt.Errorf("want Content-Type application/json, not %q", r.Header.Get("Content-Type"))
+	}
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" {
+		return fmt.Errorf("a request from another site (Sec-Fetch-Site %s) is refused", site)
+	}
+	if o := r.Header.Get("Origin"); o != "" {
+		if u, err := url.Parse(o); err != nil || u.Host != r.Host {
+			return fmt.Errorf("a request from origin %q is refused", o)
+		}
+	}
+	return nil
 }
 
 type sessionJSON struct {
@@ -412,19 +459,14 @@ func (s *Server) sessionInfo(w http.ResponseWriter, r *http.Request, sess *sessi
 // X-CSRF-Token header.
 func (s *Server) withSession(h func(http.ResponseWriter, *http.Request, *session)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		c, err := r.Cookie(SessionCookie)
-		var sess *session
-		if err == nil {
-			s.mu.Lock()
-			sess = s.sessions[c.Value]
-			if sess != nil && s.now().After(sess.expires) {
-				delete(s.sessions, c.Value)
-				sess = nil
-			}
-			s.mu.Unlock()
-		}
-		if sess == nil {
+		c, err := r.Cookie(s.cookieName())
+		if err != nil {
 			writeError(w, http.StatusUnauthorized, "not logged in")
+			return
+		}
+		sess, err := s.open(c.Value)
+		if err != nil {
+			writeError(w, http.StatusUnauthorized, "not logged in: %v", err)
 			return
 		}
 		switch r.Method {
@@ -448,6 +490,11 @@ func (s *Server) proxyAPI(w http.ResponseWriter, r *http.Request, sess *session)
 			return
 		}
 	}
+	if err := s.refused(r); err != nil {
+		writeError(w, http.StatusForbidden, "%v", err)
+		return
+	}
+	w.Header().Set("Content-Security-Policy", proxiedCSP)
 	r.Header.Del("Cookie")
 	r.Header.Del("X-CSRF-Token")
 	r.Header.Set("Authorization", "Bearer "+sess.token)
@@ -459,14 +506,68 @@ func (s *Server) proxyPrometheus(w http.ResponseWriter, r *http.Request, sess *s
 		writeError(w, http.StatusServiceUnavailable, "this console has no Prometheus to ask (no thanos-querier Route, and no --prometheus-url)")
 		return
 	}
+	w.Header().Set("Content-Security-Policy", proxiedCSP)
 	r.Header.Del("Cookie")
 	r.Header.Set("Authorization", "Bearer "+sess.token)
 	s.prom.ServeHTTP(w, r)
+}
+
+// refusedSubresources are the API's ways to reach into a workload: the
+// proxy to a pod's, a service's or a node's own server, and a
+// container's exec, attach and port-forward. No page uses them, and
+// what a proxy serves would come from the console's origin, where its
+// scripts could act with the user's session.
+var refusedSubresources = map[string]bool{"proxy": true, "exec": true, "attach": true, "portforward": true}
+
+// refused says why the console does not pass a request to the API.
+func (s *Server) refused(r *http.Request) error {
+	in := r.Clone(r.Context())
+	in.URL.Path = strings.TrimPrefix(r.URL.Path, "/api/kubernetes")
+	info, err := s.reqInfo.NewRequestInfo(in)
+	if err != nil {
+		return fmt.Errorf("the console does not pass %s: %v", in.URL.Path, err)
+	}
+	if !info.IsResourceRequest {
+		// /version, /openapi, discovery: nothing of a workload's.
+		if strings.Contains(in.URL.Path, "/proxy") {
+			return fmt.Errorf("the console does not pass %s", in.URL.Path)
+		}
+		return nil
+	}
+	if refusedSubresources[info.Subresource] || refusedSubresources[info.Resource] || info.Verb == "proxy" {
+		return fmt.Errorf("the console does not pass the %s subresource of %s (it would serve a workload's content from the console's origin); use oc or kubectl", info.Subresource, info.Resource)
+	}
+	return nil
+}
+
+// proxiedCSP is the policy of every answer the console proxies.
+const proxiedCSP = "sandbox; default-src 'none'; frame-ancestors 'none'"
+
+// inert makes a proxied answer harmless in the console's origin,
+// whatever its source sends: a sandbox (no script runs, no same-origin
+// access) as OpenShift's console adds to every proxied answer, no
+// cookie set, and anything but the APIs' own formats downloaded rather
+// than shown.
+func inert(resp *http.Response) error {
+	// The proxy handlers set proxiedCSP; the answer's own would be a
+	// second policy beside it.
+	resp.Header.Del("Content-Security-Policy")
+	resp.Header.Del("X-Content-Type-Options")
+	resp.Header.Del("Set-Cookie")
+	mt, _, _ := strings.Cut(resp.Header.Get("Content-Type"), ";")
+	switch strings.TrimSpace(strings.ToLower(mt)) {
+	case "application/json", "application/yaml", "application/vnd.kubernetes.protobuf", "application/vnd.kubernetes.protobuf;stream=watch", "text/plain", "":
+	default:
+		resp.Header.Set("Content-Disposition", "attachment")
+	}
+	return nil
 }
 
 func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, context.Canceled) {
 		return
 	}
-	writeError(w, http.StatusBadGateway, "%s %s: %v", r.Method, r.URL.Path, err)
+	// The cause names internal addresses: it goes to the log only.
+	s.opts.Logger.Error("Proxying a request", "method", r.Method, "path", r.URL.Path, "err", err)
+	writeError(w, http.StatusBadGateway, "%s %s: the server behind the console did not answer", r.Method, r.URL.Path)
 }

@@ -19,9 +19,17 @@ func newTestServer(t *testing.T) (*Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := "session-id"
-	s.sessions[id] = &session{token: "t", user: "alice", csrf: "the-csrf", expires: time.Now().Add(time.Hour)}
-	return s, id
+	return s, sealedCookie(t, s, time.Hour)
+}
+
+// sealedCookie is the cookie value of alice's session on s, ending in d.
+func sealedCookie(t *testing.T, s *Server, d time.Duration) string {
+	t.Helper()
+	v, err := s.seal(&session{token: "t", user: "alice", csrf: "the-csrf", expires: time.Now().Add(d)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 // Nothing but the login page and its assets answers without a session,

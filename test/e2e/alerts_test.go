@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -196,6 +198,20 @@ func TestThanosQuerierRouteServesAlertsToBearerTokens(t *testing.T) {
 	if admin == "" {
 		t.Fatal("the admin kubeconfig has no bearer token for oc to present")
 	}
+	// The token expires (a TokenRequest's), and no never-expiring token
+	// Secret is left for it.
+	if exp := tokenExpiry(t, admin); exp.IsZero() || time.Until(exp) > cluster.AdminTokenLifetime {
+		t.Errorf("the admin token expires at %v, want within %s", exp, cluster.AdminTokenLifetime)
+	}
+	secrets, err := env.Client.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range secrets.Items {
+		if s.Type == corev1.SecretTypeServiceAccountToken {
+			t.Errorf("a never-expiring token Secret is there: %s (for %s)", s.Name, s.Annotations[corev1.ServiceAccountNameKey])
+		}
+	}
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(kc.Clusters[kc.Contexts[kc.CurrentContext].Cluster].CertificateAuthorityData)
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
@@ -236,4 +252,27 @@ func TestThanosQuerierRouteServesAlertsToBearerTokens(t *testing.T) {
 	if code, body := get(tr.Status.Token); code != http.StatusForbidden || !strings.Contains(body, "cannot get namespaces") {
 		t.Errorf("with a token that may not get namespaces: %d %s", code, body)
 	}
+}
+
+// tokenExpiry is a service account JWT's exp claim (zero without one).
+func tokenExpiry(t *testing.T, jwt string) time.Time {
+	t.Helper()
+	parts := strings.Split(jwt, ".")
+	if len(parts) != 3 {
+		t.Fatalf("the token is not a JWT: %d parts", len(parts))
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claims struct {
+		Exp int64 `json:"exp"`
+	}
+	if err := json.Unmarshal(raw, &claims); err != nil {
+		t.Fatal(err)
+	}
+	if claims.Exp == 0 {
+		return time.Time{}
+	}
+	return time.Unix(claims.Exp, 0)
 }
