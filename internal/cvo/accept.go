@@ -242,25 +242,46 @@ func sameDigest(image string, img *release.Image) error {
 	return &release.DigestMismatchError{What: "release image " + image, Want: want, Got: img.Digest}
 }
 
-// AcceptedDigestAnnotation on the ClusterVersion pins a release accepted
-// by tag (only a forced update takes one) to the digest read when it was
-// accepted: "<digest> <image>". A tag moved since is not applied.
-const AcceptedDigestAnnotation = "release.capstan.dev/accepted-digest"
+// PinsConfigMap, in the CVO's namespace, pins each release accepted by
+// tag (only a forced update takes one) to the digest it was read at when
+// it was accepted: key pinKey(image), value "<digest> <image>". A tag
+// moved since is not what the cluster applies or takes its verification
+// keys from. The pins are the CVO's own: kept in its namespace, not on
+// the ClusterVersion, which whoever may set an update may edit.
+const PinsConfigMap = "accepted-release-digests"
+
+// pinKey is the key of an image's pin (a ConfigMap key cannot hold a
+// pull spec's characters).
+func pinKey(image string) string {
+	return fmt.Sprintf("pin-%x", sha256.Sum256([]byte(image)))[:36]
+}
 
 // acceptedRef is the reference a release accepted as image is read by
 // again: image itself when it names a digest, else the digest pinned
-// when it was accepted (by tag when none was, as before pinning).
-func acceptedRef(cv *configv1.ClusterVersion, image string) (release.Ref, error) {
+// when it was accepted. A tag without a pin is not read: what it names
+// now is not what was accepted.
+func (o *Operator) acceptedRef(ctx context.Context, image string) (release.Ref, error) {
 	ref, err := release.ParseRef(image)
 	if err != nil || ref.Digest() != "" {
 		return ref, err
 	}
-	digest, pinned, ok := strings.Cut(cv.Annotations[AcceptedDigestAnnotation], " ")
+	if o.kube == nil {
+		return release.Ref{}, fmt.Errorf("the release %s was accepted by tag, and this CVO has no Kubernetes client to read its pin with", image)
+	}
+	cm, err := o.kube.CoreV1().ConfigMaps(Namespace).Get(ctx, PinsConfigMap, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return release.Ref{}, err
+	}
+	var pin string
+	if cm != nil {
+		pin = cm.Data[pinKey(image)]
+	}
+	digest, pinned, ok := strings.Cut(pin, " ")
 	if !ok || pinned != image {
-		return ref, nil
+		return release.Ref{}, fmt.Errorf("the release %s was accepted by tag, and %s/%s holds no digest for it: not reading whatever the tag names now", image, Namespace, PinsConfigMap)
 	}
 	if _, err := v1.NewHash(digest); err != nil {
-		return release.Ref{}, fmt.Errorf("annotation %s: %w", AcceptedDigestAnnotation, err)
+		return release.Ref{}, fmt.Errorf("%s/%s, the pin of %s: %w", Namespace, PinsConfigMap, image, err)
 	}
 	return ref.ByDigest(digest), nil
 }
@@ -271,11 +292,19 @@ func (o *Operator) pinDigest(ctx context.Context, image string, digest v1.Hash) 
 	if err != nil || ref.Digest() != "" {
 		return err
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{AcceptedDigestAnnotation: digest.String() + " " + image}}})
+	if o.kube == nil {
+		return fmt.Errorf("the release %s is accepted by tag, and this CVO has no Kubernetes client to pin its digest with", image)
+	}
+	cms := o.kube.CoreV1().ConfigMaps(Namespace)
+	_, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: PinsConfigMap, Namespace: Namespace}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	patch, err := json.Marshal(map[string]any{"data": map[string]string{pinKey(image): digest.String() + " " + image}})
 	if err != nil {
 		return err
 	}
-	_, err = o.client.ConfigV1().ClusterVersions().Patch(ctx, Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	_, err = cms.Patch(ctx, PinsConfigMap, types.MergePatchType, patch, metav1.PatchOptions{})
 	return err
 }
 
@@ -289,7 +318,7 @@ func (o *Operator) loadAccepted(ctx context.Context, cv *configv1.ClusterVersion
 	if img != nil {
 		return img, nil
 	}
-	ref, err := acceptedRef(cv, t.Image)
+	ref, err := o.acceptedRef(ctx, t.Image)
 	if err == nil {
 		img, err = release.Read(ctx, ref)
 	}

@@ -11,6 +11,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	configv1 "github.com/openshift/api/config/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/capstan-dev/capstan/internal/release"
 	"github.com/capstan-dev/capstan/internal/release/signature"
@@ -121,12 +122,18 @@ func TestAReleaseAcceptedByTagIsReadAgainByItsDigest(t *testing.T) {
 	if _, err := release.Write(ctx, release.Ref{Layout: layout, Tag: "kept"}, first); err != nil {
 		t.Fatal(err)
 	}
-	cv := &configv1.ClusterVersion{ObjectMeta: metav1.ObjectMeta{Name: Name,
-		Annotations: map[string]string{AcceptedDigestAnnotation: accepted.String() + " " + image}}}
-	if _, err := release.Write(ctx, ref, build("4.10.28")); err != nil {
+	// Whoever may edit the ClusterVersion writes what the pin once was,
+	// an annotation, naming the release the tag moves to next.
+	o := &Operator{loaded: map[string]*release.Image{}, kube: fake.NewClientset()}
+	if err := o.pinDigest(ctx, image, accepted); err != nil {
 		t.Fatal(err)
 	}
-	o := &Operator{loaded: map[string]*release.Image{}}
+	moved, err := release.Write(ctx, ref, build("4.10.28"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cv := &configv1.ClusterVersion{ObjectMeta: metav1.ObjectMeta{Name: Name,
+		Annotations: map[string]string{"release.capstan.dev/accepted-digest": moved.String() + " " + image}}}
 	img, err := o.loadAccepted(ctx, cv, target{Image: image})
 	if err != nil {
 		t.Fatal(err)
@@ -134,17 +141,27 @@ func TestAReleaseAcceptedByTagIsReadAgainByItsDigest(t *testing.T) {
 	if img.Digest != accepted || img.Payload.Metadata.Version != "4.10.27" {
 		t.Errorf("read %s (%s), want the accepted %s (4.10.27)", img.Digest, img.Payload.Metadata.Version, accepted)
 	}
-	// Without the pin (a release accepted before pinning) it is read by
-	// tag; a pin for another image is not used; a bad pin is an error.
-	for what, ann := range map[string]string{"no pin": "", "another image's pin": accepted.String() + " oci:" + layout + ":other"} {
-		cv.Annotations[AcceptedDigestAnnotation] = ann
-		ref, err := acceptedRef(cv, image)
-		if err != nil || ref.String() != image {
-			t.Errorf("%s: %v %v, want %s", what, ref, err, image)
+	// Without a pin, or with another image's, the tag is not read; a bad
+	// pin is an error too.
+	cms := o.kube.CoreV1().ConfigMaps(Namespace)
+	for what, pin := range map[string]string{"no pin": "", "another image's pin": accepted.String() + " oci:" + layout + ":other", "a bad pin": "sha256:nothex " + image} {
+		cm, err := cms.Get(ctx, PinsConfigMap, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm.Data[pinKey(image)] = pin
+		if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if ref, err := o.acceptedRef(ctx, image); err == nil {
+			t.Errorf("%s: read by %v, want an error", what, ref)
 		}
 	}
-	cv.Annotations[AcceptedDigestAnnotation] = "sha256:nothex " + image
-	if _, err := acceptedRef(cv, image); err == nil || !strings.Contains(err.Error(), AcceptedDigestAnnotation) {
-		t.Errorf("a bad pin: %v", err)
+	if err := cms.Delete(ctx, PinsConfigMap, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
 	}
+	if _, err := o.acceptedRef(ctx, image); err == nil || !strings.Contains(err.Error(), "holds no digest") {
+		t.Errorf("no pins at all: %v", err)
+	}
+
 }
