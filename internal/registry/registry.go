@@ -34,6 +34,7 @@ type Registry struct {
 	handler http.Handler
 	dir     string
 	mu      sync.Mutex
+	uploads uploads
 	// Username and Password are the credentials every push needs.
 	Username, Password string
 	// Warnings are the journal entries Open could not restore: each was
@@ -230,7 +231,11 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 	}
-	if !isManifest || (req.Method != http.MethodPut && req.Method != http.MethodDelete) {
+	if !isManifest {
+		r.uploads.serve(w, req, r.handler)
+		return
+	}
+	if req.Method != http.MethodPut && req.Method != http.MethodDelete {
 		r.handler.ServeHTTP(w, req)
 		return
 	}

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -284,4 +285,58 @@ func TestPushesNeedCredentials(t *testing.T) {
 	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "both set") {
 		t.Errorf("credentials without a password: %v", err)
 	}
+}
+
+// An upload that would hold more than a blob may is refused before its
+// body is read, and one of unknown length is cut there: the registry's
+// memory stays bounded. A push of a normal image goes through.
+func TestOversizedBlobUploadsAreRefused(t *testing.T) {
+	reg, _, host := serve(t, t.TempDir())
+	img, err := random.Image(4096, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := name.ParseReference(host + "/ocp/release:small")
+	if err := remote.Write(ref, img, pusher(reg)); err != nil {
+		t.Fatal(err)
+	}
+	do := func(method, path string, body io.Reader, length int64) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, path, body)
+		req.ContentLength = length
+		req.SetBasicAuth(reg.Username, reg.Password)
+		rec := httptest.NewRecorder()
+		reg.ServeHTTP(rec, req)
+		return rec
+	}
+	start := do(http.MethodPost, "/v2/ocp/big/blobs/uploads/", nil, 0)
+	loc := start.Header().Get("Location")
+	if start.Code != http.StatusAccepted || loc == "" {
+		t.Fatalf("starting an upload: %d %s", start.Code, start.Body.String())
+	}
+	read := &countingReader{r: io.LimitReader(zeros{}, MaxBlobUpload+1<<20)}
+	if rec := do(http.MethodPatch, loc, read, MaxBlobUpload+1); rec.Code != http.StatusRequestEntityTooLarge || read.n != 0 {
+		t.Errorf("a declared 256 MiB + 1: %d %s after reading %d bytes, want 413 before the body", rec.Code, rec.Body.String(), read.n)
+	}
+	read = &countingReader{r: io.LimitReader(zeros{}, MaxBlobUpload+1<<20)}
+	if rec := do(http.MethodPatch, loc, read, -1); rec.Code/100 == 2 || read.n > MaxBlobUpload+64<<10 {
+		t.Errorf("an unbounded chunk: %d after reading %d bytes, want a refusal by 256 MiB", rec.Code, read.n)
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }

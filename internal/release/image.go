@@ -239,9 +239,17 @@ func (e *DigestMismatchError) Error() string {
 	return fmt.Sprintf("%s hashes to %s, not the %s it was asked for by", e.What, e.Got, e.Want)
 }
 
-// maxBlob bounds what one blob of a release image may hold: a payload is
-// a few megabytes, and a blob is hashed whole before it is read.
-const maxBlob = 256 << 20
+// Bounds of what a release image may make capstan hold in memory (the
+// update service reads every tag of a repository, unverified): a payload
+// is a few megabytes. A blob is hashed whole before it is read; the
+// layers are kept uncompressed until the payload is parsed.
+const (
+	maxBlob = 256 << 20
+	// MaxLayers is how many layers a release image may have.
+	MaxLayers = 16
+	// MaxPayloadBytes is how much all its layers may hold uncompressed.
+	MaxPayloadBytes = 512 << 20
+)
 
 // Read fetches a release image and its payload. Every byte it returns is
 // hashed against the digest that names it, whatever the source: the
@@ -427,11 +435,21 @@ func layerBytes(img v1.Image, ref Ref, i int, d v1.Descriptor) ([]byte, error) {
 // payloadOf reads the payload out of a release image's layers, as its
 // manifest m lists them.
 func payloadOf(img v1.Image, ref Ref, m *v1.Manifest) (*Payload, error) {
+	if len(m.Layers) > MaxLayers {
+		return nil, fmt.Errorf("%s has %d layers, more than a release image may have (%d)", ref, len(m.Layers), MaxLayers)
+	}
 	layers := make([][]byte, 0, len(m.Layers))
+	total := 0
 	for i, d := range m.Layers {
+		if d.Size > maxBlob {
+			return nil, fmt.Errorf("layer %d of %s is %d MiB, larger than %d MiB", i, ref, d.Size>>20, maxBlob>>20)
+		}
 		layer, err := layerBytes(img, ref, i, d)
 		if err != nil {
 			return nil, err
+		}
+		if total += len(layer); total > MaxPayloadBytes {
+			return nil, fmt.Errorf("the layers of %s hold more than %d MiB uncompressed, more than a release image may", ref, MaxPayloadBytes>>20)
 		}
 		layers = append(layers, layer)
 	}

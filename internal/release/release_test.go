@@ -1,6 +1,7 @@
 package release
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -17,6 +18,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
 const deployment = `apiVersion: apps/v1
@@ -338,5 +341,55 @@ func TestAlteredLayoutBlobsAreRefused(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A release image that would make capstan hold more than a release ever
+// needs is refused before its payload is parsed: too many layers, or
+// layers (gzip bombs: a few KiB each, 40 MiB unpacked) that unpack to
+// more than MaxPayloadBytes together.
+func TestAnOversizedReleaseIsRefused(t *testing.T) {
+	ctx := context.Background()
+	bomb := func() v1.Layer {
+		var tarBytes bytes.Buffer
+		tw := tar.NewWriter(&tarBytes)
+		content := make([]byte, 40<<20)
+		if err := tw.WriteHeader(&tar.Header{Name: "release-manifests/zeros", Mode: 0o644, Size: int64(len(content))}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(content); err != nil {
+			t.Fatal(err)
+		}
+		if err := tw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		l, err := tarball.LayerFromReader(bytes.NewReader(tarBytes.Bytes()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}()
+	for _, tc := range []struct {
+		layers int
+		want   string
+	}{
+		{MaxLayers + 1, "layers, more than a release image may have"},
+		{MaxPayloadBytes/(40<<20) + 1, "uncompressed, more than a release image may"},
+	} {
+		layers := make([]v1.Layer, tc.layers)
+		for i := range layers {
+			layers[i] = bomb
+		}
+		img, err := mutate.AppendLayers(empty.Image, layers...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref := Ref{Layout: filepath.Join(t.TempDir(), "big"), Tag: "big"}
+		if _, err := Write(ctx, ref, img); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Read(ctx, ref); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%d layers of 40 MiB: %v, want an error with %q", tc.layers, err, tc.want)
+		}
 	}
 }
