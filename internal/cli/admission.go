@@ -80,7 +80,7 @@ func newAdmissionServeCommand() *cobra.Command {
 			return admission.NewServer(l, cert, map[string]admission.Reviewer{admission.PodNodeConstraintsPath: admission.NewPodNodeConstraints(client, cfg)}).Run(ctx)
 		},
 	}
-	cf.add(c.Flags())
+	cf.addComponent(c.Flags())
 	c.Flags().StringVar(&certFile, "tls-cert-file", "/var/run/secrets/capstan-admission/tls.crt", "serving certificate")
 	c.Flags().StringVar(&keyFile, "tls-key-file", "/var/run/secrets/capstan-admission/tls.key", "serving key")
 	c.Flags().StringVar(&addr, "bind-address", ":8443", "address to serve on")

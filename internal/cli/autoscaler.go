@@ -45,7 +45,7 @@ onto its MachineSet. capstan up runs both itself.`,
 				[]prometheus.Gatherer{autoscaler.Registry}, run)
 		},
 	}
-	cf.add(c.Flags())
+	cf.addComponent(c.Flags())
 	fs := c.Flags()
 	fs.StringVar(&opts.Namespace, "namespace", opts.Namespace, "namespace of the MachineSets, MachineAutoscalers and the autoscaler's ConfigMaps")
 	fs.DurationVar(&opts.ScanInterval, "scan-interval", opts.ScanInterval, "time between loops when no pod becomes unschedulable")

@@ -94,7 +94,7 @@ is printed.`,
 			return rf.run(c, "console", nil, leader.Config{}, nil, func(ctx context.Context) error { return srv.Serve(ctx, ln) })
 		},
 	}
-	cf.add(c.Flags())
+	cf.addComponent(c.Flags())
 	rf.addHealth(c.Flags(), "")
 	c.Flags().StringVar(&listen, "listen", "127.0.0.1:9000", "address to serve the console on (plain HTTP: keep it on loopback, or put TLS in front)")
 	c.Flags().StringVar(&prometheusURL, "prometheus-url", "", "Prometheus API to read alerts and charts from, with the user's token (default: the thanos-querier Route)")

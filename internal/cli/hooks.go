@@ -94,7 +94,7 @@ from a deleted machine once its condition holds.`,
 			return rf.run(c, "hooks", client, leader.Config{Namespace: opts.Namespace, Name: hooks.LeaseName(hs)}, nil, mgr.Start)
 		},
 	}
-	cf.add(run.Flags())
+	cf.addComponent(run.Flags())
 	hf.add(run.Flags())
 	run.Flags().StringVar(&opts.Namespace, "namespace", opts.Namespace, "namespace of the machines")
 	rf.add(run.Flags(), "NAMESPACE/capstan-hook-<first hook>", ":8442")

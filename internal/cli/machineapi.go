@@ -49,7 +49,7 @@ with --leader-elect when several replicas run.`,
 				[]prometheus.Gatherer{gathererOf(metrics)}, mgr.Start)
 		},
 	}
-	cf.add(c.Flags())
+	cf.addComponent(c.Flags())
 	fs := c.Flags()
 	fs.StringVar(&opts.Namespace, "namespace", opts.Namespace, "namespace of the Machine API objects")
 	rf.add(fs, "NAMESPACE/"+machine.LeaderElectionID, ":8441")

@@ -97,7 +97,7 @@ runs, which the operator's new ClusterVersion then names.`,
 			})
 		},
 	}
-	cf.add(c.Flags())
+	cf.addComponent(c.Flags())
 	rf.add(c.Flags(), cvo.Namespace+"/"+CVOLease, ":9099")
 	fs := c.Flags()
 	fs.StringVar(&releaseImage, "release-image", "", "the release the cluster runs, when it has no ClusterVersion yet")
@@ -140,7 +140,7 @@ machineconfiguration.openshift.io CRDs installed, its pools made), with
 			return rf.run(c, "mco", client, lease, []prometheus.Gatherer{gathererOf(ctrl.Metrics())}, ctrl.Run)
 		},
 	}
-	cf.add(c.Flags())
+	cf.addComponent(c.Flags())
 	rf.add(c.Flags(), mco.Namespace+"/"+MCOLease, ":9001")
 	fs := c.Flags()
 	fs.BoolVar(&opts.FromRelease, "from-release", opts.FromRelease, "take the machine OS image from the release's machine-config-osimageurl ConfigMap, as the MCO does")
@@ -224,7 +224,7 @@ without one, --control-plane-replicas.`,
 			})
 		},
 	}
-	cf.add(c.Flags())
+	cf.addComponent(c.Flags())
 	rf.add(c.Flags(), etcd.EventNamespace+"/"+EtcdOperatorLease, ":9980")
 	fs := c.Flags()
 	fs.StringSliceVar(&remote.Endpoints, "etcd-endpoints", nil, "client URLs of etcd's members (comma-separated)")

@@ -46,7 +46,7 @@ choose a scheduler by spec.schedulerName, so several run side by side.`,
 			return rf.run(c, "scheduler", client, leader.Config{Namespace: metav1.NamespaceSystem, Name: name}, []prometheus.Gatherer{s.Metrics()}, s.Run)
 		},
 	}
-	cf.add(c.Flags())
+	cf.addComponent(c.Flags())
 	c.Flags().StringVar(&policyFile, "policy", "", "scheduler Policy file (JSON or YAML); default: the default policy")
 	c.Flags().StringVar(&name, "scheduler-name", scheduler.DefaultSchedulerName, "the spec.schedulerName this scheduler serves")
 	rf.add(c.Flags(), "kube-system/<scheduler-name>", ":10259")

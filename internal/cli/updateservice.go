@@ -85,7 +85,7 @@ credentials of --kubeconfig (in a pod, its ServiceAccount's).`,
 	c.Flags().StringVar(&listen, "listen", "127.0.0.1:8090", "address to serve the graph API on")
 	c.Flags().DurationVar(&refresh, "refresh", 5*time.Minute, "how often the releases and the graph data are read again")
 	c.Flags().BoolVar(&recordEvents, "record-events", false, "record an event on the ClusterVersion for each image left out of the graph")
-	cf.add(c.Flags())
+	cf.addComponent(c.Flags())
 	rf.addHealth(c.Flags(), "")
 	return c
 }

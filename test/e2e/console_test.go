@@ -314,12 +314,27 @@ func TestConsoleCommand(t *testing.T) {
 		{"--listen not-an-address", "--listen not-an-address: listen tcp: address not-an-address: missing port in address"},
 		{"--policy /no/such/policy.json", "/no/such/policy.json"},
 	} {
-		out, err := testenv.CLI(append([]string{"console", "--kubeconfig", env.Kubeconfig}, strings.Fields(tc.args)...)...)
+		out, err := testenv.CLI(append([]string{"console", "--kubeconfig", env.Kubeconfig, "--as-admin"}, strings.Fields(tc.args)...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("capstan console %s: %v (%s), want an error with %q", tc.args, err, out, tc.want)
 		}
 	}
-	p := testenv.StartCapstan(t, "console", "--kubeconfig", env.Kubeconfig, "--listen", "127.0.0.1:0")
+	// A component acts as its own identity: not as capstan up's admin
+	// unless told to, and not with a kubeconfig picked for it.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"console", "--kubeconfig", env.Kubeconfig, "--listen", "127.0.0.1:0"}, "is system:masters (the cluster's admin, beyond RBAC)"},
+		{[]string{"console", "--listen", "127.0.0.1:0"}, "no --kubeconfig, and not in a pod"},
+		{[]string{"scheduler", "--scheduler-name", "nobody"}, "no --kubeconfig, and not in a pod"},
+	} {
+		out, err := testenv.CLI(tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("capstan %v: %v (%s), want an error with %q", tc.args, err, out, tc.want)
+		}
+	}
+	p := testenv.StartCapstan(t, "console", "--kubeconfig", env.Kubeconfig, "--as-admin", "--listen", "127.0.0.1:0")
 	t.Cleanup(func() { p.Stop(t) })
 	base := strings.TrimPrefix(p.WaitLine(t, "Console: ", time.Minute), "Console: ")
 	line := p.WaitLine(t, "Log in as the kubeconfig's user", 10*time.Second)

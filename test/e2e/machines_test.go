@@ -865,7 +865,7 @@ func TestExcludeNodeDrainingSkipsTheDrain(t *testing.T) {
 }
 
 func TestHookCommandsRejectUnknownNames(t *testing.T) {
-	code, out := testenv.RunCapstan(t, "hooks", "run", "--kubeconfig", env.Kubeconfig, "proactive-replacement", "backup-everything")
+	code, out := testenv.RunCapstan(t, "hooks", "run", "--kubeconfig", env.Kubeconfig, "--as-admin", "proactive-replacement", "backup-everything")
 	if code == 0 || !strings.Contains(out, `unknown hook controller "backup-everything" (known: log-flush-delay, proactive-replacement, storage-detach)`) {
 		t.Errorf("exit %d, output:\n%s", code, out)
 	}

@@ -209,7 +209,7 @@ func TestAdmissionManifestsAndServe(t *testing.T) {
 	defer cancel()
 	go func() {
 		root := cli.NewRootCommand(io.Discard, io.Discard)
-		root.SetArgs([]string{"admission", "serve", "--kubeconfig", env.Kubeconfig, "--tls-cert-file", certFile, "--tls-key-file", keyFile,
+		root.SetArgs([]string{"admission", "serve", "--kubeconfig", env.Kubeconfig, "--as-admin", "--tls-cert-file", certFile, "--tls-key-file", keyFile,
 			"--bind-address", fmt.Sprintf("127.0.0.1:%d", port)})
 		_ = root.ExecuteContext(ctx)
 	}()

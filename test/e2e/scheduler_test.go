@@ -691,7 +691,7 @@ func TestInvalidPolicyStopsTheScheduler(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"scheduler", "validate-policy", path},
-		{"scheduler", "--policy", path, "--kubeconfig", env.Kubeconfig, "--scheduler-name", "never-starts"},
+		{"scheduler", "--policy", path, "--kubeconfig", env.Kubeconfig, "--as-admin", "--scheduler-name", "never-starts"},
 	} {
 		_, err := capstan(t, args...)
 		if err == nil || !strings.Contains(err.Error(), `predicate 1 ("NoSuchPredicate"): unknown predicate`) ||

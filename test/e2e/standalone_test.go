@@ -67,7 +67,7 @@ func waitLeader(t *testing.T, a, b *replica) (leader, standby *replica) {
 func TestStandaloneReplicasTakeOverWhenTheLeaderIsKilled(t *testing.T) {
 	ns := env.Namespace(t, "standalone")
 	const name, lease = "standalone-ha", 4 * time.Second
-	args := []string{"scheduler", "--kubeconfig", env.Kubeconfig, "--scheduler-name", name, "--leader-elect",
+	args := []string{"scheduler", "--kubeconfig", env.Kubeconfig, "--as-admin", "--scheduler-name", name, "--leader-elect",
 		"--leader-elect-lease-duration", lease.String(), "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms",
 		"--health-address", "127.0.0.1:0"}
 	leader, standby := waitLeader(t, startReplica(t, args...), startReplica(t, args...))
