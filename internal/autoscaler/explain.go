@@ -38,17 +38,19 @@ func Explain(ctx context.Context, cfg *rest.Config, client kubernetes.Interface,
 		a.factory.Shutdown()
 		a.mfactory.Shutdown()
 	}()
-	a.factory.Start(ctx.Done())
-	a.mfactory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), a.synced...) {
-		return nil, fmt.Errorf("reading the cluster: %w", ctx.Err())
-	}
+	// Without a ClusterAutoscaler there is nothing to explain: asked
+	// first, so that nothing else of the cluster is read.
 	ca, err := a.clusterAutoscaler(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if ca == nil {
 		return &Explanation{}, nil
+	}
+	a.factory.Start(ctx.Done())
+	a.mfactory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), a.synced...) {
+		return nil, fmt.Errorf("reading the cluster: %w", ctx.Err())
 	}
 	c, err := ConfigFrom(ca)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +29,7 @@ import (
 // with the user's own client.
 func (s *Server) routeActions() {
 	s.mux.HandleFunc("GET /api/capstan/pods/{namespace}/{name}/explain", s.withClients(s.explainPod))
+	s.mux.HandleFunc("GET /api/capstan/pending/explain", s.withClients(s.explainPending))
 	s.mux.HandleFunc("GET /api/capstan/nodes/explain", s.withClients(s.explainNodes))
 	s.mux.HandleFunc("POST /api/capstan/nodes/{name}/drain", s.withClients(s.drainNode))
 	s.mux.HandleFunc("POST /api/capstan/machinesets/{namespace}/{name}/scale", s.withClients(s.scaleMachineSet))
@@ -72,111 +72,6 @@ func pathName(r *http.Request, key string) (string, error) {
 		return "", fmt.Errorf("%s %q: %s", key, v, strings.Join(errs, "; "))
 	}
 	return v, nil
-}
-
-type nodeVerdictJSON struct {
-	Name     string   `json:"name"`
-	Fits     bool     `json:"fits"`
-	Selected bool     `json:"selected,omitempty"`
-	Reasons  []string `json:"reasons,omitempty"`
-	Scores   []int64  `json:"scores,omitempty"`
-	Total    int64    `json:"total"`
-}
-
-type priorityJSON struct {
-	Name   string `json:"name"`
-	Weight int64  `json:"weight"`
-}
-
-type podExplanationJSON struct {
-	Namespace  string            `json:"namespace"`
-	Name       string            `json:"name"`
-	Node       string            `json:"node,omitempty"`
-	Scheduler  string            `json:"scheduler"`
-	Pending    bool              `json:"pending"`
-	Predicates []string          `json:"predicates"`
-	Priorities []priorityJSON    `json:"priorities"`
-	Nodes      []nodeVerdictJSON `json:"nodes"`
-	Summary    string            `json:"summary,omitempty"`
-	Winner     string            `json:"winner,omitempty"`
-	Gates      []string          `json:"gates,omitempty"`
-	// Autoscaler is its verdict on a pending pod; AutoscalerError says
-	// why there is none (not configured, not allowed to read it).
-	Autoscaler      *scaleUpJSON `json:"autoscaler,omitempty"`
-	AutoscalerError string       `json:"autoscalerError,omitempty"`
-}
-
-type scaleUpJSON struct {
-	Message string            `json:"message"`
-	Groups  map[string]string `json:"groups,omitempty"`
-}
-
-func (s *Server) explainPod(w http.ResponseWriter, r *http.Request, c *clients) {
-	ns, err := pathName(r, "namespace")
-	if err == nil {
-		_, err = pathName(r, "name")
-	}
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	defer cancel()
-	d, err := explain.Pod(ctx, c.kube, s.opts.Policy, ns, r.PathValue("name"))
-	if err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	out := podExplanationJSON{Namespace: d.Pod.Namespace, Name: d.Pod.Name, Node: d.Pod.Spec.NodeName, Scheduler: d.Pod.Spec.SchedulerName,
-		Pending: d.Pending(), Predicates: d.Algorithm.Predicates(), Winner: d.Decision.Selected}
-	for _, p := range d.Algorithm.Priorities() {
-		out.Priorities = append(out.Priorities, priorityJSON{Name: strings.TrimSuffix(p.Name(), "Priority"), Weight: p.Weight})
-	}
-	for _, ns := range d.Decision.Scored {
-		v := nodeVerdictJSON{Name: ns.Node, Fits: true, Selected: ns.Node == d.Decision.Selected, Total: ns.Total}
-		for _, sc := range ns.Scores {
-			v.Scores = append(v.Scores, sc.Score)
-		}
-		out.Nodes = append(out.Nodes, v)
-	}
-	var rejected []string
-	for n := range d.Decision.Filtered {
-		rejected = append(rejected, n)
-	}
-	sort.Strings(rejected)
-	for _, n := range rejected {
-		f := d.Decision.Filtered[n]
-		v := nodeVerdictJSON{Name: n}
-		v.Reasons = append(v.Reasons, f.Predicate+": "+strings.Join(f.Reasons, "; "))
-		for _, more := range f.More {
-			v.Reasons = append(v.Reasons, more.Predicate+": "+strings.Join(more.Reasons, "; "))
-		}
-		out.Nodes = append(out.Nodes, v)
-	}
-	if !d.Decision.Feasible() {
-		out.Summary = d.Decision.Summary()
-	}
-	if d.Pod.Spec.NodeName == "" {
-		for _, g := range d.Pod.Spec.SchedulingGates {
-			out.Gates = append(out.Gates, g.Name)
-		}
-	}
-	if out.Pending {
-		e, err := explain.Autoscaler(ctx, c.cfg, c.kube, s.opts.Policy)
-		switch {
-		case err != nil:
-			out.AutoscalerError = err.Error()
-		case !e.Configured:
-			out.AutoscalerError = "not configured (no ClusterAutoscaler default)"
-		default:
-			if v := explain.ScaleUp(e, ns, d.Pod.Name); v != nil {
-				out.Autoscaler = &scaleUpJSON{Message: v.Message, Groups: v.Groups}
-			} else {
-				out.AutoscalerError = "the pod is not marked Unschedulable by the scheduler (yet): it does not count for a scale-up"
-			}
-		}
-	}
-	writeJSON(w, http.StatusOK, out)
 }
 
 type nodeScaleDownJSON struct {

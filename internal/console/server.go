@@ -95,6 +95,7 @@ type Server struct {
 
 	sessionKey []byte
 	reqInfo    *request.RequestInfoFactory
+	explained  *explanations
 
 	mu    sync.Mutex
 	links map[string]loginLink
@@ -131,7 +132,7 @@ func New(opts Options) (*Server, error) {
 	if len(opts.SessionKey) != 32 {
 		return nil, fmt.Errorf("console: the session key has %d bytes, want 32", len(opts.SessionKey))
 	}
-	s := &Server{opts: opts, mux: http.NewServeMux(), links: map[string]loginLink{}, now: time.Now, sessionKey: opts.SessionKey,
+	s := &Server{opts: opts, mux: http.NewServeMux(), links: map[string]loginLink{}, now: time.Now, sessionKey: opts.SessionKey, explained: newExplanations(),
 		reqInfo: &request.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}}
 	anon := anonymous(opts.API)
 	transport, err := rest.TransportFor(anon)

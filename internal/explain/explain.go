@@ -55,6 +55,47 @@ func Pod(ctx context.Context, client kubernetes.Interface, p *policy.Policy, ns,
 	return &PodDecision{Pod: pod, Algorithm: alg, Decision: d}, nil
 }
 
+// Pending is the scheduler's decision for each pending pod, the oldest
+// limit of them, on one snapshot of the cluster: what a page that shows
+// every pending pod asks, at the cost of one read of the cluster however
+// many pods wait. Total is how many pods are pending.
+func Pending(ctx context.Context, client kubernetes.Interface, p *policy.Policy, limit int) (decisions []*PodDecision, total int, err error) {
+	list, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=,status.phase=Pending"})
+	if err != nil {
+		return nil, 0, fmt.Errorf("pending pods: %w", err)
+	}
+	pods := list.Items
+	sort.SliceStable(pods, func(i, j int) bool {
+		a, b := pods[i].CreationTimestamp, pods[j].CreationTimestamp
+		if !a.Equal(&b) {
+			return a.Before(&b)
+		}
+		return pods[i].Namespace+"/"+pods[i].Name < pods[j].Namespace+"/"+pods[j].Name
+	})
+	total = len(pods)
+	if len(pods) > limit {
+		pods = pods[:limit]
+	}
+	if len(pods) == 0 {
+		return nil, total, nil
+	}
+	alg, err := algorithm.New(p, uint64(time.Now().UnixNano()))
+	if err != nil {
+		return nil, 0, err
+	}
+	alg.PercentageOfNodesToScore = 100
+	snap, err := Snapshot(ctx, client, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	for i := range pods {
+		pod := &pods[i]
+		d := alg.Schedule(ctx, pod.DeepCopy(), snap, algorithm.Options{Explain: true})
+		decisions = append(decisions, &PodDecision{Pod: pod, Algorithm: alg, Decision: d})
+	}
+	return decisions, total, nil
+}
+
 // Snapshot reads nodes, assigned pods and the objects the priorities
 // consult, leaving out skip (the pod being explained).
 func Snapshot(ctx context.Context, client kubernetes.Interface, skip *corev1.Pod) (*algorithm.Snapshot, error) {

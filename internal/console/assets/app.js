@@ -282,9 +282,22 @@ class Page {
     this.timers.push(setInterval(fn, ms));
   }
 
+  // poll calls fn (which returns a promise) now, and again ms after each
+  // answer: a slow answer is not asked for again before it came.
+  poll(ms, fn) {
+    const next = () => {
+      if (this.stopped) return;
+      Promise.resolve(fn()).finally(() => {
+        if (!this.stopped) this.timers.push(setTimeout(next, ms));
+      });
+    };
+    next();
+  }
+
   stop() {
+    this.stopped = true;
     this.watches.forEach((w) => w.stop());
-    this.timers.forEach((t) => clearInterval(t));
+    this.timers.forEach((t) => { clearInterval(t); clearTimeout(t); });
   }
 
   ready(...names) {
@@ -457,36 +470,29 @@ function chart(title, points) {
 pages.pending = () => {
   const p = new Page("Pending pods");
   p.watch("pods", "/api/v1/pods?fieldSelector=" + encodeURIComponent("spec.nodeName=,status.phase=Pending"));
-  p.watch("nodes", "/api/v1/nodes");
   p.watch("scaleUpEvents", "/api/v1/events?fieldSelector=" + encodeURIComponent("involvedObject.kind=Pod,source=cluster-autoscaler"));
+  // Every pending pod is explained at once, on one read of the cluster
+  // that the server shares among the user's tabs for 10 s; the next
+  // question goes 10 s after the last answer came.
   p.explained = new Map();
-  p.asked = new Map();
-  // Each pending pod is explained again when the nodes change, at most
-  // every 5 s.
-  p.explainAll = () => {
-    for (const pod of p.data.pods || []) {
-      const k = key(pod);
-      const last = p.asked.get(k) || 0;
-      if (Date.now() - last < 5000) continue;
-      p.asked.set(k, Date.now());
-      call("GET", `/api/capstan/pods/${encodeURIComponent(pod.metadata.namespace)}/${encodeURIComponent(pod.metadata.name)}/explain`)
-        .then((e) => p.explained.set(k, e), (e) => p.explained.set(k, { error: e.message }))
-        .then(() => p.render());
-    }
-  };
-  p.every(5000, () => p.explainAll());
-  const base = p.render.bind(p);
-  p.render = () => {
-    base();
-    p.explainAll();
-  };
+  p.explainTotal = 0;
+  p.explainError = "";
+  p.poll(10000, () => call("GET", "/api/capstan/pending/explain").then((r) => {
+    p.explained = new Map(r.pods.map((e) => [e.namespace + "/" + e.name, e]));
+    p.explainTotal = r.total;
+    p.explainError = "";
+  }, (e) => {
+    p.explainError = e.message;
+  }).then(() => p.render()));
   p.view = () => {
     if (!p.ready("pods")) return [...p.errorsView(), h("p", {}, "Loading…")];
     const pods = p.data.pods;
     const events = p.data.scaleUpEvents || [];
     return [
       ...p.errorsView(),
+      p.explainError ? notice("error", "Cannot explain: " + p.explainError) : null,
       pods.length ? h("p", {}, pods.length + " pod(s) wait for a node.") : h("p", { class: "ok" }, "No pod is pending."),
+      p.explainTotal > p.explained.size ? h("p", { class: "muted" }, `The oldest ${p.explained.size} of ${p.explainTotal} are explained.`) : null,
       pods.map((pod) => {
         const k = key(pod);
         const e = p.explained.get(k);
@@ -497,10 +503,8 @@ pages.pending = () => {
         return h("section", { class: "card", "aria-labelledby": id, "data-pod": k },
           h("h2", { id }, k),
           h("p", {}, "Scheduler: ", pod.spec.schedulerName || "default-scheduler", " · waiting ", age(pod.metadata.creationTimestamp)),
-          sched && sched.message ? h("p", { class: "bad" }, sched.reason + ": " + sched.message) : null,
-          !e ? h("p", {}, "Asking the scheduler…")
-            : e.error ? notice("error", "Cannot explain: " + e.error)
-              : explanation(e),
+          sched?.message ? h("p", { class: "bad" }, sched.reason + ": " + sched.message) : null,
+          e ? explanation(e) : h("p", {}, "Asking the scheduler…"),
           evs.length ? h("p", {}, "Autoscaler event: ", h("strong", {}, evs[0].reason), " ", evs[0].message) : null);
       }),
     ];
@@ -508,23 +512,27 @@ pages.pending = () => {
   return p;
 };
 
+// explanation shows a pod's verdict: the nodes rejected, grouped by why
+// (a count and the first names), and the best of the nodes it fits.
 function explanation(e) {
-  // Scores only where some node fits: a node rejected has none.
-  const prios = e.nodes.some((n) => n.fits) ? e.priorities : [];
-  const cols = ["Node", "Verdict", ...prios.map((pr) => ({ title: `${pr.name} (×${pr.weight})`, num: true })), ...(prios.length ? [{ title: "Total", num: true }] : [])];
-  const rows = e.nodes.map((n) => [
-    n.name,
-    n.fits ? h("span", { class: "ok" }, n.selected ? "fits, selected" : "fits") : h("span", { class: "bad" }, n.reasons.join("; ")),
-    ...prios.map((_, i) => (n.fits ? String(n.scores[i]) : "-")),
-    ...(prios.length ? [n.fits ? String(n.total) : "-"] : []),
-  ]);
+  const rejected = e.rejected ?? [];
+  const fits = e.nodes ?? [];
+  const prios = fits.length ? e.priorities ?? [] : [];
+  const names = (r) => r.nodes.join(", ") + (r.count > r.nodes.length ? ` and ${r.count - r.nodes.length} more` : "");
   return [
     e.summary ? h("p", {}, h("strong", {}, "Why: "), e.summary) : null,
-    e.gates && e.gates.length ? h("p", {}, "Scheduling gates: " + e.gates.join(", ")) : null,
-    h("div", { class: "scroll", tabindex: 0, role: "region", "aria-label": "Every node's verdict" }, table("Every node's verdict", cols, rows)),
-    h("p", { class: "muted" }, "Predicates: " + e.predicates.join(", ")),
+    e.gates?.length ? h("p", {}, "Scheduling gates: " + e.gates.join(", ")) : null,
+    rejected.length ? h("div", { class: "scroll", tabindex: 0, role: "region", "aria-label": "Nodes rejected, by reason" },
+      table("Nodes rejected, by reason", ["Reason", { title: "Nodes", num: true }, "Which"],
+        rejected.map((r) => [h("span", { class: "bad" }, r.reason), String(r.count), names(r)]))) : null,
+    fits.length ? h("div", { class: "scroll", tabindex: 0, role: "region", "aria-label": "Nodes it fits" },
+      table(`Nodes it fits (${fits.length < e.fitting ? `the best ${fits.length} of ` : ""}${e.fitting})`,
+        ["Node", "Verdict", ...prios.map((pr) => ({ title: `${pr.name} (×${pr.weight})`, num: true })), { title: "Total", num: true }],
+        fits.map((n) => [n.name, h("span", { class: "ok" }, n.selected ? "fits, selected" : "fits"),
+          ...prios.map((_, i) => String(n.scores?.[i] ?? "-")), String(n.total)]))) : null,
+    h("p", { class: "muted" }, "Predicates: " + (e.predicates ?? []).join(", ")),
     e.autoscaler ? h("div", {}, h("p", {}, h("strong", {}, "Autoscaler: "), e.autoscaler.message),
-      h("ul", {}, Object.entries(e.autoscaler.groups || {}).sort().map(([g, why]) => h("li", {}, g + ": " + why))))
+      h("ul", {}, Object.entries(e.autoscaler.groups ?? {}).sort().map(([g, why]) => h("li", {}, g + ": " + why))))
       : e.autoscalerError ? h("p", { class: "muted" }, "Autoscaler: " + e.autoscalerError) : null,
   ];
 }
@@ -539,7 +547,7 @@ pages.nodes = () => {
   const p = new Page("Nodes");
   p.watch("nodes", "/api/v1/nodes");
   p.scale = null;
-  p.every(10000, () => call("GET", "/api/capstan/nodes/explain").then((s) => {
+  p.poll(10000, () => call("GET", "/api/capstan/nodes/explain").then((s) => {
     p.scale = s;
     delete p.errors["the autoscaler's view"];
   }, (e) => {

@@ -1,0 +1,233 @@
+package console
+
+import (
+	"context"
+	"crypto/sha256"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+	"k8s.io/apimachinery/pkg/util/cache"
+
+	"github.com/capstan-dev/capstan/internal/autoscaler"
+	"github.com/capstan-dev/capstan/internal/explain"
+)
+
+// Bounds of the explanations the pages ask for. At 5,000 nodes a pod's
+// verdict node by node is 5,000 rows: nodes are grouped by why they
+// were rejected (a count and the first names), and the fitting ones are
+// the best few. The Pending page asks for every pending pod at once:
+// one read of the cluster and one autoscaler simulation for all of
+// them, for the oldest MaxPendingExplained, computed once per user and
+// shared for PendingExplainTTL by every tab and request of that user.
+const (
+	MaxPendingExplained = 100
+	PendingExplainTTL   = 10 * time.Second
+	maxFitsShown        = 10
+	maxNamesPerReason   = 20
+)
+
+type nodeVerdictJSON struct {
+	Name     string  `json:"name"`
+	Selected bool    `json:"selected,omitempty"`
+	Scores   []int64 `json:"scores,omitempty"`
+	Total    int64   `json:"total"`
+}
+
+// rejectionJSON is the nodes one reason rejects.
+type rejectionJSON struct {
+	Reason string   `json:"reason"`
+	Count  int      `json:"count"`
+	Nodes  []string `json:"nodes"`
+}
+
+type priorityJSON struct {
+	Name   string `json:"name"`
+	Weight int64  `json:"weight"`
+}
+
+type podExplanationJSON struct {
+	Namespace  string         `json:"namespace"`
+	Name       string         `json:"name"`
+	Node       string         `json:"node,omitempty"`
+	Scheduler  string         `json:"scheduler"`
+	Pending    bool           `json:"pending"`
+	Predicates []string       `json:"predicates"`
+	Priorities []priorityJSON `json:"priorities"`
+	// Fitting counts the nodes the pod fits; Nodes are the best of them.
+	Fitting  int               `json:"fitting"`
+	Nodes    []nodeVerdictJSON `json:"nodes"`
+	Rejected []rejectionJSON   `json:"rejected"`
+	Summary  string            `json:"summary,omitempty"`
+	Winner   string            `json:"winner,omitempty"`
+	Gates    []string          `json:"gates,omitempty"`
+	// Autoscaler is its verdict on a pending pod; AutoscalerError says
+	// why there is none (not configured, not allowed to read it).
+	Autoscaler      *scaleUpJSON `json:"autoscaler,omitempty"`
+	AutoscalerError string       `json:"autoscalerError,omitempty"`
+}
+
+type scaleUpJSON struct {
+	Message string            `json:"message"`
+	Groups  map[string]string `json:"groups,omitempty"`
+}
+
+// pendingJSON is every pending pod's explanation, as of At.
+type pendingJSON struct {
+	Total int                  `json:"total"`
+	Pods  []podExplanationJSON `json:"pods"`
+	At    time.Time            `json:"at"`
+}
+
+// explanations keeps each user's last answer of the Pending page.
+type explanations struct {
+	answers *cache.LRUExpireCache
+	flight  singleflight.Group
+}
+
+func newExplanations() *explanations {
+	return &explanations{answers: cache.NewLRUExpireCache(64)}
+}
+
+// podJSON is a decision as a page shows it; e is the autoscaler's view
+// (nil with aerr when it could not be had).
+func podJSON(d *explain.PodDecision, e *autoscaler.Explanation, aerr error) podExplanationJSON {
+	out := podExplanationJSON{Namespace: d.Pod.Namespace, Name: d.Pod.Name, Node: d.Pod.Spec.NodeName, Scheduler: d.Pod.Spec.SchedulerName,
+		Pending: d.Pending(), Predicates: d.Algorithm.Predicates(), Winner: d.Decision.Selected,
+		Nodes: []nodeVerdictJSON{}, Rejected: []rejectionJSON{}}
+	for _, p := range d.Algorithm.Priorities() {
+		out.Priorities = append(out.Priorities, priorityJSON{Name: strings.TrimSuffix(p.Name(), "Priority"), Weight: p.Weight})
+	}
+	out.Fitting = len(d.Decision.Scored)
+	for _, ns := range d.Decision.Scored {
+		v := nodeVerdictJSON{Name: ns.Node, Selected: ns.Node == d.Decision.Selected, Total: ns.Total}
+		for _, sc := range ns.Scores {
+			v.Scores = append(v.Scores, sc.Score)
+		}
+		out.Nodes = append(out.Nodes, v)
+	}
+	sort.SliceStable(out.Nodes, func(i, j int) bool {
+		a, b := out.Nodes[i], out.Nodes[j]
+		if a.Selected != b.Selected {
+			return a.Selected
+		}
+		if a.Total != b.Total {
+			return a.Total > b.Total
+		}
+		return a.Name < b.Name
+	})
+	out.Nodes = out.Nodes[:min(len(out.Nodes), maxFitsShown)]
+	byReason := map[string]*rejectionJSON{}
+	for n, f := range d.Decision.Filtered {
+		reasons := []string{f.Predicate + ": " + strings.Join(f.Reasons, "; ")}
+		for _, more := range f.More {
+			reasons = append(reasons, more.Predicate+": "+strings.Join(more.Reasons, "; "))
+		}
+		reason := strings.Join(reasons, " · ")
+		r := byReason[reason]
+		if r == nil {
+			r = &rejectionJSON{Reason: reason}
+			byReason[reason] = r
+		}
+		r.Count++
+		r.Nodes = append(r.Nodes, n)
+	}
+	for _, r := range byReason {
+		sort.Strings(r.Nodes)
+		r.Nodes = r.Nodes[:min(len(r.Nodes), maxNamesPerReason)]
+		out.Rejected = append(out.Rejected, *r)
+	}
+	sort.Slice(out.Rejected, func(i, j int) bool {
+		a, b := out.Rejected[i], out.Rejected[j]
+		if a.Count != b.Count {
+			return a.Count > b.Count
+		}
+		return a.Reason < b.Reason
+	})
+	if !d.Decision.Feasible() {
+		out.Summary = d.Decision.Summary()
+	}
+	if d.Pod.Spec.NodeName == "" {
+		for _, g := range d.Pod.Spec.SchedulingGates {
+			out.Gates = append(out.Gates, g.Name)
+		}
+	}
+	if out.Pending {
+		switch {
+		case aerr != nil:
+			out.AutoscalerError = aerr.Error()
+		case e == nil || !e.Configured:
+			out.AutoscalerError = "not configured (no ClusterAutoscaler default)"
+		default:
+			if v := explain.ScaleUp(e, d.Pod.Namespace, d.Pod.Name); v != nil {
+				out.Autoscaler = &scaleUpJSON{Message: v.Message, Groups: v.Groups}
+			} else {
+				out.AutoscalerError = "the pod is not marked Unschedulable by the scheduler (yet): it does not count for a scale-up"
+			}
+		}
+	}
+	return out
+}
+
+func (s *Server) explainPod(w http.ResponseWriter, r *http.Request, c *clients) {
+	ns, err := pathName(r, "namespace")
+	if err == nil {
+		_, err = pathName(r, "name")
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	d, err := explain.Pod(ctx, c.kube, s.opts.Policy, ns, r.PathValue("name"))
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	var e *autoscaler.Explanation
+	var aerr error
+	if d.Pending() {
+		e, aerr = explain.Autoscaler(ctx, c.cfg, c.kube, s.opts.Policy)
+	}
+	writeJSON(w, http.StatusOK, podJSON(d, e, aerr))
+}
+
+// explainPending explains every pending pod (the oldest
+// MaxPendingExplained) at once: one answer per user every
+// PendingExplainTTL, however many tabs ask.
+func (s *Server) explainPending(w http.ResponseWriter, r *http.Request, c *clients) {
+	key := sha256.Sum256([]byte(c.token))
+	if v, ok := s.explained.answers.Get(key); ok {
+		writeJSON(w, http.StatusOK, v)
+		return
+	}
+	v, err, _ := s.explained.flight.Do(string(key[:]), func() (any, error) {
+		// Detached from the request that happened to ask first: the
+		// others wait on the same answer.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Minute)
+		defer cancel()
+		decisions, total, err := explain.Pending(ctx, c.kube, s.opts.Policy, MaxPendingExplained)
+		if err != nil {
+			return nil, err
+		}
+		out := pendingJSON{Total: total, Pods: []podExplanationJSON{}, At: s.now().UTC()}
+		var e *autoscaler.Explanation
+		var aerr error
+		if len(decisions) > 0 {
+			e, aerr = explain.Autoscaler(ctx, c.cfg, c.kube, s.opts.Policy)
+		}
+		for _, d := range decisions {
+			out.Pods = append(out.Pods, podJSON(d, e, aerr))
+		}
+		s.explained.answers.Add(key, out, PendingExplainTTL)
+		return out, nil
+	})
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
