@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/kubectl/pkg/drain"
 
 	"github.com/capstan-dev/capstan/internal/cvo"
 	"github.com/capstan-dev/capstan/internal/explain"
@@ -31,7 +30,9 @@ func (s *Server) routeActions() {
 	s.mux.HandleFunc("GET /api/capstan/pods/{namespace}/{name}/explain", s.withClients(s.explainPod))
 	s.mux.HandleFunc("GET /api/capstan/pending/explain", s.withClients(s.explainPending))
 	s.mux.HandleFunc("GET /api/capstan/nodes/explain", s.withClients(s.explainNodes))
+	s.mux.HandleFunc("GET /api/capstan/nodes/{name}/drain", s.withClients(s.drainPlan))
 	s.mux.HandleFunc("POST /api/capstan/nodes/{name}/drain", s.withClients(s.drainNode))
+	s.mux.HandleFunc("GET /api/capstan/nodes/{name}/drain/status", s.withSession(s.drainStatus))
 	s.mux.HandleFunc("POST /api/capstan/machinesets/{namespace}/{name}/scale", s.withClients(s.scaleMachineSet))
 	s.mux.HandleFunc("POST /api/capstan/clusterversion/channel", s.withClients(s.setChannel))
 	s.mux.HandleFunc("POST /api/capstan/clusterversion/update", s.withClients(s.startUpdate))
@@ -41,6 +42,7 @@ func (s *Server) routeActions() {
 // clients are a user's clients.
 type clients struct {
 	token  string
+	user   string
 	cfg    *rest.Config
 	kube   kubernetes.Interface
 	config configclient.Interface
@@ -61,7 +63,7 @@ func (s *Server) withClients(h func(http.ResponseWriter, *http.Request, *clients
 			writeError(w, http.StatusInternalServerError, "%v", err)
 			return
 		}
-		h(w, r, &clients{token: sess.token, cfg: cfg, kube: kube, config: cc})
+		h(w, r, &clients{token: sess.token, user: sess.user, cfg: cfg, kube: kube, config: cc})
 	})
 }
 
@@ -116,35 +118,6 @@ func (s *Server) explainNodes(w http.ResponseWriter, r *http.Request, c *clients
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-// drainNode cordons a node and evicts its pods, as `oc adm drain
-// --ignore-daemonsets --delete-emptydir-data` does, as the user.
-func (s *Server) drainNode(w http.ResponseWriter, r *http.Request, c *clients) {
-	name, err := pathName(r, "name")
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Minute)
-	defer cancel()
-	node, err := c.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	var log bytes.Buffer
-	h := &drain.Helper{Ctx: ctx, Client: c.kube, Force: false, GracePeriodSeconds: -1, IgnoreAllDaemonSets: true,
-		DeleteEmptyDirData: true, Timeout: 2 * time.Minute, Out: &log, ErrOut: &log}
-	if err := drain.RunCordonOrUncordon(h, node, true); err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	if err := drain.RunNodeDrain(h, name); err != nil {
-		writeError(w, statusOf(err), "draining %s: %v", name, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"message": "node/" + name + " drained"})
 }
 
 // scaleMachineSet sets a MachineSet's replicas through its scale

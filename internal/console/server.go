@@ -96,6 +96,7 @@ type Server struct {
 	sessionKey []byte
 	reqInfo    *request.RequestInfoFactory
 	explained  *explanations
+	drains     drains
 
 	mu    sync.Mutex
 	links map[string]loginLink

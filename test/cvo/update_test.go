@@ -399,11 +399,23 @@ func patchUpdate(t *testing.T) {
 	// unless its risk is accepted, and nothing is written.
 	tab.WaitText(`section[aria-labelledby="cu-4-11-0"]`, "Recommended=False", 30*time.Second)
 	tab.Click(`section[aria-labelledby="cu-4-11-0"] button[type=submit]`)
+	tab.WaitText("dialog[open]", "Update the cluster to 4.11.0?", 30*time.Second)
+	tab.Click("dialog[open] button[data-confirm]")
 	tab.WaitText("#result", `the update 4.11.0 is not one of the recommended updates, but is available as a conditional update. To accept the Recommended=False risk and to proceed with the update, check "I accept the risks above".`, 30*time.Second)
 	if cv := clusterVersion(t); cv.Spec.DesiredUpdate != nil {
 		t.Errorf("a refused conditional update wrote %+v", cv.Spec.DesiredUpdate)
 	}
+	// Nothing is asked of the CVO before the dialog is confirmed; a
+	// cancel asks nothing.
 	tab.Click(`button[aria-label="Update to 4.10.26"]`)
+	tab.WaitText("dialog[open]", "Update the cluster to 4.10.26?", 30*time.Second)
+	tab.Click("dialog[open] button[data-cancel]")
+	if cv := clusterVersion(t); cv.Spec.DesiredUpdate != nil {
+		t.Errorf("a cancelled update wrote %+v", cv.Spec.DesiredUpdate)
+	}
+	tab.Click(`button[aria-label="Update to 4.10.26"]`)
+	tab.WaitText("dialog[open]", "Update the cluster to 4.10.26?", 30*time.Second)
+	tab.Click("dialog[open] button[data-confirm]")
 	tab.WaitText("#result", "Requested update to 4.10.26", 30*time.Second)
 	waitCV(t, 2*time.Minute, "the update never waited on the console", func(cv *configv1.ClusterVersion) bool {
 		return strings.Contains(condition(cv.Status.Conditions, configv1.OperatorProgressing).Message, "waiting on console")

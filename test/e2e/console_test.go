@@ -4,19 +4,24 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/cookiejar"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
 
 	"github.com/chromedp/chromedp/kb"
 
@@ -70,6 +75,82 @@ func nodeNames(t *testing.T) []string {
 }
 
 // logIn logs the tab in with a token through the login form.
+// podOnNode runs a ReplicaSet's pod on node (selected by its hostname
+// label, so that a replacement waits unscheduled once the node is
+// cordoned) and returns the pod, running.
+func podOnNode(t *testing.T, name, node string) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	labels := map[string]string{"app": name}
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+				NodeSelector: map[string]string{corev1.LabelHostname: node},
+				Containers:   []corev1.Container{{Name: "c", Image: "nginx"}}}}}}
+	if _, err := env.Client.AppsV1().ReplicaSets("default").Create(ctx, rs, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Client.AppsV1().ReplicaSets("default").Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
+	})
+	var pod *corev1.Pod
+	testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
+		pods, err := env.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
+		if err != nil {
+			return false, err.Error()
+		}
+		for i := range pods.Items {
+			if p := &pods.Items[i]; p.Spec.NodeName == node && p.Status.Phase == corev1.PodRunning {
+				pod = p
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d pods of %s, none running on %s", len(pods.Items), name, node)
+	})
+	return pod
+}
+
+// waitPodGone waits until the pod (this very one, by UID) is gone.
+func waitPodGone(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+		p, err := env.Client.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && p.UID != pod.UID) {
+			return true, ""
+		}
+		if err != nil {
+			return false, err.Error()
+		}
+		return false, fmt.Sprintf("pod %s/%s is still there (%s on %s)", pod.Namespace, pod.Name, p.Status.Phase, p.Spec.NodeName)
+	})
+}
+
+func mustURL(t *testing.T, raw string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// csrfOf is the CSRF token of a console client's session.
+func csrfOf(t *testing.T, client *http.Client, base string) string {
+	t.Helper()
+	resp, err := client.Get(base + "/api/session")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var s struct {
+		CSRF string `json:"csrf"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil || s.CSRF == "" {
+		t.Fatalf("the session's CSRF token: %v", err)
+	}
+	return s.CSRF
+}
+
 // consoleClient is an HTTP client logged in to the console with token.
 func consoleClient(t *testing.T, base, token string) *http.Client {
 	t.Helper()
@@ -246,14 +327,20 @@ func TestConsole(t *testing.T) {
 		if got := tab.Text(`tr[data-key="` + node + `"]`); strings.Contains(got, "SchedulingDisabled") {
 			t.Errorf("uncordoned, the row says %q", got)
 		}
-		// Drained from the page: cordoned, its pods evicted.
+		// Drained from the page, once confirmed in a dialog that lists
+		// the pod it evicts: cordoned, its pod evicted, the drain
+		// followed to its end.
 		drained := "console-drain-node"
 		capstanOK(t, "sim", "node", "add", "--kubeconfig", env.Kubeconfig, "--name", drained)
 		t.Cleanup(func() { _, _ = capstan(t, "sim", "node", "delete", drained, "--kubeconfig", env.Kubeconfig) })
 		waitNodeReady(t, drained)
+		victim := podOnNode(t, "console-drain-victim", drained)
 		tab.WaitText(`tr[data-key="`+drained+`"]`, "Ready", 30*time.Second)
 		tab.Click(`button[aria-label="Drain ` + drained + `"]`)
+		tab.WaitText("dialog[open]", "default/"+victim.Name, 30*time.Second)
+		tab.Click("dialog[open] button[data-confirm]")
 		tab.WaitText("#result", "node/"+drained+" drained", time.Minute)
+		waitPodGone(t, victim)
 		tab.WaitText(`tr[data-key="`+drained+`"]`, "SchedulingDisabled", 30*time.Second)
 		if n, err := env.Client.CoreV1().Nodes().Get(ctx, drained, metav1.GetOptions{}); err != nil || !n.Spec.Unschedulable {
 			t.Errorf("the drained node is not cordoned: %v", err)
@@ -282,6 +369,46 @@ func TestConsole(t *testing.T) {
 		}
 		tab.A11y("pending pods")
 		tab.Screenshot("pending")
+	})
+
+	t.Run("a drain outlives the request that started it", func(t *testing.T) {
+		// The drain is started and the client goes away at once, as a
+		// tab closed: the drain goes on to its end on the server.
+		node := "console-drain-detached"
+		capstanOK(t, "sim", "node", "add", "--kubeconfig", env.Kubeconfig, "--name", node)
+		t.Cleanup(func() { _, _ = capstan(t, "sim", "node", "delete", node, "--kubeconfig", env.Kubeconfig) })
+		waitNodeReady(t, node)
+		victim := podOnNode(t, "console-drain-detached-victim", node)
+		client := consoleClient(t, base, env.Cluster.AdminToken())
+		session := client.Jar.Cookies(mustURL(t, base))[0]
+		req, _ := http.NewRequest(http.MethodPost, base+"/api/capstan/nodes/"+node+"/drain", nil)
+		req.Header.Set("X-CSRF-Token", csrfOf(t, client, base))
+		reqCtx, cancel := context.WithCancel(ctx)
+		resp, err := client.Do(req.WithContext(reqCtx))
+		cancel()
+		client.CloseIdleConnections()
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("starting the drain: %d", resp.StatusCode)
+		}
+		waitPodGone(t, victim)
+		// A new client with the same session reads how it ended.
+		jar, _ := cookiejar.New(nil)
+		jar.SetCookies(mustURL(t, base), []*http.Cookie{session})
+		other := &http.Client{Jar: jar}
+		testenv.Eventually(t, time.Minute, func() (bool, string) {
+			resp, err := other.Get(base + "/api/capstan/nodes/" + node + "/drain/status")
+			if err != nil {
+				return false, err.Error()
+			}
+			defer resp.Body.Close()
+			var st struct{ State, Message, Log string }
+			_ = json.NewDecoder(resp.Body).Decode(&st)
+			return st.State == "Drained", fmt.Sprintf("%d %+v", resp.StatusCode, st)
+		})
 	})
 
 	t.Run("pending pods: explained once for every tab", func(t *testing.T) {

@@ -330,6 +330,26 @@ function outcome(el, promise, ok) {
   }, (e) => el.replaceChildren(notice("error", e.message)));
 }
 
+// confirmAction asks before what cannot be taken back, in a modal
+// dialog that names what will happen: it resolves true when the person
+// confirms, false when they cancel or press Escape.
+function confirmAction(title, body, confirmLabel) {
+  return new Promise((resolve) => {
+    const d = h("dialog", { class: "confirm", "aria-labelledby": "confirm-title" },
+      h("h2", { id: "confirm-title" }, title),
+      ...body,
+      h("form", { method: "dialog", class: "inline" },
+        h("button", { type: "submit", value: "cancel", class: "secondary", "data-cancel": "" }, "Cancel"),
+        h("button", { type: "submit", value: "confirm", "data-confirm": "" }, confirmLabel)));
+    d.addEventListener("close", () => {
+      d.remove();
+      resolve(d.returnValue === "confirm");
+    });
+    document.body.append(d);
+    d.showModal();
+  });
+}
+
 // ---- pages --------------------------------------------------------------
 
 const pages = {};
@@ -558,6 +578,41 @@ pages.nodes = () => {
   const act = (label, node, fn) => h("button", { type: "button", class: "secondary", "aria-label": label + " " + node, "data-action": label.toLowerCase(), onclick: fn }, label);
   const cordon = (n, on) => outcome(p.result, call("PATCH", kube("/api/v1/nodes/" + n), JSON.stringify({ spec: { unschedulable: on ? true : null } })),
     `node/${n} ${on ? "cordoned" : "uncordoned"}`);
+  // drain shows what a drain would evict and what would hold it up, and
+  // starts it once confirmed; the drain runs on the server, whatever
+  // becomes of this tab, and the page follows it.
+  const drain = async (n) => {
+    const path = `/api/capstan/nodes/${encodeURIComponent(n)}/drain`;
+    let plan;
+    try {
+      plan = await call("GET", path);
+    } catch (e) {
+      p.result.replaceChildren(notice("error", e.message));
+      return;
+    }
+    const ok = await confirmAction(`Drain node ${n}?`, [
+      h("p", {}, `node/${n} is cordoned, then its pods are evicted (DaemonSet pods stay).`),
+      plan.pods.length ? table(`Pods evicted (${plan.pods.length})`, ["Pod"], plan.pods.map((x) => [x])) : h("p", {}, "No pod to evict."),
+      plan.emptyDir.length ? notice("warning", "The emptyDir data of these pods is deleted with them: " + plan.emptyDir.join(", ")) : null,
+      plan.blocking.length ? notice("warning", "These PodDisruptionBudgets allow no disruption now, so the drain waits on them: " + plan.blocking.join("; ")) : null,
+      ...plan.errors.map((e) => notice("error", e)),
+    ], "Drain " + n);
+    if (!ok) return;
+    await outcome(p.result, call("POST", path));
+    const follow = async () => {
+      let st;
+      try {
+        st = await call("GET", path + "/status");
+      } catch (e) {
+        p.result.replaceChildren(notice("error", e.message));
+        return;
+      }
+      p.result.replaceChildren(notice(st.state === "Failed" ? "error" : "info", st.state === "Running" ? `Draining node/${n}…` : st.message),
+        st.log ? h("pre", { tabindex: 0, "aria-label": "The drain's log" }, st.log) : "");
+      if (st.state === "Running" && !p.stopped) p.timers.push(setTimeout(follow, 2000));
+    };
+    follow();
+  };
   p.view = () => {
     if (!p.ready("nodes")) return [...p.errorsView(), h("p", {}, "Loading…")];
     return [...p.errorsView(), table("Nodes", ["Name", "Status", "Roles", "Conditions", "Taints", "Pool and config", "Autoscaler", "Actions"], p.data.nodes.map((n) => {
@@ -581,7 +636,7 @@ pages.nodes = () => {
               : [v.unneeded ? h("strong", {}, "Unneeded since " + v.since) : null, v.unneeded ? h("br") : null,
                 `utilization ${v.utilization.toFixed(2)}: ${v.reason}`],
         [n.spec.unschedulable ? act("Uncordon", name, () => cordon(name, false)) : act("Cordon", name, () => cordon(name, true)), " ",
-          act("Drain", name, () => outcome(p.result, call("POST", `/api/capstan/nodes/${encodeURIComponent(name)}/drain`)))],
+          act("Drain", name, () => drain(name))],
       ];
     }))];
   };
@@ -728,7 +783,17 @@ pages.updates = () => {
       }, h("label", { for: "channel" }, "Channel", channel), channels, h("button", { type: "submit" }, "Save")),
       chResult);
   p.forms = () => h("div", {}, chSection, upResult);
-  const update = (version, acceptRisks) => outcome(upResult, call("POST", "/api/capstan/clusterversion/update", { version, acceptRisks }));
+  // update starts an update once the person confirms it, naming the
+  // version and the risks they accept.
+  const update = async (version, acceptRisks) => {
+    const cv = (p.data.clusterversions || [])[0];
+    const from = cv?.status?.desired?.version ?? "the current version";
+    const ok = await confirmAction(`Update the cluster to ${version}?`, [
+      h("p", {}, `The cluster is updated from ${from} to ${version}: every operator, then every node, which reboots.`),
+      acceptRisks ? notice("warning", `You accept the risks of ${version} listed on this page.`) : null,
+    ], "Update to " + version);
+    if (ok) await outcome(upResult, call("POST", "/api/capstan/clusterversion/update", { version, acceptRisks }));
+  };
   p.view = () => {
     const cv = (p.data.clusterversions || [])[0];
     chSection.hidden = !cv;
