@@ -56,7 +56,7 @@ type target struct {
 func (t target) String() string { return versionOrImage(t.Version, t.Image) }
 
 // resolve turns spec.desiredUpdate into a release: an image is taken as
-// given; a version alone must be one of the available (or conditional)
+// given; a version alone must be one of the available (recommended)
 // updates. Without desiredUpdate, the target is the current release.
 func resolve(cv *configv1.ClusterVersion) (target, error) {
 	cur := target{Version: cv.Status.Desired.Version, Image: cv.Status.Desired.Image}
@@ -79,11 +79,10 @@ func resolve(cv *configv1.ClusterVersion) (target, error) {
 			images = append(images, r.Image)
 		}
 	}
-	for _, cu := range cv.Status.ConditionalUpdates {
-		if cu.Release.Version == u.Version {
-			images = append(images, cu.Release.Image)
-		}
-	}
+	// A conditional update is not taken by version alone, as upstream's
+	// findUpdateFromConfigVersion does not: a client that accepts its
+	// risks names its image too (oc adm upgrade --allow-not-recommended,
+	// the console), so a bare version patch cannot pick one unseen.
 	switch len(dedupe(images)) {
 	case 0:
 		return cur, fmt.Errorf("spec.desiredUpdate.version: Invalid value: %q: when image is empty the update must be an available update", u.Version)

@@ -32,7 +32,9 @@ func TestResolveDesiredUpdate(t *testing.T) {
 		{"no update: the current release", nil, target{Version: "4.10.22", Image: "r@sha256:22"}, ""},
 		{"an image is taken as given", &configv1.Update{Image: "x@sha256:1", Force: true}, target{Image: "x@sha256:1", Force: true}, ""},
 		{"a version found once among the updates", &configv1.Update{Version: "4.10.26"}, target{Version: "4.10.26", Image: "r@sha256:26"}, ""},
-		{"a conditional update's version", &configv1.Update{Version: "4.11.0"}, target{Version: "4.11.0", Image: "r@sha256:110"}, ""},
+		{"a conditional update's version alone", &configv1.Update{Version: "4.11.0"}, target{Version: "4.10.22", Image: "r@sha256:22"},
+			`spec.desiredUpdate.version: Invalid value: "4.11.0": when image is empty the update must be an available update`},
+		{"a conditional update by version and image", &configv1.Update{Version: "4.11.0", Image: "r@sha256:110"}, target{Version: "4.11.0", Image: "r@sha256:110"}, ""},
 		{"an unknown version", &configv1.Update{Version: "4.12.0"}, target{Version: "4.10.22", Image: "r@sha256:22"},
 			`spec.desiredUpdate.version: Invalid value: "4.12.0": when image is empty the update must be an available update`},
 	} {
