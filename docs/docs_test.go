@@ -19,6 +19,12 @@ func TestBadInputTableNamesRealTests(t *testing.T) {
 	checkTableTests(t, "bad-input.md", "| Input ", 30)
 }
 
+// So does the threat model: every boundary names the tests that attack
+// it.
+func TestSecurityTableNamesRealTests(t *testing.T) {
+	checkTableTests(t, "security.md", "| Boundary ", 14)
+}
+
 // So does the metrics document: every family and every alert has a test.
 func TestMetricsTablesNameRealTests(t *testing.T) {
 	checkTableTests(t, "metrics.md", "| Family ", 40)
