@@ -18,7 +18,7 @@ import (
 
 func newAdmCommand() *cobra.Command {
 	c := &cobra.Command{Use: "adm", Short: "Administrative commands, as oc adm has them"}
-	c.AddCommand(newAdmTaintCommand(), newAdmReleaseCommand(), newAdmUpgradeCommand(), newAdmImageCommand())
+	c.AddCommand(newAdmTaintCommand(), newAdmReleaseCommand(), newAdmUpgradeCommand(), newAdmImageCommand(), newAdmAuditCommand())
 	return c
 }
 

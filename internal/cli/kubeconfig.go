@@ -5,9 +5,9 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"slices"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
