@@ -69,7 +69,6 @@ var tinyBenches = map[string][]string{
 // breaks fails here, not in someone's hands. A benchmark added without a
 // tiny size fails too.
 func TestEveryBenchRuns(t *testing.T) {
-	t.Parallel()
 	bench, _, err := cli.NewRootCommand(nil, nil).Find([]string{"bench"})
 	if err != nil {
 		t.Fatal(err)
