@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/chromedp/chromedp/kb"
@@ -75,17 +76,23 @@ func nodeNames(t *testing.T) []string {
 }
 
 // logIn logs the tab in with a token through the login form.
-// podOnNode runs a ReplicaSet's pod on node (selected by its hostname
-// label, so that a replacement waits unscheduled once the node is
-// cordoned) and returns the pod, running.
+// podOnNode runs a ReplicaSet's pod on node (selected by a label of its
+// own, so that a replacement waits unscheduled once the node is
+// cordoned; the hostname label is PodNodeConstraints' to refuse) and
+// returns the pod, running.
 func podOnNode(t *testing.T, name, node string) *corev1.Pod {
 	t.Helper()
 	ctx := context.Background()
+	const nodeLabel = "e2e.capstan.dev/node"
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, nodeLabel, node)
+	if _, err := env.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	labels := map[string]string{"app": name}
 	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
-				NodeSelector: map[string]string{corev1.LabelHostname: node},
+				NodeSelector: map[string]string{nodeLabel: node},
 				Containers:   []corev1.Container{{Name: "c", Image: "nginx"}}}}}}
 	if _, err := env.Client.AppsV1().ReplicaSets("default").Create(ctx, rs, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -105,7 +112,13 @@ func podOnNode(t *testing.T, name, node string) *corev1.Pod {
 				return true, ""
 			}
 		}
-		return false, fmt.Sprintf("%d pods of %s, none running on %s", len(pods.Items), name, node)
+		why := fmt.Sprintf("%d pods of %s, none running on %s", len(pods.Items), name, node)
+		if got, err := env.Client.AppsV1().ReplicaSets("default").Get(ctx, name, metav1.GetOptions{}); err == nil {
+			for _, c := range got.Status.Conditions {
+				why += fmt.Sprintf("; ReplicaSet %s=%s: %s", c.Type, c.Status, c.Message)
+			}
+		}
+		return false, why
 	})
 	return pod
 }
