@@ -116,6 +116,7 @@ func (r *Registry) replay() error {
 	sort.SliceStable(entries, func(i, j int) bool {
 		return strings.HasPrefix(entries[i].ref, "sha256:") && !strings.HasPrefix(entries[j].ref, "sha256:")
 	})
+	var pending []entry
 	for _, e := range entries {
 		path := r.journalPath(e.repo, e.ref)
 		if err := validName(e.repo, e.ref); err != nil {
@@ -126,13 +127,32 @@ func (r *Registry) replay() error {
 			r.reject(path, fmt.Sprintf("%s: %v", e.repo, err))
 			continue
 		}
-		req := httptest.NewRequest(http.MethodPut, "/v2/"+e.repo+"/manifests/"+e.ref, bytes.NewReader(e.body))
-		req.Header.Set("Content-Type", e.mediaType)
-		rec := httptest.NewRecorder()
-		r.handler.ServeHTTP(rec, req)
-		if rec.Code != http.StatusCreated {
-			r.reject(path, fmt.Sprintf("restoring %s:%s: %d %s", e.repo, e.ref, rec.Code, strings.TrimSpace(rec.Body.String())))
+		pending = append(pending, e)
+	}
+	// An index is refused until the manifests it lists are there, and
+	// the journal's order (digests, then tags, each by name) is not the
+	// order they were pushed in: entries are pushed again, pass after
+	// pass, while a pass restores any; what is left is set aside.
+	failed := map[string]string{}
+	for len(pending) > 0 {
+		var next []entry
+		for _, e := range pending {
+			req := httptest.NewRequest(http.MethodPut, "/v2/"+e.repo+"/manifests/"+e.ref, bytes.NewReader(e.body))
+			req.Header.Set("Content-Type", e.mediaType)
+			rec := httptest.NewRecorder()
+			r.handler.ServeHTTP(rec, req)
+			if rec.Code != http.StatusCreated {
+				failed[e.repo+":"+e.ref] = fmt.Sprintf("restoring %s:%s: %d %s", e.repo, e.ref, rec.Code, strings.TrimSpace(rec.Body.String()))
+				next = append(next, e)
+			}
 		}
+		if len(next) == len(pending) {
+			break
+		}
+		pending = next
+	}
+	for _, e := range pending {
+		r.reject(r.journalPath(e.repo, e.ref), failed[e.repo+":"+e.ref])
 	}
 	return nil
 }

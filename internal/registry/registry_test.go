@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
@@ -339,4 +340,48 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
 	return n, err
+}
+
+// An image index journaled under its digest, which sorts before one of
+// its children's, survives a restart: the journal is replayed in passes
+// until no entry is left that a pass could restore.
+func TestAnIndexSurvivesARestartWhateverItsDigest(t *testing.T) {
+	dir := t.TempDir()
+	reg, srv, host := serve(t, dir)
+	var idx v1.ImageIndex
+	for idx == nil {
+		candidate, err := random.Index(512, 1, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, _ := candidate.Digest()
+		m, err := candidate.IndexManifest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, child := range m.Manifests {
+			if d.String() < child.Digest.String() {
+				idx = candidate
+			}
+		}
+	}
+	digest, _ := idx.Digest()
+	ref, _ := name.ParseReference(host + "/ocp/multi@" + digest.String())
+	if err := remote.WriteIndex(ref, idx, pusher(reg)); err != nil {
+		t.Fatal(err)
+	}
+	srv.Close()
+
+	again, _, host := serve(t, dir)
+	if len(again.Warnings) > 0 {
+		t.Errorf("the restart set entries aside: %v", again.Warnings)
+	}
+	ref, _ = name.ParseReference(host + "/ocp/multi@" + digest.String())
+	got, err := remote.Index(ref)
+	if err != nil {
+		t.Fatalf("the index after the restart: %v", err)
+	}
+	if d, _ := got.Digest(); d != digest {
+		t.Errorf("the index is %s after the restart, pushed %s", d, digest)
+	}
 }
