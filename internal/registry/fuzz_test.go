@@ -21,6 +21,8 @@ func FuzzManifestPush(f *testing.F) {
 	f.Add("x/_refs/y", "tag", "application/json", []byte("{}"))
 	f.Add("ocp/release", "sha256:"+string(bytes.Repeat([]byte("0"), 64)), "application/vnd.oci.image.index.v1+json", []byte(`{"schemaVersion":2}`))
 	f.Add("a/b", "..", "", []byte(nil))
+	// A tag named as an older journal's media-type file.
+	f.Add("ocp/release", "4.10.22.type", "application/vnd.oci.image.manifest.v1+json", []byte(`{"schemaVersion":2}`))
 	f.Fuzz(func(t *testing.T, repo, ref, mediaType string, body []byte) {
 		dir := t.TempDir()
 		reg, err := Open(dir)

@@ -71,8 +71,31 @@ type entry struct {
 	body                 []byte
 }
 
+// A manifest is journaled as manifests/REPO/_refs/REF (its body) and
+// manifests/REPO/_types/REF (its media type): a valid repository has no
+// component starting with "_", and a reference may end in anything a
+// tag may (".type" too). Data dirs of older capstans kept the media type
+// beside the body, in _refs/REF.type, which is still read.
 func (r *Registry) journalPath(repo, ref string) string {
 	return filepath.Join(r.dir, "manifests", filepath.FromSlash(repo), "_refs", ref)
+}
+
+func (r *Registry) typePath(repo, ref string) string {
+	return filepath.Join(r.dir, "manifests", filepath.FromSlash(repo), "_types", ref)
+}
+
+// oldSidecar reports whether a _refs file is an older capstan's media
+// type beside another reference's body, rather than a tag of its own.
+func (r *Registry) oldSidecar(repo, ref string) bool {
+	base, ok := strings.CutSuffix(ref, ".type")
+	if !ok {
+		return false
+	}
+	if _, err := os.Stat(r.typePath(repo, ref)); err == nil {
+		return false
+	}
+	_, err := os.Stat(r.journalPath(repo, base))
+	return err == nil
 }
 
 // replay pushes every journaled manifest again, those named by digest
@@ -86,7 +109,7 @@ func (r *Registry) replay() error {
 		}
 		// A name starting with "." is a write a crash cut short
 		// (atomicfile's temporary file): no reference starts so.
-		if err != nil || d.IsDir() || strings.HasSuffix(path, ".type") || strings.HasPrefix(d.Name(), ".") {
+		if err != nil || d.IsDir() || strings.HasPrefix(d.Name(), ".") {
 			return err
 		}
 		rel, _ := filepath.Rel(root, path)
@@ -98,11 +121,17 @@ func (r *Registry) replay() error {
 			return nil
 		}
 		repo, ref := rel[:i], rel[i+len("/_refs/"):]
+		if r.oldSidecar(repo, ref) {
+			return nil
+		}
 		body, err := os.ReadFile(path)
 		if err != nil {
 			return err
 		}
-		mt, err := os.ReadFile(path + ".type")
+		mt, err := os.ReadFile(r.typePath(repo, ref))
+		if errors.Is(err, fs.ErrNotExist) {
+			mt, err = os.ReadFile(path + ".type")
+		}
 		if err != nil {
 			r.reject(path, fmt.Sprintf("%s:%s has no media type: %v", repo, ref, err))
 			return nil
@@ -166,9 +195,20 @@ func (r *Registry) reject(path, why string) {
 		rel = filepath.Base(path)
 	}
 	to := filepath.Join(r.dir, "rejected", rel)
+	// Its media type goes with it: _types/REF, or an older capstan's
+	// _refs/REF.type when there is no _types/REF.
+	moves := map[string]string{path: to}
+	if i := strings.LastIndex(path, string(filepath.Separator)+"_refs"+string(filepath.Separator)); i >= 0 {
+		typ := path[:i] + string(filepath.Separator) + "_types" + path[i+len("/_refs"):]
+		if _, err := os.Stat(typ); err == nil {
+			moves[typ] = to + ".type"
+		} else {
+			moves[path+".type"] = to + ".type"
+		}
+	}
 	if err := os.MkdirAll(filepath.Dir(to), 0o755); err == nil {
-		for _, suffix := range []string{"", ".type"} {
-			if err := os.Rename(path+suffix, to+suffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		for from, dest := range moves {
+			if err := os.Rename(from, dest); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				why += fmt.Sprintf(" (and it could not be set aside: %v)", err)
 			}
 		}
@@ -310,14 +350,11 @@ func (r *Registry) journal(repo, ref, mediaType string, body []byte, digest stri
 		refs = append(refs, digest)
 	}
 	for _, name := range refs {
-		p := r.journalPath(repo, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		// The media type first: a body is replayed only with one.
+		if err := atomicfile.Write(r.typePath(repo, name), []byte(mediaType), 0o644); err != nil {
 			return err
 		}
-		if err := atomicfile.Write(p+".type", []byte(mediaType), 0o644); err != nil {
-			return err
-		}
-		if err := atomicfile.Write(p, body, 0o644); err != nil {
+		if err := atomicfile.Write(r.journalPath(repo, name), body, 0o644); err != nil {
 			return err
 		}
 	}
@@ -326,7 +363,7 @@ func (r *Registry) journal(repo, ref, mediaType string, body []byte, digest stri
 
 func (r *Registry) forget(repo, ref string) error {
 	p := r.journalPath(repo, ref)
-	for _, f := range []string{p, p + ".type"} {
+	for _, f := range []string{p, r.typePath(repo, ref), p + ".type"} {
 		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}

@@ -385,3 +385,38 @@ func TestAnIndexSurvivesARestartWhateverItsDigest(t *testing.T) {
 		t.Errorf("the index is %s after the restart, pushed %s", d, digest)
 	}
 }
+
+// A tag may end in ".type", as an older journal's media-type file did:
+// a tag v1 and a tag v1.type, two images, both come back after a
+// restart, each with its own manifest.
+func TestATagEndingInTypeSurvivesARestart(t *testing.T) {
+	dir := t.TempDir()
+	reg, srv, host := serve(t, dir)
+	digests := map[string]v1.Hash{}
+	for _, tag := range []string{"v1", "v1.type"} {
+		img, err := random.Image(256, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, _ := name.ParseReference(host + "/ocp/release:" + tag)
+		if err := remote.Write(ref, img, pusher(reg)); err != nil {
+			t.Fatal(err)
+		}
+		digests[tag], _ = img.Digest()
+	}
+	srv.Close()
+	again, _, host := serve(t, dir)
+	if len(again.Warnings) > 0 {
+		t.Errorf("the restart set entries aside: %v", again.Warnings)
+	}
+	for tag, want := range digests {
+		ref, _ := name.ParseReference(host + "/ocp/release:" + tag)
+		desc, err := remote.Get(ref)
+		if err != nil {
+			t.Fatalf("%s after the restart: %v", tag, err)
+		}
+		if desc.Digest != want || !strings.Contains(string(desc.MediaType), "manifest") {
+			t.Errorf("%s after the restart: %s (%s), want %s", tag, desc.Digest, desc.MediaType, want)
+		}
+	}
+}
