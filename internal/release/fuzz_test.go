@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/capstan-dev/capstan/internal/fuzzseed"
@@ -108,5 +109,71 @@ func FuzzImageReferences(f *testing.F) {
 			return
 		}
 		checkPayload(t, p)
+	})
+}
+
+// FuzzParseRef: a reference ParseRef takes (spec.desiredUpdate.image, a
+// release flag) prints as text that parses back to the same reference,
+// naming the same digest; ParseRef never panics.
+func FuzzParseRef(f *testing.F) {
+	for _, s := range []string{
+		"quay.io/openshift-release-dev/ocp-release:4.10.26-x86_64",
+		"quay.io/openshift-release-dev/ocp-release@sha256:" + strings.Repeat("a", 64),
+		"oci:/var/releases:4.10.26", "oci:/var/rel:eases@sha256:" + strings.Repeat("0", 64), "oci:relative/dir",
+		"oci:", "oci:@sha256:12", "localhost:5000/r:t", "UPPER/case", "",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ref, err := ParseRef(s)
+		if err != nil {
+			return
+		}
+		again, err := ParseRef(ref.String())
+		if err != nil {
+			t.Fatalf("%q parsed as %s, which does not parse: %v", s, ref, err)
+		}
+		if again.String() != ref.String() || again.Digest() != ref.Digest() {
+			t.Fatalf("%q parsed as %s (digest %q), printed and parsed again as %s (digest %q)", s, ref, ref.Digest(), again, again.Digest())
+		}
+		if d := ref.Digest(); d != "" && !strings.HasPrefix(d, "sha256:") {
+			t.Fatalf("%q names digest %q", s, d)
+		}
+	})
+}
+
+// FuzzDocuments: splitting a manifest file into documents keeps every
+// byte of every document that holds more than comments, in order, and
+// the documents split again the same when joined with separators.
+func FuzzDocuments(f *testing.F) {
+	for _, s := range []string{
+		"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: a\n---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: b\n",
+		"--- # a comment after the separator\napiVersion: v1\n", "# only a comment\n---\n", "---\n---\n", "a: '---'\n---x\n", "",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		docs := Documents(raw)
+		last := -1
+		for _, d := range docs {
+			if d.Index <= last {
+				t.Fatalf("document indexes out of order: %v", docs)
+			}
+			last = d.Index
+			if !bytes.Contains(raw, d.Raw) {
+				t.Fatalf("document %d is not part of the file: %q", d.Index, d.Raw)
+			}
+			if strings.TrimSpace(stripComments(string(d.Raw))) == "" {
+				t.Fatalf("document %d holds nothing but comments: %q", d.Index, d.Raw)
+			}
+		}
+		var joined []string
+		for _, d := range docs {
+			joined = append(joined, string(d.Raw))
+		}
+		again := Documents([]byte(strings.Join(joined, "\n---\n")))
+		if len(again) != len(docs) {
+			t.Fatalf("%d documents, joined and split again: %d", len(docs), len(again))
+		}
 	})
 }

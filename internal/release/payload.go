@@ -211,7 +211,9 @@ type Document struct {
 	Raw   []byte
 }
 
-var documentSeparator = regexp.MustCompile(`(?m)^---\s*$`)
+// documentSeparator is a line of "---", alone or followed by a comment,
+// as Kubernetes' YAML reader splits documents.
+var documentSeparator = regexp.MustCompile(`(?m)^---[ \t\r]*(#[^\n]*)?$`)
 
 // Documents splits a multi-document YAML file, leaving out the documents
 // that hold nothing but comments and blank lines.
