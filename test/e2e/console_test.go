@@ -323,6 +323,22 @@ func TestConsole(t *testing.T) {
 		if got := tab.Focused(); !strings.HasPrefix(got, "MAIN ") {
 			t.Errorf("after a page opens, the focus is on %q, not on its content", got)
 		}
+		// "Skip to content", used on the Nodes page, moves the focus to
+		// its content and stays on the page.
+		if _, err := testenv.Eval[bool](tab, `document.activeElement.blur(); window.focus(); true`); err != nil {
+			t.Fatal(err)
+		}
+		tab.Press(kb.Tab)
+		if got := tab.Focused(); got != "A Skip to content" {
+			t.Fatalf("Tab focused %q, want the skip link", got)
+		}
+		tab.Press(kb.Enter)
+		if got := tab.Focused(); !strings.HasPrefix(got, "MAIN ") {
+			t.Errorf("after Skip to content, the focus is on %q, not on the content", got)
+		}
+		if got := tab.Text("main h1"); got != "Nodes" {
+			t.Errorf("Skip to content on the Nodes page led to %q", got)
+		}
 	})
 
 	t.Run("nodes: every node, live", func(t *testing.T) {

@@ -926,6 +926,8 @@ async function enter(s) {
 
 function route() {
   if (!session.user) return;
+  // A hash that names no page (#main, an in-page link) keeps the page.
+  if (current && location.hash && !location.hash.startsWith("#/")) return;
   const name = (location.hash.replace(/^#\//, "").split("?")[0]) || "overview";
   const make = pages[name] || pages.overview;
   if (current) current.stop();
@@ -939,6 +941,12 @@ function route() {
 }
 
 window.addEventListener("hashchange", route);
+// "Skip to content" moves the focus to the page's content; it leaves the
+// hash, and the page, as they are.
+document.querySelector("a.skip").addEventListener("click", (ev) => {
+  ev.preventDefault();
+  document.getElementById("main").focus();
+});
 document.getElementById("logout").addEventListener("click", async () => {
   await call("POST", "/api/logout").catch(() => {});
   session.user = "";
