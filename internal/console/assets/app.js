@@ -410,7 +410,7 @@ pages.overview = () => {
       h("div", { class: "cards" },
         h("section", { class: "card", "aria-labelledby": "ov-version" },
           h("h2", { id: "ov-version" }, "Cluster version"),
-          h("p", { class: "big" }, cv ? (cv.status.desired || {}).version || "unknown" : p.ready("clusterversions") ? "none" : "…"),
+          h("p", { class: "big" }, cv ? cv.status?.desired?.version || "unknown" : p.ready("clusterversions") ? "none" : "…"),
           cv ? h("p", {}, "Channel: ", cv.spec.channel || "none") : p.ready("clusterversions") ? h("p", { class: "muted" }, "No Cluster Version Operator") : null,
           prog ? h("p", { class: prog.status === "True" ? "warn" : "muted" }, prog.message) : null),
         h("section", { class: "card", "aria-labelledby": "ov-nodes" },
