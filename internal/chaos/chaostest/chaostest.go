@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -102,11 +103,30 @@ func Campaign(t *testing.T, keep func(*chaos.Scenario) bool) {
 				for _, v := range run.Violations {
 					t.Errorf("%s\n  replay: capstan chaos --scenario %s --seed %d --every-point --kills %d --runs 1", v, run.Scenario, run.Seed, kills)
 				}
+				if len(run.Violations) > 0 {
+					logTails(t, run.DataDir)
+				}
 			}
 		})
 	}
 	if n == 0 {
 		t.Fatal("no scenario selected")
+	}
+}
+
+// logTails logs the end of each log of a run's data dir, which the
+// test's temporary dir takes with it: what a failure in CI leaves to
+// read.
+func logTails(t *testing.T, dir string) {
+	t.Helper()
+	logs, _ := filepath.Glob(filepath.Join(dir, "logs", "*.log"))
+	for _, l := range logs {
+		raw, err := os.ReadFile(l)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
+		t.Logf("last %d lines of %s:\n%s", min(40, len(lines)), filepath.Base(l), strings.Join(lines[max(0, len(lines)-40):], "\n"))
 	}
 }
 
