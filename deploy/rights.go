@@ -66,29 +66,41 @@ func Rights(name string) ([]Right, error) {
 		if role == nil {
 			continue
 		}
-		rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
-		for _, r := range rules {
-			r, _ := r.(map[string]any)
-			groups, _, _ := unstructured.NestedStringSlice(r, "apiGroups")
-			resources, _, _ := unstructured.NestedStringSlice(r, "resources")
-			names, _, _ := unstructured.NestedStringSlice(r, "resourceNames")
-			verbs, _, _ := unstructured.NestedStringSlice(r, "verbs")
-			if len(names) == 0 {
-				names = []string{""}
-			}
-			for _, g := range groups {
-				for _, res := range resources {
-					for _, n := range names {
-						for _, v := range verbs {
-							out = append(out, Right{Component: name, Role: kind + "/" + ref, Group: g, Resource: res, Name: n, Verb: v, Namespace: b.GetNamespace()})
-						}
+		for _, r := range roleRights(role) {
+			r.Component, r.Role, r.Namespace = name, kind+"/"+ref, b.GetNamespace()
+			out = append(out, r)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return slices.Compact(out), nil
+}
+
+// roleRights flattens a role's rules into one right per API group,
+// resource, name and verb, in the rules' order (Group, Resource, Name
+// and Verb set).
+func roleRights(role *unstructured.Unstructured) []Right {
+	var out []Right
+	rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+	for _, r := range rules {
+		r, _ := r.(map[string]any)
+		groups, _, _ := unstructured.NestedStringSlice(r, "apiGroups")
+		resources, _, _ := unstructured.NestedStringSlice(r, "resources")
+		names, _, _ := unstructured.NestedStringSlice(r, "resourceNames")
+		verbs, _, _ := unstructured.NestedStringSlice(r, "verbs")
+		if len(names) == 0 {
+			names = []string{""}
+		}
+		for _, g := range groups {
+			for _, res := range resources {
+				for _, n := range names {
+					for _, v := range verbs {
+						out = append(out, Right{Group: g, Resource: res, Name: n, Verb: v})
 					}
 				}
 			}
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
-	return slices.Compact(out), nil
+	return out
 }
 
 // covers reports whether a right allows the request an audit event

@@ -25,28 +25,15 @@ func ruleLines(name string, objs []*unstructured.Unstructured) []string {
 			if ns := o.GetNamespace(); ns != "" {
 				role += " in " + ns
 			}
-			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
-			for _, r := range rules {
-				r, _ := r.(map[string]any)
-				groups, _, _ := unstructured.NestedStringSlice(r, "apiGroups")
-				resources, _, _ := unstructured.NestedStringSlice(r, "resources")
-				names, _, _ := unstructured.NestedStringSlice(r, "resourceNames")
-				verbs, _, _ := unstructured.NestedStringSlice(r, "verbs")
-				if len(names) == 0 {
-					names = []string{"*"}
+			for _, r := range roleRights(o) {
+				g, n := r.Group, r.Name
+				if g == "" {
+					g = "core"
 				}
-				for _, g := range groups {
-					if g == "" {
-						g = "core"
-					}
-					for _, res := range resources {
-						for _, n := range names {
-							for _, v := range verbs {
-								lines = append(lines, fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", name, role, g, res, n, v))
-							}
-						}
-					}
+				if n == "" {
+					n = "*"
 				}
+				lines = append(lines, fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", name, role, g, r.Resource, n, r.Verb))
 			}
 		case strings.HasSuffix(o.GetKind(), "Binding"):
 			kind, _, _ := unstructured.NestedString(o.Object, "roleRef", "kind")

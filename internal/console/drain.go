@@ -13,8 +13,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/kubectl/pkg/drain"
+
+	capdrain "github.com/capstan-dev/capstan/internal/drain"
 )
 
 // DrainTimeout bounds a drain the console runs: it is not tied to the
@@ -133,8 +134,7 @@ func (s *Server) drainPlan(w http.ResponseWriter, r *http.Request, c *clients) {
 	blocking := map[string]bool{}
 	for _, p := range pods {
 		for _, pdb := range byNS[p.Namespace] {
-			sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
-			if err != nil || sel.Empty() || !sel.Matches(labels.Set(p.Labels)) {
+			if !capdrain.BudgetCovers(&pdb, &p) {
 				continue
 			}
 			if pdb.Status.DisruptionsAllowed == 0 {
