@@ -74,20 +74,10 @@ func Up(ctx context.Context, o UpOptions, log io.Writer) (*UpResult, error) {
 	client := cl.Client
 	res := &UpResult{Nodes: o.Nodes, Pods: o.Pods}
 
-	factory := informers.NewSharedInformerFactory(client, 0)
-	var ready, running atomic.Int64
-	readyNodes, runningPods := sync.Map{}, sync.Map{}
-	nodeDone, podDone := make(chan struct{}), make(chan struct{})
-	var nodeOnce, podOnce sync.Once
-	onNode := func(obj any) {
-		n, ok := obj.(*corev1.Node)
-		if !ok || !nodes.Ready(n) {
-			return
-		}
-		if _, loaded := readyNodes.LoadOrStore(n.Name, true); !loaded && ready.Add(1) == int64(o.Nodes) {
-			nodeOnce.Do(func() { close(nodeDone) })
-		}
-	}
+	var running atomic.Int64
+	runningPods := sync.Map{}
+	podDone := make(chan struct{})
+	var podOnce sync.Once
 	onPod := func(obj any) {
 		p, ok := obj.(*corev1.Pod)
 		if !ok || p.Status.Phase != corev1.PodRunning {
@@ -97,9 +87,6 @@ func Up(ctx context.Context, o UpOptions, log io.Writer) (*UpResult, error) {
 			podOnce.Do(func() { close(podDone) })
 		}
 	}
-	_, _ = factory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: onNode, UpdateFunc: func(_, n any) { onNode(n) },
-	})
 	podInformer := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace("bench"),
 		informers.WithTransform(func(obj any) (any, error) {
 			// The bench only counts running pods; keep its own cache small so
@@ -114,37 +101,20 @@ func Up(ctx context.Context, o UpOptions, log io.Writer) (*UpResult, error) {
 		AddFunc: onPod, UpdateFunc: func(_, p any) { onPod(p) },
 	})
 	infCtx, stopInformers := context.WithCancel(ctx)
-	factory.Start(infCtx.Done())
 	podInformer.Start(infCtx.Done())
-	defer factory.Shutdown()
 	defer podInformer.Shutdown()
 	defer stopInformers()
 
-	fmt.Fprintf(log, "Launching %d instances ...\n", o.Nodes)
-	start := time.Now()
-	err = parallel(ctx, o.Nodes, o.Parallelism, func(i int) error {
-		_, err := cl.Cloud.CreateInstance(ctx, sim.InstanceSpec{
-			Name: fmt.Sprintf("bench-%04d", i), Zone: sim.DefaultZones[i%len(sim.DefaultZones)],
-			CPU: resource.MustParse("32"), Memory: resource.MustParse("128Gi"), Pods: 250,
-		})
-		return err
-	})
-	if err != nil {
+	if res.NodesReady, err = launchNodes(ctx, cl, o.Nodes, o.Parallelism, o.Timeout, log); err != nil {
 		return nil, err
 	}
-	if err := waitFor(ctx, nodeDone, o.Timeout, func() string { return fmt.Sprintf("%d/%d nodes Ready", ready.Load(), o.Nodes) }); err != nil {
-		return nil, err
-	}
-	res.NodesReady = time.Since(start)
-	fmt.Fprintf(log, "%d nodes Ready in %.1fs\n", o.Nodes, res.NodesReady.Seconds())
-
 	if o.Pods > 0 {
 		if err := benchNamespace(ctx, client); err != nil {
 			return nil, err
 		}
 		fmt.Fprintf(log, "Creating %d pods bound to the nodes ...\n", o.Pods)
-		start = time.Now()
-		err = parallel(ctx, o.Pods, o.Parallelism, func(i int) error {
+		start := time.Now()
+		err := parallel(ctx, o.Pods, o.Parallelism, func(i int) error {
 			_, err := client.CoreV1().Pods("bench").Create(ctx, benchPod(i, fmt.Sprintf("bench-%04d", i%o.Nodes)), metav1.CreateOptions{})
 			return err
 		})
@@ -226,4 +196,50 @@ func waitFor(ctx context.Context, done <-chan struct{}, timeout time.Duration, p
 	case <-time.After(timeout):
 		return fmt.Errorf("timed out after %s at %s", timeout, progress())
 	}
+}
+
+// launchNodes launches n instances (bench-0000, bench-0001, ...) of 32
+// CPUs and 128 GiB through the simulated cloud, workers at a time, and
+// waits until all their nodes are Ready.
+func launchNodes(ctx context.Context, cl *cluster.Cluster, n, workers int, timeout time.Duration, log io.Writer) (time.Duration, error) {
+	factory := informers.NewSharedInformerFactory(cl.Client, 0)
+	var ready atomic.Int64
+	readyNodes := sync.Map{}
+	done := make(chan struct{})
+	var once sync.Once
+	onNode := func(obj any) {
+		node, ok := obj.(*corev1.Node)
+		if !ok || !nodes.Ready(node) {
+			return
+		}
+		if _, loaded := readyNodes.LoadOrStore(node.Name, true); !loaded && ready.Add(1) == int64(n) {
+			once.Do(func() { close(done) })
+		}
+	}
+	_, _ = factory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: onNode, UpdateFunc: func(_, node any) { onNode(node) },
+	})
+	infCtx, stop := context.WithCancel(ctx)
+	factory.Start(infCtx.Done())
+	defer factory.Shutdown() // after stop: Shutdown waits for the informers to end
+	defer stop()
+
+	fmt.Fprintf(log, "Launching %d instances ...\n", n)
+	start := time.Now()
+	err := parallel(ctx, n, workers, func(i int) error {
+		_, err := cl.Cloud.CreateInstance(ctx, sim.InstanceSpec{
+			Name: fmt.Sprintf("bench-%04d", i), Zone: sim.DefaultZones[i%len(sim.DefaultZones)],
+			CPU: resource.MustParse("32"), Memory: resource.MustParse("128Gi"), Pods: 250,
+		})
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	if err := waitFor(ctx, done, timeout, func() string { return fmt.Sprintf("%d/%d nodes Ready", ready.Load(), n) }); err != nil {
+		return 0, err
+	}
+	took := time.Since(start)
+	fmt.Fprintf(log, "%d nodes Ready in %.1fs\n", n, took.Seconds())
+	return took, nil
 }

@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,23 +14,16 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"github.com/capstan-dev/capstan/internal/browser"
 	"github.com/capstan-dev/capstan/internal/waitfor"
 )
 
 // ChromiumEnv names the browser the tests drive; by default Debian's
 // /usr/bin/chromium, which .ci/run installs.
-const ChromiumEnv = "CAPSTAN_CHROMIUM"
+const ChromiumEnv = browser.PathEnv
 
 // ChromiumPath is the browser the tests drive.
-func ChromiumPath() string {
-	if p := os.Getenv(ChromiumEnv); p != "" {
-		return p
-	}
-	if p, err := exec.LookPath("chromium"); err == nil {
-		return p
-	}
-	return "/usr/bin/chromium"
-}
+func ChromiumPath() string { return browser.Path() }
 
 // Browser starts a headless Chromium with an empty profile, driven over
 // the DevTools protocol, and returns a context of its first tab. It is
@@ -42,36 +34,12 @@ func Browser(t testing.TB) context.Context {
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("no Chromium at %s (apt-get install chromium, or set %s): %v", path, ChromiumEnv, err)
 	}
-	ctx, cancel := NewBrowser(context.Background(), path, t.TempDir(), t.Logf)
+	ctx, cancel := browser.New(context.Background(), path, t.TempDir(), t.Logf)
 	t.Cleanup(cancel)
 	if err := chromedp.Do(ctx); err != nil {
 		t.Fatalf("starting %s: %v", path, err)
 	}
 	return ctx
-}
-
-// NewBrowser starts Chromium at path with its profile in dir. Without the
-// background-networking flags Chromium keeps dialing Google's hosts,
-// which a closed network refuses.
-func NewBrowser(parent context.Context, path, dir string, logf func(string, ...any)) (context.Context, context.CancelFunc) {
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(path),
-		chromedp.UserDataDir(dir),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.WindowSize(1280, 900),
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(parent, opts...)
-	ctx, cancelCtx := chromedp.NewContext(actx, chromedp.WithErrorf(logf))
-	return ctx, func() { cancelCtx(); cancelAlloc() }
 }
 
 // Tab drives one browser tab in a test.
