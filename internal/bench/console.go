@@ -52,6 +52,12 @@ type ConsoleResult struct {
 	// EditShown are the single edits, from the PATCH sent to the edited
 	// row showing it.
 	EditShown []time.Duration
+	// Drawn is how many rows of nodes the page drew of Nodes;
+	// ScrolledToEnd from the scroll to the last node's row drawn;
+	// Filtered from typing a node's name in the filter to the table
+	// counting the nodes that match.
+	Drawn                   int
+	ScrolledToEnd, Filtered time.Duration
 	// Busy is the share of the page's main thread spent working while
 	// the cluster makes Churn node updates a second.
 	Busy float64
@@ -193,6 +199,29 @@ func Console(ctx context.Context, o ConsoleOptions, log io.Writer) (*ConsoleResu
 	}
 	if res.NodesHeap, res.NodesDOM, err = b.memory(); err != nil {
 		return nil, err
+	}
+
+	if err := b.eval(`document.querySelectorAll("main tr[data-key^='bench-']").length`, &res.Drawn); err != nil {
+		return nil, err
+	}
+	last := fmt.Sprintf("bench-%04d", o.Nodes-1)
+	if res.ScrolledToEnd, err = b.until(fmt.Sprintf(`!!document.querySelector('main tr[data-key=%q]')`, last), func() error {
+		return b.eval(`(() => { const box = document.querySelector("main .window") || document.scrollingElement; box.scrollTop = box.scrollHeight; return true })()`, nil)
+	}); err != nil {
+		return nil, fmt.Errorf("scrolling to %s: %w", last, err)
+	}
+	// The filter: the name of the node in the middle, which matches it
+	// alone.
+	middle := fmt.Sprintf("bench-%04d", o.Nodes/2)
+	if res.Filtered, err = b.until(`capstanBench.rows() === 1`, func() error {
+		return b.eval(fmt.Sprintf(`(() => { const f = document.getElementById("node-filter"); f.value = %q; f.dispatchEvent(new Event("input")); return true })()`, middle), nil)
+	}); err != nil {
+		return nil, fmt.Errorf("filtering for %s: %w", middle, err)
+	}
+	if _, err := b.until(fmt.Sprintf(`capstanBench.rows() === %d`, o.Nodes), func() error {
+		return b.eval(`(() => { const f = document.getElementById("node-filter"); f.value = ""; f.dispatchEvent(new Event("input")); return true })()`, nil)
+	}); err != nil {
+		return nil, fmt.Errorf("clearing the filter: %w", err)
 	}
 
 	// Edits to the first node in name order, the one a Nodes page shows

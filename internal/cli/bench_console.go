@@ -35,6 +35,9 @@ Overview and Nodes pages, timing what a person waits for.`,
 			fmt.Fprintf(out, "\nbench console: nodes=%d (%s of JSON a node) fsync=%v\n", res.Nodes, kib(res.NodeJSON), !o.EtcdNoFsync)
 			fmt.Fprintf(out, "  Nodes page, first rows:       %s\n", ms(res.NodesFirstRows))
 			fmt.Fprintf(out, "  Nodes page, all %d counted: %s\n", res.Nodes, ms(res.NodesAll))
+			fmt.Fprintf(out, "  rows drawn:                   %d of %d\n", res.Drawn, res.Nodes)
+			fmt.Fprintf(out, "  scrolled to the last node:    %s\n", ms(res.ScrolledToEnd))
+			fmt.Fprintf(out, "  filtered to one node:         %s\n", ms(res.Filtered))
 			fmt.Fprintf(out, "  an edit shown:                %s median, %s max (%d edits, PATCH to row)\n",
 				ms(bench.Quantile(res.EditShown, 0.5)), ms(bench.Quantile(res.EditShown, 1)), len(res.EditShown))
 			fmt.Fprintf(out, "  main thread busy:             %.0f%% at %.0f node updates/s\n", 100*res.Busy, o.Churn)

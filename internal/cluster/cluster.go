@@ -388,6 +388,10 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	if opts.ResourceMetrics != nil {
 		mo := *opts.ResourceMetrics
+		if err := resourcemetrics.Preinstall(ctx, c.ControlPlane.AdminConfig()); err != nil {
+			c.Stop()
+			return nil, fmt.Errorf("metrics-server: %w", err)
+		}
 		id, err := c.as(ctx, "metrics-server")
 		if err != nil {
 			c.Stop()

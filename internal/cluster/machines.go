@@ -76,7 +76,7 @@ func (c *Cluster) startEtcdOperator(ctx, runCtx context.Context, namespace strin
 		return err
 	}
 	op := &etcd.Operator{Cluster: c.ControlPlane.Etcd(), Kube: id.kube, Machines: mc, Config: id.config, Namespace: namespace,
-		InstallReplicas: c.opts.ControlPlaneNodes, Instances: simInstances{c.Cloud}, KeepQuorumGuard: true}
+		InstallReplicas: c.opts.ControlPlaneNodes, Instances: simInstances{c.Cloud}, PowerOn: c.Cloud.PowerOn, KeepQuorumGuard: true}
 	c.run(runCtx, "etcd operator", op.Run)
 	guard, err := hooks.NewManager(id.cfg, hooks.Options{Namespace: namespace}, op.QuorumGuard())
 	if err != nil {

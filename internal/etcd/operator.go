@@ -76,6 +76,12 @@ type Operator struct {
 	// Without it (a remote etcd), the machine's Node being NotFound
 	// tells.
 	Instances InstanceLookup
+	// PowerOn starts the node of a control-plane machine that was
+	// powered on while the API was down (`capstan sim node start`), once
+	// the API is back: the simulated cloud's, with its identity, so that
+	// the operator's own patches no node. Nil: no such requests (a
+	// remote etcd).
+	PowerOn func(ctx context.Context, node string) error
 	// KeepQuorumGuard keeps the etcd quorum guard's pods and budget in
 	// openshift-etcd (capstan up, whose simulated kubelets probe the
 	// members' readiness; a remote etcd's hosts have their own guard).
@@ -340,9 +346,9 @@ func (o *Operator) followMachines(ctx context.Context, machines []controlPlaneMa
 	for _, cm := range machines {
 		name := cm.m.Name
 		if o.Cluster.powerOnPending(name) {
-			if cm.node != nil && sim.Stopped(cm.node) {
-				if err := sim.StartNode(ctx, o.Kube, cm.node.Name); err != nil {
-					return err
+			if cm.node != nil && sim.Stopped(cm.node) && o.PowerOn != nil {
+				if err := o.PowerOn(ctx, cm.node.Name); err != nil {
+					return fmt.Errorf("starting node %s of machine %s: %w", cm.node.Name, name, err)
 				}
 			}
 			if err := o.Cluster.clearPowerOn(name); err != nil {

@@ -196,37 +196,48 @@ func newServer(m *model, ln net.Listener, certPEM, keyPEM []byte, kubeconfig str
 // kubeVersion is the Kubernetes minor the embedded components are.
 const kubeVersion = "1.36"
 
-// register points the aggregator at this server: an ExternalName Service
-// naming the local host (a loopback address cannot be an endpoint) and the
-// APIService, with this run's port and CA. Both are rewritten each start.
-func register(ctx context.Context, cfg *clientrest.Config, client kubernetes.Interface, port int32, caPEM []byte) error {
+// Preinstall creates, with the installer's rights (cfg), what
+// metrics-server then points at itself: its Service and the APIService
+// v1beta1.metrics.k8s.io, until then without a port or CA it serves.
+// RBAC cannot grant the create of one APIService by name, and a
+// component that may create any could claim any group the API server
+// does not serve; so metrics-server keeps get and update on its own
+// two objects, and the installer makes them. Objects that exist are
+// left as they are.
+func Preinstall(ctx context.Context, cfg *clientrest.Config) error {
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
 	if err := namespaces.Ensure(ctx, client, Namespace); err != nil {
 		return err
 	}
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: ServiceName, Namespace: Namespace, Labels: map[string]string{"app.kubernetes.io/name": ServiceName}},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "localhost",
-			Ports: []corev1.ServicePort{{Name: "https", Port: port, TargetPort: intstr.FromInt32(port), Protocol: corev1.ProtocolTCP}}},
-	}
-	services := client.CoreV1().Services(Namespace)
-	if cur, err := services.Get(ctx, ServiceName, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-		if _, err := services.Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("creating service %s/%s: %w", Namespace, ServiceName, err)
-		}
-	} else if err != nil {
-		return err
-	} else {
-		cur.Spec.Type, cur.Spec.ExternalName, cur.Spec.Ports = svc.Spec.Type, svc.Spec.ExternalName, svc.Spec.Ports
-		cur.Spec.ClusterIP, cur.Spec.ClusterIPs, cur.Spec.Selector = "", nil, nil
-		if _, err := services.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("updating service %s/%s: %w", Namespace, ServiceName, err)
-		}
+	svc := service(443)
+	if _, err := client.CoreV1().Services(Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating service %s/%s: %w", Namespace, ServiceName, err)
 	}
 	agg, err := aggregator.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
-	want := &apiregistrationv1.APIService{
+	if _, err := agg.ApiregistrationV1().APIServices().Create(ctx, apiService(443, nil), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating APIService %s: %w", APIService, err)
+	}
+	return nil
+}
+
+// service is metrics-server's Service: an ExternalName naming the local
+// host (a loopback address cannot be an endpoint) on port.
+func service(port int32) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: ServiceName, Namespace: Namespace, Labels: map[string]string{"app.kubernetes.io/name": ServiceName}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "localhost",
+			Ports: []corev1.ServicePort{{Name: "https", Port: port, TargetPort: intstr.FromInt32(port), Protocol: corev1.ProtocolTCP}}},
+	}
+}
+
+func apiService(port int32, caPEM []byte) *apiregistrationv1.APIService {
+	return &apiregistrationv1.APIService{
 		ObjectMeta: metav1.ObjectMeta{Name: APIService},
 		Spec: apiregistrationv1.APIServiceSpec{
 			Group: metrics.GroupName, Version: "v1beta1",
@@ -236,16 +247,39 @@ func register(ctx context.Context, cfg *clientrest.Config, client kubernetes.Int
 			VersionPriority:      100,
 		},
 	}
-	apis := agg.ApiregistrationV1().APIServices()
-	cur, err := apis.Get(ctx, APIService, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		_, err = apis.Create(ctx, want, metav1.CreateOptions{})
-	case err == nil:
-		cur.Spec = want.Spec
-		_, err = apis.Update(ctx, cur, metav1.UpdateOptions{})
+}
+
+// register points the aggregator at this server: the Service and the
+// APIService Preinstall made get this run's port and CA.
+func register(ctx context.Context, cfg *clientrest.Config, client kubernetes.Interface, port int32, caPEM []byte) error {
+	services := client.CoreV1().Services(Namespace)
+	cur, err := services.Get(ctx, ServiceName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("service %s/%s does not exist: the installer creates it (resourcemetrics.Preinstall), as metrics-server may not create services", Namespace, ServiceName)
 	}
 	if err != nil {
+		return err
+	}
+	want := service(port)
+	cur.Spec.Type, cur.Spec.ExternalName, cur.Spec.Ports = want.Spec.Type, want.Spec.ExternalName, want.Spec.Ports
+	cur.Spec.ClusterIP, cur.Spec.ClusterIPs, cur.Spec.Selector = "", nil, nil
+	if _, err := services.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("updating service %s/%s: %w", Namespace, ServiceName, err)
+	}
+	agg, err := aggregator.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	apis := agg.ApiregistrationV1().APIServices()
+	api, err := apis.Get(ctx, APIService, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("APIService %s does not exist: the installer creates it (resourcemetrics.Preinstall), as metrics-server may not create APIServices", APIService)
+	}
+	if err != nil {
+		return err
+	}
+	api.Spec = apiService(port, caPEM).Spec
+	if _, err := apis.Update(ctx, api, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("registering APIService %s: %w", APIService, err)
 	}
 	return nil

@@ -536,3 +536,11 @@ func InstanceFromConfigMap(cm *corev1.ConfigMap) (*Instance, error) {
 	}
 	return inst, nil
 }
+
+// PowerOn starts the node of an instance that was stopped, with the
+// cloud's own identity: the etcd operator, which starts the member of a
+// control-plane machine powered on while the API was down, asks the
+// cloud for the node rather than patching nodes itself.
+func (c *APICloud) PowerOn(ctx context.Context, node string) error {
+	return StartNode(ctx, c.client, node)
+}

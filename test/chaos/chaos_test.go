@@ -61,7 +61,7 @@ var tinyBenches = map[string][]string{
 	"autoscaler": {"--nodes", "10", "--pending", "20", "--pods-per-node", "3", "--underutilized", "3", "--runs", "1"},
 	"cvo":        {"--manifests", "20", "--operators", "4", "--timeout", "3m"},
 	"etcd":       {"--members", "3", "--kills", "2", "--rest", "1s", "--timeout", "2m"},
-	"console":    {"--nodes", "20", "--edits", "2", "--churn", "5", "--timeout", "3m"},
+	"console":    {"--nodes", "60", "--edits", "2", "--churn", "5", "--timeout", "3m"},
 	"mco":        {"--nodes", "3", "--max-unavailable", "2", "--apply", "0s", "--reboot", "1s", "--timeout", "3m"},
 	"scheduler":  {"--nodes", "5", "--pods", "20", "--workload", "basic", "--timeout", "3m"},
 }

@@ -13,7 +13,8 @@ class HTTPError extends Error {
   }
 }
 
-async function call(method, path, body) {
+// call asks the console's server; a signal (a Page's) cancels it.
+async function call(method, path, body, signal) {
   const headers = { Accept: "application/json" };
   if (method !== "GET") headers["X-CSRF-Token"] = session.csrf;
   let payload;
@@ -21,7 +22,7 @@ async function call(method, path, body) {
     headers["Content-Type"] = typeof body === "string" ? "application/merge-patch+json" : "application/json";
     payload = typeof body === "string" ? body : JSON.stringify(body);
   }
-  const resp = await fetch(path, { method, headers, body: payload, credentials: "same-origin" });
+  const resp = await fetch(path, { method, headers, body: payload, credentials: "same-origin", signal });
   const text = await resp.text();
   let data = null;
   try {
@@ -130,6 +131,31 @@ function table(caption, columns, rows, empty) {
       i === 0 ? h("th", { scope: "row" }, cell) : h("td", { class: columns[i].num ? "num" : null }, cell))))));
 }
 
+// windowed draws a table of many rows but only those in view: a scroll
+// box whose rows all have one height (their cells clip), with a spacer
+// row above and below standing for the rest. aria-rowcount and
+// aria-rowindex tell assistive technology where the drawn rows sit.
+// Scrolling redraws the page (p.redraw), once a frame.
+function windowed(p, id, caption, columns, items, row) {
+  const box = document.getElementById(id);
+  const rowH = p.rowHeight || 64;
+  const viewH = box ? box.clientHeight : Math.round(window.innerHeight * 0.7);
+  const top = box ? box.scrollTop : 0;
+  const overscan = 10;
+  const first = Math.max(0, Math.min(items.length, Math.floor(top / rowH) - overscan));
+  const last = Math.max(first, Math.min(items.length, Math.ceil((top + viewH) / rowH) + overscan));
+  const spacer = (k, n) => h("tr", { class: "spacer", "aria-hidden": "true", "data-key": k, "data-h": n * rowH }, h("td", { colspan: columns.length }));
+  return h("div", { id, "data-key": id, class: "window", tabindex: 0, role: "region", "aria-label": caption, onscroll: () => p.redraw() },
+    h("table", { "aria-rowcount": items.length + 1 },
+      h("caption", {}, caption),
+      h("thead", {}, h("tr", { "aria-rowindex": 1 }, columns.map((c) => h("th", { scope: "col" }, c)))),
+      h("tbody", {},
+        spacer("\u0000above", first),
+        items.slice(first, last).map((it, i) => h("tr", { "data-key": key(it), "aria-rowindex": first + i + 2 }, row(it).map((cell, j) =>
+          h(j === 0 ? "th" : "td", j === 0 ? { scope: "row" } : {}, h("div", { class: "clip" }, cell))))),
+        spacer("\u0000below", items.length - last))));
+}
+
 function notice(kind, text) {
   return h("div", { class: "alert " + kind, role: kind === "error" ? "alert" : "status" }, text);
 }
@@ -155,19 +181,27 @@ function statusCell(c, goodWhen) {
 
 // ---- watches ------------------------------------------------------------
 
-// Watch lists a collection, then watches it from the list's
-// resourceVersion; a watch that ends is resumed, one that expired (410)
-// relists. onChange gets the objects, at most every 100 ms.
+// Watch lists a collection a page at a time, then watches it from the
+// list's resourceVersion; a watch that ends is resumed, one that expired
+// (410) relists. Failures back off, from 1 s to 30 s with jitter, and
+// so does a watch that ends at once. onChange gets the objects in name
+// order, at most every 100 ms; trim makes each object what the page
+// needs of it, so that a page over 5,000 nodes holds 5,000 small ones.
 class Watch {
-  constructor(path, onChange, onError) {
+  constructor(path, { onChange, onError, onState, trim, signal }) {
     this.path = path;
     this.items = new Map();
+    this.order = null;
     this.onChange = onChange;
     this.onError = onError;
+    this.onState = onState;
+    this.trim = trim || dropManagedFields;
+    this.signal = signal;
     this.stopped = false;
     this.socket = null;
     this.timer = null;
     this.synced = false;
+    this.failures = 0;
     this.run();
   }
 
@@ -180,15 +214,24 @@ class Watch {
     clearTimeout(this.timer);
   }
 
+  // list is the objects in name order; the order is worked out again
+  // only when an object came or went.
   list() {
-    return [...this.items.values()].sort(byName);
+    if (!this.order) this.order = [...this.items.keys()].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+    return this.order.map((k) => this.items.get(k));
+  }
+
+  put(o) {
+    const k = key(o);
+    if (!this.items.has(k)) this.order = null;
+    this.items.set(k, this.trim(o));
   }
 
   changed() {
     if (this.timer) return;
     this.timer = setTimeout(() => {
       this.timer = null;
-      if (!this.stopped) this.onChange(this.list());
+      if (!this.stopped) this.onChange(this.list(), this.synced);
     }, 100);
   }
 
@@ -197,27 +240,68 @@ class Watch {
     return kube(this.path) + (extra ? sep + extra : "");
   }
 
+  // relist reads the collection 500 objects at a time. The first list
+  // shows each page as it comes; a relist replaces what is shown only
+  // once complete.
+  async relist() {
+    const first = !this.synced;
+    const items = first ? this.items : new Map();
+    if (first) items.clear();
+    let cont = "", rv = "";
+    do {
+      const list = await call("GET", this.url("limit=500" + (cont ? "&continue=" + encodeURIComponent(cont) : "")), undefined, this.signal);
+      for (const o of list.items || []) items.set(key(o), this.trim(o));
+      cont = list.metadata.continue || "";
+      rv = list.metadata.resourceVersion;
+      if (first && cont) {
+        this.order = null;
+        this.changed();
+      }
+    } while (cont && !this.stopped);
+    this.items = items;
+    this.order = null;
+    this.synced = true;
+    this.changed();
+    return rv;
+  }
+
+  backoff() {
+    const ms = Math.min(30000, 1000 * 2 ** Math.min(this.failures, 5));
+    this.failures++;
+    return new Promise((r) => setTimeout(r, ms / 2 + Math.random() * (ms / 2)));
+  }
+
   async run() {
     let rv = "";
     while (!this.stopped) {
       try {
-        if (!rv) {
-          const list = await call("GET", this.url());
-          this.items = new Map((list.items || []).map((o) => [key(o), o]));
-          rv = list.metadata.resourceVersion;
-          this.synced = true;
-          this.changed();
-        }
+        if (!rv) rv = await this.relist();
+        this.state(true);
+        const began = Date.now();
         rv = await this.watch(rv);
+        // A watch that ends at once (a proxy that closes it, say) is not
+        // resumed at once: that would be a busy loop.
+        if (Date.now() - began < 5000) await this.backoff();
+        else this.failures = 0;
       } catch (e) {
-        if (this.stopped) return;
+        if (this.stopped || e.name === "AbortError") return;
         if (e.status === 403 || e.status === 404 || e.status === 401) {
           this.onError(e);
           return;
         }
+        this.state(false, e.message);
         rv = "";
-        await new Promise((r) => setTimeout(r, 2000));
+        await this.backoff();
       }
+    }
+  }
+
+  // state tells the page whether what it shows is live or as read last.
+  state(live, why) {
+    if (live) this.lastLive = Date.now();
+    if (this.onState && this.live !== live) {
+      this.live = live;
+      this.onState(live, why || "", this.lastLive);
     }
   }
 
@@ -242,14 +326,23 @@ class Watch {
         }
         rv = ev.object.metadata.resourceVersion || rv;
         if (ev.type === "BOOKMARK") return;
-        if (ev.type === "DELETED") this.items.delete(key(ev.object));
-        else this.items.set(key(ev.object), ev.object);
+        if (ev.type === "DELETED") {
+          this.items.delete(key(ev.object));
+          this.order = null;
+        } else this.put(ev.object);
         this.changed();
       };
       // A socket that never opened was refused: the list says why.
       ws.onclose = () => (opened ? resolve(rv) : reject(new HTTPError(0, "the watch was refused")));
     });
   }
+}
+
+// dropManagedFields keeps an object but its managedFields, which no page
+// shows and which can be most of its size.
+function dropManagedFields(o) {
+  if (o.metadata) delete o.metadata.managedFields;
+  return o;
 }
 
 // A page owns its watches and timers; leaving it stops them.
@@ -259,22 +352,73 @@ class Page {
     this.timers = [];
     this.data = {};
     this.errors = {};
+    this.absent = {};
+    this.partial = {};
+    this.stale = {};
+    this.access = new Map();
+    // Leaving the page cancels what it still asks.
+    this.aborter = new AbortController();
     this.main = document.getElementById("main");
     this.title = title;
     document.title = title + " · capstan console";
   }
 
-  watch(name, path) {
+  // watch keeps this.data[name] the objects at path (trimmed by trim,
+  // if given) and redraws the page as they change. A collection whose
+  // API is not installed (404) is absent, not an error.
+  watch(name, path, trim) {
     this.data[name] = null;
-    this.watches.push(new Watch(path, (items) => {
-      this.data[name] = items;
-      delete this.errors[name];
-      this.render();
-    }, (e) => {
-      this.errors[name] = e.message;
-      this.data[name] = [];
-      this.render();
+    this.watches.push(new Watch(path, {
+      trim,
+      signal: this.aborter.signal,
+      onChange: (items, complete) => {
+        this.data[name] = items;
+        this.partial[name] = !complete;
+        delete this.errors[name];
+        this.render();
+      },
+      onError: (e) => {
+        if (e.status === 404) this.absent[name] = true;
+        else this.errors[name] = e.message;
+        this.data[name] = [];
+        this.render();
+      },
+      onState: (live, why, since) => {
+        if (live) delete this.stale[name];
+        else this.stale[name] = { why, since };
+        this.render();
+      },
     }));
+  }
+
+  // can is whether the user may verb resource (in group, with
+  // subresource, in namespace: "" for all), as one
+  // SelfSubjectAccessReview per question and page answers: true, false,
+  // or undefined until it answers. A review that fails counts as
+  // allowed: the API server still refuses what it refuses, and says why.
+  can(verb, group, resource, subresource = "", namespace = "") {
+    const k = [verb, group, resource, subresource, namespace].join(" ");
+    if (!this.access.has(k)) {
+      this.access.set(k, undefined);
+      this.call("POST", kube("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"), {
+        apiVersion: "authorization.k8s.io/v1", kind: "SelfSubjectAccessReview",
+        spec: { resourceAttributes: { verb, group, resource, subresource, namespace } },
+      }).then((r) => this.access.set(k, !!(r && r.status && r.status.allowed)), () => this.access.set(k, true))
+        .then(() => this.render());
+    }
+    return this.access.get(k);
+  }
+
+  // refused names what of needs ([verb, group, resource, subresource,
+  // namespace] each) RBAC refuses, or "" when it refuses nothing.
+  refused(...needs) {
+    return needs.filter((n) => this.can(...n) === false)
+      .map(([verb, group, resource, sub]) => `${verb} ${resource}${sub ? "/" + sub : ""}${group ? "." + group : ""}`).join(", ");
+  }
+
+  // call asks the server on this page's behalf: leaving it cancels.
+  call(method, path, body) {
+    return call(method, path, body, this.aborter.signal);
   }
 
   every(ms, fn) {
@@ -296,6 +440,7 @@ class Page {
 
   stop() {
     this.stopped = true;
+    this.aborter.abort();
     this.watches.forEach((w) => w.stop());
     this.timers.forEach((t) => { clearInterval(t); clearTimeout(t); });
   }
@@ -313,10 +458,46 @@ class Page {
       this.mounted = true;
       this.main.replaceChildren(h("h1", {}, this.title), this.status || "", ...(this.forms ? [this.forms()] : []), live);
     }
+    // Heights are set here: the page's style policy allows no inline
+    // style attribute, only styles set by script.
+    for (const el of live.querySelectorAll("[data-h]")) el.style.height = el.dataset.h + "px";
+    const row = live.querySelector(".window tbody tr[aria-rowindex]");
+    if (row && row.offsetHeight && row.offsetHeight !== this.rowHeight) {
+      this.rowHeight = row.offsetHeight;
+      this.redraw();
+    }
   }
 
+  // redraw renders at the next frame, once however often it is asked.
+  redraw() {
+    if (this.frame || this.stopped) return;
+    this.frame = requestAnimationFrame(() => {
+      this.frame = 0;
+      if (!this.stopped) this.render();
+    });
+  }
+
+  // errorsView says what could not be read, and what is shown as read
+  // last while its watch reconnects.
   errorsView() {
-    return Object.entries(this.errors).map(([what, msg]) => notice("error", "Cannot read " + what + ": " + msg));
+    const stale = Object.entries(this.stale);
+    return [
+      ...Object.entries(this.errors).map(([what, msg]) => notice("error", "Cannot read " + what + ": " + msg)),
+      stale.length ? notice("warning", "Reconnecting to the API (" + stale.map(([what, s]) => `${what}: ${s.why}`).join("; ") + "): what is shown was read " +
+        (stale[0][1].since ? "at " + new Date(Math.min(...stale.map(([, s]) => s.since || Date.now()))).toLocaleTimeString() : "before") + ".") : null,
+    ];
+  }
+
+  // count is how many of name there are, "…" while unknown, with "…"
+  // after while its first list is still coming in.
+  count(name) {
+    if (!this.ready(name)) return "…";
+    return this.data[name].length + (this.partial[name] ? "…" : "");
+  }
+
+  // installed is false once name's API answered that it does not exist.
+  installed(name) {
+    return !this.absent[name];
   }
 }
 
@@ -358,8 +539,11 @@ pages.overview = () => {
   const p = new Page("Overview");
   p.watch("clusterversions", "/apis/config.openshift.io/v1/clusterversions");
   p.watch("operators", "/apis/config.openshift.io/v1/clusteroperators");
-  p.watch("nodes", "/api/v1/nodes");
-  p.watch("machines", "/apis/machine.openshift.io/v1beta1/machines");
+  // Nodes and Machines are counted: each is kept as its name and the
+  // one field counted.
+  p.watch("nodes", "/api/v1/nodes", (n) => ({ metadata: { name: n.metadata.name }, status: { conditions: [cond(n, "Ready")].filter(Boolean) } }));
+  p.watch("machines", "/apis/machine.openshift.io/v1beta1/machines",
+    (m) => ({ metadata: { name: m.metadata.name, namespace: m.metadata.namespace }, status: { phase: (m.status || {}).phase } }));
   p.watch("pools", "/apis/machineconfiguration.openshift.io/v1/machineconfigpools");
   p.alerts = null;
   p.charts = {};
@@ -371,7 +555,7 @@ pages.overview = () => {
   if (session.prometheus) {
     p.every(15000, async () => {
       try {
-        const res = await call("GET", "/api/prometheus/api/v1/alerts");
+        const res = await p.call("GET", "/api/prometheus/api/v1/alerts");
         p.alerts = res.data.alerts.filter((a) => a.state === "firing");
         delete p.errors.alerts;
       } catch (e) {
@@ -382,7 +566,7 @@ pages.overview = () => {
       for (const [title, q] of charts) {
         try {
           const qs = new URLSearchParams({ query: q, start: end - 3600, end, step: 15 });
-          const res = await call("GET", "/api/prometheus/api/v1/query_range?" + qs);
+          const res = await p.call("GET", "/api/prometheus/api/v1/query_range?" + qs);
           const series = ((res.data || {}).result || [])[0];
           p.charts[title] = ((series && series.values) || []).map(([t, v]) => [Number(t), Number(v)]);
           delete p.errors["the chart " + title];
@@ -415,16 +599,17 @@ pages.overview = () => {
           prog ? h("p", { class: prog.status === "True" ? "warn" : "muted" }, prog.message) : null),
         h("section", { class: "card", "aria-labelledby": "ov-nodes" },
           h("h2", { id: "ov-nodes" }, "Nodes"),
-          h("p", { class: "big" }, nodes.length),
+          h("p", { class: "big" }, p.count("nodes")),
           h("p", { class: notReady ? "bad" : "ok" }, notReady ? notReady + " not ready" : "All ready")),
         h("section", { class: "card", "aria-labelledby": "ov-machines" },
           h("h2", { id: "ov-machines" }, "Machines"),
-          h("p", { class: "big" }, machines.length),
-          h("p", {}, running + " running")),
+          p.installed("machines") ? [h("p", { class: "big" }, p.count("machines")), h("p", {}, running + " running")]
+            : h("p", { class: "muted" }, "The Machine API is not installed.")),
         h("section", { class: "card", "aria-labelledby": "ov-pools" },
           h("h2", { id: "ov-pools" }, "Machine config pools"),
-          h("p", { class: "big" }, pools.length),
-          h("p", { class: updating ? "warn" : "ok" }, updating ? updating + " updating" : "All up to date")),
+          p.installed("pools") ? [h("p", { class: "big" }, p.count("pools")),
+            h("p", { class: updating ? "warn" : "ok" }, updating ? updating + " updating" : "All up to date")]
+            : h("p", { class: "muted" }, "The Machine Config Operator is not installed.")),
         h("section", { class: "card", "aria-labelledby": "ov-ops" },
           h("h2", { id: "ov-ops" }, "Cluster operators"),
           h("p", { class: "big" }, ops.length),
@@ -497,7 +682,7 @@ pages.pending = () => {
   p.explained = new Map();
   p.explainTotal = 0;
   p.explainError = "";
-  p.poll(10000, () => call("GET", "/api/capstan/pending/explain").then((r) => {
+  p.poll(10000, () => p.call("GET", "/api/capstan/pending/explain").then((r) => {
     p.explained = new Map(r.pods.map((e) => [e.namespace + "/" + e.name, e]));
     p.explainTotal = r.total;
     p.explainError = "";
@@ -557,6 +742,27 @@ function explanation(e) {
   ];
 }
 
+// selects is a label selector's verdict on labels, as the API server
+// gives it: every matchLabels pair and every matchExpression (In, NotIn,
+// Exists, DoesNotExist) must hold; an empty selector selects every
+// object and none (null) selects none.
+function selects(sel, labels) {
+  if (!sel) return false;
+  const l = labels || {};
+  const has = (k) => Object.prototype.hasOwnProperty.call(l, k);
+  for (const [k, v] of Object.entries(sel.matchLabels || {})) if (l[k] !== v) return false;
+  for (const e of sel.matchExpressions || []) {
+    const vals = e.values || [];
+    const ok = e.operator === "In" ? has(e.key) && vals.includes(l[e.key])
+      : e.operator === "NotIn" ? !has(e.key) || !vals.includes(l[e.key])
+        : e.operator === "Exists" ? has(e.key)
+          : e.operator === "DoesNotExist" ? !has(e.key)
+            : false;
+    if (!ok) return false;
+  }
+  return true;
+}
+
 const roles = (n) => Object.keys(n.metadata.labels || {}).filter((l) => l.startsWith("node-role.kubernetes.io/"))
   .map((l) => l.slice("node-role.kubernetes.io/".length)).sort().join(",");
 const MC = "machineconfiguration.openshift.io/";
@@ -565,17 +771,59 @@ const poolOf = (rendered) => rendered.replace(/^rendered-/, "").replace(/-[0-9a-
 
 pages.nodes = () => {
   const p = new Page("Nodes");
-  p.watch("nodes", "/api/v1/nodes");
+  // Kept without what no column shows: the images a kubelet lists are
+  // most of a node's size.
+  p.watch("nodes", "/api/v1/nodes", (n) => {
+    dropManagedFields(n);
+    if (n.status) delete n.status.images;
+    return n;
+  });
+  p.filter = "";
+  p.sort = "name";
   p.scale = null;
-  p.poll(10000, () => call("GET", "/api/capstan/nodes/explain").then((s) => {
+  p.poll(10000, () => p.call("GET", "/api/capstan/nodes/explain").then((s) => {
     p.scale = s;
     delete p.errors["the autoscaler's view"];
   }, (e) => {
     p.errors["the autoscaler's view"] = e.message;
   }).then(() => p.render()));
   p.result = h("div", { id: "result", "aria-live": "polite" });
-  p.forms = () => p.result;
-  const act = (label, node, fn) => h("button", { type: "button", class: "secondary", "aria-label": label + " " + node, "data-action": label.toLowerCase(), onclick: fn }, label);
+  const toTop = () => {
+    const box = document.getElementById("nodes-window");
+    if (box) box.scrollTop = 0;
+    p.redraw();
+  };
+  const filter = h("input", { id: "node-filter", type: "search", autocomplete: "off", placeholder: "name, role or label=value",
+    oninput: () => { p.filter = filter.value.trim(); toTop(); } });
+  const sort = h("select", { id: "node-sort", onchange: () => { p.sort = sort.value; toTop(); } },
+    h("option", { value: "name" }, "Name"), h("option", { value: "status" }, "Status, not ready first"), h("option", { value: "roles" }, "Roles"));
+  p.forms = () => h("div", {},
+    h("form", { class: "inline", role: "search", onsubmit: (ev) => ev.preventDefault() },
+      h("label", { for: "node-filter" }, "Filter", filter),
+      h("label", { for: "node-sort" }, "Sort by", sort)),
+    p.result);
+  // shown is the nodes the filter lets through, in the order chosen.
+  const shown = () => {
+    const words = p.filter.toLowerCase().split(/\s+/).filter(Boolean);
+    let list = !words.length ? p.data.nodes : p.data.nodes.filter((n) => {
+      const labels = Object.entries(n.metadata.labels || {}).map(([k, v]) => (k + "=" + v).toLowerCase());
+      const name = n.metadata.name.toLowerCase();
+      return words.every((w) => name.includes(w) || labels.some((l) => l.includes(w)));
+    });
+    const ready = (n) => ((cond(n, "Ready") || {}).status === "True" ? 1 : 0);
+    if (p.sort === "status") list = [...list].sort((a, b) => ready(a) - ready(b));
+    else if (p.sort === "roles") list = [...list].sort((a, b) => roles(a).localeCompare(roles(b)));
+    return list;
+  };
+  // Cordoning patches the node; a drain also evicts its pods, in any
+  // namespace. A button RBAC would refuse is disabled, and the page
+  // says why above the table.
+  const needs = { Cordon: [["patch", "", "nodes"]], Uncordon: [["patch", "", "nodes"]], Drain: [["patch", "", "nodes"], ["create", "", "pods", "eviction"]] };
+  const act = (label, node, fn) => {
+    const no = p.refused(...needs[label]);
+    return h("button", { type: "button", class: "secondary", "aria-label": label + " " + node, "data-action": label.toLowerCase(),
+      disabled: !!no, title: no ? "You may not " + no : null, onclick: fn }, label);
+  };
   const cordon = (n, on) => outcome(p.result, call("PATCH", kube("/api/v1/nodes/" + n), JSON.stringify({ spec: { unschedulable: on ? true : null } })),
     `node/${n} ${on ? "cordoned" : "uncordoned"}`);
   // drain shows what a drain would evict and what would hold it up, and
@@ -585,7 +833,7 @@ pages.nodes = () => {
     const path = `/api/capstan/nodes/${encodeURIComponent(n)}/drain`;
     let plan;
     try {
-      plan = await call("GET", path);
+      plan = await p.call("GET", path);
     } catch (e) {
       p.result.replaceChildren(notice("error", e.message));
       return;
@@ -602,7 +850,7 @@ pages.nodes = () => {
     const follow = async () => {
       let st;
       try {
-        st = await call("GET", path + "/status");
+        st = await p.call("GET", path + "/status");
       } catch (e) {
         p.result.replaceChildren(notice("error", e.message));
         return;
@@ -615,7 +863,12 @@ pages.nodes = () => {
   };
   p.view = () => {
     if (!p.ready("nodes")) return [...p.errorsView(), h("p", {}, "Loading…")];
-    return [...p.errorsView(), table("Nodes", ["Name", "Status", "Roles", "Conditions", "Taints", "Pool and config", "Autoscaler", "Actions"], p.data.nodes.map((n) => {
+    const list = shown();
+    const caption = `Nodes: ${list.length !== p.data.nodes.length ? `${list.length} of ` : ""}${p.count("nodes")}`;
+    const noCordon = p.refused(...needs.Cordon), noDrain = p.refused(...needs.Drain);
+    return [...p.errorsView(),
+      noCordon || noDrain ? h("p", { class: "muted", id: "nodes-rbac" }, `Your rights do not allow ${noCordon ? "cordoning or draining nodes" : "draining nodes"}: you may not ${noDrain}.`) : null,
+      windowed(p, "nodes-window", caption, ["Name", "Status", "Roles", "Conditions", "Taints", "Pool and config", "Autoscaler", "Actions"], list, (n) => {
       const ready = cond(n, "Ready");
       const bad = ((n.status || {}).conditions || []).filter((c) => c.type !== "Ready" && c.status === "True");
       const a = n.metadata.annotations || {};
@@ -638,7 +891,7 @@ pages.nodes = () => {
         [n.spec.unschedulable ? act("Uncordon", name, () => cordon(name, false)) : act("Cordon", name, () => cordon(name, true)), " ",
           act("Drain", name, () => drain(name))],
       ];
-    }))];
+    })];
   };
   return p;
 };
@@ -654,6 +907,8 @@ pages.machines = () => {
   const result = h("div", { id: "result", "aria-live": "polite" });
   const select = h("select", { id: "scale-set", name: "machineset", required: true });
   const replicas = h("input", { id: "scale-replicas", name: "replicas", inputmode: "numeric", size: 5, autocomplete: "off" });
+  const scaleButton = h("button", { type: "submit" }, "Scale");
+  const scaleRights = h("span", { class: "muted", id: "scale-rbac" });
   p.forms = () => h("section", { class: "card", "aria-labelledby": "scale-title" },
     h("h2", { id: "scale-title" }, "Scale a MachineSet"),
     h("form", {
@@ -665,7 +920,7 @@ pages.machines = () => {
     },
     h("label", { for: "scale-set" }, "MachineSet", select),
     h("label", { for: "scale-replicas" }, "Replicas", replicas),
-    h("button", { type: "submit" }, "Scale")),
+    scaleButton, scaleRights),
     result);
   const sets = () => {
     const want = (p.data.machinesets || []).map(key);
@@ -683,6 +938,11 @@ pages.machines = () => {
   };
   p.view = () => {
     sets();
+    // Scaling patches the MachineSet's scale subresource, in its namespace.
+    const ns = select.value.split("/")[0];
+    const no = ns ? p.refused(["patch", "machine.openshift.io", "machinesets", "scale", ns]) : "";
+    scaleButton.disabled = !!no;
+    scaleRights.textContent = no ? "You may not " + no + " in " + ns + "." : "";
     const ms = p.data.machines || [];
     return [
       ...p.errorsView(),
@@ -721,13 +981,15 @@ pages.machines = () => {
 pages.pools = () => {
   const p = new Page("Machine config pools");
   p.watch("pools", "/apis/machineconfiguration.openshift.io/v1/machineconfigpools");
-  p.watch("nodes", "/api/v1/nodes");
+  // A node is kept as its labels (for the pools' selectors) and its
+  // Machine Config Daemon's annotations.
+  p.watch("nodes", "/api/v1/nodes", (n) => ({ metadata: { name: n.metadata.name, labels: n.metadata.labels || {},
+    annotations: Object.fromEntries(Object.entries(n.metadata.annotations || {}).filter(([k]) => k.startsWith(MC))) } }));
   p.view = () => {
     if (!p.ready("pools", "nodes")) return [...p.errorsView(), h("p", {}, "Loading…")];
     if (!p.data.pools.length) return [...p.errorsView(), h("p", { class: "muted" }, "No MachineConfigPool: the Machine Config Operator manages no node.")];
     return [...p.errorsView(), p.data.pools.map((pool) => {
-      const sel = ((pool.spec || {}).nodeSelector || {}).matchLabels || {};
-      const nodes = p.data.nodes.filter((n) => Object.entries(sel).every(([k, v]) => (n.metadata.labels || {})[k] === v));
+      const nodes = p.data.nodes.filter((n) => selects((pool.spec || {}).nodeSelector, n.metadata.labels));
       const st = pool.status || {};
       const target = ((st.configuration || {}).name) || ((pool.spec || {}).configuration || {}).name || "";
       const updated = st.updatedMachineCount || 0, total = st.machineCount || nodes.length;
@@ -740,12 +1002,12 @@ pages.pools = () => {
           "aria-valuemax": total, "aria-valuenow": updated }, h("span", { style: null, "data-pct": total ? Math.round((100 * updated) / total) : 0 })),
         h("p", {}, "Updated: ", statusCell(cond(pool, "Updated"), "True"), " · Updating: ", statusCell(cond(pool, "Updating"), "False"),
           " · Degraded: ", statusCell(cond(pool, "Degraded"), "False")),
-        table(pool.metadata.name + " nodes", ["Node", "Current config", "Desired config", "State", "Reason"], nodes.map((n) => {
+        nodes.length ? windowed(p, id + "-nodes", pool.metadata.name + " nodes", ["Node", "Current config", "Desired config", "State", "Reason"], nodes, (n) => {
           const a = n.metadata.annotations || {};
           return [n.metadata.name, a[MC + "currentConfig"] || "", a[MC + "desiredConfig"] || "",
             h("span", { class: a[MC + "state"] === "Done" ? "ok" : a[MC + "state"] === "Degraded" ? "bad" : "warn" }, a[MC + "state"] || ""),
             a[MC + "reason"] || ""];
-        })));
+        }) : h("p", { class: "muted" }, "Its selector selects no node."));
     })];
   };
   const base = p.render.bind(p);
@@ -765,10 +1027,12 @@ pages.updates = () => {
   p.watch("pools", "/apis/machineconfiguration.openshift.io/v1/machineconfigpools");
   p.watch("cvoEvents", "/api/v1/namespaces/openshift-cluster-version/events");
   p.statusText = "";
-  const refreshStatus = () => call("GET", "/api/capstan/clusterversion/status").then((s) => { p.statusText = s.text; }, (e) => {
+  const refreshStatus = () => p.call("GET", "/api/capstan/clusterversion/status").then((s) => { p.statusText = s.text; }, (e) => {
     p.statusText = "Cannot read the update's status: " + e.message;
   }).then(() => p.render());
-  p.every(5000, refreshStatus);
+  // The status reads every Machine on the server: asked again 10 s after
+  // each answer, not on a timer.
+  p.poll(10000, refreshStatus);
   const chResult = h("div", { id: "channel-result", "aria-live": "polite" });
   const upResult = h("div", { id: "result", "aria-live": "polite" });
   const channel = h("input", { id: "channel", name: "channel", list: "channels", autocomplete: "off" });
@@ -824,8 +1088,10 @@ pages.updates = () => {
     }
     const byLevel = [...levels].sort((a, b) => Number(a[0]) - Number(b[0]) || a[0].localeCompare(b[0]));
     const updating = prog && prog.status === "True";
+    const noUpdate = p.refused(["patch", "config.openshift.io", "clusterversions"]);
     return [
       ...p.errorsView(),
+      noUpdate ? h("p", { class: "muted", id: "updates-rbac" }, "Your rights do not allow updating the cluster: you may not " + noUpdate + ".") : null,
       h("section", { class: "card", "aria-labelledby": "cv-title" },
         h("h2", { id: "cv-title" }, "Current version"),
         h("p", { class: "big" }, desired.version || "unknown"),
@@ -833,7 +1099,7 @@ pages.updates = () => {
         statusLine(cv, "RetrievedUpdates"), statusLine(cv, "Failing"), statusLine(cv, "Invalid")),
       h("h2", {}, "Recommended updates"),
       table("Recommended updates", ["Version", "Image", ""], (st.availableUpdates || []).map((u) => [u.version, h("code", { class: "image" }, u.image),
-        h("button", { type: "button", disabled: updating, "aria-label": "Update to " + u.version, onclick: () => update(u.version, false) }, "Update")]),
+        h("button", { type: "button", disabled: updating || !!noUpdate, "aria-label": "Update to " + u.version, onclick: () => update(u.version, false) }, "Update")]),
       "No recommended update."),
       h("h2", {}, "Conditional updates"),
       (st.conditionalUpdates || []).length ? (st.conditionalUpdates || []).map((cu) => {
@@ -852,8 +1118,8 @@ pages.updates = () => {
               update(cu.release.version, ev.currentTarget.querySelector("input[type=checkbox]").checked);
             },
           }, h("label", { for: accept.id, class: "check" }, accept, " I accept the risks above"),
-          h("button", { type: "submit", disabled: updating }, "Update to " + cu.release.version))
-            : h("button", { type: "button", disabled: updating, onclick: () => update(cu.release.version, false) }, "Update to " + cu.release.version));
+          h("button", { type: "submit", disabled: updating || !!noUpdate }, "Update to " + cu.release.version))
+            : h("button", { type: "button", disabled: updating || !!noUpdate, onclick: () => update(cu.release.version, false) }, "Update to " + cu.release.version));
       }) : h("p", { class: "muted" }, "No conditional update."),
       h("h2", {}, "Progress by run level"),
       byLevel.length ? table("Run levels waited on in the last update", ["Run level", "Waited on", "Last seen"], byLevel.map(([lvl, [msg, ts]]) => [lvl, msg, age(ts) + " ago"]))
