@@ -136,7 +136,8 @@ function table(caption, columns, rows, empty) {
 // row above and below standing for the rest. aria-rowcount and
 // aria-rowindex tell assistive technology where the drawn rows sit.
 // Scrolling redraws the page (p.redraw), once a frame.
-function windowed(p, id, caption, columns, items, row) {
+function windowed(p, id, caption, columns, items, row, empty) {
+  if (!items.length) return h("p", { class: "muted", "data-key": id }, empty || "None.");
   const box = document.getElementById(id);
   const rowH = p.rowHeight || 64;
   const viewH = box ? box.clientHeight : Math.round(window.innerHeight * 0.7);
@@ -240,16 +241,17 @@ class Watch {
     return kube(this.path) + (extra ? sep + extra : "");
   }
 
-  // relist reads the collection 500 objects at a time. The first list
-  // shows each page as it comes; a relist replaces what is shown only
-  // once complete.
+  // relist reads the collection 100 objects, then 500 at a time. The
+  // first list shows each page as it comes (the first rows after one
+  // small read); a relist replaces what is shown only once complete.
   async relist() {
     const first = !this.synced;
     const items = first ? this.items : new Map();
     if (first) items.clear();
     let cont = "", rv = "";
     do {
-      const list = await call("GET", this.url("limit=500" + (cont ? "&continue=" + encodeURIComponent(cont) : "")), undefined, this.signal);
+      const limit = cont ? 500 : 100;
+      const list = await call("GET", this.url(`limit=${limit}` + (cont ? "&continue=" + encodeURIComponent(cont) : "")), undefined, this.signal);
       for (const o of list.items || []) items.set(key(o), this.trim(o));
       cont = list.metadata.continue || "";
       rv = list.metadata.resourceVersion;
@@ -891,7 +893,7 @@ pages.nodes = () => {
         [n.spec.unschedulable ? act("Uncordon", name, () => cordon(name, false)) : act("Cordon", name, () => cordon(name, true)), " ",
           act("Drain", name, () => drain(name))],
       ];
-    })];
+    }, p.filter ? "No node matches the filter." : "No node.")];
   };
   return p;
 };
@@ -1002,12 +1004,12 @@ pages.pools = () => {
           "aria-valuemax": total, "aria-valuenow": updated }, h("span", { style: null, "data-pct": total ? Math.round((100 * updated) / total) : 0 })),
         h("p", {}, "Updated: ", statusCell(cond(pool, "Updated"), "True"), " · Updating: ", statusCell(cond(pool, "Updating"), "False"),
           " · Degraded: ", statusCell(cond(pool, "Degraded"), "False")),
-        nodes.length ? windowed(p, id + "-nodes", pool.metadata.name + " nodes", ["Node", "Current config", "Desired config", "State", "Reason"], nodes, (n) => {
+        windowed(p, id + "-nodes", pool.metadata.name + " nodes", ["Node", "Current config", "Desired config", "State", "Reason"], nodes, (n) => {
           const a = n.metadata.annotations || {};
           return [n.metadata.name, a[MC + "currentConfig"] || "", a[MC + "desiredConfig"] || "",
             h("span", { class: a[MC + "state"] === "Done" ? "ok" : a[MC + "state"] === "Degraded" ? "bad" : "warn" }, a[MC + "state"] || ""),
             a[MC + "reason"] || ""];
-        }) : h("p", { class: "muted" }, "Its selector selects no node."));
+        }, "Its selector selects no node."));
     })];
   };
   const base = p.render.bind(p);
