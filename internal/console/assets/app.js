@@ -131,6 +131,14 @@ function table(caption, columns, rows, empty) {
       i === 0 ? h("th", { scope: "row" }, cell) : h("td", { class: columns[i].num ? "num" : null }, cell))))));
 }
 
+// clipped is a cell's content in a box of the row's height; what it
+// cuts off is in its title, unless the cell holds controls.
+function clipped(cell) {
+  const c = h("div", { class: "clip" }, cell);
+  if (!c.querySelector("button")) c.title = c.textContent.trim();
+  return c;
+}
+
 // windowed draws a table of many rows but only those in view: a scroll
 // box whose rows all have one height (their cells clip), with a spacer
 // row above and below standing for the rest. aria-rowcount and
@@ -149,11 +157,11 @@ function windowed(p, id, caption, columns, items, row, empty) {
   return h("div", { id, "data-key": id, class: "window", tabindex: 0, role: "region", "aria-label": caption, onscroll: () => p.redraw() },
     h("table", { "aria-rowcount": items.length + 1 },
       h("caption", {}, caption),
-      h("thead", {}, h("tr", { "aria-rowindex": 1 }, columns.map((c) => h("th", { scope: "col" }, c)))),
+      h("thead", {}, h("tr", { "aria-rowindex": 1 }, columns.map((c) => h("th", { scope: "col", class: c.class || null }, c.title || c)))),
       h("tbody", {},
         spacer("\u0000above", first),
         items.slice(first, last).map((it, i) => h("tr", { "data-key": key(it), "aria-rowindex": first + i + 2 }, row(it).map((cell, j) =>
-          h(j === 0 ? "th" : "td", j === 0 ? { scope: "row" } : {}, h("div", { class: "clip" }, cell))))),
+          h(j === 0 ? "th" : "td", j === 0 ? { scope: "row" } : {}, clipped(cell))))),
         spacer("\u0000below", items.length - last))));
 }
 
@@ -870,7 +878,7 @@ pages.nodes = () => {
     const noCordon = p.refused(...needs.Cordon), noDrain = p.refused(...needs.Drain);
     return [...p.errorsView(),
       noCordon || noDrain ? h("p", { class: "muted", id: "nodes-rbac" }, `Your rights do not allow ${noCordon ? "cordoning or draining nodes" : "draining nodes"}: you may not ${noDrain}.`) : null,
-      windowed(p, "nodes-window", caption, ["Name", "Status", "Roles", "Conditions", "Taints", "Pool and config", "Autoscaler", "Actions"], list, (n) => {
+      windowed(p, "nodes-window", caption, ["Name", "Status", "Roles", "Conditions", { title: "Taints", class: "wide" }, { title: "Pool and config", class: "wide" }, "Autoscaler", { title: "Actions", class: "actions" }], list, (n) => {
       const ready = cond(n, "Ready");
       const bad = ((n.status || {}).conditions || []).filter((c) => c.type !== "Ready" && c.status === "True");
       const a = n.metadata.annotations || {};
