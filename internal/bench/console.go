@@ -65,9 +65,10 @@ type ConsoleResult struct {
 	// garbage collection) and its DOM nodes, on the Nodes page.
 	NodesHeap, NodesDOM int64
 	// OverviewShown is from opening the Overview to its node count
-	// showing every node; OverviewHeap its heap then.
-	OverviewShown time.Duration
-	OverviewHeap  int64
+	// showing every node; OverviewRead to its readiness line counting
+	// every node's; OverviewHeap its heap then.
+	OverviewShown, OverviewRead time.Duration
+	OverviewHeap                int64
 }
 
 // pageProbe is installed in the console's page: rows() is how many nodes
@@ -170,8 +171,15 @@ func Console(ctx context.Context, o ConsoleOptions, log io.Writer) (*ConsoleResu
 	if err := b.eval(`location.hash = "#/machines"; true`, nil); err != nil {
 		return nil, err
 	}
+	if err := b.arm("read", `/^(All ready|\d+ not ready)$/.test((document.querySelector("#ov-nodes ~ p:not(.big)") || {}).textContent)`); err != nil {
+		return nil, err
+	}
+	start := time.Now()
 	if res.OverviewShown, err = b.until(fmt.Sprintf(`(document.querySelector("#ov-nodes + p.big") || {}).textContent === "%d"`, o.Nodes), b.hash("overview")); err != nil {
 		return nil, fmt.Errorf("the Overview: %w", err)
+	}
+	if res.OverviewRead, err = b.await("read", start); err != nil {
+		return nil, fmt.Errorf("the Overview's readiness: %w", err)
 	}
 	if res.OverviewHeap, _, err = b.memory(); err != nil {
 		return nil, err
@@ -187,7 +195,7 @@ func Console(ctx context.Context, o ConsoleOptions, log io.Writer) (*ConsoleResu
 	if err := b.arm("all", fmt.Sprintf(`capstanBench.rows() === %d`, o.Nodes)); err != nil {
 		return nil, err
 	}
-	start := time.Now()
+	start = time.Now()
 	if err := b.hash("nodes")(); err != nil {
 		return nil, err
 	}

@@ -240,7 +240,7 @@ class Watch {
     if (this.timer) return;
     this.timer = setTimeout(() => {
       this.timer = null;
-      if (!this.stopped) this.onChange(this.list(), this.synced);
+      if (!this.stopped) this.onChange(this.list(), this.synced, this.synced ? this.items.size : this.total);
     }, 100);
   }
 
@@ -261,6 +261,8 @@ class Watch {
       const limit = cont ? 500 : 100;
       const list = await call("GET", this.url(`limit=${limit}` + (cont ? "&continue=" + encodeURIComponent(cont) : "")), undefined, this.signal);
       for (const o of list.items || []) items.set(key(o), this.trim(o));
+      // The first page says how many objects there are in all.
+      if (first && !cont && list.metadata.remainingItemCount !== undefined) this.total = items.size + list.metadata.remainingItemCount;
       cont = list.metadata.continue || "";
       rv = list.metadata.resourceVersion;
       if (first && cont) {
@@ -364,6 +366,7 @@ class Page {
     this.errors = {};
     this.absent = {};
     this.partial = {};
+    this.totals = {};
     this.stale = {};
     this.access = new Map();
     // Leaving the page cancels what it still asks.
@@ -381,9 +384,10 @@ class Page {
     this.watches.push(new Watch(path, {
       trim,
       signal: this.aborter.signal,
-      onChange: (items, complete) => {
+      onChange: (items, complete, total) => {
         this.data[name] = items;
         this.partial[name] = !complete;
+        this.totals[name] = total;
         delete this.errors[name];
         this.render();
       },
@@ -498,11 +502,13 @@ class Page {
     ];
   }
 
-  // count is how many of name there are, "…" while unknown, with "…"
-  // after while its first list is still coming in.
+  // count is how many of name there are: "…" while unknown; while its
+  // first list is still coming in, the total its first page gave (or
+  // the count so far, followed by "…").
   count(name) {
     if (!this.ready(name)) return "…";
-    return this.data[name].length + (this.partial[name] ? "…" : "");
+    if (!this.partial[name]) return String(this.data[name].length);
+    return this.totals[name] !== undefined ? String(this.totals[name]) : this.data[name].length + "…";
   }
 
   // installed is false once name's API answered that it does not exist.
@@ -610,10 +616,12 @@ pages.overview = () => {
         h("section", { class: "card", "aria-labelledby": "ov-nodes" },
           h("h2", { id: "ov-nodes" }, "Nodes"),
           h("p", { class: "big" }, p.count("nodes")),
-          h("p", { class: notReady ? "bad" : "ok" }, notReady ? notReady + " not ready" : "All ready")),
+          p.partial.nodes ? h("p", { class: "muted" }, `Reading their readiness (${nodes.length} so far)…`)
+            : h("p", { class: notReady ? "bad" : "ok" }, notReady ? notReady + " not ready" : "All ready")),
         h("section", { class: "card", "aria-labelledby": "ov-machines" },
           h("h2", { id: "ov-machines" }, "Machines"),
-          p.installed("machines") ? [h("p", { class: "big" }, p.count("machines")), h("p", {}, running + " running")]
+          p.installed("machines") ? [h("p", { class: "big" }, p.count("machines")),
+            h("p", {}, running + " running" + (p.partial.machines ? " (reading…)" : ""))]
             : h("p", { class: "muted" }, "The Machine API is not installed.")),
         h("section", { class: "card", "aria-labelledby": "ov-pools" },
           h("h2", { id: "ov-pools" }, "Machine config pools"),
@@ -874,7 +882,8 @@ pages.nodes = () => {
   p.view = () => {
     if (!p.ready("nodes")) return [...p.errorsView(), h("p", {}, "Loading…")];
     const list = shown();
-    const caption = `Nodes: ${list.length !== p.data.nodes.length ? `${list.length} of ` : ""}${p.count("nodes")}`;
+    const caption = p.partial.nodes ? `Nodes: ${p.data.nodes.length} of ${p.count("nodes")} read…`
+      : `Nodes: ${list.length !== p.data.nodes.length ? `${list.length} of ` : ""}${p.data.nodes.length}`;
     const noCordon = p.refused(...needs.Cordon), noDrain = p.refused(...needs.Drain);
     return [...p.errorsView(),
       noCordon || noDrain ? h("p", { class: "muted", id: "nodes-rbac" }, `Your rights do not allow ${noCordon ? "cordoning or draining nodes" : "draining nodes"}: you may not ${noDrain}.`) : null,
