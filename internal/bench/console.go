@@ -168,7 +168,7 @@ func Console(ctx context.Context, o ConsoleOptions, log io.Writer) (*ConsoleResu
 
 	// Each page is opened from another one, as a person would.
 	fmt.Fprintf(log, "Opening the Overview ...\n")
-	if err := b.eval(`location.hash = "#/machines"; true`, nil); err != nil {
+	if err := b.away(); err != nil {
 		return nil, err
 	}
 	if err := b.arm("read", `/^(All ready|\d+ not ready)$/.test((document.querySelector("#ov-nodes ~ p:not(.big)") || {}).textContent)`); err != nil {
@@ -186,7 +186,7 @@ func Console(ctx context.Context, o ConsoleOptions, log io.Writer) (*ConsoleResu
 	}
 
 	fmt.Fprintf(log, "Opening the Nodes page ...\n")
-	if err := b.eval(`location.hash = "#/machines"; true`, nil); err != nil {
+	if err := b.away(); err != nil {
 		return nil, err
 	}
 	if err := b.arm("first", `capstanBench.rows() > 0`); err != nil {
@@ -345,6 +345,14 @@ func (b *tab) until(cond string, what func() error) (time.Duration, error) {
 		}
 	}
 	return b.await("until", start)
+}
+
+// away opens the Machines page and waits until it is drawn: a page is
+// opened (and timed) from another one, and a probe armed before the
+// hash change took effect would see the page before.
+func (b *tab) away() error {
+	_, err := b.until(`document.title.startsWith("Machines") && !!document.querySelector("main h1")`, b.hash("machines"))
+	return err
 }
 
 // hash opens a page of the console.

@@ -616,12 +616,12 @@ pages.overview = () => {
         h("section", { class: "card", "aria-labelledby": "ov-nodes" },
           h("h2", { id: "ov-nodes" }, "Nodes"),
           h("p", { class: "big" }, p.count("nodes")),
-          p.partial.nodes ? h("p", { class: "muted" }, `Reading their readiness (${nodes.length} so far)…`)
+          !p.ready("nodes") || p.partial.nodes ? h("p", { class: "muted" }, `Reading their readiness (${nodes.length} so far)…`)
             : h("p", { class: notReady ? "bad" : "ok" }, notReady ? notReady + " not ready" : "All ready")),
         h("section", { class: "card", "aria-labelledby": "ov-machines" },
           h("h2", { id: "ov-machines" }, "Machines"),
           p.installed("machines") ? [h("p", { class: "big" }, p.count("machines")),
-            h("p", {}, running + " running" + (p.partial.machines ? " (reading…)" : ""))]
+            h("p", {}, running + " running" + (!p.ready("machines") || p.partial.machines ? " (reading…)" : ""))]
             : h("p", { class: "muted" }, "The Machine API is not installed.")),
         h("section", { class: "card", "aria-labelledby": "ov-pools" },
           h("h2", { id: "ov-pools" }, "Machine config pools"),
