@@ -212,6 +212,12 @@ func Console(ctx context.Context, o ConsoleOptions, log io.Writer) (*ConsoleResu
 	if err := b.eval(`document.querySelectorAll("main tr[data-key^='bench-']").length`, &res.Drawn); err != nil {
 		return nil, err
 	}
+	// Rows out of view are not drawn: a page over more nodes than a
+	// screen and its margins hold (about 40 rows) that drew them all is
+	// not windowed.
+	if o.Nodes > 50 && res.Drawn >= o.Nodes {
+		return nil, fmt.Errorf("the Nodes page drew all %d rows of %d nodes: its table is not windowed", res.Drawn, o.Nodes)
+	}
 	last := fmt.Sprintf("bench-%04d", o.Nodes-1)
 	if res.ScrolledToEnd, err = b.until(fmt.Sprintf(`!!document.querySelector('main tr[data-key=%q]')`, last), func() error {
 		return b.eval(`(() => { const box = document.querySelector("main .window") || document.scrollingElement; box.scrollTop = box.scrollHeight; return true })()`, nil)
