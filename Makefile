@@ -23,7 +23,7 @@ test:
 	# The integration packages first: they are the long ones, and two
 	# slots finish sooner when they do not wait for the short ones.
 	go test -json -p 2 -ldflags=-w -timeout 60m ./test/... ./... 2>&1 | ./.testsum
-	go test -json -race -ldflags=-w -timeout 10m ./internal/scheduler/... ./internal/leader/... ./internal/component/... ./internal/chaos/... ./internal/etcdretry/... \
+	go test -json -race -ldflags=-w -timeout 10m ./internal/scheduler/... ./internal/leader/... ./internal/component/... ./internal/chaos ./internal/etcdretry/... \
 		./internal/cvo/... ./internal/release/... ./internal/registry/... ./internal/updateservice/... ./internal/console/... 2>&1 | ./.testsum
 	bash hack/fuzz.sh 300x
 

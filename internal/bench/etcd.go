@@ -16,7 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/capstan-dev/capstan/internal/controlplane"
+	"github.com/capstan-dev/capstan/internal/certs"
 	"github.com/capstan-dev/capstan/internal/etcd"
 	"github.com/capstan-dev/capstan/internal/ports"
 	"github.com/capstan-dev/capstan/internal/waitfor"
@@ -70,7 +70,7 @@ func Etcd(ctx context.Context, o EtcdOptions, log io.Writer) (*EtcdResult, error
 	}
 	defer os.RemoveAll(dir)
 	pki := filepath.Join(dir, "pki")
-	tlsFiles, err := controlplane.EnsureEtcdPKI(pki)
+	tlsFiles, err := certs.EnsureEtcdPKI(pki)
 	if err != nil {
 		return nil, err
 	}

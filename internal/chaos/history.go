@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
-	"github.com/capstan-dev/capstan/internal/controlplane"
+	"github.com/capstan-dev/capstan/internal/datadir"
 )
 
 // The keys the API server stores the objects the invariants read under.
@@ -117,11 +117,11 @@ func (h *History) run(ctx context.Context) {
 // follow watches from the revision after the last one read, until the
 // watch fails (the cluster was killed) or ctx ends.
 func (h *History) follow(ctx context.Context) error {
-	endpoints, err := controlplane.StorageEndpoints(h.dataDir)
+	endpoints, err := datadir.StorageEndpoints(h.dataDir)
 	if err != nil {
 		return err
 	}
-	client, err := controlplane.StorageClient(h.dataDir)
+	client, err := datadir.StorageClient(h.dataDir)
 	if err != nil {
 		return err
 	}
@@ -156,7 +156,7 @@ func (h *History) follow(ctx context.Context) error {
 				return
 			case <-t.C:
 			}
-			if now, err := controlplane.StorageEndpoints(h.dataDir); err == nil && !slices.Equal(now, endpoints) {
+			if now, err := datadir.StorageEndpoints(h.dataDir); err == nil && !slices.Equal(now, endpoints) {
 				cancel()
 				return
 			}
@@ -219,7 +219,7 @@ func recordedKey(key string) bool {
 // catchUp waits until the history has read every revision the storage
 // holds now.
 func (h *History) catchUp(ctx context.Context, timeout time.Duration) error {
-	client, err := controlplane.StorageClient(h.dataDir)
+	client, err := datadir.StorageClient(h.dataDir)
 	if err != nil {
 		return err
 	}

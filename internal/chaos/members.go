@@ -10,7 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/capstan-dev/capstan/internal/controlplane"
+	"github.com/capstan-dev/capstan/internal/datadir"
 	"github.com/capstan-dev/capstan/internal/etcd"
 )
 
@@ -66,12 +66,12 @@ func (s *memberSampler) run(ctx context.Context) {
 		}
 		up := s.alive()
 		sample := memberSample{At: time.Now(), Failed: true}
-		now, err := controlplane.StorageEndpoints(s.dataDir)
+		now, err := datadir.StorageEndpoints(s.dataDir)
 		if err == nil && (client == nil || !slices.Equal(now, endpoints)) {
 			if client != nil {
 				client.Close()
 			}
-			if client, err = controlplane.StorageClient(s.dataDir); err != nil {
+			if client, err = datadir.StorageClient(s.dataDir); err != nil {
 				client = nil
 			}
 			endpoints = now

@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/capstan-dev/capstan/internal/admission"
-	"github.com/capstan-dev/capstan/internal/controlplane"
+	"github.com/capstan-dev/capstan/internal/certs"
 )
 
 func newAdmissionCommand() *cobra.Command {
@@ -115,12 +115,12 @@ Apply with: capstan admission manifests --image IMAGE | kubectl apply -f -`,
 
 func writeAdmissionManifests(out io.Writer, ns, image string, cfg *admission.PodNodeConstraintsConfig) error {
 	const name = "capstan-admission"
-	ca, _, err := controlplane.NewCA("capstan-admission-ca")
+	ca, _, err := certs.NewCA("capstan-admission-ca")
 	if err != nil {
 		return err
 	}
 	svcHost := name + "." + ns + ".svc"
-	certPEM, keyPEM, err := ca.Issue(controlplane.LeafSpec{CommonName: svcHost, DNSNames: []string{svcHost, svcHost + ".cluster.local"}, Server: true})
+	certPEM, keyPEM, err := ca.Issue(certs.LeafSpec{CommonName: svcHost, DNSNames: []string{svcHost, svcHost + ".cluster.local"}, Server: true})
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/capstan-dev/capstan/internal/controlplane"
+	"github.com/capstan-dev/capstan/internal/datadir"
 	"github.com/capstan-dev/capstan/internal/etcd"
 	"github.com/capstan-dev/capstan/internal/planted"
 )
@@ -35,11 +35,11 @@ func plantedRestore(dataDir string) {
 
 // plantedSave takes the snapshot plantedRestore restores at the next
 // start.
-func plantedSave(ctx context.Context, d *controlplane.DataDir) {
+func plantedSave(ctx context.Context, d *datadir.DataDir) {
 	if !planted.On(planted.RestoreOnStart) {
 		return
 	}
-	tls := controlplane.EtcdTLSFiles(d.PKIDir())
+	tls := datadir.EtcdTLSFiles(d.PKIDir())
 	if _, err := etcd.SaveSnapshot(ctx, d.Root, tls, d.Path(plantedSnapshot)); err != nil {
 		klog.ErrorS(err, "planted bug: saving a snapshot of etcd")
 	}

@@ -12,6 +12,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
 	"github.com/capstan-dev/capstan/internal/admission"
+	"github.com/capstan-dev/capstan/internal/certs"
 	"github.com/capstan-dev/capstan/internal/controlplane"
 	"github.com/capstan-dev/capstan/internal/machine"
 )
@@ -34,12 +35,12 @@ func (c *Cluster) startAdmission(ctx, runCtx context.Context) error {
 		return err
 	}
 	pki := d.PKIDir()
-	ca, err := controlplane.LoadOrCreateCA(filepath.Join(pki, "webhook-ca.crt"), filepath.Join(pki, "webhook-ca.key"), "capstan-webhook-ca")
+	ca, err := certs.LoadOrCreateCA(filepath.Join(pki, "webhook-ca.crt"), filepath.Join(pki, "webhook-ca.key"), "capstan-webhook-ca")
 	if err != nil {
 		return err
 	}
 	certFile, keyFile := filepath.Join(pki, "webhook.crt"), filepath.Join(pki, "webhook.key")
-	if err := ca.EnsureLeaf(certFile, keyFile, controlplane.LeafSpec{CommonName: "capstan-webhook",
+	if err := ca.EnsureLeaf(certFile, keyFile, certs.LeafSpec{CommonName: "capstan-webhook",
 		DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}, Server: true}); err != nil {
 		return err
 	}

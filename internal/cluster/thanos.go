@@ -27,7 +27,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/atomicfile"
 	"github.com/capstan-dev/capstan/internal/bearerauth"
-	"github.com/capstan-dev/capstan/internal/controlplane"
+	"github.com/capstan-dev/capstan/internal/certs"
 )
 
 // Where OpenShift serves its cluster's alerts and queries: the
@@ -50,13 +50,13 @@ var RouteResource = schema.GroupVersionResource{Group: "route.openshift.io", Ver
 // thanos-querier asks), and publishes it as the thanos-querier Route.
 func (c *Cluster) startThanosQuerier(ctx, runCtx context.Context) error {
 	pki := c.ControlPlane.DataDir().PKIDir()
-	ca, err := controlplane.LoadOrCreateCA(filepath.Join(pki, "ca.crt"), filepath.Join(pki, "ca.key"), "capstan-ca")
+	ca, err := certs.LoadOrCreateCA(filepath.Join(pki, "ca.crt"), filepath.Join(pki, "ca.key"), "capstan-ca")
 	if err != nil {
 		return err
 	}
 	host := ThanosQuerierName + "." + MonitoringNamespace + ".svc"
 	certFile, keyFile := filepath.Join(pki, "thanos-querier.crt"), filepath.Join(pki, "thanos-querier.key")
-	if err := ca.EnsureLeaf(certFile, keyFile, controlplane.LeafSpec{CommonName: host, DNSNames: []string{host, "localhost"},
+	if err := ca.EnsureLeaf(certFile, keyFile, certs.LeafSpec{CommonName: host, DNSNames: []string{host, "localhost"},
 		IPs: []net.IP{net.ParseIP("127.0.0.1")}, Server: true}); err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/capstan-dev/capstan/internal/atomicfile"
+	"github.com/capstan-dev/capstan/internal/datadir"
 	"github.com/capstan-dev/capstan/internal/strictyaml"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,7 +32,7 @@ const (
 	PodNodeSelectorConfigFile          = "podnodeselector.yaml"
 	PodTolerationRestrictionConfigFile = "podtolerationrestriction.yaml"
 	PodNodeConstraintsConfigFile       = "podnodeconstraints.yaml"
-	effectiveDir                       = "effective"
+	effectiveDir                       = datadir.EffectiveAdmission
 )
 
 // AdmissionOverrides are `capstan up` flags layered over the files.
@@ -115,12 +116,6 @@ plugins:
 
 type podNodeSelectorFile struct {
 	PodNodeSelectorPluginConfig map[string]string `json:"podNodeSelectorPluginConfig"`
-}
-
-// EffectiveAdmissionFile is the validated copy of an admission file that
-// is in force.
-func (d *DataDir) EffectiveAdmissionFile(name string) string {
-	return filepath.Join(d.AdmissionDir(), effectiveDir, name)
 }
 
 // renderPodNodeSelector checks that every selector is a list of key=value

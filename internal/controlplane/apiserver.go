@@ -11,6 +11,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/kubernetes/cmd/kube-apiserver/app"
 	"k8s.io/kubernetes/cmd/kube-apiserver/app/options"
+
+	"github.com/capstan-dev/capstan/internal/datadir"
 )
 
 // ServiceAccountIssuer is the issuer of service-account tokens, as in a
@@ -23,7 +25,7 @@ const ServiceAccountIssuer = "https://kubernetes.default.svc"
 func (cp *ControlPlane) apiserverFlags(etcdURL string) []string {
 	d := cp.dataDir
 	pki := d.PKIDir()
-	etcdTLS := EtcdTLSFiles(pki)
+	etcdTLS := datadir.EtcdTLSFiles(pki)
 	flags := []string{
 		"--etcd-servers=" + etcdURL,
 		"--etcd-cafile=" + etcdTLS.CA,

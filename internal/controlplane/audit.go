@@ -26,10 +26,6 @@ rules:
 - level: Metadata
 `
 
-// AuditLogPath is where the apiserver writes its audit log, one JSON
-// event per line, rotated at 100 MB into two backups beside it.
-func (d *DataDir) AuditLogPath() string { return d.Path("logs", "audit.log") }
-
 // auditFlags turns the audit log on, with the policy above written into
 // the data dir (rewritten at every start: it is capstan's, not the user's).
 func (cp *ControlPlane) auditFlags() ([]string, error) {

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/certs"
+	"github.com/capstan-dev/capstan/internal/datadir"
 	"github.com/capstan-dev/capstan/internal/etcd"
 	"github.com/capstan-dev/capstan/internal/waitfor"
 
@@ -102,14 +104,14 @@ func DefaultConfig() Config {
 // ControlPlane is a running embedded control plane.
 type ControlPlane struct {
 	cfg     Config
-	dataDir *DataDir
+	dataDir *datadir.DataDir
 
 	cancel     context.CancelFunc
 	etcd       *etcd.Cluster
 	apiDone    <-chan error
 	kcmDone    <-chan error
 	adminREST  *rest.Config
-	ca         *CertificateAuthority
+	ca         *certs.CertificateAuthority
 	serverURL  string
 	logFile    *os.File
 	stopped    chan struct{}
@@ -127,7 +129,7 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	if err := validateConfig(cfg); err != nil {
 		return nil, err
 	}
-	d, err := OpenDataDir(cfg.DataDir)
+	d, err := datadir.Open(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -160,14 +162,14 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	for _, w := range cp.Warnings {
 		klog.Warning(w)
 	}
-	clientPort, peerPort, err := d.etcdPorts()
+	clientPort, peerPort, err := d.EtcdPorts()
 	if err != nil {
 		listener.Close()
 		return nil, err
 	}
 	pki := d.PKIDir()
 	cp.etcd, err = etcd.Start(ctx, etcd.Config{DataDir: d.Root, LogFile: d.Path("logs", "etcd.log"), NoFsync: cfg.EtcdNoFsync, Partitionable: cfg.EtcdPartitionable,
-		TLS:       EtcdTLSFiles(pki),
+		TLS:       datadir.EtcdTLSFiles(pki),
 		Bootstrap: etcd.MemberSpec{Name: etcd.BootstrapName, Dir: "etcd", ClientPort: clientPort, PeerPort: peerPort}})
 	if err != nil {
 		listener.Close()
@@ -268,7 +270,7 @@ func (cp *ControlPlane) KubeconfigPath() string { return cp.dataDir.KubeconfigPa
 func (cp *ControlPlane) ServerURL() string { return cp.serverURL }
 
 // DataDir is the data dir the control plane runs on.
-func (cp *ControlPlane) DataDir() *DataDir { return cp.dataDir }
+func (cp *ControlPlane) DataDir() *datadir.DataDir { return cp.dataDir }
 
 // Stop shuts everything down in reverse order and releases the data dir.
 // It is safe to call more than once.

@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
-	"github.com/capstan-dev/capstan/internal/etcd"
+	"github.com/capstan-dev/capstan/internal/certs"
 	"github.com/capstan-dev/capstan/internal/etcdretry"
 )
 
@@ -33,11 +33,11 @@ func (cp *ControlPlane) ensurePKI() error {
 	if err := os.MkdirAll(pki, 0o700); err != nil {
 		return err
 	}
-	ca, err := LoadOrCreateCA(filepath.Join(pki, "ca.crt"), filepath.Join(pki, "ca.key"), "capstan-ca")
+	ca, err := certs.LoadOrCreateCA(filepath.Join(pki, "ca.crt"), filepath.Join(pki, "ca.key"), "capstan-ca")
 	if err != nil {
 		return err
 	}
-	serving := LeafSpec{
+	serving := certs.LeafSpec{
 		CommonName: "kube-apiserver",
 		DNSNames: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
 			"kubernetes.default.svc.cluster.local"},
@@ -53,33 +53,33 @@ func (cp *ControlPlane) ensurePKI() error {
 	if err := ca.EnsureLeaf(filepath.Join(pki, "apiserver.crt"), filepath.Join(pki, "apiserver.key"), serving); err != nil {
 		return err
 	}
-	if _, err := EnsureEtcdPKI(pki); err != nil {
+	if _, err := certs.EnsureEtcdPKI(pki); err != nil {
 		return err
 	}
-	if err := EnsureKey(filepath.Join(pki, "sa.key"), filepath.Join(pki, "sa.pub")); err != nil {
+	if err := certs.EnsureKey(filepath.Join(pki, "sa.key"), filepath.Join(pki, "sa.pub")); err != nil {
 		return err
 	}
 	// The aggregator's own identity towards aggregated API servers (the
 	// metrics API): a client certificate of a CA of its own, which those
 	// servers trust only for the requestheader users it vouches for.
-	frontProxy, err := LoadOrCreateCA(filepath.Join(pki, "front-proxy-ca.crt"), filepath.Join(pki, "front-proxy-ca.key"), "front-proxy-ca")
+	frontProxy, err := certs.LoadOrCreateCA(filepath.Join(pki, "front-proxy-ca.crt"), filepath.Join(pki, "front-proxy-ca.key"), "front-proxy-ca")
 	if err != nil {
 		return err
 	}
 	if err := frontProxy.EnsureLeaf(filepath.Join(pki, "front-proxy-client.crt"), filepath.Join(pki, "front-proxy-client.key"),
-		LeafSpec{CommonName: FrontProxyClientName, Client: true}); err != nil {
+		certs.LeafSpec{CommonName: FrontProxyClientName, Client: true}); err != nil {
 		return err
 	}
 
 	cp.serverURL = "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(cp.cfg.Port))
-	adminCert, adminKey, err := ca.Issue(LeafSpec{CommonName: AdminUser, Organization: []string{"system:masters"}, Client: true})
+	adminCert, adminKey, err := ca.Issue(certs.LeafSpec{CommonName: AdminUser, Organization: []string{"system:masters"}, Client: true})
 	if err != nil {
 		return err
 	}
 	if err := writeKubeconfig(cp.dataDir.KubeconfigPath(), cp.serverURL, ca.CertPEM, adminCert, adminKey, "admin"); err != nil {
 		return err
 	}
-	kcmCert, kcmKey, err := ca.Issue(LeafSpec{CommonName: controllerManagerUser, Client: true})
+	kcmCert, kcmKey, err := ca.Issue(certs.LeafSpec{CommonName: controllerManagerUser, Client: true})
 	if err != nil {
 		return err
 	}
@@ -119,7 +119,7 @@ func (cp *ControlPlane) ClientConfigFor(user string, groups ...string) (*rest.Co
 			return nil, fmt.Errorf("identity %s: system:masters bypasses authorization and is not given out", user)
 		}
 	}
-	certPEM, keyPEM, err := cp.ca.Issue(LeafSpec{CommonName: user, Organization: groups, Client: true})
+	certPEM, keyPEM, err := cp.ca.Issue(certs.LeafSpec{CommonName: user, Organization: groups, Client: true})
 	if err != nil {
 		return nil, err
 	}
@@ -169,75 +169,4 @@ func (cp *ControlPlane) setupLogging() error {
 		}
 	})
 	return err
-}
-
-// EnsureEtcdPKI creates, or reuses, etcd's own certificate authorities
-// and certificates in pki (kubeadm's layout, OpenShift's signers): etcd
-// trusts only its signer, pki/etcd/ca.crt, which signs nothing but the
-// members' serving and peer certificates and the client certificate of
-// kube-apiserver (which capstan's etcd operator and tools present too); a
-// peer must also present the peer certificate's name. A second signer,
-// pki/etcd/metrics-ca.crt (OpenShift's etcd-metric-signer), signs the
-// members' metrics serving certificate and the one client that may read
-// their metrics, Prometheus. So no component's certificate from the
-// cluster CA is anything to etcd.
-func EnsureEtcdPKI(pki string) (etcd.TLSFiles, error) {
-	files := EtcdTLSFiles(pki)
-	if err := os.MkdirAll(filepath.Join(pki, "etcd"), 0o700); err != nil {
-		return etcd.TLSFiles{}, err
-	}
-	signer, err := LoadOrCreateCA(files.CA, filepath.Join(pki, "etcd", "ca.key"), "etcd-signer")
-	if err != nil {
-		return etcd.TLSFiles{}, err
-	}
-	metrics, err := LoadOrCreateCA(files.MetricsCA, filepath.Join(pki, "etcd", "metrics-ca.key"), "etcd-metric-signer")
-	if err != nil {
-		return etcd.TLSFiles{}, err
-	}
-	loopback := LeafSpec{DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}, Server: true}
-	for _, l := range []struct {
-		ca        *CertificateAuthority
-		cert, key string
-		spec      LeafSpec
-	}{
-		{signer, files.ServingCert, files.ServingKey, withName(loopback, "etcd-server", nil)},
-		{signer, files.PeerCert, files.PeerKey, withClient(withName(loopback, etcd.PeerCommonName, []string{"system:etcd-peers"}))},
-		{signer, files.ClientCert, files.ClientKey, LeafSpec{CommonName: "system:etcd-client", Organization: []string{"system:etcd"}, Client: true}},
-		{metrics, files.MetricsServingCert, files.MetricsServingKey, withName(loopback, "etcd-metrics", nil)},
-		{metrics, files.MetricsClientCert, files.MetricsClientKey, LeafSpec{CommonName: "system:etcd-metric-client", Client: true}},
-	} {
-		if err := l.ca.EnsureLeaf(l.cert, l.key, l.spec); err != nil {
-			return etcd.TLSFiles{}, err
-		}
-	}
-	// The certificates of before etcd had a signer of its own, signed by
-	// the cluster CA, which etcd no longer trusts.
-	for _, old := range []string{"etcd.crt", "etcd.key", "etcd-client.crt", "etcd-client.key"} {
-		_ = os.Remove(filepath.Join(pki, old))
-	}
-	return files, nil
-}
-
-func withName(s LeafSpec, cn string, orgs []string) LeafSpec {
-	s.CommonName, s.Organization = cn, orgs
-	return s
-}
-
-func withClient(s LeafSpec) LeafSpec {
-	s.Client = true
-	return s
-}
-
-// EtcdTLSFiles are where etcd's certificates are in pki.
-func EtcdTLSFiles(pki string) etcd.TLSFiles {
-	e := func(name string) string { return filepath.Join(pki, "etcd", name) }
-	return etcd.TLSFiles{
-		CA:          e("ca.crt"),
-		ServingCert: e("server.crt"), ServingKey: e("server.key"),
-		PeerCert: e("peer.crt"), PeerKey: e("peer.key"),
-		ClientCert: filepath.Join(pki, "apiserver-etcd-client.crt"), ClientKey: filepath.Join(pki, "apiserver-etcd-client.key"),
-		MetricsCA:          e("metrics-ca.crt"),
-		MetricsServingCert: e("metrics-server.crt"), MetricsServingKey: e("metrics-server.key"),
-		MetricsClientCert: e("metrics-client.crt"), MetricsClientKey: e("metrics-client.key"),
-	}
 }

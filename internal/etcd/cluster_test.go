@@ -23,7 +23,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/capstan-dev/capstan/internal/controlplane"
+	"github.com/capstan-dev/capstan/internal/certs"
 	"github.com/capstan-dev/capstan/internal/etcd"
 	"github.com/capstan-dev/capstan/internal/waitfor"
 )
@@ -32,7 +32,7 @@ func testConfig(t *testing.T) etcd.Config {
 	t.Helper()
 	dir := t.TempDir()
 	pki := filepath.Join(dir, "pki")
-	tls, err := controlplane.EnsureEtcdPKI(pki)
+	tls, err := certs.EnsureEtcdPKI(pki)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -763,11 +763,11 @@ func TestEtcdTrustsOnlyItsOwnSigner(t *testing.T) {
 	}
 	member := specs[0]
 	pki := filepath.Join(cfg.DataDir, "pki")
-	clusterCA, err := controlplane.LoadOrCreateCA(filepath.Join(pki, "ca.crt"), filepath.Join(pki, "ca.key"), "capstan-ca")
+	clusterCA, err := certs.LoadOrCreateCA(filepath.Join(pki, "ca.crt"), filepath.Join(pki, "ca.key"), "capstan-ca")
 	if err != nil {
 		t.Fatal(err)
 	}
-	certPEM, keyPEM, err := clusterCA.Issue(controlplane.LeafSpec{CommonName: "system:serviceaccount:openshift-machine-api:machine-api",
+	certPEM, keyPEM, err := clusterCA.Issue(certs.LeafSpec{CommonName: "system:serviceaccount:openshift-machine-api:machine-api",
 		Organization: []string{"system:serviceaccounts"}, Client: true})
 	if err != nil {
 		t.Fatal(err)

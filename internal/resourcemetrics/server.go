@@ -1,6 +1,7 @@
 package resourcemetrics
 
 import (
+	"github.com/capstan-dev/capstan/internal/certs"
 	"github.com/capstan-dev/capstan/internal/namespaces"
 
 	"context"
@@ -36,8 +37,6 @@ import (
 	metricsinstall "k8s.io/metrics/pkg/apis/metrics/install"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
-
-	"github.com/capstan-dev/capstan/internal/controlplane"
 )
 
 // Where OpenShift runs its metrics server, and the APIService that routes
@@ -107,12 +106,12 @@ func Run(ctx context.Context, cfg *clientrest.Config, kubeconfig string, opts Op
 		}
 	}
 
-	ca, _, err := controlplane.NewCA("metrics-server-ca")
+	ca, _, err := certs.NewCA("metrics-server-ca")
 	if err != nil {
 		return err
 	}
 	host := ServiceName + "." + Namespace + ".svc"
-	certPEM, keyPEM, err := ca.Issue(controlplane.LeafSpec{CommonName: host, DNSNames: []string{host, "localhost"},
+	certPEM, keyPEM, err := ca.Issue(certs.LeafSpec{CommonName: host, DNSNames: []string{host, "localhost"},
 		IPs: []net.IP{net.ParseIP("127.0.0.1")}, Server: true})
 	if err != nil {
 		return err

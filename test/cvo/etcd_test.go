@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/capstan-dev/capstan/internal/controlplane"
+	"github.com/capstan-dev/capstan/internal/datadir"
 	"github.com/capstan-dev/capstan/internal/etcd"
 	"github.com/capstan-dev/capstan/internal/machine"
 	"github.com/capstan-dev/capstan/internal/testenv"
@@ -646,7 +646,7 @@ func (c *etcdCluster) watchMemberCount() func() int {
 
 // votingCount asks etcd how many voting members it has (0: no answer).
 func (c *etcdCluster) votingCount() int {
-	cl, err := controlplane.StorageClient(c.dir)
+	cl, err := datadir.StorageClient(c.dir)
 	if err != nil {
 		return 0
 	}
@@ -681,7 +681,7 @@ func (c *etcdCluster) settledMasters(t *testing.T) []string {
 // members, how many of them answer naming a leader, and the leader.
 func (c *etcdCluster) etcdStatus(t *testing.T) (voting []string, healthy int, leader string) {
 	t.Helper()
-	cl, err := controlplane.StorageClient(c.dir)
+	cl, err := datadir.StorageClient(c.dir)
 	if err != nil {
 		return nil, 0, ""
 	}

@@ -32,8 +32,8 @@ import (
 	"github.com/capstan-dev/capstan/deploy"
 	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/autoscaler"
+	"github.com/capstan-dev/capstan/internal/certs"
 	"github.com/capstan-dev/capstan/internal/cluster"
-	"github.com/capstan-dev/capstan/internal/controlplane"
 	"github.com/capstan-dev/capstan/internal/cvo"
 	"github.com/capstan-dev/capstan/internal/etcd"
 	"github.com/capstan-dev/capstan/internal/machine"
@@ -367,7 +367,7 @@ spec:
 		// hosts', and the operator reaches them through etcd's API with
 		// etcd's client certificate alone.
 		pki := filepath.Join(dir, "hosts-etcd", "pki")
-		tls, err := controlplane.EnsureEtcdPKI(pki)
+		tls, err := certs.EnsureEtcdPKI(pki)
 		if err != nil {
 			t.Fatal(err)
 		}

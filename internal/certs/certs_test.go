@@ -1,4 +1,4 @@
-package controlplane
+package certs
 
 import (
 	"bytes"

@@ -1,4 +1,10 @@
-package controlplane
+// Package datadir is the layout of a capstan cluster's data dir: where
+// its etcd members, certificates, kubeconfigs, admission files and logs
+// are, the state file that keeps its ports across restarts, and the lock
+// that keeps a second capstan off it. It is kept apart from the control
+// plane, so that tools reading a data dir (capstan chaos, which records
+// the cluster's storage) do not link the API server.
+package datadir
 
 import (
 	"encoding/json"
@@ -15,9 +21,9 @@ import (
 	"github.com/capstan-dev/capstan/internal/ports"
 )
 
-// DataFormatVersion is the layout version of a data dir. A data dir written
+// FormatVersion is the layout version of a data dir. A data dir written
 // with another version is refused rather than guessed at.
-const DataFormatVersion = 1
+const FormatVersion = 1
 
 // DataDir is the on-disk home of one cluster: etcd data, PKI, kubeconfigs,
 // admission configuration and logs.
@@ -26,8 +32,8 @@ type DataDir struct {
 	lock *os.File
 }
 
-// dataDirState is persisted as capstan.json.
-type dataDirState struct {
+// state is persisted as capstan.json.
+type state struct {
 	FormatVersion int `json:"formatVersion"`
 	// EtcdClientPort and EtcdPeerPort stay the same across restarts: the peer
 	// URL is part of the etcd membership stored in its WAL.
@@ -49,14 +55,28 @@ func (d *DataDir) PKIDir() string         { return d.Path("pki") }
 func (d *DataDir) EtcdDir() string        { return d.Path("etcd") }
 func (d *DataDir) AdmissionDir() string   { return d.Path("admission") }
 func (d *DataDir) LogDir() string         { return d.Path("logs") }
-func (d *DataDir) statePath() string      { return d.Path("capstan.json") }
 
-// ErrDataDirLocked is returned when another capstan holds the data dir.
-var ErrDataDirLocked = errors.New("data dir is in use by another capstan")
+// AuditLogPath is where the apiserver writes its audit log, one JSON
+// event per line, rotated at 100 MB into two backups beside it.
+func (d *DataDir) AuditLogPath() string { return d.Path("logs", "audit.log") }
 
-// OpenDataDir creates (if needed), validates and locks a data dir. The lock is
+// EffectiveAdmission is the dir, in the admission dir, of the validated
+// copies of the admission files in force.
+const EffectiveAdmission = "effective"
+
+// EffectiveAdmissionFile is the validated copy of an admission file that
+// is in force.
+func (d *DataDir) EffectiveAdmissionFile(name string) string {
+	return filepath.Join(d.AdmissionDir(), EffectiveAdmission, name)
+}
+func (d *DataDir) statePath() string { return d.Path("capstan.json") }
+
+// ErrLocked is returned when another capstan holds the data dir.
+var ErrLocked = errors.New("data dir is in use by another capstan")
+
+// Open creates (if needed), validates and locks a data dir. The lock is
 // held until Close; a second capstan on the same dir is refused.
-func OpenDataDir(root string) (*DataDir, error) {
+func Open(root string) (*DataDir, error) {
 	abs, err := filepath.Abs(root)
 	if err != nil {
 		return nil, fmt.Errorf("data dir %q: %w", root, err)
@@ -79,7 +99,7 @@ func OpenDataDir(root string) (*DataDir, error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		holder, _ := os.ReadFile(lockPath)
 		f.Close()
-		msg := fmt.Sprintf("%s: %v", abs, ErrDataDirLocked)
+		msg := fmt.Sprintf("%s: %v", abs, ErrLocked)
 		if pid := strings.TrimSpace(string(holder)); pid != "" {
 			msg += " (pid " + pid + ")"
 		}
@@ -119,30 +139,30 @@ func (d *DataDir) checkFormat() error {
 	if err != nil {
 		return err
 	}
-	if st.FormatVersion != DataFormatVersion {
-		return fmt.Errorf("data dir %s has format version %d, this capstan reads version %d: use a matching capstan or a new --data-dir", d.Root, st.FormatVersion, DataFormatVersion)
+	if st.FormatVersion != FormatVersion {
+		return fmt.Errorf("data dir %s has format version %d, this capstan reads version %d: use a matching capstan or a new --data-dir", d.Root, st.FormatVersion, FormatVersion)
 	}
 	return nil
 }
 
-func (d *DataDir) readState() (*dataDirState, error) {
+func (d *DataDir) readState() (*state, error) {
 	raw, err := os.ReadFile(d.statePath())
 	if err != nil {
 		return nil, err
 	}
-	st := &dataDirState{}
+	st := &state{}
 	if err := json.Unmarshal(raw, st); err != nil {
 		return nil, fmt.Errorf("data dir %s: capstan.json is corrupt: %w", d.Root, err)
 	}
 	return st, nil
 }
 
-// etcdPorts returns the persisted etcd ports, choosing free ones the first
+// EtcdPorts returns the persisted etcd ports, choosing free ones the first
 // time.
-func (d *DataDir) etcdPorts() (client, peer int, err error) {
+func (d *DataDir) EtcdPorts() (client, peer int, err error) {
 	st, err := d.readState()
 	if errors.Is(err, os.ErrNotExist) {
-		st = &dataDirState{FormatVersion: DataFormatVersion}
+		st = &state{FormatVersion: FormatVersion}
 	} else if err != nil {
 		return 0, 0, err
 	}
@@ -205,4 +225,9 @@ func unwrapPathError(err error) error {
 		return pe.Err
 	}
 	return err
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

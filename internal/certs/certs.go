@@ -1,4 +1,7 @@
-package controlplane
+// Package certs issues and keeps capstan's certificates: certificate
+// authorities and the leaf certificates they sign, as PEM files, reused
+// while they still cover what they are for.
+package certs
 
 import (
 	"crypto"
