@@ -585,7 +585,7 @@ func (c *Cluster) Stop() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m.Stop()
+			m.Halt()
 		}()
 	}
 	wg.Wait()

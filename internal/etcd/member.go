@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -110,7 +111,10 @@ type Member struct {
 	restarts int
 	stopOnce sync.Once
 	stop     chan struct{} // closed by Stop
-	done     chan struct{} // closed when supervision has ended
+	// halt: the whole cluster stops, so the member stops at once, without
+	// handing its leadership over (SIGINT, not SIGTERM).
+	halt atomic.Bool
+	done chan struct{} // closed when supervision has ended
 }
 
 // memberConfig is how a member is started.
@@ -159,7 +163,11 @@ func (m *Member) supervise() {
 		began := time.Now()
 		select {
 		case <-m.stop:
-			p.signal(syscall.SIGTERM)
+			sig := syscall.SIGTERM
+			if m.halt.Load() {
+				sig = syscall.SIGINT
+			}
+			p.signal(sig)
 			select {
 			case <-p.exited:
 			case <-time.After(stopTimeout):
@@ -240,6 +248,15 @@ const stopTimeout = 10 * time.Second
 func (m *Member) Stop() {
 	m.stopOnce.Do(func() { close(m.stop) })
 	<-m.done
+}
+
+// Halt stops the member as part of stopping every member at once: SIGINT,
+// which stops it without first handing its leadership to a peer. A
+// leader stopped with SIGTERM waits for a transfer that cannot happen
+// while its peers stop too (etcd's request timeout, 7s).
+func (m *Member) Halt() {
+	m.halt.Store(true)
+	m.Stop()
 }
 
 // initialCluster writes name=peerURL pairs.

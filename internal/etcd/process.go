@@ -29,7 +29,9 @@ import (
 // A member runs in its own process, as each control-plane machine's
 // kubelet runs etcd as a static pod: `capstan etcd member --name ...`. The
 // process prints "ready" on its standard output once it serves, stops
-// cleanly on SIGTERM, and, started by capstan, dies with capstan (the
+// cleanly on SIGTERM (a leader hands its leadership to a peer first), at
+// once on SIGINT (the whole cluster stops), and, started by capstan, dies
+// with capstan (the
 // kernel's parent-death signal, and the end of its standard input as a
 // second warning).
 
@@ -186,8 +188,8 @@ func MemberMain(args []string, stdout, stderr io.Writer) int {
 	case <-e.Server.StopNotify():
 		fmt.Fprintf(stderr, "etcd member %s stopped before it was ready\n", c.spec.Name)
 		return 1
-	case <-signals:
-		e.Close()
+	case sig := <-signals:
+		stop(e, sig)
 		return 0
 	}
 	select {
@@ -199,10 +201,21 @@ func MemberMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "etcd member %s stopped on its own (a member the cluster removed stops so)\n", c.spec.Name)
 		e.Close()
 		return 1
-	case <-signals:
-		e.Close()
+	case sig := <-signals:
+		stop(e, sig)
 		return 0
 	}
+}
+
+// stop stops the member: on SIGINT at once, without the leadership
+// transfer a leader's clean stop tries first (its peers are stopping
+// too, and the transfer would wait for them until etcd's request
+// timeout).
+func stop(e *embed.Etcd, sig os.Signal) {
+	if sig == syscall.SIGINT {
+		e.Server.HardStop()
+	}
+	e.Close()
 }
 
 func (c memberConfig) embedConfig() *embed.Config {
