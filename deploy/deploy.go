@@ -149,7 +149,8 @@ func Namespaces() (map[string]*unstructured.Unstructured, error) {
 
 // ApplyRBAC writes a component's rbac.yaml into the cluster, after the
 // namespaces of namespaces.yaml it puts objects in (server-side apply, so
-// that a changed rule replaces the old one on the next start).
+// that a changed rule replaces the old one on the next start), and
+// returns once the API server's authorizer grants what it bound.
 func ApplyRBAC(ctx context.Context, dyn dynamic.Interface, name string) error {
 	objs, err := RBAC(name)
 	if err != nil {
@@ -180,7 +181,11 @@ func ApplyRBAC(ctx context.Context, dyn dynamic.Interface, name string) error {
 			return fmt.Errorf("applying %s %s of %s: %w", o.GetKind(), o.GetName(), name, err)
 		}
 	}
-	return nil
+	comp, err := Lookup(name)
+	if err != nil {
+		return err
+	}
+	return waitAuthorized(ctx, dyn, comp, objs)
 }
 
 // Refused reads the audit log at path and lists what capstan's
