@@ -131,7 +131,7 @@ func (d *DataDir) Close() {
 func (d *DataDir) checkFormat() error {
 	st, err := d.readState()
 	if errors.Is(err, os.ErrNotExist) {
-		if fileExists(d.EtcdDir()) {
+		if _, err := os.Stat(d.EtcdDir()); err == nil {
 			return fmt.Errorf("data dir %s holds etcd data but no capstan.json: not a capstan data dir, refusing to touch it", d.Root)
 		}
 		return nil
@@ -166,14 +166,14 @@ func (d *DataDir) EtcdPorts() (client, peer int, err error) {
 	} else if err != nil {
 		return 0, 0, err
 	}
-	if st.EtcdClientPort == 0 || !portFree(st.EtcdClientPort) {
+	if st.EtcdClientPort == 0 || !ports.Available(st.EtcdClientPort) {
 		if st.EtcdClientPort, err = ports.Free(); err != nil {
 			return 0, 0, err
 		}
 	}
 	// A taken peer port moves too: the etcd package points the
 	// membership at the new one once the member serves.
-	if st.EtcdPeerPort == 0 || !portFree(st.EtcdPeerPort) {
+	if st.EtcdPeerPort == 0 || !ports.Available(st.EtcdPeerPort) {
 		if st.EtcdPeerPort, err = ports.Free(); err != nil {
 			return 0, 0, err
 		}
@@ -210,24 +210,10 @@ func (d *DataDir) WebhookListener() (net.Listener, error) {
 	return l, nil
 }
 
-func portFree(port int) bool {
-	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-	if err != nil {
-		return false
-	}
-	l.Close()
-	return true
-}
-
 func unwrapPathError(err error) error {
 	var pe *os.PathError
 	if errors.As(err, &pe) {
 		return pe.Err
 	}
 	return err
-}
-
-func fileExists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
 }

@@ -224,7 +224,7 @@ func (c *Cluster) relocate() error {
 		if s.Adding {
 			continue
 		}
-		if !portFree(s.ClientPort) || !portFree(s.PeerPort) {
+		if !ports.Available(s.ClientPort) || !ports.Available(s.PeerPort) {
 			free, err := c.freePortsLocked(2)
 			if err != nil {
 				return err
@@ -234,7 +234,7 @@ func (c *Cluster) relocate() error {
 			c.registry[i].ClientPort, c.registry[i].PeerPort = free[0], free[1]
 			moved = true
 		}
-		if !portFree(s.MetricsPort) {
+		if !ports.Available(s.MetricsPort) {
 			free, err := c.freePortsLocked(1)
 			if err != nil {
 				return err
@@ -283,15 +283,6 @@ func (c *Cluster) powerOnAtStart(voting []MemberSpec) error {
 		return nil
 	}
 	return c.writeRegistryLocked()
-}
-
-func portFree(port int) bool {
-	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-	if err != nil {
-		return false
-	}
-	l.Close()
-	return true
 }
 
 func (c *Cluster) start(s MemberSpec, cluster, state string) (*Member, error) {

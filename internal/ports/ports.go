@@ -39,8 +39,7 @@ func FreeExcept(taken map[int]bool) (int, error) {
 			if taken[p] {
 				continue
 			}
-			if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p))); err == nil {
-				l.Close()
+			if Available(p) {
 				return p, nil
 			}
 		}
@@ -57,6 +56,16 @@ func FreeExcept(taken map[int]bool) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("no free loopback port found in %d tries", 2*attempts)
+}
+
+// Available reports whether nothing listens on port of 127.0.0.1 now.
+func Available(port int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
 }
 
 // ephemeralRange is the kernel's range of ports for outgoing connections
