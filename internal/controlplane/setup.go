@@ -155,7 +155,11 @@ func (cp *ControlPlane) setupLogging() error {
 			"logtostderr":     "false",
 			"alsologtostderr": "false",
 			"stderrthreshold": "FATAL",
-			"v":               strconv.Itoa(cp.cfg.LogVerbosity),
+			// Each line once: otherwise klog writes a warning to the
+			// INFO and WARNING outputs, an error to three, and
+			// SetOutput makes them all this one file.
+			"one_output": "true",
+			"v":          strconv.Itoa(cp.cfg.LogVerbosity),
 		} {
 			if serr := fs.Set(k, v); serr != nil {
 				err = serr
