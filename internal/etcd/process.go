@@ -210,13 +210,32 @@ func MemberMain(args []string, stdout, stderr io.Writer) int {
 // stop stops the member: on SIGINT at once, without the leadership
 // transfer a leader's clean stop tries first (its peers are stopping
 // too, and the transfer would wait for them until etcd's request
-// timeout).
+// timeout), nor the drain of its clients' connections that Close waits
+// for, up to the same timeout, while a client holds a watch open: the
+// cluster stops as a whole, its API server first, and a watch left (a
+// user's etcdctl, a fault campaign's recorder) has nothing more to see.
+// HardStop has stopped raft and closed the storage by then: what is left
+// is closing connections, and the process's exit does that.
 func stop(e *embed.Etcd, sig os.Signal) {
-	if sig == syscall.SIGINT {
-		e.Server.HardStop()
+	if sig != syscall.SIGINT {
+		e.Close()
+		return
 	}
-	e.Close()
+	e.Server.HardStop()
+	closed := make(chan struct{})
+	go func() {
+		e.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(haltDrain):
+	}
 }
+
+// haltDrain is how long a halted member waits for its client
+// connections to close before it exits with them open.
+const haltDrain = time.Second
 
 func (c memberConfig) embedConfig() *embed.Config {
 	cfg := embed.NewConfig()
