@@ -158,12 +158,14 @@ func etcdPauseProgress(ctx context.Context, r *Run) (bool, string, error) {
 		// may need an election and more to write anything, and a stop
 		// the phase did not record would never be continued (the next
 		// tick, at phase "", would wait for all three members forever).
-		if err := setPhase(ctx, r, fmt.Sprintf("paused:%s:%d:%d", s.Leader, pid, time.Now().UnixNano())); err != nil {
+		at := time.Now()
+		if err := setPhase(ctx, r, fmt.Sprintf("paused:%s:%d:%d", s.Leader, pid, at.UnixNano())); err != nil {
 			return false, "", err
 		}
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			return false, "", fmt.Errorf("stopping member %s (pid %d): %w", s.Leader, pid, err)
 		}
+		go continueWhenOthersLead(r, s.Leader, pid, at)
 		return false, "stopped the leader " + s.Leader, nil
 	case strings.HasPrefix(ph, "paused:"):
 		f := strings.Split(strings.TrimPrefix(ph, "paused:"), ":")
@@ -203,6 +205,30 @@ func etcdPauseProgress(ctx context.Context, r *Run) (bool, string, error) {
 		return settledSince(ctx, r, s, name+" continued", at)
 	}
 	return false, "", fmt.Errorf("unknown phase %q", ph)
+}
+
+// continueWhenOthersLead continues the member name's process pid,
+// stopped at at, once the others lead without it (as the pause phase
+// does), from the campaign's own clock and its samples of etcd: not from
+// the phase in the API, whose requests may be pinned to the stopped
+// member (kube-apiserver's etcd client spreads them over the members, and
+// one sent to a stopped process hangs until its connection's keepalive
+// gives up, 40s). The pause phase continues it too, once it reads its
+// phase: whichever comes first, the other's signal finds it running. It
+// gives up after settleTime, or once the process is gone (capstan was
+// killed, and its members with it).
+func continueWhenOthersLead(r *Run, name string, pid int, at time.Time) {
+	deadline := at.Add(settleTime)
+	for time.Now().Before(deadline) {
+		if ok, _ := othersLead(r.Members.last(), name, at, "stopped"); ok {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+			return
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // etcdAPIServerCutScenario cuts kube-apiserver from etcd, through the
