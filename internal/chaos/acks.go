@@ -37,6 +37,10 @@ type acks struct {
 	failingSince time.Time
 	failingProc  *process
 	outage       time.Duration
+	// goneAt is when a write was last refused because the campaign's
+	// namespace is gone: the API serves, and no write can be
+	// acknowledged until something makes it again.
+	goneAt time.Time
 }
 
 type ack struct {
@@ -63,6 +67,11 @@ func (a *acks) run(ctx context.Context) {
 		_, err := a.kube.CoreV1().ConfigMaps(ackNamespace).Create(wctx, cm, metav1.CreateOptions{})
 		cancel()
 		a.wrote(name, err == nil, start, time.Now(), before, a.upAs())
+		if apierrors.IsNotFound(err) {
+			a.mu.Lock()
+			a.goneAt = time.Now()
+			a.mu.Unlock()
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -117,13 +126,20 @@ func (a *acks) firstAfter(t time.Time) time.Time {
 }
 
 // waitAfter waits until a write after t is acknowledged and returns when;
-// it gives up when stop is closed (the server went away) or after
-// timeout.
+// it gives up when stop is closed (the server went away), when the API
+// refuses a write made after t because the campaign's namespace is gone
+// (waiting longer only waits for the timeout), or after timeout.
 func (a *acks) waitAfter(ctx context.Context, t time.Time, timeout time.Duration, stop <-chan struct{}) (time.Time, error) {
 	deadline := time.Now().Add(timeout)
 	for {
 		if at := a.firstAfter(t); !at.IsZero() {
 			return at, nil
+		}
+		a.mu.Lock()
+		gone := a.goneAt.After(t)
+		a.mu.Unlock()
+		if gone {
+			return time.Time{}, fmt.Errorf("the API refuses every write: namespace %s is gone", ackNamespace)
 		}
 		if time.Now().After(deadline) {
 			return time.Time{}, fmt.Errorf("no write acknowledged within %s", timeout)

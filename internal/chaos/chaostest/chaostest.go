@@ -137,6 +137,15 @@ var plantedKills = map[string][]chaos.Kill{
 	planted.RestoreOnStart: {{Point: failpoint.MachineSetCreate, Hit: 1}},
 }
 
+// plantedTimeout bounds a planted bug's operation (after its kill, if it
+// has one): some bugs keep the operation from ever completing (a machine
+// with ten instances never settles), which would otherwise wait out the
+// scenario's own timeout, and the invariants are checked on what the
+// cluster did, complete or not. Every bug shows well within it: the
+// longest operation of a planted run, the update, takes about 50s in all,
+// and its bug shows at the first start after its kill.
+const plantedTimeout = 45 * time.Second
+
 // PlantedBugs runs, for every planted bug, its scenario with the bug
 // switched on: the campaign must report a violation of the invariant
 // that promises to catch it.
@@ -152,7 +161,7 @@ func PlantedBugs(t *testing.T) {
 				kills = []chaos.Kill{}
 			}
 			rep, err := chaos.Campaign(context.Background(), chaos.Options{
-				Scenarios: s, Runs: 1, Seed: Seed, Plan: kills, Env: []string{planted.Env + "=" + bug.Name}, Timeout: 2 * time.Minute,
+				Scenarios: s, Runs: 1, Seed: Seed, Plan: kills, Env: []string{planted.Env + "=" + bug.Name}, Timeout: plantedTimeout,
 				Command: testenv.CapstanProcess, Dir: t.TempDir(), Log: Writer{t},
 			})
 			if err != nil {
