@@ -545,6 +545,11 @@ func TestAKilledMemberProcessIsStartedAgain(t *testing.T) {
 		if procs, err := etcd.MemberProcesses(cfg.DataDir); err != nil || !maps.Equal(procs, before) {
 			t.Fatalf("the process table shows members %v (%v), capstan runs %v", procs, err, before)
 		}
+		// In a group of its own: a Ctrl-C to capstan's reaches capstan
+		// alone, which stops the API server before the members.
+		if pgid, err := syscall.Getpgid(pid); err != nil || pgid == syscall.Getpgrp() {
+			t.Errorf("member %s (process %d) is in process group %d (%v), capstan's own (%d)", victim, pid, pgid, err, syscall.Getpgrp())
+		}
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
