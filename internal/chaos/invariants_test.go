@@ -252,6 +252,41 @@ func TestCheckRunLevels(t *testing.T) {
 	}
 }
 
+// machine-config may report the new version only once every
+// control-plane node runs the master pool's new configuration.
+func TestCheckMachineConfigWaitsForMasters(t *testing.T) {
+	const config = "rendered-master-new"
+	master := func(current, state string, cordoned bool) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "master-0", Labels: map[string]string{"node-role.kubernetes.io/master": ""},
+			Annotations: map[string]string{mco.CurrentConfigAnnotation: current, mco.DesiredConfigAnnotation: config, mco.StateAnnotation: state}},
+			Spec: corev1.NodeSpec{Unschedulable: cordoned}}
+	}
+	report := func(f *fakeHistory) {
+		f.put(operatorsKey+"machine-config", &configv1.ClusterOperator{ObjectMeta: metav1.ObjectMeta{Name: "machine-config"},
+			Status: configv1.ClusterOperatorStatus{Versions: []configv1.OperandVersion{{Name: "operator", Version: updateTo}}}})
+	}
+	after := newFakeHistory()
+	after.put(nodesKey+"master-0", master("rendered-master-old", mco.StateWorking, true))
+	after.put(nodesKey+"master-0", master(config, mco.StateDone, false))
+	report(after)
+	if vs := checkMachineConfigWaitsForMasters(&after.h, config); len(vs) != 0 {
+		t.Errorf("machine-config reported after the master finished: %v", vs)
+	}
+	during := newFakeHistory()
+	during.put(nodesKey+"master-0", master("rendered-master-old", mco.StateWorking, true))
+	report(during)
+	during.put(nodesKey+"master-0", master(config, mco.StateDone, false))
+	vs := checkMachineConfigWaitsForMasters(&during.h, config)
+	if len(vs) != 1 || vs[0].Invariant != "run levels" || !strings.Contains(vs[0].Detail, "master-0") {
+		t.Errorf("machine-config reported while the master rebooted: %v", vs)
+	}
+	none := newFakeHistory()
+	report(none)
+	if vs := checkMachineConfigWaitsForMasters(&none.h, config); len(vs) != 1 {
+		t.Errorf("a report with no node in the history: %v", vs)
+	}
+}
+
 func TestEvictionViolations(t *testing.T) {
 	taintedAt := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
 	f := newFakeHistory()

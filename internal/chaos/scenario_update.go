@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -226,8 +227,69 @@ func checkUpdate(ctx context.Context, r *Run) []Violation {
 			continue
 		}
 		out = append(out, checkRollout(r.History, pool.name, pool.member, p.Spec.Configuration.Name, 1, pool.nodes)...)
+		if pool.name == "master" {
+			out = append(out, checkMachineConfigWaitsForMasters(r.History, p.Spec.Configuration.Name)...)
+		}
 	}
 	return out
+}
+
+// checkMachineConfigWaitsForMasters checks that the machine-config
+// operator reported the new version only once the control plane ran it,
+// as the MCO waits for its required pool (master) before it bumps its
+// version: at the revision of its report, every control-plane node was
+// told to run config, runs it, is Done and schedulable (not in its drain
+// or reboot). A report never made is checkRunLevels' to say.
+func checkMachineConfigWaitsForMasters(h *History, config string) []Violation {
+	rev := reportRevisions(h)["machine-config"]
+	if rev == 0 {
+		return nil
+	}
+	var unfinished []string
+	seen := false
+	nodeStates(h, func(r int64, _, _ *corev1.Node, all map[string]*corev1.Node) {
+		if r > rev {
+			return
+		}
+		seen, unfinished = true, nil
+		for _, n := range all {
+			a := n.Annotations
+			if nodes.IsControlPlane(n) && (a[mco.CurrentConfigAnnotation] != config || a[mco.DesiredConfigAnnotation] != config ||
+				a[mco.StateAnnotation] != mco.StateDone || n.Spec.Unschedulable) {
+				unfinished = append(unfinished, fmt.Sprintf("%s (current %q, desired %q, %s, unschedulable %v)", n.Name,
+					a[mco.CurrentConfigAnnotation], a[mco.DesiredConfigAnnotation], a[mco.StateAnnotation], n.Spec.Unschedulable))
+			}
+		}
+	})
+	switch {
+	case !seen:
+		return []Violation{{"run levels", fmt.Sprintf("machine-config reported %s at revision %d, before the history holds any node", updateTo, rev)}}
+	case len(unfinished) > 0:
+		sort.Strings(unfinished)
+		return []Violation{{"run levels", fmt.Sprintf("machine-config reported %s at revision %d while control-plane nodes had not finished %s: %s",
+			updateTo, rev, config, strings.Join(unfinished, "; "))}}
+	}
+	return nil
+}
+
+// reportRevisions is, for each operator of the release, the revision at
+// which it first reported the new version.
+func reportRevisions(h *History) map[string]int64 {
+	inRelease := map[string]bool{}
+	for _, op := range demo.Operators {
+		inRelease[op.Name] = true
+	}
+	reported := map[string]int64{}
+	for _, e := range h.Events(operatorsKey) {
+		co, ok := e.Obj.(*configv1.ClusterOperator)
+		if !ok || !inRelease[co.Name] || reported[co.Name] != 0 {
+			continue
+		}
+		if slices.ContainsFunc(co.Status.Versions, func(v configv1.OperandVersion) bool { return v.Name == "operator" && v.Version == updateTo }) {
+			reported[co.Name] = e.Rev
+		}
+	}
+	return reported
 }
 
 // checkRunLevels checks, over every revision of the cluster operators,
@@ -238,21 +300,9 @@ func checkRunLevels(h *History) []Violation {
 	for _, op := range demo.Operators {
 		level[op.Name], _ = strconv.Atoi(op.RunLevel)
 	}
-	reported := map[string]int64{}
-	var order []string
-	for _, e := range h.Events(operatorsKey) {
-		co, ok := e.Obj.(*configv1.ClusterOperator)
-		if !ok {
-			continue
-		}
-		if _, inRelease := level[co.Name]; !inRelease || reported[co.Name] != 0 {
-			continue
-		}
-		if slices.ContainsFunc(co.Status.Versions, func(v configv1.OperandVersion) bool { return v.Name == "operator" && v.Version == updateTo }) {
-			reported[co.Name] = e.Rev
-			order = append(order, co.Name)
-		}
-	}
+	reported := reportRevisions(h)
+	order := slices.Collect(maps.Keys(reported))
+	sort.Slice(order, func(i, j int) bool { return reported[order[i]] < reported[order[j]] })
 	var out []Violation
 	for _, name := range order {
 		for other, l := range level {
