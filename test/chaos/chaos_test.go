@@ -1,7 +1,8 @@
 // Package chaos runs, on every test run, what must never break unnoticed
 // and needs no shared cluster: a fixed-seed fault campaign over the
 // scenarios of `capstan chaos` but the etcd ones (test/chaosetcd runs
-// those, beside it), and every `capstan bench` at a tiny size.
+// those, beside it), two of the planted bugs, and every `capstan bench`
+// at a tiny size.
 // Each starts `capstan up` (or the benchmark's clusters) in child
 // processes: this test binary, acting as the capstan binary.
 package chaos
@@ -16,6 +17,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/chaos"
 	"github.com/capstan-dev/capstan/internal/chaos/chaostest"
 	"github.com/capstan-dev/capstan/internal/cli"
+	"github.com/capstan-dev/capstan/internal/planted"
 	"github.com/capstan-dev/capstan/internal/testenv"
 )
 
@@ -25,6 +27,12 @@ func TestMain(m *testing.M) { chaostest.Main(m) }
 // its points, settles with every invariant holding.
 func TestCampaign(t *testing.T) {
 	chaostest.Campaign(t, func(s *chaos.Scenario) bool { return !chaostest.Etcd(s) })
+}
+
+// The campaign catches the planted bugs of ChaosPackageBugs (test/chaosetcd
+// runs the others).
+func TestPlantedBugs(t *testing.T) {
+	chaostest.PlantedBugs(t, func(b planted.Bug) bool { return slices.Contains(chaostest.ChaosPackageBugs, b.Name) })
 }
 
 // The capstan chaos command refuses what it cannot run, and lists what it
