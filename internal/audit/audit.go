@@ -4,6 +4,7 @@ package audit
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -74,6 +75,9 @@ func Read(path string, fn func(*Event)) error {
 	return nil
 }
 
+// eventStart begins every line of the apiserver's JSON audit log.
+var eventStart = []byte(`{"kind":"Event","apiVersion":"audit.k8s.io/v1"`)
+
 func readAuditFile(path string, fn func(*Event)) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -83,16 +87,23 @@ func readAuditFile(path string, fn func(*Event)) error {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
 	// A last line that does not parse was cut short by a kill of the
-	// apiserver mid-write; any other is an error.
+	// apiserver mid-write (a SIGKILL stops a write at a page boundary).
+	// The next start appends its first event to the cut line: that event
+	// is read from where it begins. Any other line that does not parse
+	// is an error.
 	var bad error
 	for n := 1; sc.Scan(); n++ {
 		if bad != nil {
 			return bad
 		}
 		var e Event
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			bad = fmt.Errorf("%s:%d: %w", path, n, err)
-			continue
+		line := sc.Bytes()
+		if err := json.Unmarshal(line, &e); err != nil {
+			i := bytes.LastIndex(line, eventStart)
+			if i <= 0 || json.Unmarshal(line[i:], &e) != nil {
+				bad = fmt.Errorf("%s:%d: %w", path, n, err)
+				continue
+			}
 		}
 		fn(&e)
 	}

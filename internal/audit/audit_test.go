@@ -49,6 +49,16 @@ func TestAuditLogIsReadWithItsBackupsAndRefusalsToldApart(t *testing.T) {
 	if err := Read(path, func(*Event) { n++ }); err != nil || n != 3 {
 		t.Errorf("a log cut short: %d events, %v; want 3 and no error", n, err)
 	}
+	// A kill cuts a line short, and the next start appends to it: its
+	// event is read, the cut one lost.
+	full := `{"kind":"Event","apiVersion":"audit.k8s.io/v1","verb":"get","user":{"username":"x"},"objectRef":{"resource":"nodes"},"responseStatus":{"code":200}}`
+	if err := os.WriteFile(path, []byte(live+full[:70]+full+"\n"+live), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	whats = nil
+	if err := Read(path, func(e *Event) { whats = append(whats, e.What()) }); err != nil || len(whats) != 6 || whats[3] != "get nodes" {
+		t.Errorf("a log with a cut line the next start appended to: %v, %v; want 6 events (the backup's among them), the fourth get nodes, and no error", whats, err)
+	}
 	if err := os.WriteFile(path, []byte("{not json\n"+live), 0o600); err != nil {
 		t.Fatal(err)
 	}
