@@ -17,6 +17,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/etcd"
 	"github.com/capstan-dev/capstan/internal/machine"
+	"github.com/capstan-dev/capstan/internal/waitfor"
 )
 
 // etcdPartitionProgress goes through the phases
@@ -218,17 +219,13 @@ func etcdPauseProgress(ctx context.Context, r *Run) (bool, string, error) {
 // gives up after settleTime, or once the process is gone (capstan was
 // killed, and its members with it).
 func continueWhenOthersLead(r *Run, name string, pid int, at time.Time) {
-	deadline := at.Add(settleTime)
-	for time.Now().Before(deadline) {
-		if ok, _ := othersLead(r.Members.last(), name, at, "stopped"); ok {
-			_ = syscall.Kill(pid, syscall.SIGCONT)
-			return
+	_ = waitfor.Poll(context.Background(), 100*time.Millisecond, time.Until(at.Add(settleTime)), func(context.Context) (bool, string, error) {
+		if ok, why := othersLead(r.Members.last(), name, at, "stopped"); !ok {
+			// A process gone ends the wait: nothing is left to continue.
+			return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH), why, nil
 		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return true, "", syscall.Kill(pid, syscall.SIGCONT)
+	})
 }
 
 // etcdAPIServerCutScenario cuts kube-apiserver from etcd, through the
