@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
@@ -89,6 +90,13 @@ func (b *Tab) Go(url string) {
 	if err := chromedp.Do(b.ctx, chromedp.Navigate(url)); err != nil {
 		b.t.Fatalf("opening %s: %v", url, err)
 	}
+}
+
+// Call sends one DevTools protocol command to the tab, for what the Tab
+// has no method for: blocking or pausing requests, scripts run before a
+// page's own.
+func Call[P, R any](b *Tab, cmd cdp.Command[P, R], params P) (R, error) {
+	return chromedp.Call(b.ctx, cmd, params)
 }
 
 // Eval evaluates a JavaScript expression in the page.
