@@ -34,6 +34,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	autoscalingv1 "github.com/capstan-dev/capstan/internal/autoscaler/apis/v1"
 	"github.com/capstan-dev/capstan/internal/machine"
@@ -132,8 +133,8 @@ func New(cfg *rest.Config, client kubernetes.Interface, opts Options) (*Autoscal
 	}
 	a := &Autoscaler{
 		opts: opts, client: client, dynamic: dyn, alg: alg,
-		factory:  informers.NewSharedInformerFactory(client, 0),
-		mfactory: machineinformers.NewSharedInformerFactoryWithOptions(mc, 0, machineinformers.WithNamespace(opts.Namespace)),
+		factory:  informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(crcache.TransformStripManagedFields())),
+		mfactory: machineinformers.NewSharedInformerFactoryWithOptions(mc, 0, machineinformers.WithNamespace(opts.Namespace), machineinformers.WithTransform(crcache.TransformStripManagedFields())),
 		trigger:  make(chan struct{}, 1),
 		rand:     rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 		backoff:  newBackoff(),

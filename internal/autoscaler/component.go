@@ -46,7 +46,7 @@ func NewComponent(cfg *rest.Config, kube kubernetes.Interface, opts Options) (fu
 		Scheme:                 Scheme(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 			&machinev1.MachineSet{}:                 {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
 			&autoscalingv1beta1.MachineAutoscaler{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
 		}},

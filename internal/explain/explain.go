@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/capstan-dev/capstan/internal/autoscaler"
 	"github.com/capstan-dev/capstan/internal/scheduler/algorithm"
@@ -99,7 +100,7 @@ func Pending(ctx context.Context, client kubernetes.Interface, p *policy.Policy,
 // Snapshot reads nodes, assigned pods and the objects the priorities
 // consult, leaving out skip (the pod being explained).
 func Snapshot(ctx context.Context, client kubernetes.Interface, skip *corev1.Pod) (*algorithm.Snapshot, error) {
-	f := informers.NewSharedInformerFactory(client, 0)
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(crcache.TransformStripManagedFields()))
 	l, _ := algorithm.ListersFrom(f)
 	nodeLister, podLister := f.Core().V1().Nodes().Lister(), f.Core().V1().Pods().Lister()
 	infCtx, stop := context.WithCancel(ctx)

@@ -106,6 +106,9 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 		LeaderElectionID:        LeaderElectionID,
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
 		Cache: cache.Options{
+			// As kube-controller-manager trims them: no controller reads
+			// managedFields, and they are much of an object's size.
+			DefaultTransform: cache.TransformStripManagedFields(),
 			// Every object is looked at again this often, as OpenShift's
 			// Machine API does, whatever the events.
 			SyncPeriod: ptr.To(10 * time.Minute), ByObject: map[client.Object]cache.ByObject{

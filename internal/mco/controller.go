@@ -33,6 +33,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/planted"
@@ -131,8 +132,8 @@ func (c *Controller) Run(ctx context.Context) error {
 		return err
 	}
 	c.recorder = b.NewRecorder(sch, corev1.EventSource{Component: "machineconfigcontroller"})
-	mf := mcfginformers.NewSharedInformerFactory(c.mcfg, 10*time.Minute)
-	kf := informers.NewSharedInformerFactory(c.kube, 10*time.Minute)
+	mf := mcfginformers.NewSharedInformerFactoryWithOptions(c.mcfg, 10*time.Minute, mcfginformers.WithTransform(crcache.TransformStripManagedFields()))
+	kf := informers.NewSharedInformerFactoryWithOptions(c.kube, 10*time.Minute, informers.WithTransform(crcache.TransformStripManagedFields()))
 	cf := informers.NewSharedInformerFactoryWithOptions(c.kube, 10*time.Minute, informers.WithNamespace(Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + OSImageURLConfigMap }))
 	pools, configs, nodes := mf.Machineconfiguration().V1().MachineConfigPools(), mf.Machineconfiguration().V1().MachineConfigs(), kf.Core().V1().Nodes()

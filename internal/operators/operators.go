@@ -41,6 +41,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/capstan-dev/capstan/internal/cvo"
 	"github.com/capstan-dev/capstan/internal/updateservice/demo"
@@ -110,10 +111,10 @@ func New(kube kubernetes.Interface, config configclient.Interface, health map[st
 // Run reports until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.queue.ShutDown()
-	kf := informers.NewSharedInformerFactoryWithOptions(c.kube, 10*time.Minute,
+	kf := informers.NewSharedInformerFactoryWithOptions(c.kube, 10*time.Minute, informers.WithTransform(crcache.TransformStripManagedFields()),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = demo.OperatorLabel }))
-	nf := informers.NewSharedInformerFactory(c.kube, 10*time.Minute)
-	cf := configinformers.NewSharedInformerFactory(c.config, 10*time.Minute)
+	nf := informers.NewSharedInformerFactoryWithOptions(c.kube, 10*time.Minute, informers.WithTransform(crcache.TransformStripManagedFields()))
+	cf := configinformers.NewSharedInformerFactoryWithOptions(c.config, 10*time.Minute, configinformers.WithTransform(crcache.TransformStripManagedFields()))
 	deps := kf.Apps().V1().Deployments()
 	nss := nf.Core().V1().Namespaces()
 	cos := cf.Config().V1().ClusterOperators()

@@ -37,6 +37,7 @@ import (
 	metricsinstall "k8s.io/metrics/pkg/apis/metrics/install"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 )
 
 // Where OpenShift runs its metrics server, and the APIService that routes
@@ -79,7 +80,7 @@ func Run(ctx context.Context, cfg *clientrest.Config, kubeconfig string, opts Op
 	if err != nil {
 		return err
 	}
-	factory := informers.NewSharedInformerFactory(client, 0)
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(crcache.TransformStripManagedFields()))
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/capstan-dev/capstan/internal/scheduler/algorithm"
 	"github.com/capstan-dev/capstan/internal/scheduler/policy"
@@ -110,7 +111,7 @@ func New(client kubernetes.Interface, cfg Config) (*Scheduler, error) {
 		cfg:       cfg,
 		client:    client,
 		algorithm: alg,
-		factory:   informers.NewSharedInformerFactory(client, 0),
+		factory:   informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(crcache.TransformStripManagedFields())),
 		cache:     newNodeCache(alg.LabelKeys()),
 		queue:     newSchedulingQueue(cfg.Clock),
 		binds:     make(chan bindRequest, 1024),

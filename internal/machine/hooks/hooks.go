@@ -143,7 +143,7 @@ func NewManager(cfg *rest.Config, opts Options, hooks ...*Hook) (manager.Manager
 		LeaderElection:          opts.LeaderElect,
 		LeaderElectionID:        LeaseName(hooks),
 		LeaderElectionNamespace: opts.Namespace,
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 			&machinev1.Machine{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
 			// ProactiveReplacement reads the machine's MachineSet, in the
 			// same namespace: the hooks' rights stop there.
