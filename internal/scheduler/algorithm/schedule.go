@@ -107,7 +107,7 @@ func (a *Algorithm) Schedule(ctx context.Context, pod *corev1.Pod, snap *Snapsho
 	if len(feasible) == 0 {
 		return d
 	}
-	a.score(cs, pi, feasible, d)
+	a.score(cs, pi, feasible, d, opts.Explain)
 	a.selectHost(d, opts.Explain)
 	if pi.HasClaims {
 		placeClaims(snap, pod, feasible, d)
@@ -304,14 +304,21 @@ func (a *Algorithm) numFeasibleToFind(n int) int {
 }
 
 // score runs every priority over the feasible nodes and adds up weighted
-// scores.
-func (a *Algorithm) score(cs *CycleState, pi *PodInfo, nodes []*NodeInfo, d *Decision) {
+// scores. Only an explanation keeps each priority's score of each node:
+// a decision needs the totals, and at 1,000 nodes the breakdown was most
+// of what the scheduler allocated per pod.
+func (a *Algorithm) score(cs *CycleState, pi *PodInfo, nodes []*NodeInfo, d *Decision, explain bool) {
 	d.Scored = make([]NodeScore, len(nodes))
-	// One array holds every node's scores.
-	all := make([]PriorityScore, 0, len(nodes)*len(a.priorities))
 	for i, ni := range nodes {
-		d.Scored[i] = NodeScore{Node: ni.Name, Scores: all[len(all) : len(all) : len(all)+len(a.priorities)]}
-		all = all[:len(all)+len(a.priorities)]
+		d.Scored[i].Node = ni.Name
+	}
+	if explain {
+		// One array holds every node's scores.
+		all := make([]PriorityScore, 0, len(nodes)*len(a.priorities))
+		for i := range nodes {
+			d.Scored[i].Scores = all[len(all) : len(all) : len(all)+len(a.priorities)]
+			all = all[:len(all)+len(a.priorities)]
+		}
 	}
 	if len(a.priorities) == 0 {
 		// No priorities: every feasible node is as good as any other.
@@ -324,7 +331,9 @@ func (a *Algorithm) score(cs *CycleState, pi *PodInfo, nodes []*NodeInfo, d *Dec
 		name := wp.Name()
 		for i := range nodes {
 			s := min(max(scores[i], 0), MaxPriority)
-			d.Scored[i].Scores = append(d.Scored[i].Scores, PriorityScore{Priority: name, Score: s, Weight: wp.Weight})
+			if explain {
+				d.Scored[i].Scores = append(d.Scored[i].Scores, PriorityScore{Priority: name, Score: s, Weight: wp.Weight})
+			}
 			d.Scored[i].Total += s * wp.Weight
 		}
 	}
