@@ -7,8 +7,10 @@
 package kubestate
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -90,13 +92,33 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		collectNode(ch, n)
 	}
 	pods, _ := c.pods.List(labels.Everything())
-	for _, p := range pods {
-		for _, phase := range podPhases {
-			ch <- prometheus.MustNewConstMetric(podPhase, prometheus.GaugeValue, boolValue(p.Status.Phase == phase),
-				p.Namespace, p.Name, string(p.UID), string(phase))
+	// The series go out in the order the registry sorts them in (by the
+	// values of namespace, phase, pod and uid: the labels in name order),
+	// so that its sort of 750,000 series at 150,000 pods is one pass.
+	slices.SortFunc(pods, func(a, b *corev1.Pod) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name), strings.Compare(string(a.UID), string(b.UID)))
+	})
+	for start := 0; start < len(pods); {
+		end := start + 1
+		for end < len(pods) && pods[end].Namespace == pods[start].Namespace {
+			end++
 		}
+		for _, phase := range podPhasesByName {
+			for _, p := range pods[start:end] {
+				ch <- prometheus.MustNewConstMetric(podPhase, prometheus.GaugeValue, boolValue(p.Status.Phase == phase),
+					p.Namespace, p.Name, string(p.UID), string(phase))
+			}
+		}
+		start = end
 	}
 }
+
+// podPhasesByName are podPhases in the order of their names.
+var podPhasesByName = func() []corev1.PodPhase {
+	s := slices.Clone(podPhases)
+	slices.Sort(s)
+	return s
+}()
 
 func collectNode(ch chan<- prometheus.Metric, n *corev1.Node) {
 	info := n.Status.NodeInfo
