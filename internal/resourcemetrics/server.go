@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -37,7 +38,6 @@ import (
 	metricsinstall "k8s.io/metrics/pkg/apis/metrics/install"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
-	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 )
 
 // Where OpenShift runs its metrics server, and the APIService that routes
@@ -80,7 +80,7 @@ func Run(ctx context.Context, cfg *clientrest.Config, kubeconfig string, opts Op
 	if err != nil {
 		return err
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(crcache.TransformStripManagedFields()))
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(keepWhatIsRead))
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
@@ -283,4 +283,24 @@ func register(ctx context.Context, cfg *clientrest.Config, client kubernetes.Int
 		return fmt.Errorf("registering APIService %s: %w", APIService, err)
 	}
 	return nil
+}
+
+// keepWhatIsRead keeps of a pod what the model reads: its metadata (less
+// managedFields), node, phase and container names, for the cache holds
+// every pod of the cluster; of other objects all but managedFields.
+func keepWhatIsRead(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		if m, err := meta.Accessor(obj); err == nil {
+			m.SetManagedFields(nil)
+		}
+		return obj, nil
+	}
+	kept := &corev1.Pod{ObjectMeta: p.ObjectMeta, Spec: corev1.PodSpec{NodeName: p.Spec.NodeName}, Status: corev1.PodStatus{Phase: p.Status.Phase}}
+	kept.ManagedFields = nil
+	kept.Spec.Containers = make([]corev1.Container, len(p.Spec.Containers))
+	for i, c := range p.Spec.Containers {
+		kept.Spec.Containers[i].Name = c.Name
+	}
+	return kept, nil
 }

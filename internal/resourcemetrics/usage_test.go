@@ -7,6 +7,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	appslisters "k8s.io/client-go/listers/apps/v1"
@@ -29,6 +30,19 @@ func indexer(objs ...any) cache.Indexer {
 	return idx
 }
 
+// trimmed is objs as the model's cache keeps them (keepWhatIsRead): the
+// tests see what the model sees.
+func trimmed(objs []any) []any {
+	out := make([]any, len(objs))
+	for i, o := range objs {
+		var err error
+		if out[i], err = keepWhatIsRead(o); err != nil {
+			panic(err)
+		}
+	}
+	return out
+}
+
 type world struct {
 	pods  []any
 	nodes []any
@@ -41,7 +55,7 @@ func (w *world) model() (*model, *record.FakeRecorder) {
 	rec := record.NewFakeRecorder(10)
 	return &model{
 		listers: listers{
-			pods:         corelisters.NewPodLister(indexer(w.pods...)),
+			pods:         corelisters.NewPodLister(indexer(trimmed(w.pods)...)),
 			nodes:        corelisters.NewNodeLister(indexer(w.nodes...)),
 			replicaSets:  appslisters.NewReplicaSetLister(indexer(w.rs...)),
 			deployments:  appslisters.NewDeploymentLister(indexer(w.deps...)),
@@ -194,5 +208,25 @@ func TestParseLoad(t *testing.T) {
 		if _, err := sim.ParseLoad(in); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ParseLoad(%q) = %v, want an error saying %q", in, err, want)
 		}
+	}
+}
+
+func TestTheCacheKeepsWhatTheModelReads(t *testing.T) {
+	whole := pod("web-1", "n1", corev1.PodRunning, &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "web", UID: "rs"}}, "ReplicaSet", "app", "sidecar")
+	whole.Labels = map[string]string{"app": "web"}
+	whole.Annotations = map[string]string{sim.LoadAnnotation: "cpu=100m"}
+	whole.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	whole.Spec.Containers[0].Image = "nginx"
+	whole.Spec.Tolerations = []corev1.Toleration{{Key: "k", Operator: corev1.TolerationOpExists}}
+	whole.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	whole.Status.PodIP = "10.0.0.1"
+	got, err := keepWhatIsRead(whole.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := pod("web-1", "n1", corev1.PodRunning, &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "web", UID: "rs"}}, "ReplicaSet", "app", "sidecar")
+	want.Labels, want.Annotations = whole.Labels, whole.Annotations
+	if !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("kept %+v\nwant %+v", got, want)
 	}
 }
