@@ -478,12 +478,13 @@ func WriteScaleDoc(doc string, res *ScaleResult, machine string) error {
 }
 
 // ScalePlot draws peak memory (GiB, left axis) and pods/s (right axis)
-// against pods, one point per step, as an SVG.
+// against the pods Running at each step's end (a step that timed out sits
+// where it got to), one point per step, as an SVG.
 func ScalePlot(res *ScaleResult) string {
 	const w, h, left, right, top, bottom = 640, 360, 70, 70, 30, 50
 	var maxPods, maxGiB, maxRate float64 = 1, 1, 1
 	for _, r := range res.Rows {
-		maxPods = max(maxPods, float64(r.Step.Pods))
+		maxPods = max(maxPods, float64(r.Running))
 		maxGiB = max(maxGiB, float64(r.PeakRSS)/(1<<30))
 		maxRate = max(maxRate, r.PodsPerSecond)
 	}
@@ -502,13 +503,13 @@ func ScalePlot(res *ScaleResult) string {
 		fmt.Fprintf(&b, `<text x="%d" y="%.0f" text-anchor="end" fill="#1f5fa8">%.1f</text>`+"\n", left-6, y(f*maxGiB, maxGiB)+4, f*maxGiB)
 		fmt.Fprintf(&b, `<text x="%d" y="%.0f" fill="#b5531c">%.0f</text>`+"\n", w-right+6, y(f*maxRate, maxRate)+4, f*maxRate)
 	}
-	fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">pods</text>`+"\n", (left+w-right)/2, h-12)
+	fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">pods Running</text>`+"\n", (left+w-right)/2, h-12)
 	fmt.Fprintf(&b, `<text x="16" y="%d" fill="#1f5fa8" transform="rotate(-90 16 %d)" text-anchor="middle">peak RSS, GiB</text>`+"\n", h/2, h/2)
 	fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#b5531c" transform="rotate(90 %d %d)" text-anchor="middle">pods/s</text>`+"\n", w-16, h/2, w-16, h/2)
 	series := func(color string, v func(ScaleRow) float64, top2 float64) {
 		var pts []string
 		for _, r := range res.Rows {
-			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(float64(r.Step.Pods)), y(v(r), top2)))
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(float64(r.Running)), y(v(r), top2)))
 		}
 		fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"/>`+"\n", strings.Join(pts, " "), color)
 		for _, p := range pts {
