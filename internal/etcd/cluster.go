@@ -80,6 +80,10 @@ func (c *Cluster) registryPath() string { return filepath.Join(c.cfg.DataDir, re
 // registryFile lists a data dir's members.
 const registryFile = "etcd-members.json"
 
+// othersMembersTimeout bounds Start's wait for the member processes of a
+// capstan that was killed to end (see waitForOthersMembers).
+const othersMembersTimeout = 15 * time.Second
+
 // Start starts every member the registry lists (a new cluster: the
 // bootstrap member), waits for them to form a quorum, and serves them
 // behind the proxy.
@@ -105,6 +109,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		if err := c.writeRegistryLocked(); err != nil {
 			return nil, err
 		}
+	}
+	// Before any port is judged taken: those of a capstan killed a moment
+	// ago are held by its dying members.
+	if err := waitForOthersMembers(ctx, cfg.DataDir, othersMembersTimeout); err != nil {
+		return nil, err
 	}
 	if err := c.relocate(); err != nil {
 		return nil, err
@@ -372,9 +381,12 @@ func (c *Cluster) waitQuorum(ctx context.Context, timeout time.Duration) error {
 			continue
 		}
 		voting++
+		// By name too: a member that moved (relocate) is listed under its
+		// old peer URL until fixPeerURLs, and a lone one is the quorum.
 		for _, s := range c.registry {
-			if r := c.running[s.Name]; r != nil && slices.Contains(m.PeerURLs, s.PeerURL()) {
+			if r := c.running[s.Name]; r != nil && (slices.Contains(m.PeerURLs, s.PeerURL()) || m.Name == s.Name) {
 				waits = append(waits, r)
+				break
 			}
 		}
 	}

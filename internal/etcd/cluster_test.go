@@ -456,6 +456,49 @@ func TestStartRepairsABadRegistry(t *testing.T) {
 	}
 }
 
+// So does a lone member, which is the whole quorum: the cluster lists it
+// under its old peer URL until the start points it at the new one. (The
+// ports of a capstan killed a moment before are still held by its dying
+// member, and a start there failed with "0 of 1 voting etcd members
+// ready".)
+func TestALoneMemberWhosePortsWereTakenMoves(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := testConfig(t)
+	c := start(t, cfg, "the first start")
+	if _, err := proxyClient(t, cfg, c).Put(ctx, "/registry/test", "kept"); err != nil {
+		t.Fatal(err)
+	}
+	c.Stop()
+	specs, err := etcd.ReadRegistry(cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(specs) != 1 {
+		t.Fatalf("registry %+v, want the bootstrap member alone", specs)
+	}
+	old := specs[0]
+	for _, p := range []int{old.ClientPort, old.PeerPort} {
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+	}
+	c = start(t, cfg, "the start with the lone member's ports taken")
+	specs, err = etcd.ReadRegistry(cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(specs) != 1 || specs[0].ClientPort == old.ClientPort || specs[0].PeerPort == old.PeerPort {
+		t.Fatalf("registry after the start: %+v, want the member on new ports (was %+v)", specs, old)
+	}
+	resp, err := proxyClient(t, cfg, c).Get(ctx, "/registry/test")
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "kept" {
+		t.Fatalf("the data after the move: %v %v", resp, err)
+	}
+}
+
 // A member whose ports another program took while capstan was down moves
 // to new ones, written down first, and the cluster points at its new peer
 // URL: the start neither fails nor forgets the member.

@@ -2,11 +2,16 @@ package etcd
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/waitfor"
 )
 
 // MemberProcesses finds, from the operating system's process table (never
@@ -55,4 +60,55 @@ func memberOf(args []string) (name, dir string, ok bool) {
 		}
 	}
 	return name, dir, name != "" && dir != ""
+}
+
+// waitForOthersMembers waits until no member process of dataDir runs but
+// this process's own. A capstan that was SIGKILLed leaves its members to
+// the kernel, which kills them (their parent-death signal) as it tears
+// them down: a start in that moment found the old member still holding
+// its ports and serving, its new member failing to start, and then no
+// member at all. Nothing else runs members of a data dir whose lock this
+// process holds, so one still running after timeout is named in the
+// error, not killed.
+func waitForOthersMembers(ctx context.Context, dataDir string, timeout time.Duration) error {
+	var left []string
+	err := waitfor.Poll(ctx, 50*time.Millisecond, timeout, waitfor.Simple(func(context.Context) (bool, string) {
+		procs, err := MemberProcesses(dataDir)
+		if err != nil {
+			return false, err.Error()
+		}
+		left = left[:0]
+		for name, pid := range procs {
+			if parentOf(pid) != os.Getpid() {
+				left = append(left, fmt.Sprintf("%s (PID %d)", name, pid))
+			}
+		}
+		slices.Sort(left)
+		return len(left) == 0, "member processes of an earlier capstan still run: " + strings.Join(left, ", ")
+	}))
+	if err != nil {
+		return fmt.Errorf("etcd member processes of %s that this capstan did not start still run: %s; stop them: %w", dataDir, strings.Join(left, ", "), err)
+	}
+	return nil
+}
+
+// parentOf is the PID of a process's parent, 0 when it cannot be read
+// (the process ended).
+func parentOf(pid int) int {
+	raw, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid: comm may hold spaces and parentheses.
+	s := string(raw)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
 }
