@@ -106,6 +106,18 @@ func MiB(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 // GiB formats bytes as GiB.
 func GiB(b int64) string { return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30)) }
 
+// dataDir is keep when set, kept afterwards; otherwise a new temporary
+// directory (named from prefix) that remove removes.
+func dataDir(keep, prefix string) (dir string, remove func(), err error) {
+	if keep != "" {
+		return keep, func() {}, nil
+	}
+	if dir, err = os.MkdirTemp("", prefix); err != nil {
+		return "", nil, err
+	}
+	return dir, func() { _ = os.RemoveAll(dir) }, nil
+}
+
 // clusterOptions are the options of a benchmark's fresh cluster in dir: any
 // free port, no boot nodes, logs to the data dir.
 func clusterOptions(dir string, etcdNoFsync bool) cluster.Options {

@@ -113,15 +113,11 @@ func Scale(ctx context.Context, o ScaleOptions, log io.Writer) (*ScaleResult, er
 	if len(o.Steps) == 0 || o.Parallelism <= 0 || o.ControlPlaneNodes <= 0 || o.Timeout <= 0 || o.Progress <= 0 {
 		return nil, fmt.Errorf("a scale run needs steps, and a positive --parallelism, --control-plane-nodes, --timeout and --progress")
 	}
-	dir := o.DataDir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "capstan-bench-scale-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
+	dir, removeDir, err := dataDir(o.DataDir, "capstan-bench-scale-")
+	if err != nil {
+		return nil, err
 	}
+	defer removeDir()
 	if o.ProfileDir != "" {
 		if err := os.MkdirAll(o.ProfileDir, 0o755); err != nil {
 			return nil, err

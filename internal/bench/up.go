@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,15 +53,11 @@ func Up(ctx context.Context, o UpOptions, log io.Writer) (*UpResult, error) {
 	if o.Pods > o.Nodes*250 {
 		return nil, fmt.Errorf("%d pods do not fit on %d nodes of 250 pods", o.Pods, o.Nodes)
 	}
-	dir := o.DataDir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "capstan-bench-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
+	dir, removeDir, err := dataDir(o.DataDir, "capstan-bench-")
+	if err != nil {
+		return nil, err
 	}
+	defer removeDir()
 	opts := clusterOptions(dir, o.EtcdNoFsync)
 	// Nodes are launched directly; no Machine API to compete with.
 	opts.WithoutMachineAPI()

@@ -456,6 +456,19 @@ func TestStartRepairsABadRegistry(t *testing.T) {
 	}
 }
 
+// takePorts listens on ports until the test ends, as another program
+// that took them while capstan was down.
+func takePorts(t *testing.T, ports ...int) {
+	t.Helper()
+	for _, p := range ports {
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+	}
+}
+
 // So does a lone member, which is the whole quorum: the cluster lists it
 // under its old peer URL until the start points it at the new one. (The
 // ports of a capstan killed a moment before are still held by its dying
@@ -478,13 +491,7 @@ func TestALoneMemberWhosePortsWereTakenMoves(t *testing.T) {
 		t.Fatalf("registry %+v, want the bootstrap member alone", specs)
 	}
 	old := specs[0]
-	for _, p := range []int{old.ClientPort, old.PeerPort} {
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-	}
+	takePorts(t, old.ClientPort, old.PeerPort)
 	c = start(t, cfg, "the start with the lone member's ports taken")
 	specs, err = etcd.ReadRegistry(cfg.DataDir)
 	if err != nil {
@@ -523,13 +530,7 @@ func TestAMemberWhosePortsWereTakenMoves(t *testing.T) {
 			old = s
 		}
 	}
-	for _, p := range []int{old.ClientPort, old.PeerPort} {
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-	}
+	takePorts(t, old.ClientPort, old.PeerPort)
 	c = start(t, cfg, "the start with master-0's ports taken")
 	specs, err = etcd.ReadRegistry(cfg.DataDir)
 	if err != nil {
