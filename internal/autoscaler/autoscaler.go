@@ -56,6 +56,12 @@ type Options struct {
 	Seed uint64
 	// Clock is the real clock unless a test injects one.
 	Clock clock.WithTicker
+	// Informers, when set, is a factory of core informers shared with
+	// other components of the same process (as kube-controller-manager's
+	// controllers share one): the autoscaler reads nodes, pods and
+	// workloads through it and leaves shutting it down to its owner.
+	// Nothing it reads may be changed. Unset, it has its own.
+	Informers informers.SharedInformerFactory
 }
 
 // DefaultOptions are upstream's: a loop every 10 seconds.
@@ -133,7 +139,7 @@ func New(cfg *rest.Config, client kubernetes.Interface, opts Options) (*Autoscal
 	}
 	a := &Autoscaler{
 		opts: opts, client: client, dynamic: dyn, alg: alg,
-		factory:  informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(crcache.TransformStripManagedFields())),
+		factory:  opts.Informers,
 		mfactory: machineinformers.NewSharedInformerFactoryWithOptions(mc, 0, machineinformers.WithNamespace(opts.Namespace), machineinformers.WithTransform(crcache.TransformStripManagedFields())),
 		trigger:  make(chan struct{}, 1),
 		rand:     rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
@@ -141,6 +147,9 @@ func New(cfg *rest.Config, client kubernetes.Interface, opts Options) (*Autoscal
 		written:  map[string]int32{},
 		podNotes: newNotes(5 * time.Minute),
 		cfgNotes: newNotes(5 * time.Minute),
+	}
+	if a.factory == nil {
+		a.factory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(crcache.TransformStripManagedFields()))
 	}
 	a.listers, a.synced = algorithm.ListersFrom(a.factory)
 	a.nodes = a.factory.Core().V1().Nodes().Lister()
@@ -177,6 +186,15 @@ func New(cfg *rest.Config, client kubernetes.Interface, opts Options) (*Autoscal
 	return a, nil
 }
 
+// shutdownInformers waits for the informers to stop once ctx has ended:
+// the machine informers, and the core ones unless they are shared.
+func (a *Autoscaler) shutdownInformers() {
+	if a.opts.Informers == nil {
+		a.factory.Shutdown()
+	}
+	a.mfactory.Shutdown()
+}
+
 // poke starts a loop now: a pod just became unschedulable.
 func (a *Autoscaler) poke() {
 	select {
@@ -191,8 +209,7 @@ func (a *Autoscaler) Run(ctx context.Context) error {
 	defer a.events.Shutdown()
 	a.factory.Start(ctx.Done())
 	a.mfactory.Start(ctx.Done())
-	defer a.factory.Shutdown()
-	defer a.mfactory.Shutdown()
+	defer a.shutdownInformers()
 	if !cache.WaitForCacheSync(ctx.Done(), a.synced...) {
 		return ctx.Err()
 	}

@@ -35,8 +35,7 @@ func Explain(ctx context.Context, cfg *rest.Config, client kubernetes.Interface,
 	ctx, cancel := context.WithCancel(ctx)
 	defer func() {
 		cancel()
-		a.factory.Shutdown()
-		a.mfactory.Shutdown()
+		a.shutdownInformers()
 	}()
 	// Without a ClusterAutoscaler there is nothing to explain: asked
 	// first, so that nothing else of the cluster is read.

@@ -113,6 +113,7 @@ func (c *Cluster) startAutoscaler(ctx, runCtx context.Context) error {
 	if err != nil {
 		return err
 	}
+	opts.Informers = c.informers
 	run, err := autoscaler.NewComponent(id.cfg, id.kube, opts)
 	if err != nil {
 		return err

@@ -53,6 +53,12 @@ type Config struct {
 	VolumeBindTimeout time.Duration
 	// Clock is the real clock unless a test injects one.
 	Clock Clock
+	// Informers, when set, is a factory shared with other components of
+	// the same process, as kube-controller-manager's controllers share
+	// one: the scheduler reads through it, starts what it asks of it,
+	// and leaves shutting it down to its owner. Nothing it reads may be
+	// changed. Unset, the scheduler has its own.
+	Informers informers.SharedInformerFactory
 }
 
 // Scheduler is a running Policy scheduler.
@@ -111,12 +117,15 @@ func New(client kubernetes.Interface, cfg Config) (*Scheduler, error) {
 		cfg:       cfg,
 		client:    client,
 		algorithm: alg,
-		factory:   informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(crcache.TransformStripManagedFields())),
+		factory:   cfg.Informers,
 		cache:     newNodeCache(alg.LabelKeys()),
 		queue:     newSchedulingQueue(cfg.Clock),
 		binds:     make(chan bindRequest, 1024),
 
 		cachesSynced: make(chan struct{}),
+	}
+	if s.factory == nil {
+		s.factory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(crcache.TransformStripManagedFields()))
 	}
 	s.metrics = newSchedulerMetrics(cfg.Name, s.queue)
 	s.events = record.NewBroadcaster()
@@ -272,7 +281,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	s.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.client.CoreV1().Events("")})
 	defer s.events.Shutdown()
 	s.factory.Start(ctx.Done())
-	defer s.factory.Shutdown()
+	if s.cfg.Informers == nil {
+		defer s.factory.Shutdown()
+	}
 	if !cache.WaitForCacheSync(ctx.Done(), s.synced...) {
 		return fmt.Errorf("scheduler %s: caches did not sync: %w", s.cfg.Name, ctx.Err())
 	}

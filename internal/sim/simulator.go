@@ -39,6 +39,11 @@ type Options struct {
 	// Prober runs the readiness probes the simulation can answer (nil:
 	// every running container is ready).
 	Prober Prober
+	// Informers, when set, is a factory of node and pod informers shared
+	// with other components of the same process: the simulated kubelets
+	// read through it and leave shutting it down to its owner. Nothing
+	// they read may be changed. Unset, the simulator has its own.
+	Informers informers.SharedInformerFactory
 }
 
 func (o *Options) setDefaults() {
@@ -120,7 +125,10 @@ func New(client kubernetes.Interface, opts Options) *Simulator {
 	s.simFactory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = InstanceLabel }))
 	s.leaseFactor = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(corev1.NamespaceNodeLease))
-	s.factory = informers.NewSharedInformerFactory(client, 0)
+	s.factory = opts.Informers
+	if s.factory == nil {
+		s.factory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(stripManagedFields))
+	}
 
 	cmInformer := s.simFactory.Core().V1().ConfigMaps()
 	nodeInformer := s.factory.Core().V1().Nodes()
@@ -133,8 +141,9 @@ func New(client kubernetes.Interface, opts Options) *Simulator {
 		return nil, nil
 	}})
 	// The simulator never reads managed fields: dropping them from its
-	// caches saves memory and garbage collection on large clusters.
-	for _, inf := range []cache.SharedIndexInformer{cmInformer.Informer(), nodeInformer.Informer(), leaseInformer.Informer(), podInformer.Informer()} {
+	// caches saves memory and garbage collection on large clusters (the
+	// node and pod informers drop them by their factory's transform).
+	for _, inf := range []cache.SharedIndexInformer{cmInformer.Informer(), leaseInformer.Informer()} {
 		_ = inf.SetTransform(stripManagedFields)
 	}
 	s.instances = cmInformer.Lister()
@@ -221,7 +230,9 @@ func (s *Simulator) Run(ctx context.Context) error {
 	wg.Wait()
 	s.simFactory.Shutdown()
 	s.leaseFactor.Shutdown()
-	s.factory.Shutdown()
+	if s.opts.Informers == nil {
+		s.factory.Shutdown()
+	}
 	return nil
 }
 
