@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -93,7 +94,15 @@ type ScaleRow struct {
 	// sizes are over the whole run so far).
 	Processes []Process
 	PeakRSS   int64
-	TimedOut  string
+	// RSS is every process's resident memory at the step's end, when all
+	// its pods run: the steady state, where PeakRSS includes the
+	// garbage of creating them.
+	RSS int64
+	// HeapLive is the Go heap of capstan's own process left by a
+	// collection at the step's end; HeapHeld what its heap holds of the
+	// OS then (live objects, garbage and free spans not yet returned).
+	HeapLive, HeapHeld uint64
+	TimedOut           string
 }
 
 // ScaleResult is every step's row.
@@ -337,7 +346,12 @@ func (s *scaleRun) finish(row *ScaleRow, step ScaleStep, timedOut error) (*Scale
 		return nil, err
 	}
 	row.Processes = ps
-	row.PeakRSS, _, _ = totals(ps)
+	row.PeakRSS, row.RSS, _ = totals(ps)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	row.HeapLive, row.HeapHeld = after.HeapAlloc, before.HeapSys-before.HeapReleased
 	if path := s.profile(step, "heap"); path != "" {
 		f, err := os.Create(path)
 		if err != nil {
@@ -406,10 +420,12 @@ func PrintScale(w io.Writer, res *ScaleResult) {
 	fmt.Fprintf(w, "\nbench scale: masters %d, steps %s\n", res.ControlPlaneNodes, stepsOf(res))
 	fmt.Fprint(w, ScaleTable(res))
 	for _, r := range res.Rows {
-		fmt.Fprintf(w, "\nprocesses at %s (peak RSS, CPU so far):\n", r.Step)
+		fmt.Fprintf(w, "\nprocesses at %s (peak RSS, RSS at the end, CPU so far):\n", r.Step)
 		for _, p := range r.Processes {
-			fmt.Fprintf(w, "  %-32s %9s %8.0fs\n", p.Name, MiB(p.PeakRSS), p.CPU.Seconds())
+			fmt.Fprintf(w, "  %-32s %9s %9s %8.0fs\n", p.Name, MiB(p.PeakRSS), MiB(p.RSS), p.CPU.Seconds())
 		}
+		fmt.Fprintf(w, "  capstan's Go heap at the end: %s held from the OS, %s live after a collection\n",
+			MiB(int64(r.HeapHeld)), MiB(int64(r.HeapLive)))
 	}
 }
 
@@ -424,8 +440,8 @@ func stepsOf(res *ScaleResult) string {
 // ScaleTable is the result as a Markdown table.
 func ScaleTable(res *ScaleResult) string {
 	var b strings.Builder
-	b.WriteString("| nodes | pods | nodes Ready | pods Running | pods/s | CPU per pod | peak RSS, all processes | largest process | outcome |\n")
-	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
+	b.WriteString("| nodes | pods | nodes Ready | pods Running | pods/s | CPU per pod | RSS at the end, all processes | peak RSS, all processes | largest process | outcome |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
 	for _, r := range res.Rows {
 		largest := Process{}
 		for _, p := range r.Processes {
@@ -437,9 +453,9 @@ func ScaleTable(res *ScaleResult) string {
 		if r.TimedOut != "" {
 			outcome = r.TimedOut
 		}
-		fmt.Fprintf(&b, "| %d | %d | %d in %.1f s | %d in %.1f s | %.0f | %.1f ms | %s | %s, %s | %s |\n",
+		fmt.Fprintf(&b, "| %d | %d | %d in %.1f s | %d in %.1f s | %.0f | %.1f ms | %s | %s | %s, %s | %s |\n",
 			r.Step.Nodes, r.Step.Pods, r.Ready, r.NodesReady.Seconds(), r.Running, r.PodsRunning.Seconds(),
-			r.PodsPerSecond, float64(r.CPUPerPod.Microseconds())/1000, GiB(r.PeakRSS), largest.Name, GiB(largest.PeakRSS), outcome)
+			r.PodsPerSecond, float64(r.CPUPerPod.Microseconds())/1000, GiB(r.RSS), GiB(r.PeakRSS), largest.Name, GiB(largest.PeakRSS), outcome)
 	}
 	return b.String()
 }
