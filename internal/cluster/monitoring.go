@@ -115,7 +115,7 @@ func (c *Cluster) startMonitoring(ctx, runCtx context.Context) error {
 	if err := ks.Start(runCtx); err != nil {
 		return err
 	}
-	c.jobs[JobKubeState].add(ks)
+	c.jobs[JobKubeState].addGatherer(ks)
 	// A component's endpoint is down once it stopped; before it starts,
 	// its collectors already answer (they read the API), so what depends
 	// on its series (the CVO's first risks) can wait for a scrape.

@@ -2,20 +2,24 @@ package kubestate
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
 // What the collector keeps of an object (keepWhatIsCollected) gives the
-// same series as the whole object, the pods' in the registry's order.
+// same series as the whole object, and the same, in the same order, as a
+// registry of the same facts made at the scrape (what kube-state-metrics
+// exports: names, help, types, labels and values).
 func TestTheTrimmedCacheCollectsTheSameSeries(t *testing.T) {
 	pods := []*corev1.Pod{
 		{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "u1", Labels: map[string]string{"app": "x"},
@@ -33,88 +37,164 @@ func TestTheTrimmedCacheCollectsTheSameSeries(t *testing.T) {
 			NodeInfo:   corev1.NodeSystemInfo{KernelVersion: "6.1", OSImage: "RHCOS", KubeletVersion: "v1.36.3"},
 			Images:     []corev1.ContainerImage{{Names: []string{"i"}, SizeBytes: 1 << 20}},
 		}}
-	collect := func(trim bool) []string {
-		podIdx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	gather := func(trim bool) []string {
 		nodeIdx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-		add := func(idx cache.Indexer, obj any) {
+		keep := func(obj any) any {
 			if trim {
 				var err error
 				if obj, err = keepWhatIsCollected(obj); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if err := idx.Add(obj); err != nil {
-				t.Fatal(err)
-			}
+			return obj
 		}
+		c := newTestCollector(nodeIdx)
 		for _, p := range pods {
-			add(podIdx, p.DeepCopy())
+			c.setPod(keep(p.DeepCopy()))
 		}
-		add(nodeIdx, node.DeepCopy())
+		if err := nodeIdx.Add(keep(node.DeepCopy())); err != nil {
+			t.Fatal(err)
+		}
 		if trim {
-			kept, _, _ := podIdx.GetByKey("ns/a")
-			if p := kept.(*corev1.Pod); p.Spec.NodeName != "" || p.Labels != nil || p.ManagedFields != nil || len(p.Status.Conditions) > 0 {
-				t.Errorf("the cache keeps more of a pod than its name, namespace, UID and phase: %+v", p)
+			kept, _ := keepWhatIsCollected(pods[0].DeepCopy())
+			want := &podPhaseOnly{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "u1"}, Phase: corev1.PodRunning}
+			if !reflect.DeepEqual(kept, want) {
+				t.Errorf("the cache keeps of a pod %+v, want its name, namespace, UID and phase only", kept)
+			}
+			if copied := kept.(runtime.Object).DeepCopyObject(); !reflect.DeepEqual(copied, want) {
+				t.Errorf("a deep copy of what the cache keeps: %+v", copied)
 			}
 			kept, _, _ = nodeIdx.GetByKey("n1")
 			if n := kept.(*corev1.Node); n.ManagedFields != nil || n.Status.Images != nil {
 				t.Errorf("the cache keeps a node's managedFields or images: %+v", n)
 			}
 		}
-		c := &Collector{nodes: corelisters.NewNodeLister(nodeIdx), pods: corelisters.NewPodLister(podIdx)}
-		ch := make(chan prometheus.Metric, 100)
-		c.Collect(ch)
-		close(ch)
-		var out []string
-		var last []string
-		for m := range ch {
-			var d dto.Metric
-			if err := m.Write(&d); err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, m.Desc().String()+" "+d.String())
-			if m.Desc() != podPhase {
-				continue
-			}
-			// The pods' series come in the order the registry sorts
-			// them in: by their label values, the labels in name order.
-			var values []string
-			for _, l := range d.Label {
-				values = append(values, l.GetValue())
-			}
-			if slices.Compare(values, last) < 0 {
-				t.Errorf("series %v came after %v", values, last)
-			}
-			last = values
-		}
-		slices.Sort(out)
-		return out
+		return series(t, c)
 	}
-	whole, trimmed := collect(false), collect(true)
-	if len(whole) != 5*len(pods)+6 { // a node: its info, 3 Ready statuses, unschedulable, a taint
-		t.Errorf("%d series from 3 pods and a node, want 21: %v", len(whole), whole)
+	whole, trimmed := gather(false), gather(true)
+	// Five families; a node's info, 3 Ready statuses, unschedulable and
+	// a taint; five series a pod.
+	if len(whole) != 5+6+5*len(pods) {
+		t.Errorf("%d lines from 3 pods and a node, want 26: %v", len(whole), whole)
 	}
 	if !slices.Equal(whole, trimmed) {
 		t.Errorf("the trimmed cache gives other series:\nwhole:   %v\ntrimmed: %v", whole, trimmed)
 	}
+	// The same facts as const metrics in a registry, which sorts them.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(nodeCollector{corelisters.NewNodeLister(indexerOf(t, node.DeepCopy()))}, refPods(pods))
+	if want := series(t, reg); !slices.Equal(whole, want) {
+		t.Errorf("the series differ from a registry's:\ngot:  %v\nwant: %v", whole, want)
+	}
+}
+
+// A pod's series follow its phase, go with it, and are not made again
+// while its phase stays.
+func TestPodSeriesFollowThePod(t *testing.T) {
+	c := newTestCollector(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}))
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "u1", ResourceVersion: "1"},
+		Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	phaseOf := func() string {
+		t.Helper()
+		var ones []string
+		for _, s := range series(t, c) {
+			if strings.HasPrefix(s, "kube_pod_status_phase") && strings.HasSuffix(s, " 1") {
+				ones = append(ones, s)
+			}
+		}
+		return strings.Join(ones, "; ")
+	}
+	c.setPod(p)
+	if got, want := phaseOf(), `kube_pod_status_phase{namespace="ns",phase="Pending",pod="a",uid="u1"} 1`; got != want {
+		t.Errorf("a Pending pod: %s, want %s", got, want)
+	}
+	first := c.pods["u1"]
+	p = p.DeepCopy()
+	p.ResourceVersion = "2"
+	c.setPod(p)
+	if c.pods["u1"] != first {
+		t.Error("the series were made again though the phase stayed")
+	}
+	p = p.DeepCopy()
+	p.Status.Phase = corev1.PodRunning
+	c.setPod(p)
+	if got, want := phaseOf(), `kube_pod_status_phase{namespace="ns",phase="Running",pod="a",uid="u1"} 1`; got != want {
+		t.Errorf("once Running: %s, want %s", got, want)
+	}
+	if first.byPhase[slices.Index(podPhasesByName, corev1.PodPending)].Gauge.GetValue() != 1 {
+		t.Error("the series a gather may still hold were changed")
+	}
+	c.deletePod(cache.DeletedFinalStateUnknown{Key: "ns/a", Obj: p})
+	if got := series(t, c); len(got) != 0 {
+		t.Errorf("a deleted pod still has series: %v", got)
+	}
+}
+
+func newTestCollector(nodes cache.Indexer) *Collector {
+	return &Collector{nodes: corelisters.NewNodeLister(nodes), pods: map[types.UID]*podSeries{}}
+}
+
+func indexerOf(t *testing.T, objs ...any) cache.Indexer {
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, o := range objs {
+		if err := idx.Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return idx
+}
+
+// series gathers g through prometheus.Gatherers, which refuses an
+// inconsistent or duplicate series, and writes each series as a line, in
+// the order gathered, with its family's help and type first.
+func series(t *testing.T, g prometheus.Gatherer) []string {
+	t.Helper()
+	mfs, err := prometheus.Gatherers{g}.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, mf := range mfs {
+		out = append(out, "# "+mf.GetName()+" "+mf.GetType().String()+" "+mf.GetHelp())
+		for _, m := range mf.Metric {
+			var labels []string
+			for _, l := range m.Label {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			out = append(out, fmt.Sprintf("%s{%s} %g", mf.GetName(), strings.Join(labels, ","), m.GetGauge().GetValue()))
+		}
+	}
+	return out
+}
+
+// refPods is kube_pod_status_phase made at each collection, as const
+// metrics: what a registry exports for the pods.
+type refPods []*corev1.Pod
+
+var refPodPhase = prometheus.NewDesc(podPhaseName, podPhaseHelp, []string{"namespace", "pod", "uid", "phase"}, nil)
+
+func (refPods) Describe(ch chan<- *prometheus.Desc) { ch <- refPodPhase }
+
+func (r refPods) Collect(ch chan<- prometheus.Metric) {
+	for _, p := range r {
+		for _, phase := range podPhases {
+			ch <- prometheus.MustNewConstMetric(refPodPhase, prometheus.GaugeValue, boolValue(p.Status.Phase == phase),
+				p.Namespace, p.Name, string(p.UID), string(phase))
+		}
+	}
 }
 
 // BenchmarkGather30kPods gathers kube_pod_status_phase of 30,000 pods in
-// 30 namespaces through a registry, as every scrape does.
+// 30 namespaces, as every scrape does.
 func BenchmarkGather30kPods(b *testing.B) {
-	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	c := newTestCollector(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}))
 	for i := range 30000 {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%05d", i), Namespace: fmt.Sprintf("ns-%02d", i%30),
-			UID: types.UID(fmt.Sprintf("uid-%05d", i))}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
-		if err := idx.Add(p); err != nil {
-			b.Fatal(err)
-		}
+		c.setPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%05d", i), Namespace: fmt.Sprintf("ns-%02d", i%30),
+			UID: types.UID(fmt.Sprintf("uid-%05d", i))}, Status: corev1.PodStatus{Phase: corev1.PodRunning}})
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(&Collector{nodes: corelisters.NewNodeLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})),
-		pods: corelisters.NewPodLister(idx)})
+	gs := prometheus.Gatherers{c}
 	for b.Loop() {
-		mfs, err := reg.Gather()
+		mfs, err := gs.Gather()
 		if err != nil || len(mfs) != 1 || len(mfs[0].Metric) != 150000 {
 			b.Fatalf("gathered %d families, %v", len(mfs), err)
 		}

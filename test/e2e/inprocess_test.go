@@ -2,9 +2,13 @@ package e2e
 
 import (
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/deploy"
 	"github.com/capstan-dev/capstan/internal/audit"
@@ -102,4 +106,34 @@ func TestInProcessComponentsHaveTheirUpstreamPriorities(t *testing.T) {
 			t.Errorf("%s GET %s: priority level %q (UID %q, answer %s), want %s", c.component, c.path, got, uid, resp.Status, c.want)
 		}
 	}
+}
+
+// TestKubeStateFollowsAPod: the embedded Prometheus scrapes a pod's
+// kube_pod_status_phase series as its phase changes, and none once it is
+// gone (kube-state keeps the series up to date as the pod changes rather
+// than making them at each scrape).
+func TestKubeStateFollowsAPod(t *testing.T) {
+	ctx := t.Context()
+	ns := env.Namespace(t, "kube-state")
+	// Gated, the pod stays Pending until the gate is lifted.
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "followed", Namespace: ns},
+		Spec: corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: "example.com/hold"}},
+			Containers: []corev1.Container{{Name: "c", Image: "registry.example/app:1"}}}}
+	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	phase := func(p string) string {
+		return `kube_pod_status_phase{namespace="` + ns + `",pod="followed",phase="` + p + `"} == 1`
+	}
+	waitQueryLen(t, phase("Pending"), time.Time{}, 1)
+	if _, err := env.Client.CoreV1().Pods(ns).Patch(ctx, "followed", types.JSONPatchType,
+		[]byte(`[{"op":"remove","path":"/spec/schedulingGates"}]`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitQueryLen(t, phase("Running"), time.Time{}, 1)
+	waitQueryLen(t, phase("Pending"), time.Time{}, 0)
+	if err := env.Client.CoreV1().Pods(ns).Delete(ctx, "followed", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	waitQueryLen(t, `kube_pod_status_phase{namespace="`+ns+`",pod="followed"}`, time.Time{}, 0)
 }
