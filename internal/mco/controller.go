@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"sync"
@@ -151,8 +152,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.metrics.mu.Unlock()
 	c.daemon = newDaemon(ctx, c.kube, c.nodes, c.opts.Daemon, c.recorder, c.metrics)
 	if _, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.onNode(obj) },
-		UpdateFunc: func(_, n any) { c.onNode(n) },
+		AddFunc:    func(obj any) { c.onNode(nil, obj) },
+		UpdateFunc: func(old, n any) { c.onNode(old, n) },
 		DeleteFunc: all,
 	}); err != nil {
 		return err
@@ -185,12 +186,42 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 }
 
-func (c *Controller) onNode(obj any) {
-	if n, ok := obj.(*corev1.Node); ok {
-		c.daemon.observe(n)
+func (c *Controller) onNode(old, obj any) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	c.daemon.observe(n)
+	if o, ok := old.(*corev1.Node); ok && !poolsCare(o, n) {
+		return
 	}
 	c.enqueueAll()
 }
+
+// poolsCare tells whether a node's change can change a pool's status (as
+// upstream's node controller asks before it syncs a pool): its labels,
+// the MCO's annotations, or whether it is ready. A pool's sync reads
+// every node, so syncing them at each node status report costs a
+// 5,000-node cluster 5,000 nodes read a second.
+func poolsCare(old, n *corev1.Node) bool {
+	if !maps.Equal(old.Labels, n.Labels) || nodeReady(old) != nodeReady(n) {
+		return true
+	}
+	for k, v := range n.Annotations {
+		if strings.HasPrefix(k, mcoAnnotationPrefix) && old.Annotations[k] != v {
+			return true
+		}
+	}
+	for k := range old.Annotations {
+		if _, ok := n.Annotations[k]; !ok && strings.HasPrefix(k, mcoAnnotationPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// mcoAnnotationPrefix begins every annotation the MCO sets on a node.
+const mcoAnnotationPrefix = "machineconfiguration.openshift.io/"
 
 func (c *Controller) enqueueAll() {
 	pools, _ := c.pools.List(labels.Everything())

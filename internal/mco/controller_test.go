@@ -146,3 +146,35 @@ func TestRolloutProperty(t *testing.T) {
 		}
 	}
 }
+
+// A pool is synced again for what its status reads of a node, not for a
+// status report that changes none of it.
+func TestPoolsCareOnlyForWhatTheyRead(t *testing.T) {
+	base := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{"node-role.kubernetes.io/worker": ""},
+		Annotations: map[string]string{CurrentConfigAnnotation: "a", DesiredConfigAnnotation: "a", StateAnnotation: StateDone, "other": "x"}},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+	for _, c := range []struct {
+		name   string
+		change func(n *corev1.Node)
+		care   bool
+	}{
+		{"a heartbeat", func(n *corev1.Node) {
+			n.Status.Conditions[0].LastHeartbeatTime = metav1.Now()
+			n.Status.Images = []corev1.ContainerImage{{Names: []string{"i"}}}
+		}, false},
+		{"another annotation", func(n *corev1.Node) { n.Annotations["other"] = "y" }, false},
+		{"a label", func(n *corev1.Node) { n.Labels["node-role.kubernetes.io/infra"] = "" }, true},
+		{"a label removed", func(n *corev1.Node) { delete(n.Labels, "node-role.kubernetes.io/worker") }, true},
+		{"the desired config", func(n *corev1.Node) { n.Annotations[DesiredConfigAnnotation] = "b" }, true},
+		{"the state", func(n *corev1.Node) { n.Annotations[StateAnnotation] = StateWorking }, true},
+		{"an MCO annotation removed", func(n *corev1.Node) { delete(n.Annotations, StateAnnotation) }, true},
+		{"NotReady", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionFalse }, true},
+		{"cordoned", func(n *corev1.Node) { n.Spec.Unschedulable = true }, true},
+	} {
+		n := base.DeepCopy()
+		c.change(n)
+		if got := poolsCare(base, n); got != c.care {
+			t.Errorf("%s: pools care %v, want %v", c.name, got, c.care)
+		}
+	}
+}
