@@ -1,10 +1,14 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
@@ -102,7 +106,12 @@ type ScaleRow struct {
 	// collection at the step's end; HeapHeld what its heap holds of the
 	// OS then (live objects, garbage and free spans not yet returned).
 	HeapLive, HeapHeld uint64
-	TimedOut           string
+	// GetPods is how long `capstan kubectl get pods -A` took at the
+	// step's end, and Charts the slowest of the console's overview
+	// charts (an hour of each, as the page asks for it); 0 when not
+	// measured (a step that timed out is measured too).
+	GetPods, Charts time.Duration
+	TimedOut        string
 }
 
 // ScaleResult is every step's row.
@@ -347,6 +356,14 @@ func (s *scaleRun) finish(row *ScaleRow, step ScaleStep, timedOut error) (*Scale
 	}
 	row.Processes = ps
 	row.PeakRSS, row.RSS, _ = totals(ps)
+	if row.GetPods, err = s.timeGetPods(); err != nil {
+		return nil, err
+	}
+	if row.Charts, err = s.timeCharts(); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(s.log, "Step %s: kubectl get pods -A answered in %.2f s, the console's slowest chart in %.2f s\n",
+		step, row.GetPods.Seconds(), row.Charts.Seconds())
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	runtime.GC()
@@ -363,6 +380,56 @@ func (s *scaleRun) finish(row *ScaleRow, step ScaleStep, timedOut error) (*Scale
 		}
 	}
 	return row, nil
+}
+
+// timeGetPods runs `capstan kubectl get pods -A` as a user would, in a
+// process of its own, and returns how long it took to print every pod.
+func (s *scaleRun) timeGetPods() (time.Duration, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return 0, err
+	}
+	cmd := exec.Command(self, "kubectl", "--kubeconfig", s.cl.ControlPlane.KubeconfigPath(), "get", "pods", "-A")
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	began := time.Now()
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("kubectl get pods -A: %w: %s", err, stderr.String())
+	}
+	return time.Since(began), nil
+}
+
+// ConsoleCharts are the queries of the console overview's charts, each
+// asked for the last hour at a 15 s step.
+var ConsoleCharts = []string{
+	`sum(kube_pod_status_phase{phase="Pending"})`,
+	`count(kube_node_info)`,
+	`sum(rate(scheduler_schedule_attempts_total{result="scheduled"}[5m]))`,
+}
+
+// timeCharts asks the Prometheus API for each of ConsoleCharts as the
+// console does, and returns the longest answer.
+func (s *scaleRun) timeCharts() (time.Duration, error) {
+	var slowest time.Duration
+	end := time.Now()
+	for _, q := range ConsoleCharts {
+		qs := url.Values{"query": {q}, "start": {fmt.Sprint(end.Add(-time.Hour).Unix())}, "end": {fmt.Sprint(end.Unix())}, "step": {"15"}}
+		began := time.Now()
+		resp, err := http.Get(s.cl.PrometheusURL + "/api/v1/query_range?" + qs.Encode())
+		if err != nil {
+			return 0, fmt.Errorf("the console's chart %s: %w", q, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return 0, fmt.Errorf("the console's chart %s: %w", q, err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			return 0, fmt.Errorf("the console's chart %s: %s: %s", q, resp.Status, body)
+		}
+		slowest = max(slowest, time.Since(began))
+	}
+	return slowest, nil
 }
 
 // profile is where a step's profile of kind goes, "" when none is asked.
@@ -440,8 +507,8 @@ func stepsOf(res *ScaleResult) string {
 // ScaleTable is the result as a Markdown table.
 func ScaleTable(res *ScaleResult) string {
 	var b strings.Builder
-	b.WriteString("| nodes | pods | nodes Ready | pods Running | pods/s | CPU per pod | RSS at the end, all processes | peak RSS, all processes | largest process | outcome |\n")
-	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
+	b.WriteString("| nodes | pods | nodes Ready | pods Running | pods/s | CPU per pod | RSS at the end, all processes | peak RSS, all processes | largest process | get pods -A | console charts | outcome |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|\n")
 	for _, r := range res.Rows {
 		largest := Process{}
 		for _, p := range r.Processes {
@@ -453,9 +520,10 @@ func ScaleTable(res *ScaleResult) string {
 		if r.TimedOut != "" {
 			outcome = r.TimedOut
 		}
-		fmt.Fprintf(&b, "| %d | %d | %d in %.1f s | %d in %.1f s | %.0f | %.1f ms | %s | %s | %s, %s | %s |\n",
+		fmt.Fprintf(&b, "| %d | %d | %d in %.1f s | %d in %.1f s | %.0f | %.1f ms | %s | %s | %s, %s | %.2f s | %.2f s | %s |\n",
 			r.Step.Nodes, r.Step.Pods, r.Ready, r.NodesReady.Seconds(), r.Running, r.PodsRunning.Seconds(),
-			r.PodsPerSecond, float64(r.CPUPerPod.Microseconds())/1000, GiB(r.RSS), GiB(r.PeakRSS), largest.Name, GiB(largest.PeakRSS), outcome)
+			r.PodsPerSecond, float64(r.CPUPerPod.Microseconds())/1000, GiB(r.RSS), GiB(r.PeakRSS), largest.Name, GiB(largest.PeakRSS),
+			r.GetPods.Seconds(), r.Charts.Seconds(), outcome)
 	}
 	return b.String()
 }

@@ -46,7 +46,7 @@ func TestParseScaleSteps(t *testing.T) {
 func TestWriteScaleDoc(t *testing.T) {
 	res := &ScaleResult{ControlPlaneNodes: 3, Rows: []ScaleRow{
 		{Step: ScaleStep{1000, 30000}, Ready: 1000, NodesReady: 20 * time.Second, Running: 30000, PodsRunning: 100 * time.Second,
-			PodsPerSecond: 300, CPUPerPod: 3 * time.Millisecond, PeakRSS: 2 << 30, RSS: 3 << 29,
+			PodsPerSecond: 300, CPUPerPod: 3 * time.Millisecond, PeakRSS: 2 << 30, RSS: 3 << 29, GetPods: 1500 * time.Millisecond, Charts: 250 * time.Millisecond,
 			Processes: []Process{{Name: "capstan", PeakRSS: 3 << 29}, {Name: "capstan etcd member master-0", PeakRSS: 1 << 29}}},
 		{Step: ScaleStep{2000, 60000}, Ready: 2000, Running: 41000, PodsRunning: 900 * time.Second, PodsPerSecond: 12, PeakRSS: 5 << 30, RSS: 4 << 30,
 			Processes: []Process{{Name: "capstan", PeakRSS: 4 << 30}}, TimedOut: "timed out after 15m0s waiting for pods Running"},
@@ -63,8 +63,8 @@ func TestWriteScaleDoc(t *testing.T) {
 	text := string(raw)
 	for _, want := range []string{
 		"before\n" + ScaleDocBegin, ScaleDocEnd + "\nafter\n", "Measured on 2 cores, with 3 masters.",
-		"| 1000 | 30000 | 1000 in 20.0 s | 30000 in 100.0 s | 300 | 3.0 ms | 1.50 GiB | 2.00 GiB | capstan, 1.50 GiB | done |",
-		"| 2000 | 60000 | 2000 in 0.0 s | 41000 in 900.0 s | 12 | 0.0 ms | 4.00 GiB | 5.00 GiB | capstan, 4.00 GiB | timed out after 15m0s waiting for pods Running |",
+		"| 1000 | 30000 | 1000 in 20.0 s | 30000 in 100.0 s | 300 | 3.0 ms | 1.50 GiB | 2.00 GiB | capstan, 1.50 GiB | 1.50 s | 0.25 s | done |",
+		"| 2000 | 60000 | 2000 in 0.0 s | 41000 in 900.0 s | 12 | 0.0 ms | 4.00 GiB | 5.00 GiB | capstan, 4.00 GiB | 0.00 s | 0.00 s | timed out after 15m0s waiting for pods Running |",
 		"![Peak memory and pods/s against the cluster's size](scale.svg)",
 	} {
 		if !strings.Contains(text, want) {
