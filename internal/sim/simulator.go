@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 )
 
 // Options tune the simulator.
@@ -133,7 +134,7 @@ func New(client kubernetes.Interface, opts Options) *Simulator {
 	s.leaseFactor = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(corev1.NamespaceNodeLease))
 	s.factory = opts.Informers
 	if s.factory == nil {
-		s.factory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(stripManagedFields))
+		s.factory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(crcache.TransformStripManagedFields()))
 	}
 
 	cmInformer := s.simFactory.Core().V1().ConfigMaps()
@@ -150,7 +151,7 @@ func New(client kubernetes.Interface, opts Options) *Simulator {
 	// caches saves memory and garbage collection on large clusters (the
 	// node and pod informers drop them by their factory's transform).
 	for _, inf := range []cache.SharedIndexInformer{cmInformer.Informer(), leaseInformer.Informer()} {
-		_ = inf.SetTransform(stripManagedFields)
+		_ = inf.SetTransform(crcache.TransformStripManagedFields())
 	}
 	s.instances = cmInformer.Lister()
 	s.nodes = nodeInformer.Lister()
@@ -183,13 +184,6 @@ func New(client kubernetes.Interface, opts Options) *Simulator {
 		DeleteFunc: func(obj any) { s.podDeleted(obj) },
 	})
 	return s
-}
-
-func stripManagedFields(obj any) (any, error) {
-	if m, ok := obj.(metav1.Object); ok {
-		m.SetManagedFields(nil)
-	}
-	return obj, nil
 }
 
 // Cloud returns the cloud the simulator serves.
