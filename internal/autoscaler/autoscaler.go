@@ -108,6 +108,9 @@ type Autoscaler struct {
 	// cleanedUp is set once the first loop has undone the removals a
 	// previous autoscaler left unfinished.
 	cleanedUp bool
+	// podInfos keeps each pod's scheduling facts between loops, so that a
+	// loop computes them only for the pods that changed.
+	podInfos *algorithm.PodInfos
 }
 
 // New sets up an autoscaler on cfg; Run runs it.
@@ -145,6 +148,7 @@ func New(cfg *rest.Config, client kubernetes.Interface, opts Options) (*Autoscal
 		rand:     rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 		backoff:  newBackoff(),
 		written:  map[string]int32{},
+		podInfos: algorithm.NewPodInfos(),
 		podNotes: newNotes(5 * time.Minute),
 		cfgNotes: newNotes(5 * time.Minute),
 	}
@@ -351,7 +355,10 @@ func (a *Autoscaler) readState(cfg *Config) (*clusterState, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newClusterState(cfg, nodes, pods, sets, machines, a.opts.Clock.Now()), nil
+	a.podInfos.NextRound()
+	st := newClusterState(cfg, nodes, pods, sets, machines, a.opts.Clock.Now())
+	st.podInfos = a.podInfos
+	return st, nil
 }
 
 // reportBadGroups says on each MachineSet why its annotations are not
@@ -384,6 +391,7 @@ func (a *Autoscaler) planScaleUp(ctx context.Context, st *clusterState) (*ScaleU
 		BackedOff:  func(id string) (bool, string) { return a.backoff.backedOff(id, now) },
 		Expander:   exp,
 		DaemonSets: daemonSets,
+		PodInfos:   st.podInfos,
 	}), nil
 }
 

@@ -25,6 +25,10 @@ type BenchCluster struct {
 	Machines []*machinev1.Machine
 	Nodes    []*corev1.Node
 	Pods     []*corev1.Pod
+
+	// podInfos lasts from loop to loop, as the autoscaler's does: the first
+	// loop computes every pod's requests, the next ones reuse them.
+	podInfos *algorithm.PodInfos
 }
 
 // NewBenchCluster builds nodes nodes with podsPerNode pods each (200m and
@@ -39,7 +43,7 @@ func NewBenchCluster(nodes, podsPerNode, underutilized, pending int) (*BenchClus
 			Template: machinev1.MachineTemplateSpec{Spec: machinev1.MachineSpec{
 				ProviderSpec: machinev1.ProviderSpec{Value: machine.RawProviderSpec(machine.ProviderSpec{InstanceType: "capstan.xlarge"})}}}},
 	}
-	c := &BenchCluster{Sets: []*machinev1.MachineSet{ms}}
+	c := &BenchCluster{Sets: []*machinev1.MachineSet{ms}, podInfos: algorithm.NewPodInfos()}
 	owner := func(kind, name string) []metav1.OwnerReference {
 		return []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: kind, Name: name, UID: types.UID(name), Controller: ptr.To(true)}}
 	}
@@ -104,10 +108,11 @@ func (c *BenchCluster) RunScaleUpLoop(cfg *Config) (BenchLoop, error) {
 		return BenchLoop{}, err
 	}
 	start := time.Now()
-	st := newClusterState(cfg, c.Nodes, c.Pods, c.Sets, c.Machines, time.Now())
+	st := c.state(cfg, time.Now())
 	plan := PlanScaleUp(&ScaleUpInput{
 		Config: cfg, Algorithm: alg, Snapshot: st.snapshot(alg, algorithm.Listers{}), Groups: st.groups, Usage: st.usage,
 		Pending: st.pending, BackedOff: func(string) (bool, string) { return false, "" }, Expander: &Expander{Names: cfg.Expanders},
+		PodInfos: st.podInfos,
 	})
 	res := BenchLoop{Duration: time.Since(start)}
 	for _, inc := range plan.Increases {
@@ -135,9 +140,18 @@ func (c *BenchCluster) RunScaleDownLoop(cfg *Config) (BenchLoop, error) {
 	}
 	start := time.Now()
 	now := time.Now()
-	st := newClusterState(cfg, c.Nodes, c.Pods, c.Sets, c.Machines, now)
+	st := c.state(cfg, now)
 	in := st.scaleDownInput(alg, algorithm.Listers{}, nil, now)
 	in.ControllerExists = func(string, *metav1.OwnerReference) bool { return true }
 	plan := PlanScaleDown(in)
 	return BenchLoop{Duration: time.Since(start), Unneeded: plan.Unneeded()}, nil
+}
+
+// state reads the cluster at the start of a loop, as the autoscaler's
+// readState does.
+func (c *BenchCluster) state(cfg *Config, now time.Time) *clusterState {
+	c.podInfos.NextRound()
+	st := newClusterState(cfg, c.Nodes, c.Pods, c.Sets, c.Machines, now)
+	st.podInfos = c.podInfos
+	return st
 }

@@ -42,6 +42,8 @@ type ScaleDownInput struct {
 	Now           time.Time
 	// Cooldown, when not empty, says why no node may go this loop.
 	Cooldown string
+	// PodInfos caches the pods' requests from loop to loop (nil: none).
+	PodInfos *algorithm.PodInfos
 }
 
 // NodeVerdict is the scale-down's conclusion about one node.
@@ -273,7 +275,7 @@ func (in *ScaleDownInput) utilization(node *corev1.Node, pods []*corev1.Pod) flo
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		req := algorithm.NewPodInfo(p).Requests
+		req := in.PodInfos.Get(p).Requests
 		if o := metav1.GetControllerOf(p); in.Config.IgnoreDaemonsetsUtilization && o != nil && o.Kind == "DaemonSet" {
 			dsCPU += req.MilliCPU
 			dsMem += req.Memory

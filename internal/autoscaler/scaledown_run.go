@@ -129,7 +129,7 @@ func (st *clusterState) scaleDownInput(alg *algorithm.Algorithm, l algorithm.Lis
 	return &ScaleDownInput{
 		Config: st.cfg, Algorithm: alg, Snapshot: st.snapshot(alg, l, arriving...),
 		Groups: st.groups, Pods: st.podsByNode(arriving...), Usage: usage, Deleting: deleting,
-		UnneededSince: since, Now: now,
+		UnneededSince: since, Now: now, PodInfos: st.podInfos,
 	}
 }
 

@@ -35,6 +35,8 @@ type ScaleUpInput struct {
 	// DaemonSets run their pods on every new node that takes them: a new
 	// node has that much less room.
 	DaemonSets []*appsv1.DaemonSet
+	// PodInfos caches the pods' requests from loop to loop (nil: none).
+	PodInfos *algorithm.PodInfos
 
 	// daemonPods caches, per node group, the daemon pods of its new nodes.
 	daemonPods map[*NodeGroup][]*algorithm.PodInfo
@@ -114,7 +116,7 @@ func PlanScaleUp(in *ScaleUpInput) *ScaleUpPlan {
 				Message: fmt.Sprintf("pod didn't trigger scale-up: priority %d below cutoff %d", *prio, cutoff)}
 			continue
 		}
-		candidates = append(candidates, &podEntry{pod: pod, pi: algorithm.NewPodInfo(pod)})
+		candidates = append(candidates, &podEntry{pod: pod, pi: in.PodInfos.Get(pod)})
 	}
 	// Higher priorities are placed first, as the scheduler would.
 	sort.SliceStable(candidates, func(i, j int) bool {

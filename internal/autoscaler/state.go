@@ -25,6 +25,9 @@ type clusterState struct {
 	pending []*corev1.Pod
 	// usage counts registered nodes and the upcoming ones.
 	usage Usage
+	// podInfos keeps the pods' scheduling facts from loop to loop (nil:
+	// made afresh each time).
+	podInfos *algorithm.PodInfos
 }
 
 func newClusterState(cfg *Config, all []*corev1.Node, pods []*corev1.Pod, sets []*machinev1.MachineSet, machines []*machinev1.Machine, now time.Time) *clusterState {
@@ -100,7 +103,7 @@ func (s *clusterState) snapshot(alg *algorithm.Algorithm, l algorithm.Listers, e
 	}
 	for _, p := range append(s.scheduled[:len(s.scheduled):len(s.scheduled)], extra...) {
 		if ni := byName[p.Spec.NodeName]; ni != nil && !s.expendable(p) {
-			ni.AddPod(algorithm.NewPodInfo(p))
+			ni.AddPod(s.podInfos.Get(p))
 		}
 	}
 	return algorithm.NewSnapshot(infos, l)
