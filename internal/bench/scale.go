@@ -364,11 +364,7 @@ func (s *scaleRun) finish(row *ScaleRow, step ScaleStep, timedOut error) (*Scale
 	}
 	fmt.Fprintf(s.log, "Step %s: kubectl get pods -A answered in %.2f s, the console's slowest chart in %.2f s\n",
 		step, row.GetPods.Seconds(), row.Charts.Seconds())
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	row.HeapLive, row.HeapHeld = after.HeapAlloc, before.HeapSys-before.HeapReleased
+	row.HeapLive, row.HeapHeld = heapAfterCollection()
 	if path := s.profile(step, "heap"); path != "" {
 		f, err := os.Create(path)
 		if err != nil {
@@ -488,12 +484,28 @@ func PrintScale(w io.Writer, res *ScaleResult) {
 	fmt.Fprint(w, ScaleTable(res))
 	for _, r := range res.Rows {
 		fmt.Fprintf(w, "\nprocesses at %s (peak RSS, RSS at the end, CPU so far):\n", r.Step)
-		for _, p := range r.Processes {
-			fmt.Fprintf(w, "  %-32s %9s %9s %8.0fs\n", p.Name, MiB(p.PeakRSS), MiB(p.RSS), p.CPU.Seconds())
-		}
-		fmt.Fprintf(w, "  capstan's Go heap at the end: %s held from the OS, %s live after a collection\n",
-			MiB(int64(r.HeapHeld)), MiB(int64(r.HeapLive)))
+		PrintProcesses(w, r.Processes, r.HeapLive, r.HeapHeld)
 	}
+}
+
+// PrintProcesses writes each process's peak and current resident size and
+// CPU, and capstan's Go heap.
+func PrintProcesses(w io.Writer, ps []Process, heapLive, heapHeld uint64) {
+	for _, p := range ps {
+		fmt.Fprintf(w, "  %-32s %9s %9s %8.0fs\n", p.Name, MiB(p.PeakRSS), MiB(p.RSS), p.CPU.Seconds())
+	}
+	fmt.Fprintf(w, "  capstan's Go heap at the end: %s held from the OS, %s live after a collection\n",
+		MiB(int64(heapHeld)), MiB(int64(heapLive)))
+}
+
+// heapAfterCollection is this process's Go heap left by a collection now,
+// and what the heap held from the OS before it.
+func heapAfterCollection() (live, held uint64) {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	return after.HeapAlloc, before.HeapSys - before.HeapReleased
 }
 
 func stepsOf(res *ScaleResult) string {

@@ -31,6 +31,10 @@ type UpOptions struct {
 	DataDir     string
 	EtcdNoFsync bool
 	Timeout     time.Duration
+	// Bare runs none of capstan's controllers (as capstan up --bare): the
+	// control plane, the simulated nodes and monitoring only, what any
+	// cluster of that size costs before capstan's own work.
+	Bare bool
 }
 
 // UpResult holds the figures of one run.
@@ -40,7 +44,15 @@ type UpResult struct {
 	Pods          int
 	PodsRunning   time.Duration
 	PodsPerSecond float64
-	PeakRSSBytes  int64
+	// CPUPerPod is the CPU every process used while the pods started,
+	// per pod.
+	CPUPerPod    time.Duration
+	PeakRSSBytes int64
+	// Processes are capstan's processes at the end (peak and current
+	// resident sizes, CPU); HeapLive and HeapHeld the Go heap of this
+	// process left by a collection at the end and held from the OS.
+	Processes          []Process
+	HeapLive, HeapHeld uint64
 }
 
 // Up starts a cluster with no nodes, launches Nodes instances and waits for
@@ -61,6 +73,9 @@ func Up(ctx context.Context, o UpOptions, log io.Writer) (*UpResult, error) {
 	opts := clusterOptions(dir, o.EtcdNoFsync)
 	// Nodes are launched directly; no Machine API to compete with.
 	opts.WithoutMachineAPI()
+	if o.Bare {
+		opts.WithoutControllers()
+	}
 	cl, err := startCluster(ctx, opts, dir, log)
 	if err != nil {
 		return nil, err
@@ -108,8 +123,13 @@ func Up(ctx context.Context, o UpOptions, log io.Writer) (*UpResult, error) {
 			return nil, err
 		}
 		fmt.Fprintf(log, "Creating %d pods bound to the nodes ...\n", o.Pods)
+		ps, err := Processes()
+		if err != nil {
+			return nil, err
+		}
+		_, _, cpuBefore := totals(ps)
 		start := time.Now()
-		err := parallel(ctx, o.Pods, o.Parallelism, func(i int) error {
+		err = parallel(ctx, o.Pods, o.Parallelism, func(i int) error {
 			_, err := client.CoreV1().Pods("bench").Create(ctx, benchPod(i, fmt.Sprintf("bench-%04d", i%o.Nodes)), metav1.CreateOptions{})
 			return err
 		})
@@ -121,11 +141,20 @@ func Up(ctx context.Context, o UpOptions, log io.Writer) (*UpResult, error) {
 		}
 		res.PodsRunning = time.Since(start)
 		res.PodsPerSecond = float64(o.Pods) / res.PodsRunning.Seconds()
+		if ps, err = Processes(); err != nil {
+			return nil, err
+		}
+		_, _, cpuAfter := totals(ps)
+		res.CPUPerPod = (cpuAfter - cpuBefore) / time.Duration(o.Pods)
 		fmt.Fprintf(log, "%d pods Running in %.1fs\n", o.Pods, res.PodsRunning.Seconds())
 	}
 	if res.PeakRSSBytes, err = PeakRSS(); err != nil {
 		return nil, err
 	}
+	if res.Processes, err = Processes(); err != nil {
+		return nil, err
+	}
+	res.HeapLive, res.HeapHeld = heapAfterCollection()
 	return res, nil
 }
 

@@ -32,7 +32,15 @@ func newBenchUpCommand() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "up",
 		Short: "Seconds until N simulated nodes are Ready, pods/s until M pre-bound pods are Running, peak RSS",
-		Args:  cobra.NoArgs,
+		Long: `Starts a cluster with one master and no Machine API, launches --nodes
+simulated nodes and waits for them to be Ready, then creates --pods pods
+bound round-robin to them and waits until all are Running. Prints the time
+to Ready and to Running, pods/s, the CPU all processes used per pod, the
+peak and final resident size of each process and the Go heap left by a
+collection at the end. --bare runs none of capstan's controllers (as
+capstan up --bare): what the control plane, the simulated nodes and
+monitoring alone cost at that size.`,
+		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -49,15 +57,18 @@ func newBenchUpCommand() *cobra.Command {
 			fmt.Fprintf(out, "\nbench up: nodes=%d pods=%d fsync=%v\n", res.Nodes, res.Pods, !o.EtcdNoFsync)
 			fmt.Fprintf(out, "  nodes Ready:   %.1f s\n", res.NodesReady.Seconds())
 			if res.Pods > 0 {
-				fmt.Fprintf(out, "  pods Running:  %.1f s (%.0f pods/s)\n", res.PodsRunning.Seconds(), res.PodsPerSecond)
+				fmt.Fprintf(out, "  pods Running:  %.1f s (%.0f pods/s, %.1f ms of CPU a pod)\n", res.PodsRunning.Seconds(), res.PodsPerSecond, float64(res.CPUPerPod.Microseconds())/1000)
 			}
 			fmt.Fprintf(out, "  peak RSS:      %s\n", bench.GiB(res.PeakRSSBytes))
+			fmt.Fprintf(out, "processes at the end (peak RSS, RSS at the end, CPU so far):\n")
+			bench.PrintProcesses(out, res.Processes, res.HeapLive, res.HeapHeld)
 			return nil
 		},
 	}
 	f := c.Flags()
 	f.IntVar(&o.Nodes, "nodes", o.Nodes, "simulated nodes")
 	f.IntVar(&o.Pods, "pods", o.Pods, "pods bound round-robin to the nodes")
+	f.BoolVar(&o.Bare, "bare", false, "run none of capstan's controllers, as capstan up --bare: the control plane, the simulated nodes and monitoring only")
 	f.IntVar(&o.Parallelism, "parallelism", o.Parallelism, "concurrent creators")
 	f.StringVar(&o.DataDir, "data-dir", "", "data dir to use and keep (default: a temporary one)")
 	f.BoolVar(&o.EtcdNoFsync, "etcd-unsafe-no-fsync", false, "run etcd without fsync")

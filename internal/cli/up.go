@@ -135,8 +135,7 @@ func (o *upOptions) run(c *cobra.Command) error {
 		if len(o.hooks) > 0 {
 			return errors.New("--bare runs no controllers, --hooks neither")
 		}
-		o.opts.WithoutMachineAPI()
-		o.opts.Scheduler, o.opts.Releases, o.opts.MachineConfig, o.opts.ResourceMetrics = nil, nil, nil, nil
+		o.opts.WithoutControllers()
 	}
 	if len(o.hooks) > 0 {
 		if o.opts.Hooks, err = o.hookFlags.build(o.hooks); err != nil {

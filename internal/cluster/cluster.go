@@ -129,6 +129,15 @@ func (o *Options) WithoutMachineAPI() {
 
 // Validate refuses options whose components depend on one that is off,
 // naming both, before anything starts.
+// WithoutControllers turns off every capstan controller: the Machine API
+// (and what depends on it), the scheduler, the CVO and its releases, the
+// MCO and metrics-server. What is left is the control plane, the
+// simulated nodes and monitoring (capstan up --bare).
+func (o *Options) WithoutControllers() {
+	o.WithoutMachineAPI()
+	o.Scheduler, o.Releases, o.MachineConfig, o.ResourceMetrics = nil, nil, nil, nil
+}
+
 func (o *Options) Validate() error {
 	var errs []error
 	if o.MetricsAddress != "" {
