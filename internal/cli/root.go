@@ -80,7 +80,7 @@ cluster-management controllers of OpenShift on top of it.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fmt.Errorf("%s: %w (see '%s --help')", c.CommandPath(), err, c.CommandPath())
 	})
-	root.AddCommand(newUpCommand(), newKubectlCommand(), newSimCommand(), newBenchCommand(), newSchedulerCommand(), newExplainCommand(), newAdmCommand(), newAdmissionCommand(), newMachineAPICommand(), newHooksCommand(), newAutoscalerCommand(), newUpdateServiceCommand(), newChaosCommand(), newEtcdCommand(), newConsoleCommand(), newCVOCommand(), newMCOCommand(), newEtcdOperatorCommand())
+	root.AddCommand(newUpCommand(), newKubectlCommand(), newSimCommand(), newBenchCommand(), newSchedulerCommand(), newExplainCommand(), newAdmCommand(), newAdmissionCommand(), newMachineAPICommand(), newHooksCommand(), newAutoscalerCommand(), newUpdateServiceCommand(), newChaosCommand(), newEtcdCommand(), newConsoleCommand(), newCVOCommand(), newMCOCommand(), newEtcdOperatorCommand(), newSimulateCommand())
 	return root
 }
 

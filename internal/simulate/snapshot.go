@@ -1,0 +1,241 @@
+// Package simulate takes snapshots of a cluster, to replay what a change
+// would do to it on a private embedded capstan without touching the
+// cluster.
+package simulate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+)
+
+// The snapshot file's identity. Format grows when a change to the file
+// would make an older capstan misread it; a capstan refuses a file of a
+// format newer than its own.
+const (
+	SnapshotAPIVersion = "capstan.dev/v1alpha1"
+	SnapshotKind       = "ClusterSnapshot"
+	SnapshotFormat     = 1
+)
+
+// Resource is a kind of object a snapshot holds.
+type Resource struct {
+	GVR  schema.GroupVersionResource
+	Kind string
+	// Namespaced resources are listed in every namespace.
+	Namespaced bool
+}
+
+// Key names the resource in the file: GROUP/VERSION/RESOURCE, or
+// VERSION/RESOURCE for the core group.
+func (r Resource) Key() string {
+	if r.GVR.Group == "" {
+		return r.GVR.Version + "/" + r.GVR.Resource
+	}
+	return r.GVR.Group + "/" + r.GVR.Version + "/" + r.GVR.Resource
+}
+
+func res(group, version, resource, kind string, namespaced bool) Resource {
+	return Resource{GVR: schema.GroupVersionResource{Group: group, Version: version, Resource: resource}, Kind: kind, Namespaced: namespaced}
+}
+
+// Resources are what a snapshot reads, with list only: what the scheduler,
+// the autoscaler, drains, the MCO and the CVO decide on. No Secret and no
+// ConfigMap is among them. The OpenShift ones are simply absent from the
+// snapshot of a cluster that does not serve them.
+var Resources = []Resource{
+	res("", "v1", "namespaces", "Namespace", false),
+	res("", "v1", "nodes", "Node", false),
+	res("", "v1", "pods", "Pod", true),
+	res("", "v1", "persistentvolumes", "PersistentVolume", false),
+	res("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", true),
+	res("storage.k8s.io", "v1", "storageclasses", "StorageClass", false),
+	res("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", false),
+	res("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", true),
+	res("apps", "v1", "daemonsets", "DaemonSet", true),
+	res("apps", "v1", "deployments", "Deployment", true),
+	res("apps", "v1", "replicasets", "ReplicaSet", true),
+	res("apps", "v1", "statefulsets", "StatefulSet", true),
+	res("batch", "v1", "jobs", "Job", true),
+	res("machine.openshift.io", "v1beta1", "machines", "Machine", true),
+	res("machine.openshift.io", "v1beta1", "machinesets", "MachineSet", true),
+	res("machine.openshift.io", "v1", "controlplanemachinesets", "ControlPlaneMachineSet", true),
+	res("autoscaling.openshift.io", "v1beta1", "machineautoscalers", "MachineAutoscaler", true),
+	res("autoscaling.openshift.io", "v1", "clusterautoscalers", "ClusterAutoscaler", false),
+	res("machineconfiguration.openshift.io", "v1", "machineconfigpools", "MachineConfigPool", false),
+	res("machineconfiguration.openshift.io", "v1", "machineconfigs", "MachineConfig", false),
+	res("config.openshift.io", "v1", "clusterversions", "ClusterVersion", false),
+	res("config.openshift.io", "v1", "clusteroperators", "ClusterOperator", false),
+}
+
+// resourceByKey finds one of Resources by its key.
+func resourceByKey(key string) (Resource, bool) {
+	i := slices.IndexFunc(Resources, func(r Resource) bool { return r.Key() == key })
+	if i < 0 {
+		return Resource{}, false
+	}
+	return Resources[i], true
+}
+
+// Snapshot is a cluster's objects at one time.
+type Snapshot struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Format     int    `json:"format"`
+	// TakenAt is when the first list was made.
+	TakenAt metav1.Time `json:"takenAt"`
+	// Objects are the objects by resource key (Resource.Key); a resource
+	// the cluster does not serve has no key.
+	Objects map[string][]unstructured.Unstructured `json:"objects"`
+}
+
+// Get returns the snapshot's objects of a resource, and whether the
+// cluster served that resource at all.
+func (s *Snapshot) Get(r Resource) ([]unstructured.Unstructured, bool) {
+	objs, ok := s.Objects[r.Key()]
+	return objs, ok
+}
+
+// listPageSize is the size of each page a snapshot lists, as kubectl's
+// chunks.
+const listPageSize = 500
+
+// Take lists every resource of Resources from the cluster, page by page.
+// A resource the cluster does not serve is left out; any other error
+// (a right missing, the cluster unreachable) ends the snapshot, naming
+// the resource. Objects keep everything but their managedFields.
+func Take(ctx context.Context, client dynamic.Interface, now time.Time) (*Snapshot, error) {
+	s := &Snapshot{APIVersion: SnapshotAPIVersion, Kind: SnapshotKind, Format: SnapshotFormat,
+		TakenAt: metav1.NewTime(now.UTC().Truncate(time.Second)), Objects: map[string][]unstructured.Unstructured{}}
+	for _, r := range Resources {
+		objs, served, err := listAll(ctx, client.Resource(r.GVR), r)
+		if err != nil {
+			return nil, err
+		}
+		if served {
+			s.Objects[r.Key()] = objs
+		}
+	}
+	return s, nil
+}
+
+func listAll(ctx context.Context, ri dynamic.ResourceInterface, r Resource) ([]unstructured.Unstructured, bool, error) {
+	objs := []unstructured.Unstructured{}
+	opts := metav1.ListOptions{Limit: listPageSize}
+	for {
+		list, err := ri.List(ctx, opts)
+		if apierrors.IsNotFound(err) && opts.Continue == "" {
+			return nil, false, nil
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("listing %s (%s): %w", r.GVR.Resource, r.Key(), err)
+		}
+		for i := range list.Items {
+			o := list.Items[i]
+			o.SetManagedFields(nil)
+			// A list's items carry no kind of their own on some servers.
+			o.SetAPIVersion(r.GVR.GroupVersion().String())
+			o.SetKind(r.Kind)
+			objs = append(objs, o)
+		}
+		if opts.Continue = list.GetContinue(); opts.Continue == "" {
+			return objs, true, nil
+		}
+	}
+}
+
+// Write writes the snapshot as JSON.
+func (s *Snapshot) Write(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	return enc.Encode(s)
+}
+
+// Load reads and checks a snapshot file's content. name is what errors
+// call it (the file's path).
+func Load(name string, data []byte) (*Snapshot, error) {
+	var head struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Format     int    `json:"format"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return nil, fmt.Errorf("%s is not a capstan snapshot: %v", name, err)
+	}
+	if head.Kind != SnapshotKind || head.APIVersion != SnapshotAPIVersion {
+		return nil, fmt.Errorf("%s is not a capstan snapshot: its apiVersion and kind are %q and %q, want %q and %q (made by capstan simulate snapshot)",
+			name, head.APIVersion, head.Kind, SnapshotAPIVersion, SnapshotKind)
+	}
+	if head.Format > SnapshotFormat {
+		return nil, fmt.Errorf("%s is a snapshot of format %d, newer than this capstan reads (%d): use the capstan that took it, or a newer one", name, head.Format, SnapshotFormat)
+	}
+	if head.Format < 1 {
+		return nil, fmt.Errorf("%s: format %d is not a snapshot format (the first is 1)", name, head.Format)
+	}
+	var s Snapshot
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("%s: %v", name, err)
+	}
+	if s.Objects == nil {
+		return nil, fmt.Errorf("%s: no objects (a snapshot has at least its namespaces and nodes)", name)
+	}
+	var errs []error
+	for key, objs := range s.Objects {
+		r, ok := resourceByKey(key)
+		if !ok {
+			errs = append(errs, fmt.Errorf("objects[%q]: not a resource snapshots hold (%s)", key, knownKeys()))
+			continue
+		}
+		for i := range objs {
+			if err := checkObject(r, &objs[i]); err != nil {
+				errs = append(errs, fmt.Errorf("objects[%q][%d]: %w", key, i, err))
+			}
+		}
+	}
+	for _, r := range Resources[:2] {
+		if _, ok := s.Objects[r.Key()]; !ok {
+			errs = append(errs, fmt.Errorf("objects: no %q: every cluster serves %s", r.Key(), r.GVR.Resource))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return &s, nil
+}
+
+func checkObject(r Resource, o *unstructured.Unstructured) error {
+	if gv := r.GVR.GroupVersion().String(); o.GetAPIVersion() != gv || o.GetKind() != r.Kind {
+		return fmt.Errorf("apiVersion %q and kind %q, want %q and %q", o.GetAPIVersion(), o.GetKind(), gv, r.Kind)
+	}
+	if o.GetName() == "" {
+		return errors.New("no metadata.name")
+	}
+	if r.Namespaced != (o.GetNamespace() != "") {
+		if r.Namespaced {
+			return fmt.Errorf("%s %s has no namespace", r.Kind, o.GetName())
+		}
+		return fmt.Errorf("%s %s is cluster-scoped but has namespace %q", r.Kind, o.GetName(), o.GetNamespace())
+	}
+	return nil
+}
+
+func knownKeys() string {
+	keys := make([]string, len(Resources))
+	for i, r := range Resources {
+		keys[i] = r.Key()
+	}
+	return "known: " + strings.Join(keys, ", ")
+}

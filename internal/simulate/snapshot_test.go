@@ -1,0 +1,117 @@
+package simulate
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+func object(apiVersion, kind, ns, name string) unstructured.Unstructured {
+	o := unstructured.Unstructured{Object: map[string]any{}}
+	o.SetAPIVersion(apiVersion)
+	o.SetKind(kind)
+	o.SetNamespace(ns)
+	o.SetName(name)
+	return o
+}
+
+func validSnapshot() *Snapshot {
+	return &Snapshot{APIVersion: SnapshotAPIVersion, Kind: SnapshotKind, Format: SnapshotFormat,
+		TakenAt: metav1.NewTime(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)),
+		Objects: map[string][]unstructured.Unstructured{
+			"v1/namespaces":                         {object("v1", "Namespace", "", "default")},
+			"v1/nodes":                              {object("v1", "Node", "", "worker-0")},
+			"v1/pods":                               {object("v1", "Pod", "default", "web-0")},
+			"machine.openshift.io/v1beta1/machines": {object("machine.openshift.io/v1beta1", "Machine", "openshift-machine-api", "worker-0")},
+		}}
+}
+
+func encode(t *testing.T, s *Snapshot) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := s.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func TestASnapshotLoadsAsItWasWritten(t *testing.T) {
+	s, err := Load("snap.json", encode(t, validSnapshot()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, ok := s.Get(Resources[2])
+	if !ok || len(pods) != 1 || pods[0].GetName() != "web-0" || pods[0].GetNamespace() != "default" {
+		t.Errorf("pods loaded: %v (served %v), want default/web-0", pods, ok)
+	}
+	if _, ok := s.Get(Resources[len(Resources)-1]); ok {
+		t.Error("ClusterOperators, absent from the file, load as served")
+	}
+	if !s.TakenAt.Equal(&validSnapshot().TakenAt) {
+		t.Errorf("takenAt %v, want %v", s.TakenAt, validSnapshot().TakenAt)
+	}
+}
+
+func TestLoadNamesWhatIsWrongWithAFile(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*Snapshot)
+		raw  string
+		want string
+	}{
+		{name: "not JSON", raw: "apiVersion: v1\nkind: List\n", want: "snap.json is not a capstan snapshot"},
+		{name: "another kind", raw: `{"apiVersion":"v1","kind":"List","items":[]}`, want: `its apiVersion and kind are "v1" and "List"`},
+		{name: "newer format", edit: func(s *Snapshot) { s.Format = SnapshotFormat + 1 }, want: "format 2, newer than this capstan reads (1)"},
+		{name: "no format", edit: func(s *Snapshot) { s.Format = 0 }, want: "format 0 is not a snapshot format"},
+		{name: "unknown field", raw: `{"apiVersion":"capstan.dev/v1alpha1","kind":"ClusterSnapshot","format":1,"objects":{},"secrets":[]}`, want: `unknown field "secrets"`},
+		{name: "unknown resource", edit: func(s *Snapshot) {
+			s.Objects["v1/secrets"] = []unstructured.Unstructured{object("v1", "Secret", "default", "token")}
+		}, want: `objects["v1/secrets"]: not a resource snapshots hold`},
+		{name: "kind of another resource", edit: func(s *Snapshot) {
+			s.Objects["v1/pods"] = append(s.Objects["v1/pods"], object("v1", "Node", "", "worker-1"))
+		}, want: `objects["v1/pods"][1]: apiVersion "v1" and kind "Node", want "v1" and "Pod"`},
+		{name: "no name", edit: func(s *Snapshot) {
+			s.Objects["v1/nodes"] = []unstructured.Unstructured{object("v1", "Node", "", "")}
+		}, want: `objects["v1/nodes"][0]: no metadata.name`},
+		{name: "namespaced without namespace", edit: func(s *Snapshot) {
+			s.Objects["v1/pods"][0].SetNamespace("")
+		}, want: "Pod web-0 has no namespace"},
+		{name: "cluster-scoped with namespace", edit: func(s *Snapshot) {
+			s.Objects["v1/nodes"][0].SetNamespace("default")
+		}, want: `Node worker-0 is cluster-scoped but has namespace "default"`},
+		{name: "no nodes", edit: func(s *Snapshot) { delete(s.Objects, "v1/nodes") }, want: `objects: no "v1/nodes"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data := []byte(tc.raw)
+			if tc.edit != nil {
+				s := validSnapshot()
+				tc.edit(s)
+				data = encode(t, s)
+			}
+			_, err := Load("snap.json", data)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Load: %v, want an error with %q", err, tc.want)
+			}
+			if !strings.HasPrefix(err.Error(), "snap.json") {
+				t.Errorf("the error does not name the file first: %v", err)
+			}
+		})
+	}
+}
+
+func TestEveryResourceHasItsOwnKey(t *testing.T) {
+	seen := map[string]bool{}
+	for _, r := range Resources {
+		if seen[r.Key()] {
+			t.Errorf("two resources share the key %s", r.Key())
+		}
+		seen[r.Key()] = true
+		if r.GVR.Resource == "secrets" || r.GVR.Resource == "configmaps" {
+			t.Errorf("a snapshot reads %s", r.GVR.Resource)
+		}
+	}
+}
