@@ -2,12 +2,17 @@ package simulate
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/capstan-dev/capstan/deploy"
 )
 
 func object(apiVersion, kind, ns, name string) unstructured.Unstructured {
@@ -113,5 +118,44 @@ func TestEveryResourceHasItsOwnKey(t *testing.T) {
 		if r.GVR.Resource == "secrets" || r.GVR.Resource == "configmaps" {
 			t.Errorf("a snapshot reads %s", r.GVR.Resource)
 		}
+	}
+}
+
+// deploy/simulate's ClusterRole lets a snapshot list exactly what it
+// reads: every resource of Resources, with list and nothing else.
+func TestTheReadersClusterRoleIsWhatASnapshotLists(t *testing.T) {
+	objs, err := deploy.RBAC("simulate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := map[string]bool{}
+	for _, o := range objs {
+		if o.GetKind() != "ClusterRole" {
+			continue
+		}
+		var role rbacv1.ClusterRole
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &role); err != nil {
+			t.Fatal(err)
+		}
+		for _, rule := range role.Rules {
+			if !slices.Equal(rule.Verbs, []string{"list"}) || len(rule.ResourceNames) > 0 || len(rule.NonResourceURLs) > 0 {
+				t.Errorf("rule %v grants more than list", rule)
+			}
+			for _, g := range rule.APIGroups {
+				for _, r := range rule.Resources {
+					granted[g+"/"+r] = true
+				}
+			}
+		}
+	}
+	for _, r := range Resources {
+		key := r.GVR.Group + "/" + r.GVR.Resource
+		if !granted[key] {
+			t.Errorf("deploy/simulate/rbac.yaml does not let a snapshot list %s", r.Key())
+		}
+		delete(granted, key)
+	}
+	for key := range granted {
+		t.Errorf("deploy/simulate/rbac.yaml grants list of %s, which a snapshot does not read", key)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/capstan-dev/capstan/deploy"
 	"github.com/capstan-dev/capstan/internal/simulate"
 )
 
@@ -40,8 +41,17 @@ func TestSnapshotHoldsWhatTheClusterHas(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = dyn.Resource(coGVR).Delete(context.Background(), co.GetName(), metav1.DeleteOptions{}) })
+	// Taken as deploy/simulate's identity, which may list and nothing
+	// else: any other request would be refused and fail the command.
+	if err := deploy.ApplyRBAC(ctx, dyn, "simulate"); err != nil {
+		t.Fatal(err)
+	}
+	reader, err := deploy.Lookup("simulate")
+	if err != nil {
+		t.Fatal(err)
+	}
 	file := filepath.Join(t.TempDir(), "snap.json")
-	out := capstanOK(t, "simulate", "snapshot", "--kubeconfig", env.Kubeconfig, "-o", file)
+	out := capstanOK(t, "simulate", "snapshot", "--kubeconfig", kubeconfigAs(t, reader.Username(), reader.Groups()...), "-o", file)
 	if !strings.Contains(out, "written to "+file) {
 		t.Errorf("capstan simulate snapshot printed %q", out)
 	}
@@ -127,23 +137,30 @@ func TestSnapshotHoldsWhatTheClusterHas(t *testing.T) {
 
 // Whoever may not list a resource gets an error naming it, and no file.
 func TestSnapshotWithoutTheRightToListNamesWhatItCouldNotRead(t *testing.T) {
-	cfg, err := clientcmd.LoadFromFile(env.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range cfg.AuthInfos {
-		a.Impersonate = "capstan-e2e-nobody"
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
-		t.Fatal(err)
-	}
 	file := filepath.Join(t.TempDir(), "snap.json")
-	out, err := capstan(t, "simulate", "snapshot", "--kubeconfig", kubeconfig, "-o", file)
+	out, err := capstan(t, "simulate", "snapshot", "--kubeconfig", kubeconfigAs(t, "capstan-e2e-nobody"), "-o", file)
 	if err == nil || !strings.Contains(err.Error(), "listing namespaces (v1/namespaces)") || !strings.Contains(err.Error(), "forbidden") {
 		t.Fatalf("capstan simulate snapshot as a user without rights: %v (%s), want a forbidden error naming namespaces", err, out)
 	}
 	if _, err := os.Stat(file); !os.IsNotExist(err) {
 		t.Errorf("a failed snapshot left %s: %v", file, err)
 	}
+}
+
+// kubeconfigAs writes a kubeconfig of the admin impersonating user (and
+// groups), and returns its path.
+func kubeconfigAs(t *testing.T, user string, groups ...string) string {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(env.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range cfg.AuthInfos {
+		a.Impersonate, a.ImpersonateGroups = user, groups
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
