@@ -127,8 +127,6 @@ func (o *Options) WithoutMachineAPI() {
 	o.EtcdOperator, o.BootFromMachines = false, false
 }
 
-// Validate refuses options whose components depend on one that is off,
-// naming both, before anything starts.
 // WithoutControllers turns off every capstan controller: the Machine API
 // (and what depends on it), the scheduler, the CVO and its releases, the
 // MCO and metrics-server. What is left is the control plane, the
@@ -138,6 +136,8 @@ func (o *Options) WithoutControllers() {
 	o.Scheduler, o.Releases, o.MachineConfig, o.ResourceMetrics = nil, nil, nil, nil
 }
 
+// Validate refuses options whose components depend on one that is off,
+// naming both, before anything starts.
 func (o *Options) Validate() error {
 	var errs []error
 	if o.MetricsAddress != "" {
