@@ -136,7 +136,10 @@ func Up(ctx context.Context, o UpOptions, log io.Writer) (*UpResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := waitFor(ctx, podDone, o.Timeout, func() string { return fmt.Sprintf("%d/%d pods Running", running.Load(), o.Pods) }); err != nil {
+		if err := waitFor(ctx, podDone, o.Timeout, log, func() string {
+			n := running.Load()
+			return fmt.Sprintf("%d/%d pods Running, %.0f pods/s so far", n, o.Pods, float64(n)/time.Since(start).Seconds())
+		}); err != nil {
 			return nil, err
 		}
 		res.PodsRunning = time.Since(start)
@@ -211,14 +214,38 @@ func parallel(ctx context.Context, n, workers int, f func(int) error) error {
 	return firstErr
 }
 
-func waitFor(ctx context.Context, done <-chan struct{}, timeout time.Duration, progress func() string) error {
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("interrupted at %s", progress())
-	case <-time.After(timeout):
-		return fmt.Errorf("timed out after %s at %s", timeout, progress())
+func waitFor(ctx context.Context, done <-chan struct{}, timeout time.Duration, log io.Writer, progress func() string) error {
+	return waitWithProgress(ctx, done, timeout, upProgressEvery, log, progress)
+}
+
+// upProgressEvery is how often bench up says how far it is.
+const upProgressEvery = 10 * time.Second
+
+// waitWithProgress waits until done is closed, writing progress() to log
+// every interval; an interruption or the timeout ends it with an error
+// saying how far it got.
+func waitWithProgress(ctx context.Context, done <-chan struct{}, timeout, every time.Duration, log io.Writer, progress func() string) error {
+	began := time.Now()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("interrupted at %s", progress())
+		case <-deadline.C:
+			return fmt.Errorf("timed out after %s at %s", timeout, progress())
+		case <-tick.C:
+			select {
+			case <-done: // a tick and the end at once: the end wins
+				return nil
+			default:
+			}
+			fmt.Fprintf(log, "[%6.0fs] %s\n", time.Since(began).Seconds(), progress())
+		}
 	}
 }
 
@@ -260,7 +287,7 @@ func launchNodes(ctx context.Context, cl *cluster.Cluster, n, workers int, timeo
 	if err != nil {
 		return 0, err
 	}
-	if err := waitFor(ctx, done, timeout, func() string { return fmt.Sprintf("%d/%d nodes Ready", ready.Load(), n) }); err != nil {
+	if err := waitFor(ctx, done, timeout, log, func() string { return fmt.Sprintf("%d/%d nodes Ready", ready.Load(), n) }); err != nil {
 		return 0, err
 	}
 	took := time.Since(start)
