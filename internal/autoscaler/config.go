@@ -30,6 +30,10 @@ type Config struct {
 	NewPodScaleUpDelay   time.Duration
 	MaxPodGracePeriod    time.Duration
 	MaxNodeProvisionTime time.Duration
+	// MaxNodeStartupTime is how long a registered node that is not ready
+	// is taken to be starting: upstream's constant, not a setting of the
+	// ClusterAutoscaler (see Options.MaxNodeStartupTime).
+	MaxNodeStartupTime time.Duration
 	// PriorityCutoff: pods of lower priority are expendable.
 	PriorityCutoff              int32
 	BalanceSimilarNodeGroups    bool
@@ -70,6 +74,7 @@ func DefaultConfig() Config {
 		CordonBeforeDelete:        true,
 		MaxPodGracePeriod:         600 * time.Second,
 		MaxNodeProvisionTime:      15 * time.Minute,
+		MaxNodeStartupTime:        MaxNodeStartupTime,
 		PriorityCutoff:            -10,
 		SkipNodesWithLocalStorage: true,
 		Expanders:                 []string{"least-waste"},

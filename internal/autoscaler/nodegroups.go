@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/machine"
+	"github.com/capstan-dev/capstan/internal/sim"
 	"github.com/capstan-dev/capstan/internal/nodes"
 )
 
@@ -42,10 +43,10 @@ type NodeGroup struct {
 	// Target is the MachineSet's spec.replicas.
 	Target int
 	// Nodes are the registered nodes of its machines that have started:
-	// ready, or not ready for longer than MaxNodeStartupTime.
+	// ready, or not ready for longer than the startup time (MaxNodeStartupTime).
 	Nodes []*corev1.Node
 	// NotStarted are the registered nodes of its machines that are not
-	// ready yet and younger than MaxNodeStartupTime: they are still
+	// ready yet and younger than the startup time: they are still
 	// upcoming, and a simulation puts the template in their place.
 	NotStarted []*corev1.Node
 	// Machines are its machines, deleted ones included.
@@ -100,9 +101,10 @@ type BadGroup struct {
 }
 
 // NodeGroups finds the node groups among sets and ties their machines and
-// nodes to them, as of now. MachineSets with unusable annotations are
+// nodes to them, as of now: a node not ready is starting while younger
+// than maxStartup. MachineSets with unusable annotations are
 // returned apart, with why.
-func NodeGroups(sets []*machinev1.MachineSet, machines []*machinev1.Machine, all []*corev1.Node, now time.Time) ([]*NodeGroup, []BadGroup) {
+func NodeGroups(sets []*machinev1.MachineSet, machines []*machinev1.Machine, all []*corev1.Node, now time.Time, maxStartup time.Duration) ([]*NodeGroup, []BadGroup) {
 	nodesByName := make(map[string]*corev1.Node, len(all))
 	for _, n := range all {
 		nodesByName[n.Name] = n
@@ -149,7 +151,7 @@ func NodeGroups(sets []*machinev1.MachineSet, machines []*machinev1.Machine, all
 		if m.Status.NodeRef != nil && m.DeletionTimestamp.IsZero() {
 			switch n := nodesByName[m.Status.NodeRef.Name]; {
 			case n == nil:
-			case !NodeReady(n) && now.Sub(n.CreationTimestamp.Time) < MaxNodeStartupTime:
+			case !NodeReady(n) && now.Sub(sim.NodeCreated(n)) < maxStartup:
 				g.NotStarted = append(g.NotStarted, n)
 			default:
 				g.Nodes = append(g.Nodes, n)

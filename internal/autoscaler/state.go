@@ -32,7 +32,7 @@ type clusterState struct {
 
 func newClusterState(cfg *Config, all []*corev1.Node, pods []*corev1.Pod, sets []*machinev1.MachineSet, machines []*machinev1.Machine, now time.Time) *clusterState {
 	s := &clusterState{cfg: cfg, sets: sets, machines: machines}
-	s.groups, s.bad = NodeGroups(sets, machines, all, now)
+	s.groups, s.bad = NodeGroups(sets, machines, all, now, cfg.MaxNodeStartupTime)
 	for _, g := range s.groups {
 		g.Template = sanitizeTemplate(g.Template, cfg.StartupTaints)
 	}

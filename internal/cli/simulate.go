@@ -2,8 +2,10 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,7 +20,7 @@ func newSimulateCommand() *cobra.Command {
 		Use:   "simulate",
 		Short: "What-if: snapshots of a cluster, to replay a change on",
 	}
-	c.AddCommand(newSimulateSnapshotCommand())
+	c.AddCommand(newSimulateSnapshotCommand(), newSimulateRunCommand())
 	return c
 }
 
@@ -75,5 +77,84 @@ every list has succeeded.`,
 	}
 	cf.add(c.Flags())
 	c.Flags().StringVarP(&out, "output", "o", "", "file to write the snapshot to (JSON; mode 0600)")
+	return c
+}
+
+func newSimulateRunCommand() *cobra.Command {
+	o := simulate.RunOptions{}
+	var snapshot, output string
+	var changes []string
+	c := &cobra.Command{
+		Use:   "run --snapshot FILE --change KIND=ARG ...",
+		Short: "Replay a snapshot on a private cluster under changes, and report what it would do",
+		Long: `Starts a private embedded capstan (control plane, scheduler, Machine API,
+autoscaler and simulated nodes) in a temporary directory, restores the
+snapshot on it (nodes with their capacity, labels, taints and conditions,
+pods bound where they ran, workloads, PodDisruptionBudgets, Machines,
+MachineSets and autoscalers), applies the changes in order, and reports
+what happened until nothing changed for --quiet or --for passed: pods
+removed and placed, pods left pending with the scheduler's and the
+autoscaler's reasons, nodes lost, added and removed, the autoscaler's
+decisions, and drains left blocked. The cluster the snapshot was taken
+from is not touched.
+
+The cluster runs --speed times faster than real time: grace periods,
+tolerations, eviction rates, lease renewals, the autoscaler's delays and
+instance boot times are all scaled, and the report gives simulated times.
+
+Changes (each --change KIND=ARGUMENT; several are applied in order):
+  policy=FILE                    a scheduler Policy (the first change only)
+  cordon=NODE[,NODE...]          or cordon=zone:ZONE
+  drain=NODE[,NODE...]           or drain=zone:ZONE (evictions honour PDBs)
+  delete=NODE[,NODE...]          or delete=zone:ZONE (deletes their Machines)
+  zone-outage=ZONE               the zone's kubelets stop; nothing launches there
+  scale=[NAMESPACE/]MACHINESET=N a MachineSet's replicas
+  apply=FILE                     Deployments, StatefulSets, DaemonSets, Jobs,
+                                 PodDisruptionBudgets, ClusterAutoscalers,
+                                 MachineAutoscalers`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if snapshot == "" {
+				return errors.New("--snapshot FILE: say which snapshot to simulate")
+			}
+			if output != "table" && output != "json" {
+				return fmt.Errorf("-o %q: want table or json", output)
+			}
+			data, err := os.ReadFile(snapshot)
+			if err != nil {
+				return err
+			}
+			if o.Snapshot, err = simulate.Load(snapshot, data); err != nil {
+				return err
+			}
+			for _, s := range changes {
+				ch, err := simulate.ParseChange(s)
+				if err != nil {
+					return err
+				}
+				o.Changes = append(o.Changes, ch)
+			}
+			o.SnapshotName, o.Log = snapshot, c.ErrOrStderr()
+			rep, err := simulate.Run(c.Context(), o)
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				enc := json.NewEncoder(c.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(rep)
+			}
+			return rep.WriteTable(c.OutOrStdout())
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&snapshot, "snapshot", "", "snapshot file (capstan simulate snapshot)")
+	f.StringArrayVar(&changes, "change", nil, "a change, KIND=ARGUMENT (see above); repeat for several, applied in order")
+	f.Float64Var(&o.Speed, "speed", simulate.DefaultSpeed, "how many times faster than real time the cluster runs (lowered for large snapshots)")
+	f.DurationVar(&o.For, "for", simulate.DefaultFor, "simulated time after the first change at which the run ends, settled or not")
+	f.DurationVar(&o.Quiet, "quiet", simulate.DefaultQuiet, "simulated time without a change after which the cluster counts as settled")
+	f.DurationVar(&o.BootTime, "boot-time", simulate.DefaultBootTime, "simulated time a new instance takes to boot and register")
+	f.StringVar(&o.DataDir, "data-dir", "", "directory for the private cluster (default: a temporary one, removed at the end)")
+	f.StringVarP(&output, "output", "o", "table", "table or json")
 	return c
 }

@@ -43,6 +43,12 @@ const (
 	// Never or OnFailure, a Job's) is how long its simulated containers
 	// work before they exit 0; without it they finish as soon as started.
 	RunSecondsAnnotation = "sim.capstan.dev/run-seconds"
+	// CreatedAnnotation on a Node is when the node it stands for was
+	// created (RFC 3339), where that is earlier than its own
+	// creationTimestamp: a simulation restoring a snapshot's nodes sets
+	// it, so that a node lost just after the restore is an old node that
+	// went away, not a new one still starting.
+	CreatedAnnotation = "sim.capstan.dev/created"
 	// ProviderIDPrefix starts the provider ID of every simulated instance.
 	ProviderIDPrefix = "capstan://"
 )
@@ -206,4 +212,16 @@ func (s *InstanceSpec) Validate() error {
 		return &InstanceError{Reason: ReasonInvalidConfiguration, Message: err.Error()}
 	}
 	return nil
+}
+
+// NodeCreated is when a node was created: its CreatedAnnotation when that
+// is set, valid and earlier, else its creationTimestamp.
+func NodeCreated(n *corev1.Node) time.Time {
+	created := n.CreationTimestamp.Time
+	if v := n.Annotations[CreatedAnnotation]; v != "" {
+		if t, err := time.Parse(time.RFC3339Nano, v); err == nil && t.Before(created) {
+			return t
+		}
+	}
+	return created
 }

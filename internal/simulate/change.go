@@ -1,0 +1,221 @@
+package simulate
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/capstan-dev/capstan/internal/scheduler/policy"
+)
+
+// ChangeKind is what a change does to the simulated cluster.
+type ChangeKind string
+
+// The changes a simulation applies, in the order given.
+const (
+	// ChangePolicy starts the simulation's scheduler (and the autoscaler's
+	// simulations) with a scheduler Policy file.
+	ChangePolicy ChangeKind = "policy"
+	// ChangeCordon marks nodes unschedulable.
+	ChangeCordon ChangeKind = "cordon"
+	// ChangeDrain cordons nodes and evicts their pods, as `oc adm drain`
+	// does, respecting PodDisruptionBudgets.
+	ChangeDrain ChangeKind = "drain"
+	// ChangeDelete deletes nodes: their Machines when they have one (the
+	// Machine API drains and removes them), else the Node and its
+	// instance.
+	ChangeDelete ChangeKind = "delete"
+	// ChangeZoneOutage loses a zone: its nodes' kubelets stop answering and
+	// the cloud launches nothing there.
+	ChangeZoneOutage ChangeKind = "zone-outage"
+	// ChangeScale sets a MachineSet's replicas.
+	ChangeScale ChangeKind = "scale"
+	// ChangeApply creates or replaces the objects of a manifest file:
+	// Deployments, StatefulSets, DaemonSets, Jobs, ClusterAutoscalers,
+	// MachineAutoscalers, PodDisruptionBudgets.
+	ChangeApply ChangeKind = "apply"
+)
+
+var changeKinds = []ChangeKind{ChangePolicy, ChangeCordon, ChangeDrain, ChangeDelete, ChangeZoneOutage, ChangeScale, ChangeApply}
+
+// applyKinds are the kinds an apply change may hold, by apiVersion/kind.
+var applyKinds = map[string]bool{
+	"apps/v1/Deployment":                                 true,
+	"apps/v1/StatefulSet":                                true,
+	"apps/v1/DaemonSet":                                  true,
+	"batch/v1/Job":                                       true,
+	"policy/v1/PodDisruptionBudget":                      true,
+	"autoscaling.openshift.io/v1/ClusterAutoscaler":      true,
+	"autoscaling.openshift.io/v1beta1/MachineAutoscaler": true,
+}
+
+// Change is one change of a simulation, as given on the command line:
+// KIND=ARGUMENT.
+type Change struct {
+	Kind ChangeKind
+	// Arg is the argument as given (a file, node names, a zone, a
+	// MachineSet and its replicas).
+	Arg string
+	// Nodes are the nodes of a cordon, drain or delete, unless Zone is
+	// set: then every node of that zone.
+	Nodes []string
+	Zone  string
+	// MachineSet and Replicas are a scale's.
+	MachineSet string
+	Replicas   int32
+	// Objects are an apply's manifests.
+	Objects []*unstructured.Unstructured
+	// Policy is a policy change's.
+	Policy *policy.Policy
+}
+
+func (c Change) String() string { return string(c.Kind) + "=" + c.Arg }
+
+// ParseChange reads a change given as KIND=ARGUMENT:
+//
+//	policy=FILE                    a scheduler Policy file
+//	cordon=NODE[,NODE...]          or cordon=zone:ZONE
+//	drain=NODE[,NODE...]           or drain=zone:ZONE
+//	delete=NODE[,NODE...]          or delete=zone:ZONE
+//	zone-outage=ZONE
+//	scale=[NAMESPACE/]MACHINESET=REPLICAS
+//	apply=FILE                     manifests (YAML or JSON, several per file)
+//
+// Files are read here, so that a run refuses a bad file before it
+// starts anything.
+func ParseChange(s string) (Change, error) {
+	kind, arg, ok := strings.Cut(s, "=")
+	if !ok || arg == "" {
+		return Change{}, fmt.Errorf("change %q: want KIND=ARGUMENT, KIND one of %s", s, kindList())
+	}
+	c := Change{Kind: ChangeKind(kind), Arg: arg}
+	switch c.Kind {
+	case ChangePolicy:
+		p, err := policy.Load(arg)
+		if err != nil {
+			return Change{}, fmt.Errorf("change %s: %w", s, err)
+		}
+		c.Policy = p
+	case ChangeCordon, ChangeDrain, ChangeDelete:
+		if zone, ok := strings.CutPrefix(arg, "zone:"); ok {
+			if zone == "" {
+				return Change{}, fmt.Errorf("change %s: zone: names no zone", s)
+			}
+			c.Zone = zone
+			break
+		}
+		for _, n := range strings.Split(arg, ",") {
+			if n == "" {
+				return Change{}, fmt.Errorf("change %s: an empty node name in %q", s, arg)
+			}
+			c.Nodes = append(c.Nodes, n)
+		}
+	case ChangeZoneOutage:
+		c.Zone = arg
+	case ChangeScale:
+		set, n, ok := strings.Cut(arg, "=")
+		if !ok || set == "" {
+			return Change{}, fmt.Errorf("change %s: want scale=[NAMESPACE/]MACHINESET=REPLICAS", s)
+		}
+		r, err := strconv.ParseInt(n, 10, 32)
+		if err != nil || r < 0 {
+			return Change{}, fmt.Errorf("change %s: replicas %q is not a whole number of at least 0", s, n)
+		}
+		if !strings.Contains(set, "/") {
+			set = "openshift-machine-api/" + set
+		}
+		c.MachineSet, c.Replicas = set, int32(r)
+	case ChangeApply:
+		objs, err := readManifests(arg)
+		if err != nil {
+			return Change{}, fmt.Errorf("change %s: %w", s, err)
+		}
+		c.Objects = objs
+	default:
+		return Change{}, fmt.Errorf("change %q: unknown kind %q (known: %s)", s, kind, kindList())
+	}
+	return c, nil
+}
+
+func kindList() string {
+	names := make([]string, len(changeKinds))
+	for i, k := range changeKinds {
+		names[i] = string(k)
+	}
+	return strings.Join(names, ", ")
+}
+
+// CheckOrder refuses changes a simulation cannot apply in the order
+// given: the scheduler starts with its Policy, so a policy change comes
+// before any other, and only once.
+func CheckOrder(changes []Change) error {
+	policies := 0
+	for i, c := range changes {
+		if c.Kind != ChangePolicy {
+			continue
+		}
+		policies++
+		if i != 0 {
+			return fmt.Errorf("change %s is change %d: a Policy is what the simulation's scheduler starts with, so it must be the first change", c, i+1)
+		}
+	}
+	if policies > 1 {
+		return errors.New("more than one policy change: the scheduler runs with one Policy")
+	}
+	return nil
+}
+
+// readManifests reads the objects of a YAML or JSON file of one or more
+// documents, each of a kind an apply change may hold.
+func readManifests(path string) ([]*unstructured.Unstructured, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var objs []*unstructured.Unstructured
+	for i := 1; ; i++ {
+		var m map[string]any
+		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return nil, fmt.Errorf("document %d: %w", i, err)
+		}
+		if m == nil {
+			continue // an empty document between separators
+		}
+		o := &unstructured.Unstructured{Object: m}
+		if o.GetKind() == "List" {
+			return nil, fmt.Errorf("document %d is a List: give its items as documents of their own", i)
+		}
+		key := o.GetAPIVersion() + "/" + o.GetKind()
+		if !applyKinds[key] {
+			return nil, fmt.Errorf("document %d: %s %q cannot be applied by a simulation (it applies %s)", i, key, o.GetName(), applyKindList())
+		}
+		if o.GetName() == "" {
+			return nil, fmt.Errorf("document %d: %s has no metadata.name", i, key)
+		}
+		objs = append(objs, o)
+	}
+	if len(objs) == 0 {
+		return nil, errors.New("no objects in the file")
+	}
+	return objs, nil
+}
+
+func applyKindList() string {
+	var keys []string
+	for k := range applyKinds {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return strings.Join(keys, ", ")
+}

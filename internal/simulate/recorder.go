@@ -1,0 +1,485 @@
+package simulate
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	machinev1 "github.com/openshift/api/machine/v1beta1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/capstan-dev/capstan/internal/autoscaler"
+	"github.com/capstan-dev/capstan/internal/machine"
+)
+
+// reportedReasons are the events a report keeps: the autoscaler's
+// decisions and the Machine API's blocked drains.
+var reportedReasons = map[string]bool{
+	autoscaler.ReasonTriggeredScaleUp: true, autoscaler.ReasonNotTriggerScaleUp: true,
+	autoscaler.ReasonScaledUpGroup: true, autoscaler.ReasonFailedToScaleUpGroup: true,
+	autoscaler.ReasonScaleUpTimedOut: true, autoscaler.ReasonScaleUpFailed: true,
+	autoscaler.ReasonMaxNodesTotalReached: true, autoscaler.ReasonScaleDown: true,
+	autoscaler.ReasonScaleDownEmpty: true, autoscaler.ReasonScaleDownFailed: true,
+}
+
+// recorder watches the private cluster and keeps, in simulated time
+// since begin, what changed: pods removed and placed, nodes added,
+// removed and lost, the autoscaler's events, blocked drains.
+type recorder struct {
+	speed    float64
+	factory  informers.SharedInformerFactory
+	dfactory dynamicinformer.DynamicSharedInformerFactory
+	pods     corelisters.PodLister
+	nodes    corelisters.NodeLister
+	sets     appslisters.ReplicaSetLister
+	machines cache.GenericLister
+	stopCh   chan struct{}
+
+	mu            sync.Mutex
+	started       time.Time
+	lastChange    time.Time
+	baselinePods  map[string]bool
+	baselineNodes map[string]bool
+	removed       []PodRemoval
+	removedPods   map[string]bool
+	placedAt      map[string]time.Duration
+	nodeAdded     map[string]time.Duration
+	nodeRemoved   map[string]NodeChange
+	nodeNotReady  map[string]time.Duration
+	events        map[string]*Event
+	podAutoscaler map[string]string
+	machineDrain  map[string]string
+}
+
+func newRecorder(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, speed float64) (*recorder, error) {
+	r := &recorder{speed: speed, stopCh: make(chan struct{}),
+		placedAt: map[string]time.Duration{}, nodeAdded: map[string]time.Duration{}, nodeRemoved: map[string]NodeChange{},
+		nodeNotReady: map[string]time.Duration{}, events: map[string]*Event{}, podAutoscaler: map[string]string{},
+		machineDrain: map[string]string{}, removedPods: map[string]bool{}}
+	r.factory = informers.NewSharedInformerFactory(kube, 0)
+	r.dfactory = dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	podInf := r.factory.Core().V1().Pods()
+	nodeInf := r.factory.Core().V1().Nodes()
+	r.pods, r.nodes = podInf.Lister(), nodeInf.Lister()
+	r.sets = r.factory.Apps().V1().ReplicaSets().Lister()
+	mInf := r.dfactory.ForResource(machinesGVR)
+	r.machines = mInf.Lister()
+	handlers := []struct {
+		inf cache.SharedIndexInformer
+		h   cache.ResourceEventHandlerFuncs
+	}{
+		{podInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: r.podAdded, UpdateFunc: r.podUpdated, DeleteFunc: r.podDeleted}},
+		{nodeInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: r.nodeAddedFn, UpdateFunc: r.nodeUpdated, DeleteFunc: r.nodeDeleted}},
+		{r.factory.Core().V1().Events().Informer(), cache.ResourceEventHandlerFuncs{AddFunc: r.event, UpdateFunc: func(_, o any) { r.event(o) }}},
+		{mInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: func(any) { r.changed() }, UpdateFunc: r.machineUpdated, DeleteFunc: func(any) { r.changed() }}},
+	}
+	for _, h := range handlers {
+		if _, err := h.inf.AddEventHandler(h.h); err != nil {
+			return nil, err
+		}
+	}
+	_ = r.factory.Apps().V1().ReplicaSets().Informer()
+	r.factory.Start(r.stopCh)
+	r.dfactory.Start(r.stopCh)
+	for typ, ok := range r.factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return nil, fmt.Errorf("the simulation's %v informer did not sync", typ)
+		}
+	}
+	for typ, ok := range r.dfactory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return nil, fmt.Errorf("the simulation's %v informer did not sync", typ)
+		}
+	}
+	return r, nil
+}
+
+func (r *recorder) stop() {
+	close(r.stopCh)
+	r.factory.Shutdown()
+	r.dfactory.Shutdown()
+}
+
+// begin marks the start of the changes: what exists now is the baseline.
+func (r *recorder) begin() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.baselinePods, r.baselineNodes = map[string]bool{}, map[string]bool{}
+	pods, _ := r.pods.List(labels.Everything())
+	for _, p := range pods {
+		r.baselinePods[objectKey(p)] = true
+	}
+	ns, _ := r.nodes.List(labels.Everything())
+	for _, n := range ns {
+		r.baselineNodes[n.Name] = true
+	}
+	r.started = time.Now()
+	r.lastChange = r.started
+}
+
+// now is the simulated time since begin.
+func (r *recorder) now() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.simSince(time.Now())
+}
+
+func (r *recorder) simSince(t time.Time) time.Duration {
+	if r.started.IsZero() {
+		return 0
+	}
+	return time.Duration(float64(t.Sub(r.started)) * r.speed)
+}
+
+func (r *recorder) changed() {
+	r.mu.Lock()
+	r.lastChange = time.Now()
+	r.mu.Unlock()
+}
+
+func (r *recorder) runningPods() int {
+	pods, _ := r.pods.List(labels.Everything())
+	n := 0
+	for _, p := range pods {
+		if p.Status.Phase == corev1.PodRunning {
+			n++
+		}
+	}
+	return n
+}
+
+func (r *recorder) nodeList() []*corev1.Node {
+	ns, _ := r.nodes.List(labels.Everything())
+	sort.Slice(ns, func(i, j int) bool { return ns[i].Name < ns[j].Name })
+	return ns
+}
+
+// workloadOf names a pod's workload: its controller, or the Deployment
+// of its ReplicaSet.
+func (r *recorder) workloadOf(p *corev1.Pod) string {
+	ref := metav1.GetControllerOf(p)
+	if ref == nil {
+		return ""
+	}
+	if ref.Kind == "ReplicaSet" {
+		if rs, err := r.sets.ReplicaSets(p.Namespace).Get(ref.Name); err == nil {
+			if d := metav1.GetControllerOf(rs); d != nil {
+				return d.Kind + " " + p.Namespace + "/" + d.Name
+			}
+		}
+	}
+	return ref.Kind + " " + p.Namespace + "/" + ref.Name
+}
+
+func (r *recorder) podAdded(obj any) { r.changed() }
+
+func (r *recorder) podUpdated(old, obj any) {
+	o, ok1 := old.(*corev1.Pod)
+	p, ok2 := obj.(*corev1.Pod)
+	if !ok1 || !ok2 {
+		return
+	}
+	if o.Spec.NodeName == p.Spec.NodeName && o.Status.Phase == p.Status.Phase && (o.DeletionTimestamp == nil) == (p.DeletionTimestamp == nil) {
+		return
+	}
+	var workload string
+	if o.DeletionTimestamp == nil && p.DeletionTimestamp != nil {
+		workload = r.workloadOf(p)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lastChange = time.Now()
+	if r.started.IsZero() {
+		return
+	}
+	if o.Spec.NodeName == "" && p.Spec.NodeName != "" {
+		r.placedAt[objectKey(p)] = r.simSince(r.lastChange)
+	}
+	if o.DeletionTimestamp == nil && p.DeletionTimestamp != nil {
+		// A pod is removed from its node when its deletion begins: on
+		// a lost node it stays Terminating, its replacement made at once.
+		r.recordRemoval(p, workload)
+	}
+}
+
+// recordRemoval keeps a pod's removal from its node, once, with the
+// reason of its DisruptionTarget condition. r.mu is held.
+func (r *recorder) recordRemoval(p *corev1.Pod, workload string) {
+	key := objectKey(p)
+	if p.Spec.NodeName == "" || r.removedPods[key] {
+		return
+	}
+	r.removedPods[key] = true
+	reason := "Deleted"
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue && c.Reason != "" {
+			reason = c.Reason
+		}
+	}
+	r.removed = append(r.removed, PodRemoval{Pod: key, Workload: workload, Node: p.Spec.NodeName,
+		At: Duration(r.simSince(r.lastChange)), Reason: reason})
+}
+
+func (r *recorder) podDeleted(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	workload := r.workloadOf(p)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lastChange = time.Now()
+	if !r.started.IsZero() {
+		r.recordRemoval(p, workload)
+	}
+}
+
+func (r *recorder) nodeAddedFn(obj any) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lastChange = time.Now()
+	if !r.started.IsZero() {
+		r.nodeAdded[n.Name] = r.simSince(r.lastChange)
+	}
+}
+
+func (r *recorder) nodeUpdated(old, obj any) {
+	o, ok1 := old.(*corev1.Node)
+	n, ok2 := obj.(*corev1.Node)
+	if !ok1 || !ok2 || (nodeReady(o) == nodeReady(n) && o.Spec.Unschedulable == n.Spec.Unschedulable && len(o.Spec.Taints) == len(n.Spec.Taints)) {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lastChange = time.Now()
+	if nodeReady(o) && !nodeReady(n) && !r.started.IsZero() {
+		if _, seen := r.nodeNotReady[n.Name]; !seen {
+			r.nodeNotReady[n.Name] = r.simSince(r.lastChange)
+		}
+	}
+}
+
+func (r *recorder) nodeDeleted(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	set := r.machineSetOf(n)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lastChange = time.Now()
+	if !r.started.IsZero() {
+		r.nodeRemoved[n.Name] = NodeChange{Node: n.Name, Zone: nodeZone(n), At: Duration(r.simSince(r.lastChange)), MachineSet: set}
+	}
+}
+
+func (r *recorder) machineUpdated(old, obj any) {
+	o, ok1 := old.(*unstructured.Unstructured)
+	m, ok2 := obj.(*unstructured.Unstructured)
+	if !ok1 || !ok2 {
+		return
+	}
+	op, _, _ := unstructured.NestedString(o.Object, "status", "phase")
+	mp, _, _ := unstructured.NestedString(m.Object, "status", "phase")
+	if op != mp || (o.GetDeletionTimestamp() == nil) != (m.GetDeletionTimestamp() == nil) {
+		r.changed()
+	}
+}
+
+func (r *recorder) event(obj any) {
+	e, ok := obj.(*corev1.Event)
+	if !ok {
+		return
+	}
+	obj0 := e.InvolvedObject
+	key := obj0.Name
+	if obj0.Namespace != "" {
+		key = obj0.Namespace + "/" + obj0.Name
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case obj0.Kind == "Pod" && (e.Reason == autoscaler.ReasonNotTriggerScaleUp || e.Reason == autoscaler.ReasonTriggeredScaleUp):
+		r.podAutoscaler[key] = e.Message
+	case obj0.Kind == "Machine" && (e.Reason == machine.EventDrainBlocked || e.Reason == machine.EventTerminateBlocked):
+		r.machineDrain[key] = e.Message
+	}
+	if r.started.IsZero() || !reportedReasons[e.Reason] || e.LastTimestamp.Time.Before(r.started.Truncate(time.Second)) {
+		return
+	}
+	id := e.Reason + "\x00" + obj0.Kind + "\x00" + key + "\x00" + e.Message
+	if ev := r.events[id]; ev != nil {
+		ev.Count = max(ev.Count, int(e.Count))
+		return
+	}
+	r.events[id] = &Event{At: Duration(r.simSince(time.Now())), Object: obj0.Kind + " " + key, Reason: e.Reason, Message: e.Message, Count: max(1, int(e.Count))}
+}
+
+// machineSetOf names the MachineSet of a node's Machine, if it has one.
+func (r *recorder) machineSetOf(n *corev1.Node) string {
+	ref := n.Annotations[machine.MachineAnnotation]
+	if ref == "" {
+		return ""
+	}
+	obj, err := r.machines.Get(ref)
+	if err != nil {
+		return ""
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return ""
+	}
+	for _, o := range u.GetOwnerReferences() {
+		if o.Kind == "MachineSet" {
+			return o.Name
+		}
+	}
+	return ""
+}
+
+// waitSettled waits until nothing has changed for quiet, or until limit
+// has passed since begin (real time both), saying which.
+func (r *recorder) waitSettled(ctx context.Context, quiet, limit time.Duration, log interface{ Write([]byte) (int, error) }) bool {
+	r.changed()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	report := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+		r.mu.Lock()
+		last, started := r.lastChange, r.started
+		r.mu.Unlock()
+		now := time.Now()
+		if now.Sub(last) >= quiet {
+			return true
+		}
+		if now.Sub(started) >= limit {
+			return false
+		}
+		if now.Sub(report) >= 10*time.Second {
+			report = now
+			fmt.Fprintf(log, "Simulated %s; last change %s ago\n", Duration(r.now()), Duration(time.Duration(float64(now.Sub(last))*r.speed)))
+		}
+	}
+}
+
+// fill writes what was recorded into the report.
+func (r *recorder) fill(rep *Report, a *applier) error {
+	pods, err := r.pods.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	sort.Slice(pods, func(i, j int) bool { return objectKey(pods[i]) < objectKey(pods[j]) })
+	var machines []machinev1.Machine
+	objs, _ := r.machines.List(labels.Everything())
+	for _, o := range objs {
+		var m machinev1.Machine
+		if u, ok := o.(*unstructured.Unstructured); ok && runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &m) == nil {
+			machines = append(machines, m)
+		}
+	}
+	zoneOf := map[string]string{}
+	for _, n := range r.nodeList() {
+		zoneOf[n.Name] = nodeZone(n)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep.Duration = Duration(r.simSince(time.Now()))
+	if rep.Settled {
+		rep.Duration = Duration(r.simSince(r.lastChange))
+	}
+	rep.Removed = append([]PodRemoval{}, r.removed...)
+	sort.SliceStable(rep.Removed, func(i, j int) bool { return rep.Removed[i].At < rep.Removed[j].At })
+	rep.Placed, rep.Pending = []PodPlacement{}, []PendingPod{}
+	for _, p := range pods {
+		key := objectKey(p)
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		if p.Spec.NodeName == "" {
+			pp := PendingPod{Pod: key, Workload: r.workloadOf(p), Autoscaler: r.podAutoscaler[key]}
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+					pp.Scheduler = c.Message
+				}
+			}
+			rep.Pending = append(rep.Pending, pp)
+			continue
+		}
+		if r.baselinePods[key] {
+			continue
+		}
+		at, ok := r.placedAt[key]
+		if !ok {
+			at = r.simSince(p.CreationTimestamp.Time)
+		}
+		rep.Placed = append(rep.Placed, PodPlacement{Pod: key, Workload: r.workloadOf(p), Node: p.Spec.NodeName, Zone: zoneOf[p.Spec.NodeName], At: Duration(at)})
+	}
+	sort.SliceStable(rep.Placed, func(i, j int) bool { return rep.Placed[i].At < rep.Placed[j].At })
+	rep.NodesAdded, rep.NodesRemoved, rep.NodesNotReady = []NodeChange{}, []NodeChange{}, []NodeChange{}
+	for name, at := range r.nodeAdded {
+		nc := NodeChange{Node: name, Zone: zoneOf[name], At: Duration(at)}
+		if n, err := r.nodes.Get(name); err == nil {
+			nc.MachineSet = r.machineSetOf(n)
+		} else if gone, ok := r.nodeRemoved[name]; ok {
+			nc.Zone, nc.MachineSet = gone.Zone, gone.MachineSet
+		}
+		rep.NodesAdded = append(rep.NodesAdded, nc)
+	}
+	for _, nc := range r.nodeRemoved {
+		rep.NodesRemoved = append(rep.NodesRemoved, nc)
+	}
+	for name, at := range r.nodeNotReady {
+		rep.NodesNotReady = append(rep.NodesNotReady, NodeChange{Node: name, Zone: zoneOf[name], At: Duration(at)})
+	}
+	for _, l := range [][]NodeChange{rep.NodesAdded, rep.NodesRemoved, rep.NodesNotReady} {
+		sort.Slice(l, func(i, j int) bool {
+			if l[i].At != l[j].At {
+				return l[i].At < l[j].At
+			}
+			return l[i].Node < l[j].Node
+		})
+	}
+	rep.Autoscaler = []Event{}
+	for _, e := range r.events {
+		rep.Autoscaler = append(rep.Autoscaler, *e)
+	}
+	sort.Slice(rep.Autoscaler, func(i, j int) bool {
+		if rep.Autoscaler[i].At != rep.Autoscaler[j].At {
+			return rep.Autoscaler[i].At < rep.Autoscaler[j].At
+		}
+		return rep.Autoscaler[i].Object+rep.Autoscaler[i].Reason < rep.Autoscaler[j].Object+rep.Autoscaler[j].Reason
+	})
+	rep.BlockedDrains = a.blockedDrains(pods, machines, r.machineDrain)
+	if rep.BlockedDrains == nil {
+		rep.BlockedDrains = []BlockedDrain{}
+	}
+	return nil
+}

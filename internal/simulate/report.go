@@ -1,0 +1,246 @@
+package simulate
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is what a simulation saw, in simulated time: durations since
+// the first change, at the cluster's speed.
+type Report struct {
+	Snapshot string    `json:"snapshot"`
+	TakenAt  time.Time `json:"takenAt"`
+	// Speed is how much faster than real time the simulation ran.
+	Speed float64 `json:"speed"`
+	// Nodes and Pods are the snapshot's, restored.
+	Nodes int `json:"nodes"`
+	Pods  int `json:"pods"`
+	// Changes are the changes applied, in order, with when and how each
+	// went.
+	Changes []AppliedChange `json:"changes"`
+	// Settled says whether nothing changed for the quiet time before the
+	// end; otherwise the run ended at --for.
+	Settled bool `json:"settled"`
+	// Duration is the simulated time from the first change to the end
+	// (or, settled, to the last thing that happened).
+	Duration Duration `json:"duration"`
+	// Removed are the pods deleted from their nodes, and why.
+	Removed []PodRemoval `json:"removed"`
+	// Placed are the pods made during the simulation that a node took.
+	Placed []PodPlacement `json:"placed"`
+	// Pending are the pods without a node at the end, with the
+	// scheduler's and the autoscaler's reasons.
+	Pending []PendingPod `json:"pending"`
+	// NodesAdded and NodesRemoved are the nodes that registered or went
+	// away; NodesNotReady those that stopped being Ready.
+	NodesAdded    []NodeChange `json:"nodesAdded"`
+	NodesRemoved  []NodeChange `json:"nodesRemoved"`
+	NodesNotReady []NodeChange `json:"nodesNotReady"`
+	// Autoscaler are the cluster autoscaler's events: scale-ups, the pods
+	// it would not scale up for and why, scale-downs.
+	Autoscaler []Event `json:"autoscaler"`
+	// BlockedDrains are drains that had not finished at the end: of a
+	// drain change, or of a Machine being deleted.
+	BlockedDrains []BlockedDrain `json:"blockedDrains"`
+}
+
+// Duration is a time.Duration written as text ("4m10s").
+type Duration time.Duration
+
+// MarshalText writes the duration as time.Duration does, to the second.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+func (d Duration) String() string { return time.Duration(d).Round(time.Second).String() }
+
+// AppliedChange is a change and how applying it went.
+type AppliedChange struct {
+	Change string   `json:"change"`
+	At     Duration `json:"at"`
+	Error  string   `json:"error,omitempty"`
+}
+
+// PodRemoval is a pod deleted from its node.
+type PodRemoval struct {
+	Pod      string   `json:"pod"`
+	Workload string   `json:"workload,omitempty"`
+	Node     string   `json:"node"`
+	At       Duration `json:"at"`
+	// Reason is the pod's DisruptionTarget condition's reason
+	// (DeletionByTaintManager, EvictionByEvictionAPI, DeletionByPodGC,
+	// PreemptionByScheduler, ...), or Deleted.
+	Reason string `json:"reason"`
+}
+
+// PodPlacement is a new pod a node took.
+type PodPlacement struct {
+	Pod      string   `json:"pod"`
+	Workload string   `json:"workload,omitempty"`
+	Node     string   `json:"node"`
+	Zone     string   `json:"zone,omitempty"`
+	At       Duration `json:"at"`
+}
+
+// PendingPod is a pod no node took.
+type PendingPod struct {
+	Pod      string `json:"pod"`
+	Workload string `json:"workload,omitempty"`
+	// Scheduler is the scheduler's last word (PodScheduled's message).
+	Scheduler string `json:"scheduler,omitempty"`
+	// Autoscaler is the autoscaler's last word on the pod.
+	Autoscaler string `json:"autoscaler,omitempty"`
+}
+
+// NodeChange is a node that came, went or stopped being Ready.
+type NodeChange struct {
+	Node string   `json:"node"`
+	Zone string   `json:"zone,omitempty"`
+	At   Duration `json:"at"`
+	// MachineSet is the MachineSet of the node's Machine, if any.
+	MachineSet string `json:"machineSet,omitempty"`
+}
+
+// Event is an event of the simulation.
+type Event struct {
+	At      Duration `json:"at"`
+	Object  string   `json:"object"`
+	Reason  string   `json:"reason"`
+	Message string   `json:"message"`
+	Count   int      `json:"count"`
+}
+
+// BlockedDrain is a drain that had not finished.
+type BlockedDrain struct {
+	Node string `json:"node"`
+	// By is what drained: the change, or the Machine being deleted.
+	By      string   `json:"by"`
+	Pods    []string `json:"pods"`
+	Message string   `json:"message"`
+}
+
+// WriteTable writes the report for a terminal.
+func (r *Report) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	p := func(format string, a ...any) { fmt.Fprintf(tw, format, a...) }
+	end := "ended at --for"
+	if r.Settled {
+		end = "settled"
+	}
+	p("Simulated %d nodes and %d pods of the snapshot taken %s, at %gx: %s after %s.\n",
+		r.Nodes, r.Pods, r.TakenAt.UTC().Format(time.RFC3339), r.Speed, end, r.Duration)
+	p("\nCHANGE\tAT\tRESULT\n")
+	for _, c := range r.Changes {
+		res := "applied"
+		if c.Error != "" {
+			res = c.Error
+		}
+		p("%s\t%s\t%s\n", c.Change, c.At, res)
+	}
+	if len(r.NodesNotReady)+len(r.NodesRemoved)+len(r.NodesAdded) > 0 {
+		p("\nNODE\tZONE\tAT\tWHAT\n")
+		for _, set := range []struct {
+			what  string
+			nodes []NodeChange
+		}{{"NotReady", r.NodesNotReady}, {"removed", r.NodesRemoved}, {"added", r.NodesAdded}} {
+			for _, n := range set.nodes {
+				what := set.what
+				if n.MachineSet != "" {
+					what += " (MachineSet " + n.MachineSet + ")"
+				}
+				p("%s\t%s\t%s\t%s\n", n.Node, n.Zone, n.At, what)
+			}
+		}
+	}
+	if len(r.Removed)+len(r.Placed) > 0 {
+		p("\nWORKLOAD\tPODS REMOVED\tPODS PLACED\tPLACED ON\n")
+		for _, wl := range workloadSummary(r) {
+			p("%s\t%d\t%d\t%s\n", wl.name, wl.removed, wl.placed, strings.Join(wl.on, ", "))
+		}
+		reasons := map[string]int{}
+		for _, rm := range r.Removed {
+			reasons[rm.Reason]++
+		}
+		var rs []string
+		for k, n := range reasons {
+			rs = append(rs, fmt.Sprintf("%s %d", k, n))
+		}
+		sort.Strings(rs)
+		p("Pods removed by: %s\n", strings.Join(rs, ", "))
+	}
+	if len(r.Pending) > 0 {
+		p("\nPENDING POD\tWORKLOAD\tSCHEDULER\tAUTOSCALER\n")
+		for _, pp := range r.Pending {
+			p("%s\t%s\t%s\t%s\n", pp.Pod, pp.Workload, pp.Scheduler, pp.Autoscaler)
+		}
+	}
+	if len(r.Autoscaler) > 0 {
+		p("\nAUTOSCALER\tAT\tOBJECT\tCOUNT\tMESSAGE\n")
+		for _, e := range r.Autoscaler {
+			p("%s\t%s\t%s\t%d\t%s\n", e.Reason, e.At, e.Object, e.Count, e.Message)
+		}
+	}
+	if len(r.BlockedDrains) > 0 {
+		p("\nBLOCKED DRAIN\tBY\tPODS LEFT\tWHY\n")
+		for _, d := range r.BlockedDrains {
+			p("%s\t%s\t%s\t%s\n", d.Node, d.By, strings.Join(d.Pods, ", "), d.Message)
+		}
+	}
+	return tw.Flush()
+}
+
+type workloadLine struct {
+	name            string
+	removed, placed int
+	on              []string
+}
+
+// workloadSummary counts the removed and placed pods by workload.
+func workloadSummary(r *Report) []workloadLine {
+	by := map[string]*workloadLine{}
+	get := func(w, pod string) *workloadLine {
+		if w == "" {
+			w = "pod " + pod
+		}
+		if by[w] == nil {
+			by[w] = &workloadLine{name: w}
+		}
+		return by[w]
+	}
+	for _, rm := range r.Removed {
+		get(rm.Workload, rm.Pod).removed++
+	}
+	for _, pl := range r.Placed {
+		l := get(pl.Workload, pl.Pod)
+		l.placed++
+		l.on = append(l.on, pl.Node)
+	}
+	out := make([]workloadLine, 0, len(by))
+	for _, l := range by {
+		sort.Strings(l.on)
+		l.on = compactCounts(l.on)
+		out = append(out, *l)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+// compactCounts turns sorted names into "name" or "name x3".
+func compactCounts(sorted []string) []string {
+	var out []string
+	for i := 0; i < len(sorted); {
+		j := i
+		for j < len(sorted) && sorted[j] == sorted[i] {
+			j++
+		}
+		if j-i > 1 {
+			out = append(out, fmt.Sprintf("%s x%d", sorted[i], j-i))
+		} else {
+			out = append(out, sorted[i])
+		}
+		i = j
+	}
+	return out
+}

@@ -1,0 +1,838 @@
+package simulate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	machinev1 "github.com/openshift/api/machine/v1beta1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/capstan-dev/capstan/internal/autoscaler"
+	"github.com/capstan-dev/capstan/internal/machine"
+	"github.com/capstan-dev/capstan/internal/nodes"
+	"github.com/capstan-dev/capstan/internal/sim"
+)
+
+// restorer rebuilds a snapshot's cluster on a private, empty one: the
+// nodes as simulated instances with the snapshot's capacity, labels,
+// taints and conditions, the pods bound where they ran, the workloads
+// adopting them, and the Machine API objects backed by those instances.
+// Every duration the cluster waits on (tolerations, grace periods, the
+// autoscaler's delays) is divided by speed.
+type restorer struct {
+	snap  *Snapshot
+	kube  kubernetes.Interface
+	dyn   dynamic.Interface
+	cloud *sim.APICloud
+	speed float64
+
+	// machineNode maps a snapshot Machine (namespace/name) to its node;
+	// the simulated Machine takes the node's name, since a simulated
+	// instance, its node and its machine share one name.
+	machineNode map[string]string
+	// nodesByName are the snapshot's nodes.
+	nodesByName map[string]*corev1.Node
+	// stopped are the nodes whose kubelet was not Ready in the snapshot:
+	// they are restored with their kubelet stopped.
+	stopped map[string]bool
+	// boundPods are the pods restored bound to a node whose kubelet runs.
+	boundPods int
+}
+
+func typed[T any](u *unstructured.Unstructured) (*T, error) {
+	var out T
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &out); err != nil {
+		return nil, fmt.Errorf("%s %s: %w", u.GetKind(), objectKey(u), err)
+	}
+	return &out, nil
+}
+
+func objectKey(u metav1.Object) string {
+	if u.GetNamespace() == "" {
+		return u.GetName()
+	}
+	return u.GetNamespace() + "/" + u.GetName()
+}
+
+// scaled divides a duration by the speed, keeping at least a millisecond
+// of a duration that had one.
+func scaled(d time.Duration, speed float64) time.Duration {
+	if d <= 0 {
+		return d
+	}
+	return max(time.Duration(float64(d)/speed), time.Millisecond)
+}
+
+// scaledSeconds divides whole seconds by the speed, rounding up: a
+// duration of seconds stays at least a second.
+func scaledSeconds(s int64, speed float64) int64 {
+	if s <= 0 {
+		return s
+	}
+	return int64(math.Ceil(float64(s) / speed))
+}
+
+func (r *restorer) objects(key string) []unstructured.Unstructured {
+	res, _ := resourceByKey(key)
+	objs, _ := r.snap.Get(res)
+	return objs
+}
+
+// restore creates everything, in the order that lets controllers adopt
+// what already runs rather than start anew: pods before the ReplicaSets,
+// StatefulSets, DaemonSets and Jobs that own them, ReplicaSets before
+// their Deployments, Machines before their MachineSets.
+func (r *restorer) restore(ctx context.Context) error {
+	r.nodesByName, r.stopped, r.machineNode = map[string]*corev1.Node{}, map[string]bool{}, map[string]string{}
+	for _, u := range r.objects("v1/nodes") {
+		n, err := typed[corev1.Node](&u)
+		if err != nil {
+			return err
+		}
+		r.nodesByName[n.Name] = n
+		if c := nodes.Condition(n, corev1.NodeReady); c == nil || c.Status != corev1.ConditionTrue {
+			r.stopped[n.Name] = true
+		}
+		if m := n.Annotations[machine.MachineAnnotation]; m != "" {
+			r.machineNode[m] = n.Name
+		}
+	}
+	for _, u := range r.objects("machine.openshift.io/v1beta1/machines") {
+		if ref, ok, _ := unstructured.NestedString(u.Object, "status", "nodeRef", "name"); ok && ref != "" {
+			r.machineNode[objectKey(&u)] = ref
+		}
+	}
+	steps := []struct {
+		what string
+		fn   func(context.Context) error
+	}{
+		{"namespaces", r.namespaces},
+		{"cluster-scoped classes", r.classes},
+		{"persistent volumes and claims", r.volumes},
+		{"nodes", r.nodes},
+		{"machines", r.machines},
+		{"pods", r.pods},
+		{"workloads", r.workloads},
+		{"disruption budgets and autoscalers", r.policies},
+	}
+	for _, s := range steps {
+		if err := s.fn(ctx); err != nil {
+			return fmt.Errorf("restoring %s: %w", s.what, err)
+		}
+	}
+	return nil
+}
+
+// cleanMeta strips what the API server sets, and owner references: the
+// controllers adopt what their selectors match.
+func cleanMeta(u *unstructured.Unstructured) {
+	for _, f := range []string{"uid", "resourceVersion", "creationTimestamp", "generation", "managedFields",
+		"ownerReferences", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds", "finalizers"} {
+		unstructured.RemoveNestedField(u.Object, "metadata", f)
+	}
+	unstructured.RemoveNestedField(u.Object, "status")
+}
+
+func (r *restorer) create(ctx context.Context, res Resource, u *unstructured.Unstructured, skipExisting bool) error {
+	ri := r.dyn.Resource(res.GVR)
+	var err error
+	if res.Namespaced {
+		_, err = ri.Namespace(u.GetNamespace()).Create(ctx, u, metav1.CreateOptions{})
+	} else {
+		_, err = ri.Create(ctx, u, metav1.CreateOptions{})
+	}
+	if err != nil && !(skipExisting && apierrors.IsAlreadyExists(err)) {
+		return fmt.Errorf("%s %s: %w", res.Kind, objectKey(u), err)
+	}
+	return nil
+}
+
+func (r *restorer) namespaces(ctx context.Context) error {
+	for _, u := range r.objects("v1/namespaces") {
+		if u.GetDeletionTimestamp() != nil {
+			continue
+		}
+		u := u.DeepCopy()
+		cleanMeta(u)
+		unstructured.RemoveNestedField(u.Object, "spec")
+		_, err := r.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+			Name: u.GetName(), Labels: u.GetLabels(), Annotations: u.GetAnnotations()}}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			// The private cluster made it (default, kube-system,
+			// openshift-machine-api): the snapshot's node selectors and
+			// labels still apply.
+			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": u.GetLabels(), "annotations": u.GetAnnotations()}})
+			_, err = r.kube.CoreV1().Namespaces().Patch(ctx, u.GetName(), "application/merge-patch+json", patch, metav1.PatchOptions{})
+		}
+		if err != nil {
+			return fmt.Errorf("namespace %s: %w", u.GetName(), err)
+		}
+	}
+	return nil
+}
+
+func (r *restorer) classes(ctx context.Context) error {
+	for _, key := range []string{"scheduling.k8s.io/v1/priorityclasses", "storage.k8s.io/v1/storageclasses"} {
+		res, _ := resourceByKey(key)
+		for _, u := range r.objects(key) {
+			u := u.DeepCopy()
+			cleanMeta(u)
+			// The API server makes its own system classes.
+			if err := r.create(ctx, res, u, true); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (r *restorer) volumes(ctx context.Context) error {
+	pvs, _ := resourceByKey("v1/persistentvolumes")
+	for _, u := range r.objects(pvs.Key()) {
+		u := u.DeepCopy()
+		cleanMeta(u)
+		unstructured.RemoveNestedField(u.Object, "spec", "claimRef", "uid")
+		unstructured.RemoveNestedField(u.Object, "spec", "claimRef", "resourceVersion")
+		if err := r.create(ctx, pvs, u, false); err != nil {
+			return err
+		}
+	}
+	pvcs, _ := resourceByKey("v1/persistentvolumeclaims")
+	for _, u := range r.objects(pvcs.Key()) {
+		if u.GetDeletionTimestamp() != nil {
+			continue
+		}
+		u := u.DeepCopy()
+		cleanMeta(u)
+		if err := r.create(ctx, pvcs, u, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// controllerTaints are the taints the node lifecycle controller and the
+// cloud node controller keep from a node's conditions and spec: the
+// private cluster's controllers set them from its own.
+var controllerTaints = map[string]bool{
+	corev1.TaintNodeNotReady:                         true,
+	corev1.TaintNodeUnreachable:                      true,
+	corev1.TaintNodeUnschedulable:                    true,
+	corev1.TaintNodeMemoryPressure:                   true,
+	corev1.TaintNodeDiskPressure:                     true,
+	corev1.TaintNodePIDPressure:                      true,
+	corev1.TaintNodeNetworkUnavailable:               true,
+	"node.cloudprovider.kubernetes.io/uninitialized": true,
+	"node.cloudprovider.kubernetes.io/shutdown":      true,
+}
+
+// instanceSpecOf is the simulated instance behind a snapshot's node: its
+// allocatable resources as the instance's capacity (what the scheduler
+// counts), its labels and its own taints.
+func instanceSpecOf(n *corev1.Node, machineName string) (sim.InstanceSpec, error) {
+	alloc := n.Status.Allocatable
+	if len(alloc) == 0 {
+		alloc = n.Status.Capacity
+	}
+	cpu, okCPU := alloc[corev1.ResourceCPU]
+	mem, okMem := alloc[corev1.ResourceMemory]
+	if !okCPU || !okMem {
+		return sim.InstanceSpec{}, fmt.Errorf("node %s reports no allocatable cpu or memory", n.Name)
+	}
+	pods := int64(110)
+	if p, ok := alloc[corev1.ResourcePods]; ok {
+		pods = p.Value()
+	}
+	spec := sim.InstanceSpec{
+		Name: n.Name, CPU: cpu, Memory: mem, Pods: pods,
+		InstanceType: n.Labels[sim.LabelInstanceType], Region: n.Labels[sim.LabelRegion], Zone: nodeZone(n),
+		Role: "worker", Labels: map[string]string{}, Machine: machineName,
+	}
+	if spec.InstanceType == "" {
+		spec.InstanceType = "snapshot"
+	}
+	if _, ok := n.Labels[nodes.LabelRoleMaster]; ok {
+		spec.Role = "master"
+	}
+	if _, ok := n.Labels[nodes.LabelRoleControlPlane]; ok {
+		spec.Role = "master"
+	}
+	for k, v := range n.Labels {
+		spec.Labels[k] = v
+	}
+	for name, q := range alloc {
+		switch {
+		case name == corev1.ResourceCPU, name == corev1.ResourceMemory, name == corev1.ResourcePods,
+			name == corev1.ResourceEphemeralStorage, strings.HasPrefix(string(name), corev1.ResourceHugePagesPrefix):
+		case name == sim.ResourceGPU:
+			spec.GPU = q.Value()
+		default:
+			if !q.IsZero() {
+				if spec.ExtendedResources == nil {
+					spec.ExtendedResources = map[corev1.ResourceName]resource.Quantity{}
+				}
+				spec.ExtendedResources[name] = q
+			}
+		}
+	}
+	for _, t := range n.Spec.Taints {
+		if !controllerTaints[t.Key] {
+			spec.Taints = append(spec.Taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
+		}
+	}
+	if machineName != "" {
+		spec.Annotations = map[string]string{machine.MachineAnnotation: machine.Namespace + "/" + machineName}
+	}
+	return spec, spec.Validate()
+}
+
+func nodeZone(n *corev1.Node) string {
+	if z := n.Labels[sim.LabelZone]; z != "" {
+		return z
+	}
+	return n.Labels["failure-domain.beta.kubernetes.io/zone"]
+}
+
+// nodes launches an instance per snapshot node, waits for their nodes to
+// register, and then gives each exactly the snapshot's labels, taints,
+// schedulability and conditions.
+func (r *restorer) nodes(ctx context.Context) error {
+	linked := map[string]bool{}
+	for _, n := range r.machineNode {
+		linked[n] = true
+	}
+	names := make([]string, 0, len(r.nodesByName))
+	for name := range r.nodesByName {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	err := parallel(ctx, names, func(ctx context.Context, name string) error {
+		m := ""
+		if linked[name] {
+			m = name
+		}
+		n := r.nodesByName[name]
+		spec, err := instanceSpecOf(n, m)
+		if err != nil {
+			return err
+		}
+		// The node was as old at the snapshot as it is now in the
+		// simulation's time.
+		if age := r.snap.TakenAt.Sub(n.CreationTimestamp.Time); !n.CreationTimestamp.IsZero() && age > 0 {
+			if spec.Annotations == nil {
+				spec.Annotations = map[string]string{}
+			}
+			spec.Annotations[sim.CreatedAnnotation] = time.Now().Add(-scaled(age, r.speed)).UTC().Format(time.RFC3339Nano)
+		}
+		if _, err := r.cloud.CreateInstance(ctx, spec); err != nil {
+			return fmt.Errorf("launching node %s: %w", name, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for {
+		list, err := r.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return err
+		}
+		if len(list.Items) >= len(names) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d nodes registered: %w", len(list.Items), len(names), ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return parallel(ctx, names, func(ctx context.Context, name string) error {
+		want := r.nodesByName[name]
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			n, err := r.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			labels := map[string]string{}
+			for k, v := range want.Labels {
+				labels[k] = v
+			}
+			n.Labels = labels
+			var taints []corev1.Taint
+			for _, t := range n.Spec.Taints {
+				if controllerTaints[t.Key] {
+					taints = append(taints, t)
+				}
+			}
+			for _, t := range want.Spec.Taints {
+				if !controllerTaints[t.Key] {
+					taints = append(taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
+				}
+			}
+			n.Spec.Taints = taints
+			n.Spec.Unschedulable = want.Spec.Unschedulable
+			if r.stopped[name] {
+				n.Annotations[sim.StoppedAnnotation] = "true"
+			}
+			for _, t := range []corev1.NodeConditionType{corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure} {
+				if c := nodes.Condition(want, t); c != nil && c.Status == corev1.ConditionTrue {
+					n.Annotations[sim.ConditionAnnotationPrefix+string(t)] = string(corev1.ConditionTrue)
+				}
+			}
+			_, err = r.kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+			return err
+		})
+	})
+}
+
+// parallel runs fn for every item on a few workers, returning the first
+// error; the others still finish.
+func parallel[T any](ctx context.Context, items []T, fn func(context.Context, T) error) error {
+	const workers = 16
+	ch := make(chan T)
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	for range min(workers, len(items)) {
+		wg.Go(func() {
+			for it := range ch {
+				if err := fn(ctx, it); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for _, it := range items {
+		ch <- it
+	}
+	close(ch)
+	wg.Wait()
+	if len(errs) > 3 {
+		return fmt.Errorf("%w (and %d more errors)", errors.Join(errs[:3]...), len(errs)-3)
+	}
+	return errors.Join(errs...)
+}
+
+// providerSpecOf is the capstan provider spec standing for a snapshot's
+// MachineSet or Machine: its own when it already is one (a capstan
+// cluster's snapshot), else the instance size OpenShift's scale-from-zero
+// annotations give (machine.openshift.io/vCPU, memoryMb, GPU), else that
+// of a node it backs, in the zone its provider spec or labels name.
+func providerSpecOf(what string, annotations, labels map[string]string, raw *runtime.RawExtension, node *corev1.Node) (*runtime.RawExtension, error) {
+	if raw != nil && len(raw.Raw) > 0 {
+		if _, err := machine.ParseProviderSpec(machinev1.ProviderSpec{Value: raw}); err == nil {
+			return raw, nil
+		}
+	}
+	ps := machine.ProviderSpec{InstanceType: labels[machine.InstanceTypeLabel], Region: labels[machine.RegionLabel], Zone: labels[machine.ZoneLabel]}
+	if raw != nil && len(raw.Raw) > 0 {
+		var cloud struct {
+			Placement struct {
+				AvailabilityZone string `json:"availabilityZone"`
+				Region           string `json:"region"`
+			} `json:"placement"`
+			Zone         string `json:"zone"`
+			Region       string `json:"region"`
+			Location     string `json:"location"`
+			InstanceType string `json:"instanceType"`
+			MachineType  string `json:"machineType"`
+			VMSize       string `json:"vmSize"`
+		}
+		if err := json.Unmarshal(raw.Raw, &cloud); err == nil {
+			ps.Zone = first(ps.Zone, cloud.Placement.AvailabilityZone, cloud.Zone)
+			ps.Region = first(ps.Region, cloud.Placement.Region, cloud.Region, cloud.Location)
+			ps.InstanceType = first(ps.InstanceType, cloud.InstanceType, cloud.MachineType, cloud.VMSize)
+		}
+	}
+	if v, m := annotations["machine.openshift.io/vCPU"], annotations["machine.openshift.io/memoryMb"]; v != "" && m != "" {
+		cpu, err := resource.ParseQuantity(v)
+		if err != nil {
+			return nil, fmt.Errorf("%s: annotation machine.openshift.io/vCPU %q: %w", what, v, err)
+		}
+		mb, err := strconv.ParseInt(m, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s: annotation machine.openshift.io/memoryMb %q: %w", what, m, err)
+		}
+		ps.CPU, ps.Memory = &cpu, resource.NewQuantity(mb<<20, resource.BinarySI)
+		if g := annotations["machine.openshift.io/GPU"]; g != "" {
+			ps.GPU, _ = strconv.ParseInt(g, 10, 64)
+		}
+		if p := annotations["machine.openshift.io/maxPods"]; p != "" {
+			ps.Pods, _ = strconv.ParseInt(p, 10, 64)
+		}
+	}
+	if node != nil {
+		spec, err := instanceSpecOf(node, "")
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		if ps.CPU == nil {
+			ps.CPU, ps.Memory, ps.GPU = &spec.CPU, &spec.Memory, spec.GPU
+		}
+		if ps.Pods == 0 {
+			ps.Pods = spec.Pods
+		}
+		ps.ExtendedResources = spec.ExtendedResources
+		ps.Zone, ps.Region = first(ps.Zone, spec.Zone), first(ps.Region, spec.Region)
+	}
+	if ps.CPU == nil {
+		return nil, fmt.Errorf("%s: its instance size is unknown: it is not capstan's, has no machine.openshift.io/vCPU and memoryMb annotations, and backs no node of the snapshot", what)
+	}
+	if ps.InstanceType == "" {
+		ps.InstanceType = "snapshot"
+	}
+	if ps.Pods == 0 {
+		ps.Pods = 250
+	}
+	return machine.RawProviderSpec(ps), nil
+}
+
+func first(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// machines restores the Machine API: each Machine under its node's name
+// (a simulated instance, node and machine share one), backed by the
+// instance already launched for that node, then the MachineSets, which
+// adopt them.
+func (r *restorer) machines(ctx context.Context) error {
+	machinesRes, _ := resourceByKey("machine.openshift.io/v1beta1/machines")
+	setsRes, _ := resourceByKey("machine.openshift.io/v1beta1/machinesets")
+	sets := r.objects(setsRes.Key())
+	setNode := map[string]*corev1.Node{} // a node of each MachineSet, by set namespace/name
+	for _, u := range r.objects(machinesRes.Key()) {
+		m, err := typed[machinev1.Machine](&u)
+		if err != nil {
+			return err
+		}
+		if m.DeletionTimestamp != nil {
+			continue
+		}
+		node := r.nodesByName[r.machineNode[objectKey(m)]]
+		if node == nil {
+			// A machine without a node (still provisioning, or failed):
+			// its MachineSet makes another one if it needs it.
+			continue
+		}
+		for _, ref := range m.OwnerReferences {
+			if ref.Kind == "MachineSet" {
+				setNode[m.Namespace+"/"+ref.Name] = node
+			}
+		}
+		raw, err := providerSpecOf("Machine "+objectKey(m), nil, m.Labels, m.Spec.ProviderSpec.Value, node)
+		if err != nil {
+			return err
+		}
+		out := &machinev1.Machine{
+			ObjectMeta: metav1.ObjectMeta{Name: node.Name, Namespace: m.Namespace, Labels: m.Labels, Annotations: m.Annotations},
+			Spec:       m.Spec,
+		}
+		out.Spec.ProviderID = nil
+		out.Spec.ProviderSpec = machinev1.ProviderSpec{Value: raw}
+		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(out)
+		if err != nil {
+			return err
+		}
+		u := &unstructured.Unstructured{Object: obj}
+		u.SetAPIVersion("machine.openshift.io/v1beta1")
+		u.SetKind("Machine")
+		if err := r.create(ctx, machinesRes, u, false); err != nil {
+			return err
+		}
+	}
+	for _, u := range sets {
+		ms, err := typed[machinev1.MachineSet](&u)
+		if err != nil {
+			return err
+		}
+		raw, err := providerSpecOf("MachineSet "+objectKey(ms), ms.Annotations, ms.Spec.Template.Labels, ms.Spec.Template.Spec.ProviderSpec.Value, setNode[objectKey(ms)])
+		if err != nil {
+			return err
+		}
+		u := u.DeepCopy()
+		cleanMeta(u)
+		if err := unstructured.SetNestedField(u.Object, map[string]any{}, "spec", "template", "spec", "providerSpec"); err != nil {
+			return err
+		}
+		var value map[string]any
+		if err := json.Unmarshal(raw.Raw, &value); err != nil {
+			return err
+		}
+		if err := unstructured.SetNestedField(u.Object, value, "spec", "template", "spec", "providerSpec", "value"); err != nil {
+			return err
+		}
+		if err := r.create(ctx, setsRes, u, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// restorePod is the pod to create for a snapshot's pod, or nil for one
+// that has finished or is going: bound where it ran, its priority left
+// to admission, its service account token left to admission, and its
+// tolerations' and grace period's seconds divided by the speed.
+func restorePod(u *unstructured.Unstructured, speed float64) (*corev1.Pod, error) {
+	p, err := typed[corev1.Pod](u)
+	if err != nil {
+		return nil, err
+	}
+	if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return nil, nil
+	}
+	ann := map[string]string{}
+	for k, v := range p.Annotations {
+		if !strings.HasPrefix(k, "kubernetes.io/config.") {
+			ann[k] = v
+		}
+	}
+	out := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, Labels: p.Labels, Annotations: ann}, Spec: p.Spec}
+	s := &out.Spec
+	s.Priority, s.PreemptionPolicy = nil, nil
+	s.EphemeralContainers = nil
+	s.DeprecatedServiceAccount = s.ServiceAccountName
+	var vols []corev1.Volume
+	dropped := map[string]bool{}
+	for _, v := range s.Volumes {
+		if strings.HasPrefix(v.Name, "kube-api-access-") && v.Projected != nil {
+			dropped[v.Name] = true
+			continue
+		}
+		vols = append(vols, v)
+	}
+	s.Volumes = vols
+	for _, cs := range [][]corev1.Container{s.InitContainers, s.Containers} {
+		for i := range cs {
+			var mounts []corev1.VolumeMount
+			for _, m := range cs[i].VolumeMounts {
+				if !dropped[m.Name] {
+					mounts = append(mounts, m)
+				}
+			}
+			cs[i].VolumeMounts = mounts
+		}
+	}
+	for i := range s.Tolerations {
+		if ts := s.Tolerations[i].TolerationSeconds; ts != nil {
+			s.Tolerations[i].TolerationSeconds = new(scaledSeconds(*ts, speed))
+		}
+	}
+	if g := s.TerminationGracePeriodSeconds; g != nil {
+		s.TerminationGracePeriodSeconds = new(scaledSeconds(*g, speed))
+	}
+	if d := s.ActiveDeadlineSeconds; d != nil {
+		s.ActiveDeadlineSeconds = new(scaledSeconds(*d, speed))
+	}
+	return out, nil
+}
+
+// pods creates the service accounts the pods run as, then the pods:
+// those bound to a node first, then those the snapshot had pending.
+func (r *restorer) pods(ctx context.Context) error {
+	var bound, pending []*corev1.Pod
+	accounts := map[[2]string]bool{}
+	for _, u := range r.objects("v1/pods") {
+		p, err := restorePod(&u, r.speed)
+		if err != nil {
+			return err
+		}
+		if p == nil {
+			continue
+		}
+		if p.Spec.ServiceAccountName != "" {
+			accounts[[2]string{p.Namespace, p.Spec.ServiceAccountName}] = true
+		}
+		if p.Spec.NodeName != "" {
+			if _, ok := r.nodesByName[p.Spec.NodeName]; !ok {
+				return fmt.Errorf("pod %s is bound to node %s, which the snapshot does not have", objectKey(p), p.Spec.NodeName)
+			}
+			bound = append(bound, p)
+			if !r.stopped[p.Spec.NodeName] {
+				r.boundPods++
+			}
+		} else {
+			pending = append(pending, p)
+		}
+	}
+	for sa := range accounts {
+		_, err := r.kube.CoreV1().ServiceAccounts(sa[0]).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa[1], Namespace: sa[0]}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("service account %s/%s: %w", sa[0], sa[1], err)
+		}
+	}
+	create := func(ctx context.Context, p *corev1.Pod) error {
+		if _, err := r.kube.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("pod %s: %w", objectKey(p), err)
+		}
+		return nil
+	}
+	if err := parallel(ctx, bound, create); err != nil {
+		return err
+	}
+	return parallel(ctx, pending, create)
+}
+
+// workloads creates the pods' owners so that they adopt the pods already
+// there: ReplicaSets, StatefulSets, DaemonSets and Jobs, then the
+// Deployments owning the ReplicaSets. A finished Job is left out.
+func (r *restorer) workloads(ctx context.Context) error {
+	for _, key := range []string{"apps/v1/replicasets", "apps/v1/statefulsets", "apps/v1/daemonsets", "batch/v1/jobs", "apps/v1/deployments"} {
+		res, _ := resourceByKey(key)
+		for _, u := range r.objects(key) {
+			if u.GetDeletionTimestamp() != nil || (res.Kind == "Job" && jobFinished(&u)) {
+				continue
+			}
+			u := u.DeepCopy()
+			cleanMeta(u)
+			if err := r.scaleWorkload(u); err != nil {
+				return fmt.Errorf("%s %s: %w", res.Kind, objectKey(u), err)
+			}
+			if err := r.create(ctx, res, u, false); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func jobFinished(u *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if (m["type"] == "Complete" || m["type"] == "Failed") && m["status"] == "True" {
+			return true
+		}
+	}
+	return false
+}
+
+// scaleWorkload divides a workload's seconds by the speed, and keeps a
+// Job's selector: it names the snapshot Job's UID, which its pods carry.
+func (r *restorer) scaleWorkload(u *unstructured.Unstructured) error {
+	for _, path := range [][]string{
+		{"spec", "minReadySeconds"}, {"spec", "progressDeadlineSeconds"},
+		{"spec", "activeDeadlineSeconds"}, {"spec", "ttlSecondsAfterFinished"},
+		{"spec", "template", "spec", "terminationGracePeriodSeconds"},
+	} {
+		if v, ok, _ := unstructured.NestedInt64(u.Object, path...); ok {
+			if err := unstructured.SetNestedField(u.Object, scaledSeconds(v, r.speed), path...); err != nil {
+				return err
+			}
+		}
+	}
+	tols, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "tolerations")
+	for _, t := range tols {
+		if m, ok := t.(map[string]any); ok {
+			if s, ok := m["tolerationSeconds"].(int64); ok {
+				m["tolerationSeconds"] = scaledSeconds(s, r.speed)
+			}
+		}
+	}
+	if len(tols) > 0 {
+		if err := unstructured.SetNestedSlice(u.Object, tols, "spec", "template", "spec", "tolerations"); err != nil {
+			return err
+		}
+	}
+	if u.GetKind() == "Job" {
+		if _, ok, _ := unstructured.NestedMap(u.Object, "spec", "selector"); ok {
+			return unstructured.SetNestedField(u.Object, true, "spec", "manualSelector")
+		}
+	}
+	return nil
+}
+
+// policies restores the PodDisruptionBudgets and the autoscalers, the
+// ClusterAutoscaler's delays divided by the speed.
+func (r *restorer) policies(ctx context.Context) error {
+	for _, key := range []string{"policy/v1/poddisruptionbudgets", "autoscaling.openshift.io/v1beta1/machineautoscalers", "autoscaling.openshift.io/v1/clusterautoscalers"} {
+		res, _ := resourceByKey(key)
+		for _, u := range r.objects(key) {
+			u := u.DeepCopy()
+			cleanMeta(u)
+			if err := prepareApply(u, r.speed); err != nil {
+				return err
+			}
+			if err := r.create(ctx, res, u, false); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// autoscalerDelays are the ClusterAutoscaler's durations, with upstream's
+// defaults: a simulation divides them all by its speed, the defaults of
+// those not given too.
+func autoscalerDelays() []struct {
+	path []string
+	def  time.Duration
+} {
+	d := autoscaler.DefaultConfig()
+	return []struct {
+		path []string
+		def  time.Duration
+	}{
+		{[]string{"spec", "scaleDown", "delayAfterAdd"}, d.DelayAfterAdd},
+		{[]string{"spec", "scaleDown", "delayAfterDelete"}, d.DelayAfterDelete},
+		{[]string{"spec", "scaleDown", "delayAfterFailure"}, d.DelayAfterFailure},
+		{[]string{"spec", "scaleDown", "unneededTime"}, d.UnneededTime},
+		{[]string{"spec", "maxNodeProvisionTime"}, d.MaxNodeProvisionTime},
+	}
+}
+
+// prepareApply makes an object ready for the simulated cluster: its
+// durations and seconds divided by the speed.
+func prepareApply(u *unstructured.Unstructured, speed float64) error {
+	switch u.GetKind() {
+	case "ClusterAutoscaler":
+		if _, ok, _ := unstructured.NestedMap(u.Object, "spec", "scaleDown"); !ok {
+			// No scaleDown is scale-down enabled with the defaults.
+			if err := unstructured.SetNestedField(u.Object, true, "spec", "scaleDown", "enabled"); err != nil {
+				return err
+			}
+		}
+		for _, d := range autoscalerDelays() {
+			v := d.def
+			if s, ok, _ := unstructured.NestedString(u.Object, d.path...); ok && s != "" {
+				parsed, err := time.ParseDuration(s)
+				if err != nil {
+					return fmt.Errorf("ClusterAutoscaler %s: %s %q: %w", u.GetName(), strings.Join(d.path, "."), s, err)
+				}
+				v = parsed
+			}
+			if err := unstructured.SetNestedField(u.Object, scaled(v, speed).String(), d.path...); err != nil {
+				return err
+			}
+		}
+		if g, ok, _ := unstructured.NestedInt64(u.Object, "spec", "maxPodGracePeriod"); ok {
+			return unstructured.SetNestedField(u.Object, scaledSeconds(g, speed), "spec", "maxPodGracePeriod")
+		}
+	case "Deployment", "StatefulSet", "DaemonSet", "Job":
+		r := restorer{speed: speed}
+		return r.scaleWorkload(u)
+	}
+	return nil
+}

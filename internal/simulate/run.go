@@ -1,0 +1,513 @@
+package simulate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	machinev1 "github.com/openshift/api/machine/v1beta1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/capstan-dev/capstan/internal/autoscaler"
+	"github.com/capstan-dev/capstan/internal/cluster"
+	"github.com/capstan-dev/capstan/internal/drain"
+	"github.com/capstan-dev/capstan/internal/machine"
+	"github.com/capstan-dev/capstan/internal/nodes"
+	"github.com/capstan-dev/capstan/internal/sim"
+	"github.com/capstan-dev/capstan/internal/waitfor"
+)
+
+// Defaults of a simulation, in simulated time.
+const (
+	DefaultSpeed = 10
+	// DefaultQuiet outlasts the longest wait of a cluster left alone: the
+	// autoscaler's 10 minutes before an unneeded node goes.
+	DefaultQuiet = 11 * time.Minute
+	DefaultFor   = 2 * time.Hour
+	// DefaultBootTime is how long a new instance takes to become a node,
+	// as a cloud VM does.
+	DefaultBootTime = 3 * time.Minute
+
+	// minGraceWall is the shortest node monitor grace period a simulation
+	// runs with, in real time: a kubelet renews its lease every quarter of
+	// it, and a busy machine must not make a healthy node look lost.
+	minGraceWall = 2 * time.Second
+	// leaseWrites is how many lease renewals a second the simulation asks
+	// of the private API server at most.
+	leaseWrites = 400
+)
+
+// MaxSpeed is the fastest a simulation of n nodes runs: the node monitor
+// grace period (40 s) shrinks with the speed, and n kubelets renew their
+// leases four times in each.
+func MaxSpeed(n int) float64 {
+	grace := 40 * time.Second
+	s := float64(grace) / float64(minGraceWall)
+	if n > 0 {
+		s = min(s, leaseWrites*grace.Seconds()/4/float64(n))
+	}
+	return max(s, 1)
+}
+
+// RunOptions configure a simulation.
+type RunOptions struct {
+	Snapshot *Snapshot
+	// SnapshotName is the snapshot's file, for the report.
+	SnapshotName string
+	Changes      []Change
+	// Speed is how much faster than real time the cluster runs.
+	Speed float64
+	// For bounds the simulated time after the first change; Quiet is how
+	// long nothing must change for the cluster to count as settled.
+	For, Quiet time.Duration
+	// BootTime is how long a new instance takes to boot, simulated.
+	BootTime time.Duration
+	// DataDir holds the private cluster; empty is a temporary directory,
+	// removed at the end.
+	DataDir string
+	// Log receives progress lines.
+	Log io.Writer
+}
+
+func (o *RunOptions) validate() error {
+	var errs []error
+	if o.Speed < 1 {
+		errs = append(errs, fmt.Errorf("--speed %g: a simulation runs at least at real time (1)", o.Speed))
+	}
+	if o.For <= 0 || o.Quiet <= 0 || o.BootTime < 0 {
+		errs = append(errs, fmt.Errorf("--for (%s) and --quiet (%s) must be positive and --boot-time (%s) not negative", o.For, o.Quiet, o.BootTime))
+	}
+	if len(o.Changes) == 0 {
+		errs = append(errs, errors.New("no --change: say what to simulate"))
+	}
+	if err := CheckOrder(o.Changes); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// clusterOptions are those of the private cluster: no boot nodes (the
+// snapshot's are restored), no CVO, MCO or etcd operator, and every
+// timing of the node lifecycle divided by the speed.
+func clusterOptions(dir string, o *RunOptions) cluster.Options {
+	opts := cluster.DefaultOptions()
+	opts.ControlPlane.DataDir = dir
+	opts.ControlPlane.Port = 0
+	opts.ControlPlane.EtcdNoFsync = true
+	opts.ControlPlane.RedirectStderr = true
+	opts.ControlPlane.DisableAuditLog = true
+	opts.ControlPlaneNodes, opts.Workers = 0, 0
+	opts.BootFromMachines, opts.EtcdOperator = false, false
+	opts.Releases, opts.MachineConfig, opts.ResourceMetrics = nil, nil, nil
+	cp := &opts.ControlPlane
+	s := o.Speed
+	cp.NodeMonitorPeriod = scaled(cp.NodeMonitorPeriod, s)
+	cp.NodeMonitorGracePeriod = scaled(cp.NodeMonitorGracePeriod, s)
+	cp.NodeStartupGracePeriod = scaled(cp.NodeStartupGracePeriod, s)
+	cp.NodeEvictionRate *= float32(s)
+	cp.SecondaryNodeEvictionRate *= float32(s)
+	cp.DefaultNotReadyTolerationSeconds = scaledSeconds(cp.DefaultNotReadyTolerationSeconds, s)
+	cp.DefaultUnreachableTolerationSeconds = scaledSeconds(cp.DefaultUnreachableTolerationSeconds, s)
+	opts.Sim.NodeStatusReportFrequency = scaled(5*time.Minute, s)
+	opts.Cloud.BootDelay = scaled(o.BootTime, s)
+	opts.Autoscaler.ScanInterval = scaled(opts.Autoscaler.ScanInterval, s)
+	opts.Autoscaler.MaxNodeStartupTime = scaled(autoscaler.MaxNodeStartupTime, s)
+	if len(o.Changes) > 0 && o.Changes[0].Kind == ChangePolicy {
+		opts.Scheduler.Policy = o.Changes[0].Policy
+		opts.Autoscaler.Policy = o.Changes[0].Policy
+	}
+	return opts
+}
+
+// Run restores the snapshot on a private cluster, applies the changes in
+// order, and reports what the cluster did until it settled or For
+// passed.
+func Run(ctx context.Context, o RunOptions) (*Report, error) {
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	nodeCount := len(o.Snapshot.Objects["v1/nodes"])
+	if maxS := MaxSpeed(nodeCount); o.Speed > maxS {
+		fmt.Fprintf(o.Log, "Speed lowered from %gx to %gx: %d kubelets renew their leases four times per node monitor grace period, which shrinks with the speed\n",
+			o.Speed, maxS, nodeCount)
+		o.Speed = maxS
+	}
+	dir, remove := o.DataDir, func() {}
+	if dir == "" {
+		d, err := os.MkdirTemp("", "capstan-simulate-")
+		if err != nil {
+			return nil, err
+		}
+		dir, remove = d, func() { _ = os.RemoveAll(d) }
+	}
+	defer remove()
+	opts := clusterOptions(dir, &o)
+	if err := opts.SetLeaseDuration(); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(o.Log, "Starting a private cluster in %s ...\n", dir)
+	cl, err := cluster.Start(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Stop()
+	dyn, err := dynamic.NewForConfig(cl.ControlPlane.AdminConfig())
+	if err != nil {
+		return nil, err
+	}
+	r := &restorer{snap: o.Snapshot, kube: cl.Client, dyn: dyn, cloud: cl.Cloud, speed: o.Speed}
+	fmt.Fprintf(o.Log, "Restoring %d nodes and %d pods of the snapshot at %gx ...\n", nodeCount, len(o.Snapshot.Objects["v1/pods"]), o.Speed)
+	if err := r.restore(ctx); err != nil {
+		return nil, err
+	}
+	rec, err := newRecorder(ctx, cl.Client, dyn, o.Speed)
+	if err != nil {
+		return nil, err
+	}
+	defer rec.stop()
+	if err := r.waitRunning(ctx, rec); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(o.Log, "Restored; applying %d changes\n", len(o.Changes))
+	rec.begin()
+	report := &Report{Snapshot: o.SnapshotName, TakenAt: o.Snapshot.TakenAt.Time, Speed: o.Speed, Nodes: nodeCount, Pods: r.boundPods}
+	a := &applier{kube: cl.Client, dyn: dyn, cloud: cl.Cloud, speed: o.Speed, rec: rec}
+	for _, c := range o.Changes {
+		at := rec.now()
+		err := a.apply(ctx, c)
+		ac := AppliedChange{Change: c.String(), At: Duration(at)}
+		if err != nil {
+			ac.Error = err.Error()
+			fmt.Fprintf(o.Log, "Change %s: %v\n", c, err)
+		}
+		report.Changes = append(report.Changes, ac)
+	}
+	report.Settled = rec.waitSettled(ctx, scaled(o.Quiet, o.Speed), scaled(o.For, o.Speed), o.Log)
+	a.stopDrains()
+	if err := rec.fill(report, a); err != nil {
+		return nil, err
+	}
+	return report, nil
+}
+
+// waitRunning waits until the restored nodes whose kubelets run are
+// Ready and their pods Running, and the controllers have adopted them.
+func (r *restorer) waitRunning(ctx context.Context, rec *recorder) error {
+	var names []string
+	for n := range r.nodesByName {
+		names = append(names, n)
+	}
+	if err := cluster.WaitNodesReady(ctx, r.kube, names, 5*time.Minute); err != nil {
+		return fmt.Errorf("waiting for the restored nodes: %w", err)
+	}
+	return waitfor.Poll(ctx, 200*time.Millisecond, 10*time.Minute, waitfor.Simple(func(context.Context) (bool, string) {
+		running := rec.runningPods()
+		return running >= r.boundPods, fmt.Sprintf("%d of %d restored pods Running", running, r.boundPods)
+	}))
+}
+
+// applier applies changes to the private cluster.
+type applier struct {
+	kube  kubernetes.Interface
+	dyn   dynamic.Interface
+	cloud *sim.APICloud
+	speed float64
+	rec   *recorder
+
+	drainMu sync.Mutex
+	drains  map[string]*drainRun // by node
+	cancel  []context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+type drainRun struct {
+	by   string
+	done bool
+	err  error
+}
+
+var (
+	machinesGVR    = schema.GroupVersionResource{Group: "machine.openshift.io", Version: "v1beta1", Resource: "machines"}
+	machineSetsGVR = schema.GroupVersionResource{Group: "machine.openshift.io", Version: "v1beta1", Resource: "machinesets"}
+)
+
+// targets are the nodes a change names: its nodes, each of which must
+// exist, or every node of its zone, of which there must be one.
+func (a *applier) targets(c Change) ([]*corev1.Node, error) {
+	all := a.rec.nodeList()
+	if c.Zone != "" {
+		var out []*corev1.Node
+		for _, n := range all {
+			if nodeZone(n) == c.Zone {
+				out = append(out, n)
+			}
+		}
+		if len(out) == 0 {
+			return nil, fmt.Errorf("no node is in zone %q (zones: %s)", c.Zone, strings.Join(zonesOf(all), ", "))
+		}
+		return out, nil
+	}
+	byName := map[string]*corev1.Node{}
+	for _, n := range all {
+		byName[n.Name] = n
+	}
+	var out []*corev1.Node
+	for _, name := range c.Nodes {
+		n := byName[name]
+		if n == nil {
+			return nil, fmt.Errorf("no node %q in the snapshot", name)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func zonesOf(ns []*corev1.Node) []string {
+	set := map[string]bool{}
+	for _, n := range ns {
+		if z := nodeZone(n); z != "" {
+			set[z] = true
+		}
+	}
+	var out []string
+	for z := range set {
+		out = append(out, z)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (a *applier) apply(ctx context.Context, c Change) error {
+	switch c.Kind {
+	case ChangePolicy:
+		return nil // the scheduler started with it
+	case ChangeCordon, ChangeDrain:
+		targets, err := a.targets(c)
+		if err != nil {
+			return err
+		}
+		d := drain.New(ctx, a.kube, 0, klog.Background())
+		for _, n := range targets {
+			if err := d.Cordon(n, true); err != nil {
+				return err
+			}
+		}
+		if c.Kind == ChangeDrain {
+			for _, n := range targets {
+				a.startDrain(ctx, n.Name, c.String())
+			}
+		}
+		return nil
+	case ChangeDelete:
+		targets, err := a.targets(c)
+		if err != nil {
+			return err
+		}
+		for _, n := range targets {
+			if err := a.deleteNode(ctx, n); err != nil {
+				return err
+			}
+		}
+		return nil
+	case ChangeZoneOutage:
+		targets, err := a.targets(c)
+		if err != nil {
+			return err
+		}
+		zone := c.Zone
+		a.cloud.InjectFailure(sim.FailureRule{
+			Match: func(s sim.InstanceSpec) bool { return s.Zone == zone },
+			Err: &sim.InstanceError{Reason: sim.ReasonInsufficientCapacity,
+				Message: fmt.Sprintf("zone %s is out of service (simulated outage)", zone)},
+		})
+		for _, n := range targets {
+			if err := a.annotate(ctx, n.Name, sim.StoppedAnnotation, "true"); err != nil {
+				return err
+			}
+		}
+		return nil
+	case ChangeScale:
+		ns, name, _ := strings.Cut(c.MachineSet, "/")
+		patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, c.Replicas)
+		_, err := a.dyn.Resource(machineSetsGVR).Namespace(ns).Patch(ctx, name, "application/merge-patch+json", patch, metav1.PatchOptions{})
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("no MachineSet %s in the snapshot", c.MachineSet)
+		}
+		return err
+	case ChangeApply:
+		for _, obj := range c.Objects {
+			if err := a.applyObject(ctx, obj.DeepCopy()); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown change %s", c)
+}
+
+func (a *applier) annotate(ctx context.Context, node, key, value string) error {
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, key, value)
+	_, err := a.kube.CoreV1().Nodes().Patch(ctx, node, "application/merge-patch+json", patch, metav1.PatchOptions{})
+	return err
+}
+
+// deleteNode deletes a node's Machine, as `oc delete machine` does (the
+// Machine API drains the node and terminates its instance); a node
+// without a Machine is deleted with its instance.
+func (a *applier) deleteNode(ctx context.Context, n *corev1.Node) error {
+	if ref := n.Annotations[machine.MachineAnnotation]; ref != "" {
+		ns, name, _ := strings.Cut(ref, "/")
+		err := a.dyn.Resource(machinesGVR).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{})
+		if err == nil || !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	if err := a.cloud.DeleteInstance(ctx, n.Name); err != nil && !errors.Is(err, sim.ErrInstanceNotFound) {
+		return fmt.Errorf("terminating the instance of node %s: %w", n.Name, err)
+	}
+	err := a.kube.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// applyObject creates the object, or replaces the one of that name.
+func (a *applier) applyObject(ctx context.Context, u *unstructured.Unstructured) error {
+	if err := prepareApply(u, a.speed); err != nil {
+		return err
+	}
+	var res Resource
+	for _, r := range Resources {
+		if r.Kind == u.GetKind() && r.GVR.GroupVersion().String() == u.GetAPIVersion() {
+			res = r
+		}
+	}
+	ri := dynamic.ResourceInterface(a.dyn.Resource(res.GVR))
+	if res.Namespaced {
+		if u.GetNamespace() == "" {
+			u.SetNamespace("default")
+		}
+		ri = a.dyn.Resource(res.GVR).Namespace(u.GetNamespace())
+	}
+	_, err := ri.Create(ctx, u, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		old, gerr := ri.Get(ctx, u.GetName(), metav1.GetOptions{})
+		if gerr != nil {
+			return gerr
+		}
+		u.SetResourceVersion(old.GetResourceVersion())
+		_, err = ri.Update(ctx, u, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", u.GetKind(), objectKey(u), err)
+	}
+	return nil
+}
+
+// startDrain evicts a cordoned node's pods in the background, retrying
+// evictions a disruption budget refuses, until the simulation ends.
+func (a *applier) startDrain(ctx context.Context, node, by string) {
+	ctx, cancel := context.WithCancel(ctx)
+	run := &drainRun{by: by}
+	a.drainMu.Lock()
+	if a.drains == nil {
+		a.drains = map[string]*drainRun{}
+	}
+	a.drains[node] = run
+	a.cancel = append(a.cancel, cancel)
+	a.drainMu.Unlock()
+	d := drain.New(ctx, a.kube, 0, klog.Background())
+	a.wg.Go(func() {
+		err := d.Evict(node)
+		if err != nil && d.LastError() != "" {
+			err = errors.New(d.LastError())
+		}
+		a.drainMu.Lock()
+		run.done, run.err = err == nil, err
+		a.drainMu.Unlock()
+	})
+}
+
+func (a *applier) stopDrains() {
+	a.drainMu.Lock()
+	for _, c := range a.cancel {
+		c()
+	}
+	a.drainMu.Unlock()
+	a.wg.Wait()
+}
+
+// blockedDrains are the drain changes not finished, and the Machines
+// being deleted whose drain the Machine API reports blocked.
+func (a *applier) blockedDrains(pods []*corev1.Pod, machines []machinev1.Machine, events map[string]string) []BlockedDrain {
+	left := map[string][]string{}
+	for _, p := range pods {
+		if p.Spec.NodeName != "" && !isDaemonSetPod(p) && p.DeletionTimestamp == nil {
+			left[p.Spec.NodeName] = append(left[p.Spec.NodeName], objectKey(p))
+		}
+	}
+	var out []BlockedDrain
+	a.drainMu.Lock()
+	for node, run := range a.drains {
+		if run.done || len(left[node]) == 0 {
+			continue
+		}
+		msg := "not finished"
+		if run.err != nil {
+			msg = run.err.Error()
+		}
+		out = append(out, BlockedDrain{Node: node, By: run.by, Pods: left[node], Message: msg})
+	}
+	a.drainMu.Unlock()
+	for _, m := range machines {
+		if m.DeletionTimestamp == nil {
+			continue
+		}
+		node := m.Name
+		if m.Status.NodeRef != nil {
+			node = m.Status.NodeRef.Name
+		}
+		msg := events[m.Namespace+"/"+m.Name]
+		if msg == "" {
+			for _, h := range m.Spec.LifecycleHooks.PreDrain {
+				msg = fmt.Sprintf("preDrain hook %s of %s is still there", h.Name, h.Owner)
+			}
+		}
+		if msg == "" {
+			for _, h := range m.Spec.LifecycleHooks.PreTerminate {
+				msg = fmt.Sprintf("preTerminate hook %s of %s is still there", h.Name, h.Owner)
+			}
+		}
+		if msg == "" && len(left[node]) == 0 {
+			continue
+		}
+		out = append(out, BlockedDrain{Node: node, By: "Machine " + m.Namespace + "/" + m.Name + " deleted", Pods: left[node], Message: msg})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
+}
+
+func isDaemonSetPod(p *corev1.Pod) bool {
+	ref := metav1.GetControllerOf(p)
+	return ref != nil && ref.Kind == "DaemonSet"
+}
+
+// nodeReady is whether the node is Ready now.
+func nodeReady(n *corev1.Node) bool { return nodes.Ready(n) }
