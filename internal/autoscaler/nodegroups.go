@@ -14,8 +14,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/machine"
-	"github.com/capstan-dev/capstan/internal/sim"
 	"github.com/capstan-dev/capstan/internal/nodes"
+	"github.com/capstan-dev/capstan/internal/sim"
 )
 
 // Upstream's scale-from-zero annotations on a MachineSet, preferred over
