@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -27,6 +29,7 @@ func newSimulateCommand() *cobra.Command {
 func newSimulateSnapshotCommand() *cobra.Command {
 	var cf clientFlags
 	var out string
+	var from []string
 	c := &cobra.Command{
 		Use:   "snapshot -o FILE",
 		Short: "Read a cluster, with list only, into a snapshot file",
@@ -40,11 +43,19 @@ MachineConfigs, ClusterVersions and ClusterOperators. A resource the
 cluster does not serve (a plain Kubernetes cluster has none of the
 OpenShift ones) is left out. No Secret and no ConfigMap is read; objects
 are kept whole but for their managedFields. The file is written only once
-every list has succeeded.`,
+every list has succeeded.
+
+With --from, the snapshot is made from files of objects instead, as
+kubectl get -o yaml (or -o json) writes them, without reading any
+cluster: for example the output of
+  kubectl get namespaces,nodes,pods,pdb,deployments,replicasets,statefulsets,daemonsets,jobs -A -o yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if out == "" {
 				return errors.New("-o FILE: say where to write the snapshot")
+			}
+			if len(from) > 0 {
+				return snapshotFromManifests(c, from, out)
 			}
 			cfg, err := cf.restConfig()
 			if err != nil {
@@ -77,7 +88,45 @@ every list has succeeded.`,
 	}
 	cf.add(c.Flags())
 	c.Flags().StringVarP(&out, "output", "o", "", "file to write the snapshot to (JSON; mode 0600)")
+	c.Flags().StringArrayVar(&from, "from", nil, "make the snapshot from this file of objects (kubectl get -o yaml or json output) instead of a cluster; repeatable")
 	return c
+}
+
+// snapshotFromManifests writes the snapshot of files of objects.
+func snapshotFromManifests(c *cobra.Command, from []string, out string) error {
+	files := map[string][]byte{}
+	for _, f := range from {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		files[f] = data
+	}
+	snap, skipped, err := simulate.FromManifests(files, time.Now())
+	if err != nil {
+		return err
+	}
+	var b bytes.Buffer
+	if err := snap.Write(&b); err != nil {
+		return err
+	}
+	if err := atomicfile.Write(out, b.Bytes(), 0o600); err != nil {
+		return err
+	}
+	objects := 0
+	for _, objs := range snap.Objects {
+		objects += len(objs)
+	}
+	fmt.Fprintf(c.OutOrStdout(), "Snapshot of %d files written to %s: %d objects\n", len(from), out, objects)
+	if len(skipped) > 0 {
+		var kinds []string
+		for k, n := range skipped {
+			kinds = append(kinds, fmt.Sprintf("%d %s", n, k))
+		}
+		sort.Strings(kinds)
+		fmt.Fprintf(c.OutOrStdout(), "Left out, of kinds a snapshot does not hold: %s\n", strings.Join(kinds, ", "))
+	}
+	return nil
 }
 
 func newSimulateRunCommand() *cobra.Command {

@@ -19,6 +19,11 @@ type Report struct {
 	// Nodes and Pods are the snapshot's, restored.
 	Nodes int `json:"nodes"`
 	Pods  int `json:"pods"`
+	// RestoreTime is the real time the private cluster took to start and
+	// restore the snapshot; RunTime the real time from the first change
+	// to the end.
+	RestoreTime Duration `json:"restoreTime"`
+	RunTime     Duration `json:"runTime"`
 	// Changes are the changes applied, in order, with when and how each
 	// went.
 	Changes []AppliedChange `json:"changes"`
@@ -53,6 +58,13 @@ type Duration time.Duration
 
 // MarshalText writes the duration as time.Duration does, to the second.
 func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// UnmarshalText reads what MarshalText wrote.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	*d = Duration(v)
+	return err
+}
 
 func (d Duration) String() string { return time.Duration(d).Round(time.Second).String() }
 
@@ -129,8 +141,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.Settled {
 		end = "settled"
 	}
-	p("Simulated %d nodes and %d pods of the snapshot taken %s, at %gx: %s after %s.\n",
-		r.Nodes, r.Pods, r.TakenAt.UTC().Format(time.RFC3339), r.Speed, end, r.Duration)
+	p("Simulated %d nodes and %d pods of the snapshot taken %s, at %gx: %s after %s (restored in %s, run in %s of real time).\n",
+		r.Nodes, r.Pods, r.TakenAt.UTC().Format(time.RFC3339), r.Speed, end, r.Duration, r.RestoreTime, r.RunTime)
 	p("\nCHANGE\tAT\tRESULT\n")
 	for _, c := range r.Changes {
 		res := "applied"

@@ -164,6 +164,28 @@ func (r *restorer) create(ctx context.Context, res Resource, u *unstructured.Uns
 }
 
 func (r *restorer) namespaces(ctx context.Context) error {
+	// A snapshot made from manifests may hold objects of a namespace it
+	// has no Namespace of.
+	have := map[string]bool{}
+	for _, u := range r.objects("v1/namespaces") {
+		have[u.GetName()] = true
+	}
+	var missing []string
+	for _, objs := range r.snap.Objects {
+		for _, u := range objs {
+			if ns := u.GetNamespace(); ns != "" && !have[ns] {
+				have[ns] = true
+				missing = append(missing, ns)
+			}
+		}
+	}
+	sort.Strings(missing)
+	for _, ns := range missing {
+		_, err := r.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("namespace %s: %w", ns, err)
+		}
+	}
 	for _, u := range r.objects("v1/namespaces") {
 		if u.GetDeletionTimestamp() != nil {
 			continue

@@ -162,6 +162,7 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 		return nil, err
 	}
 	fmt.Fprintf(o.Log, "Starting a private cluster in %s ...\n", dir)
+	start := time.Now()
 	cl, err := cluster.Start(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -186,7 +187,9 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 	}
 	fmt.Fprintf(o.Log, "Restored; applying %d changes\n", len(o.Changes))
 	rec.begin()
-	report := &Report{Snapshot: o.SnapshotName, TakenAt: o.Snapshot.TakenAt.Time, Speed: o.Speed, Nodes: nodeCount, Pods: r.boundPods}
+	begun := time.Now()
+	report := &Report{Snapshot: o.SnapshotName, TakenAt: o.Snapshot.TakenAt.Time, Speed: o.Speed, Nodes: nodeCount, Pods: r.boundPods,
+		RestoreTime: Duration(begun.Sub(start))}
 	a := &applier{kube: cl.Client, dyn: dyn, cloud: cl.Cloud, speed: o.Speed, rec: rec}
 	for _, c := range o.Changes {
 		at := rec.now()
@@ -200,6 +203,7 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 	}
 	report.Settled = rec.waitSettled(ctx, scaled(o.Quiet, o.Speed), scaled(o.For, o.Speed), o.Log)
 	a.stopDrains()
+	report.RunTime = Duration(time.Since(begun))
 	if err := rec.fill(report, a); err != nil {
 		return nil, err
 	}

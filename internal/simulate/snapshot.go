@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 )
 
@@ -238,4 +239,84 @@ func knownKeys() string {
 		keys[i] = r.Key()
 	}
 	return "known: " + strings.Join(keys, ", ")
+}
+
+// FromManifests builds a snapshot from files of objects, as
+// `kubectl get nodes,pods,... -A -o yaml` writes them: YAML or JSON
+// documents, each an object or a List of them (see SnapshotOf).
+func FromManifests(files map[string][]byte, takenAt time.Time) (*Snapshot, map[string]int, error) {
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var objs []unstructured.Unstructured
+	for _, name := range names {
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(files[name]), 4096)
+		for doc := 1; ; doc++ {
+			var m map[string]any
+			if err := dec.Decode(&m); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				return nil, nil, fmt.Errorf("%s: document %d: %w", name, doc, err)
+			}
+			if m == nil {
+				continue
+			}
+			o := unstructured.Unstructured{Object: m}
+			if !o.IsList() {
+				objs = append(objs, o)
+				continue
+			}
+			list, err := o.ToList()
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s: document %d: %w", name, doc, err)
+			}
+			objs = append(objs, list.Items...)
+		}
+	}
+	return SnapshotOf(objs, takenAt, strings.Join(names, ", "))
+}
+
+// SnapshotOf builds a snapshot of objects. Objects of a kind no snapshot
+// holds are left out and counted, by apiVersion/kind; Secrets and
+// ConfigMaps are never kept. A core resource of Resources without an
+// object is taken as served but empty, any other as not served. The
+// result is checked as Load checks a file; errors name what as the
+// objects' source.
+func SnapshotOf(objs []unstructured.Unstructured, takenAt time.Time, what string) (*Snapshot, map[string]int, error) {
+	s := &Snapshot{APIVersion: SnapshotAPIVersion, Kind: SnapshotKind, Format: SnapshotFormat,
+		TakenAt: metav1.NewTime(takenAt.UTC().Truncate(time.Second)), Objects: map[string][]unstructured.Unstructured{}}
+	skipped := map[string]int{}
+	byKind := map[string]Resource{}
+	for _, r := range Resources {
+		byKind[r.GVR.GroupVersion().String()+"/"+r.Kind] = r
+	}
+	for _, it := range objs {
+		key := it.GetAPIVersion() + "/" + it.GetKind()
+		r, ok := byKind[key]
+		if !ok {
+			skipped[key]++
+			continue
+		}
+		it.SetManagedFields(nil)
+		s.Objects[r.Key()] = append(s.Objects[r.Key()], it)
+	}
+	for _, r := range Resources {
+		if _, ok := s.Objects[r.Key()]; !ok && r.GVR.Group == "" {
+			s.Objects[r.Key()] = []unstructured.Unstructured{}
+		}
+	}
+	var b bytes.Buffer
+	if err := s.Write(&b); err != nil {
+		return nil, nil, err
+	}
+	loaded, err := Load("the snapshot of "+what, b.Bytes())
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(loaded.Objects["v1/nodes"]) == 0 {
+		return nil, nil, fmt.Errorf("%s: no Node: a snapshot simulates the nodes it holds", what)
+	}
+	return loaded, skipped, nil
 }

@@ -1,0 +1,310 @@
+package simulate
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/capstan-dev/capstan/internal/machine"
+	"github.com/capstan-dev/capstan/internal/sim"
+)
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestChangesParse(t *testing.T) {
+	deploy := writeFile(t, "d.yaml", `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+---
+apiVersion: autoscaling.openshift.io/v1
+kind: ClusterAutoscaler
+metadata: {name: default}
+`)
+	pol := writeFile(t, "policy.json", `{"kind":"Policy","apiVersion":"v1","predicates":[{"name":"PodFitsResources"}],"priorities":[{"name":"LeastRequestedPriority","weight":1}]}`)
+	for _, tc := range []struct {
+		in    string
+		check func(Change) bool
+	}{
+		{"cordon=a,b", func(c Change) bool {
+			return c.Kind == ChangeCordon && strings.Join(c.Nodes, " ") == "a b" && c.Zone == ""
+		}},
+		{"drain=zone:us-east-1a", func(c Change) bool { return c.Kind == ChangeDrain && c.Zone == "us-east-1a" && c.Nodes == nil }},
+		{"delete=worker-3", func(c Change) bool { return c.Kind == ChangeDelete && c.Nodes[0] == "worker-3" }},
+		{"zone-outage=b", func(c Change) bool { return c.Kind == ChangeZoneOutage && c.Zone == "b" }},
+		{"scale=workers-a=5", func(c Change) bool { return c.MachineSet == "openshift-machine-api/workers-a" && c.Replicas == 5 }},
+		{"scale=ns/set=0", func(c Change) bool { return c.MachineSet == "ns/set" && c.Replicas == 0 }},
+		{"apply=" + deploy, func(c Change) bool { return len(c.Objects) == 2 && c.Objects[1].GetKind() == "ClusterAutoscaler" }},
+		{"policy=" + pol, func(c Change) bool { return c.Policy != nil }},
+	} {
+		c, err := ParseChange(tc.in)
+		if err != nil {
+			t.Errorf("%s: %v", tc.in, err)
+			continue
+		}
+		if !tc.check(c) || c.String() != tc.in {
+			t.Errorf("%s parsed as %+v (%s)", tc.in, c, c)
+		}
+	}
+}
+
+func TestBadChangesAreRefusedNamingWhatIsWrong(t *testing.T) {
+	secret := writeFile(t, "s.yaml", "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n")
+	nameless := writeFile(t, "n.yaml", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {}\n")
+	empty := writeFile(t, "e.yaml", "---\n")
+	for in, want := range map[string]string{
+		"zone-outage":            "want KIND=ARGUMENT",
+		"reboot=a":               `unknown kind "reboot"`,
+		"cordon=a,,b":            "an empty node name",
+		"drain=zone:":            "names no zone",
+		"scale=set":              "want scale=",
+		"scale=set=-1":           `replicas "-1"`,
+		"scale=set=many":         `replicas "many"`,
+		"apply=" + secret:        `v1/Secret "s" cannot be applied`,
+		"apply=" + nameless:      "has no metadata.name",
+		"apply=" + empty:         "no objects",
+		"apply=/no/such/file":    "no such file",
+		"policy=/no/such/file":   "no such file",
+		"policy=" + nameless:     "policy",
+		"apply=" + nameless + "": "document 1",
+	} {
+		_, err := ParseChange(in)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want one saying %q", in, err, want)
+		}
+	}
+	pol := Change{Kind: ChangePolicy, Arg: "p.json"}
+	cordon := Change{Kind: ChangeCordon, Arg: "a"}
+	if err := CheckOrder([]Change{pol, cordon}); err != nil {
+		t.Errorf("a policy first: %v", err)
+	}
+	if err := CheckOrder([]Change{cordon, pol}); err == nil || !strings.Contains(err.Error(), "must be the first change") {
+		t.Errorf("a policy second: %v", err)
+	}
+	if err := CheckOrder([]Change{pol, pol}); err == nil {
+		t.Error("two policies accepted")
+	}
+}
+
+func TestScalingKeepsSomeTimeOfEveryDuration(t *testing.T) {
+	if got := scaled(10*time.Minute, 60); got != 10*time.Second {
+		t.Errorf("10m at 60x: %s", got)
+	}
+	if got := scaled(time.Nanosecond, 60); got != time.Millisecond {
+		t.Errorf("1ns at 60x: %s, want the floor of 1ms", got)
+	}
+	if got := scaled(0, 60); got != 0 {
+		t.Errorf("0 at 60x: %s", got)
+	}
+	for in, want := range map[int64]int64{300: 5, 301: 6, 1: 1, 0: 0, 30: 1} {
+		if got := scaledSeconds(in, 60); got != want {
+			t.Errorf("%ds at 60x: %d, want %d", in, got, want)
+		}
+	}
+	if s := MaxSpeed(10); s != 20 {
+		t.Errorf("MaxSpeed(10) = %g, want 20 (a 2s grace period)", s)
+	}
+	if s := MaxSpeed(1000); s != 4 {
+		t.Errorf("MaxSpeed(1000) = %g, want 4 (400 lease writes a second)", s)
+	}
+	if s := MaxSpeed(100000); s != 1 {
+		t.Errorf("MaxSpeed(100000) = %g, want real time", s)
+	}
+}
+
+func toUnstructured(t *testing.T, obj runtime.Object) *unstructured.Unstructured {
+	t.Helper()
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &unstructured.Unstructured{Object: m}
+}
+
+func TestARestoredPodIsBoundWhereItRanWithItsTimesScaled(t *testing.T) {
+	p := &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "shop", UID: "u1", ResourceVersion: "7",
+			Annotations:     map[string]string{"kubernetes.io/config.mirror": "x", "team": "a"},
+			OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "web-1a", UID: "rs"}}},
+		Spec: corev1.PodSpec{NodeName: "worker-2", Priority: new(int32(1000)), PriorityClassName: "high",
+			ServiceAccountName: "web", TerminationGracePeriodSeconds: new(int64(30)),
+			Tolerations: []corev1.Toleration{{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists,
+				Effect: corev1.TaintEffectNoExecute, TolerationSeconds: new(int64(300))}},
+			Volumes: []corev1.Volume{{Name: "kube-api-access-x1", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}},
+				{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+			Containers: []corev1.Container{{Name: "c", VolumeMounts: []corev1.VolumeMount{{Name: "kube-api-access-x1"}, {Name: "data"}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	out, err := restorePod(toUnstructured(t, p), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case out.Spec.NodeName != "worker-2":
+		t.Errorf("bound to %q", out.Spec.NodeName)
+	case out.UID != "" || out.ResourceVersion != "" || out.OwnerReferences != nil:
+		t.Errorf("kept server fields or owners: %+v", out.ObjectMeta)
+	case out.Annotations["kubernetes.io/config.mirror"] != "" || out.Annotations["team"] != "a":
+		t.Errorf("annotations %v", out.Annotations)
+	case out.Spec.Priority != nil || out.Spec.PriorityClassName != "high":
+		t.Errorf("priority %v class %q: admission must set it from the class", out.Spec.Priority, out.Spec.PriorityClassName)
+	case *out.Spec.TerminationGracePeriodSeconds != 3 || *out.Spec.Tolerations[0].TolerationSeconds != 30:
+		t.Errorf("grace %d toleration %d, want 3 and 30 at 10x", *out.Spec.TerminationGracePeriodSeconds, *out.Spec.Tolerations[0].TolerationSeconds)
+	case len(out.Spec.Volumes) != 1 || len(out.Spec.Containers[0].VolumeMounts) != 1 || out.Spec.Volumes[0].Name != "data":
+		t.Errorf("volumes %v mounts %v: the token volume is admission's to add", out.Spec.Volumes, out.Spec.Containers[0].VolumeMounts)
+	}
+	if *p.Spec.Tolerations[0].TolerationSeconds != 300 {
+		t.Error("the snapshot's pod was changed")
+	}
+	for _, phase := range []corev1.PodPhase{corev1.PodSucceeded, corev1.PodFailed} {
+		done := p.DeepCopy()
+		done.Status.Phase = phase
+		if out, err := restorePod(toUnstructured(t, done), 10); err != nil || out != nil {
+			t.Errorf("a %s pod restored: %v %v", phase, out, err)
+		}
+	}
+}
+
+func TestARestoredNodeHasTheSnapshotsCapacityLabelsAndOwnTaints(t *testing.T) {
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "ip-10-0-1-5", Labels: map[string]string{
+			sim.LabelZone: "us-east-1a", sim.LabelInstanceType: "m6i.xlarge", "node-role.kubernetes.io/worker": "", "team": "db"}},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{
+			{Key: "dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule},
+			{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute}}},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("3500m"), corev1.ResourceMemory: resource.MustParse("15Gi"),
+			corev1.ResourcePods: resource.MustParse("250"), "hugepages-2Mi": resource.MustParse("0"),
+			"example.com/fpga": resource.MustParse("2")}},
+	}
+	spec, err := instanceSpecOf(n, "ip-10-0-1-5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case spec.CPU.String() != "3500m" || spec.Memory.String() != "15Gi" || spec.Pods != 250:
+		t.Errorf("capacity %s %s %d", spec.CPU.String(), spec.Memory.String(), spec.Pods)
+	case spec.Zone != "us-east-1a" || spec.InstanceType != "m6i.xlarge" || spec.Role != "worker" || spec.Labels["team"] != "db":
+		t.Errorf("placement or labels %+v", spec)
+	case len(spec.Taints) != 1 || spec.Taints[0].Key != "dedicated":
+		t.Errorf("taints %v: the controllers' taints come from the private cluster's own conditions", spec.Taints)
+	case len(spec.ExtendedResources) != 1 || fpga(spec.ExtendedResources) != 2:
+		t.Errorf("extended resources %v", spec.ExtendedResources)
+	case spec.Annotations[machine.MachineAnnotation] != "openshift-machine-api/ip-10-0-1-5":
+		t.Errorf("annotations %v", spec.Annotations)
+	}
+	delete(n.Status.Allocatable, corev1.ResourceCPU)
+	if _, err := instanceSpecOf(n, ""); err == nil || !strings.Contains(err.Error(), "ip-10-0-1-5") {
+		t.Errorf("a node without cpu: %v", err)
+	}
+}
+
+func TestAMachineSetsSizeComesFromItsAnnotationsOrANode(t *testing.T) {
+	aws := &runtime.RawExtension{Raw: []byte(`{"kind":"AWSMachineProviderConfig","instanceType":"m6i.xlarge","placement":{"availabilityZone":"us-east-1b","region":"us-east-1"}}`)}
+	raw, err := providerSpecOf("MachineSet a", map[string]string{"machine.openshift.io/vCPU": "4", "machine.openshift.io/memoryMb": "16384"}, nil, aws, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ps machine.ProviderSpec
+	if err := json.Unmarshal(raw.Raw, &ps); err != nil {
+		t.Fatal(err)
+	}
+	if ps.Zone != "us-east-1b" || ps.Region != "us-east-1" || ps.InstanceType != "m6i.xlarge" || ps.CPU.String() != "4" || ps.Memory.String() != "16Gi" {
+		t.Errorf("from annotations and an AWS spec: %+v cpu %v memory %v", ps, ps.CPU, ps.Memory)
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{sim.LabelZone: "z"}},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("8Gi")}}}
+	raw, err = providerSpecOf("MachineSet b", nil, nil, nil, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps = machine.ProviderSpec{}
+	_ = json.Unmarshal(raw.Raw, &ps)
+	if ps.Zone != "z" || ps.CPU.String() != "2" || ps.Memory.String() != "8Gi" {
+		t.Errorf("from a node: %+v", ps)
+	}
+	capstan := machine.RawProviderSpec(machine.ProviderSpec{InstanceType: "capstan.large", Zone: "sim-zone-b"})
+	if raw, err := providerSpecOf("MachineSet c", nil, nil, capstan, node); err != nil || !bytes.Equal(raw.Raw, capstan.Raw) {
+		t.Errorf("a capstan spec is not kept as it is: %s %v", raw.Raw, err)
+	}
+	if _, err := providerSpecOf("MachineSet d", nil, nil, aws, nil); err == nil || !strings.Contains(err.Error(), "MachineSet d") {
+		t.Errorf("a MachineSet of unknown size: %v", err)
+	}
+	if _, err := providerSpecOf("MachineSet e", map[string]string{"machine.openshift.io/vCPU": "x", "machine.openshift.io/memoryMb": "1"}, nil, nil, nil); err == nil || !strings.Contains(err.Error(), "vCPU") {
+		t.Errorf("a bad vCPU annotation: %v", err)
+	}
+}
+
+func TestAClusterAutoscalersDelaysAreScaledDefaultsToo(t *testing.T) {
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "autoscaling.openshift.io/v1", "kind": "ClusterAutoscaler",
+		"metadata": map[string]any{"name": "default"},
+		"spec":     map[string]any{"scaleDown": map[string]any{"enabled": true, "unneededTime": "5m"}, "maxPodGracePeriod": int64(600)}}}
+	if err := prepareApply(u, 10); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{"unneededTime": "30s", "delayAfterAdd": "1m0s", "delayAfterFailure": "18s", "delayAfterDelete": "1s"} {
+		if got, _, _ := unstructured.NestedString(u.Object, "spec", "scaleDown", path); got != want {
+			t.Errorf("scaleDown.%s = %q, want %q", path, got, want)
+		}
+	}
+	if got, _, _ := unstructured.NestedString(u.Object, "spec", "maxNodeProvisionTime"); got != "1m30s" {
+		t.Errorf("maxNodeProvisionTime %q", got)
+	}
+	if got, _, _ := unstructured.NestedInt64(u.Object, "spec", "maxPodGracePeriod"); got != 60 {
+		t.Errorf("maxPodGracePeriod %d", got)
+	}
+	bare := &unstructured.Unstructured{Object: map[string]any{"kind": "ClusterAutoscaler", "metadata": map[string]any{"name": "default"}}}
+	if err := prepareApply(bare, 10); err != nil {
+		t.Fatal(err)
+	}
+	if on, _, _ := unstructured.NestedBool(bare.Object, "spec", "scaleDown", "enabled"); !on {
+		t.Error("a ClusterAutoscaler without scaleDown scales down; scaled, it must still")
+	}
+	bad := &unstructured.Unstructured{Object: map[string]any{"kind": "ClusterAutoscaler", "metadata": map[string]any{"name": "default"},
+		"spec": map[string]any{"scaleDown": map[string]any{"enabled": true, "unneededTime": "soon"}}}}
+	if err := prepareApply(bad, 10); err == nil || !strings.Contains(err.Error(), "spec.scaleDown.unneededTime") {
+		t.Errorf("a bad duration: %v", err)
+	}
+}
+
+func TestTheTableSumsUpEachWorkload(t *testing.T) {
+	r := &Report{Speed: 10, Nodes: 6, Pods: 20, Settled: true, Duration: Duration(6 * time.Minute),
+		Changes: []AppliedChange{{Change: "zone-outage=a"}},
+		Removed: []PodRemoval{{Pod: "d/web-1", Workload: "Deployment d/web", Node: "a-1", Reason: "DeletionByTaintManager"},
+			{Pod: "d/web-2", Workload: "Deployment d/web", Node: "a-1", Reason: "DeletionByTaintManager"}},
+		Placed:  []PodPlacement{{Pod: "d/web-3", Workload: "Deployment d/web", Node: "b-1"}, {Pod: "d/web-4", Workload: "Deployment d/web", Node: "b-1"}},
+		Pending: []PendingPod{{Pod: "d/db-0", Workload: "StatefulSet d/db", Scheduler: "0/3 nodes are available"}},
+	}
+	var b bytes.Buffer
+	if err := r.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"settled after 6m0s", "Deployment d/web", "b-1 x2", "DeletionByTaintManager 2", "d/db-0", "0/3 nodes are available"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the table has no %q:\n%s", want, out)
+		}
+	}
+}
+
+func fpga(rl map[corev1.ResourceName]resource.Quantity) int64 {
+	q := rl["example.com/fpga"]
+	return q.Value()
+}
