@@ -2,16 +2,26 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
+	"github.com/capstan-dev/capstan/internal/drain"
 	"github.com/capstan-dev/capstan/internal/simulate"
 	"github.com/capstan-dev/capstan/internal/testenv"
 )
@@ -160,5 +170,130 @@ func TestSimulateAZoneOutageOnAKubectlSnapshotOfAnotherCluster(t *testing.T) {
 	}
 	if !triggered {
 		t.Errorf("no TriggeredScaleUp among the autoscaler's events: %+v", rep.Autoscaler)
+	}
+}
+
+// A simulation of a drain on a snapshot of this cluster predicts what the
+// same drain then does to it: which pods leave, that the disruption
+// budget lets them go one at a time without blocking the drain, and on
+// which node their replacements land: the empty node added after the
+// Deployment, not the one holding its other pods, as the scheduler's
+// priorities have it.
+func TestSimulationOfADrainPredictsTheDrain(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t, "fidelity")
+	taint := corev1.Taint{Key: "fidelity", Value: ns, Effect: corev1.TaintEffectNoSchedule}
+	nodeA, nodeB := ns+"-a", ns+"-b"
+	for _, n := range []string{nodeA, nodeB} {
+		addNode(t, n, map[string]string{"fidelity": ns}, taint)
+	}
+	labels := map[string]string{"app": "web"}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}, Spec: appsv1.DeploymentSpec{
+		Replicas: new(int32(4)), Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{"fidelity": ns},
+			Tolerations:  []corev1.Toleration{{Key: "fidelity", Operator: corev1.TolerationOpEqual, Value: ns, Effect: corev1.TaintEffectNoSchedule}},
+			Containers: []corev1.Container{{Name: "web", Image: "registry.example/web:1",
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}}}},
+			TerminationGracePeriodSeconds: new(int64(0))}}}}
+	if _, err := env.Client.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}, Spec: policyv1.PodDisruptionBudgetSpec{
+		MinAvailable: new(intstr.FromInt32(3)), Selector: &metav1.LabelSelector{MatchLabels: labels}}}
+	if _, err := env.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	running := func() map[string]string {
+		pods, err := env.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				out[ns+"/"+p.Name] = p.Spec.NodeName
+			}
+		}
+		return out
+	}
+	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+		r := running()
+		return len(r) == 4, fmt.Sprintf("running: %v", r)
+	})
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		p, err := env.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "web", metav1.GetOptions{})
+		return err == nil && p.Status.DisruptionsAllowed == 1, fmt.Sprintf("budget %+v %v", p.Status, err)
+	})
+	nodeC := ns + "-c"
+	addNode(t, nodeC, map[string]string{"fidelity": ns}, taint)
+	before := running()
+	var onA []string
+	for pod, node := range before {
+		if node == nodeA {
+			onA = append(onA, pod)
+		}
+	}
+	sort.Strings(onA)
+	if len(onA) == 0 {
+		t.Fatalf("no pod on %s to drain: %v", nodeA, before)
+	}
+
+	snap := filepath.Join(t.TempDir(), "snap.json")
+	capstanOK(t, "simulate", "snapshot", "--kubeconfig", env.Kubeconfig, "-o", snap)
+	rep := runSimulation(t, "--snapshot", snap, "--change", "drain="+nodeA, "--speed", "20", "--quiet", "4m")
+
+	// The drain itself, on this cluster.
+	d := drain.New(ctx, env.Client, 2*time.Minute, klog.Background())
+	if err := d.Cordon(env.GetNode(t, nodeA), true); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Evict(nodeA); err != nil {
+		t.Fatalf("draining %s: %v", nodeA, err)
+	}
+	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+		r := running()
+		return len(r) == 4, fmt.Sprintf("running: %v", r)
+	})
+	after := running()
+	realPlaced := map[string]int{}
+	for pod, node := range after {
+		if _, old := before[pod]; !old {
+			realPlaced[node]++
+		}
+	}
+
+	var simRemoved []string
+	for _, r := range rep.Removed {
+		if strings.HasPrefix(r.Pod, ns+"/") {
+			simRemoved = append(simRemoved, r.Pod)
+			if r.Reason != "EvictionByEvictionAPI" || r.Node != nodeA {
+				t.Errorf("simulation removed %+v; want an eviction from %s", r, nodeA)
+			}
+		}
+	}
+	sort.Strings(simRemoved)
+	if strings.Join(simRemoved, " ") != strings.Join(onA, " ") {
+		t.Errorf("simulation removed %v; the drain removes %v", simRemoved, onA)
+	}
+	simPlaced := map[string]int{}
+	for _, p := range rep.Placed {
+		if strings.HasPrefix(p.Pod, ns+"/") {
+			simPlaced[p.Node]++
+		}
+	}
+	if realPlaced[nodeC] == 0 {
+		t.Logf("the drain placed no replacement on the empty node %s: %v", nodeC, realPlaced)
+	}
+	if fmt.Sprint(simPlaced) != fmt.Sprint(realPlaced) {
+		t.Errorf("simulation placed the replacements %v; the drain's went %v", simPlaced, realPlaced)
+	}
+	for _, b := range rep.BlockedDrains {
+		t.Errorf("simulation left the drain blocked: %+v; the drain finished", b)
+	}
+	for _, p := range rep.Pending {
+		if strings.HasPrefix(p.Pod, ns+"/") {
+			t.Errorf("simulation left %s pending: %s", p.Pod, p.Scheduler)
+		}
 	}
 }
