@@ -20,9 +20,10 @@ type SimulateOptions struct {
 	// PodsPerNode one-CPU pods run on each four-CPU worker.
 	PodsPerNode int
 	Speed       float64
-	// Quiet is the simulated time without change that ends the run.
-	Quiet   time.Duration
-	DataDir string
+	// Quiet is the simulated time without change that ends the run; For
+	// the simulated time after which it ends anyway.
+	Quiet, For time.Duration
+	DataDir    string
 }
 
 // SimulateResult is what the benchmark measured.
@@ -63,7 +64,7 @@ func Simulate(ctx context.Context, o SimulateOptions, log io.Writer) (*SimulateR
 	cpu0 := selfCPUSeconds() + childrenCPUSeconds()
 	start := time.Now()
 	rep, err := simulate.Run(ctx, simulate.RunOptions{Snapshot: snap, SnapshotName: "synthetic", Changes: []simulate.Change{autoscaling, outage},
-		Speed: o.Speed, For: simulate.DefaultFor, Quiet: o.Quiet, BootTime: simulate.DefaultBootTime, DataDir: o.DataDir, Log: log})
+		Speed: o.Speed, For: o.For, Quiet: o.Quiet, BootTime: simulate.DefaultBootTime, DataDir: o.DataDir, Log: log})
 	if err != nil {
 		return nil, err
 	}

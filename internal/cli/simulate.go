@@ -30,6 +30,7 @@ func newSimulateSnapshotCommand() *cobra.Command {
 	var cf clientFlags
 	var out string
 	var from []string
+	var anonymize bool
 	c := &cobra.Command{
 		Use:   "snapshot -o FILE",
 		Short: "Read a cluster, with list only, into a snapshot file",
@@ -45,6 +46,13 @@ OpenShift ones) is left out. No Secret and no ConfigMap is read; objects
 are kept whole but for their managedFields. The file is written only once
 every list has succeeded.
 
+With --anonymize, names that say whose cluster it is (namespaces other
+than default, kube-* and openshift-*, the objects in them, nodes,
+machines, label keys and values other than well-known ones, images) are
+replaced, consistently, by keyed hashes, and annotations, environments,
+commands and addresses are dropped: what runs where, on what sizes of
+node, with which taints, priorities and budgets, stays.
+
 With --from, the snapshot is made from files of objects instead, as
 kubectl get -o yaml (or -o json) writes them, without reading any
 cluster: for example the output of
@@ -55,7 +63,7 @@ cluster: for example the output of
 				return errors.New("-o FILE: say where to write the snapshot")
 			}
 			if len(from) > 0 {
-				return snapshotFromManifests(c, from, out)
+				return snapshotFromManifests(c, from, out, anonymize)
 			}
 			cfg, err := cf.restConfig()
 			if err != nil {
@@ -68,6 +76,11 @@ cluster: for example the output of
 			snap, err := simulate.Take(c.Context(), client, time.Now())
 			if err != nil {
 				return fmt.Errorf("snapshot of %s: %w", cfg.Host, err)
+			}
+			if anonymize {
+				if err := snap.Anonymize(); err != nil {
+					return err
+				}
 			}
 			var b bytes.Buffer
 			if err := snap.Write(&b); err != nil {
@@ -88,12 +101,13 @@ cluster: for example the output of
 	}
 	cf.add(c.Flags())
 	c.Flags().StringVarP(&out, "output", "o", "", "file to write the snapshot to (JSON; mode 0600)")
+	c.Flags().BoolVar(&anonymize, "anonymize", false, "rename namespaces, workloads, nodes, machines, labels and images consistently, and drop what names people or secrets (see docs/simulate.md)")
 	c.Flags().StringArrayVar(&from, "from", nil, "make the snapshot from this file of objects (kubectl get -o yaml or json output) instead of a cluster; repeatable")
 	return c
 }
 
 // snapshotFromManifests writes the snapshot of files of objects.
-func snapshotFromManifests(c *cobra.Command, from []string, out string) error {
+func snapshotFromManifests(c *cobra.Command, from []string, out string, anonymize bool) error {
 	files := map[string][]byte{}
 	for _, f := range from {
 		data, err := os.ReadFile(f)
@@ -105,6 +119,11 @@ func snapshotFromManifests(c *cobra.Command, from []string, out string) error {
 	snap, skipped, err := simulate.FromManifests(files, time.Now())
 	if err != nil {
 		return err
+	}
+	if anonymize {
+		if err := snap.Anonymize(); err != nil {
+			return err
+		}
 	}
 	var b bytes.Buffer
 	if err := snap.Write(&b); err != nil {
@@ -160,7 +179,8 @@ Changes (each --change KIND=ARGUMENT; several are applied in order):
   scale=[NAMESPACE/]MACHINESET=N a MachineSet's replicas
   apply=FILE                     Deployments, StatefulSets, DaemonSets, Jobs,
                                  PodDisruptionBudgets, ClusterAutoscalers,
-                                 MachineAutoscalers`,
+                                 MachineAutoscalers
+  wait=DURATION                  simulated time to let pass before the next change`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if snapshot == "" {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -42,9 +43,11 @@ const (
 	// Deployments, StatefulSets, DaemonSets, Jobs, ClusterAutoscalers,
 	// MachineAutoscalers, PodDisruptionBudgets.
 	ChangeApply ChangeKind = "apply"
+	// ChangeWait lets simulated time pass before the next change.
+	ChangeWait ChangeKind = "wait"
 )
 
-var changeKinds = []ChangeKind{ChangePolicy, ChangeCordon, ChangeDrain, ChangeDelete, ChangeZoneOutage, ChangeScale, ChangeApply}
+var changeKinds = []ChangeKind{ChangePolicy, ChangeCordon, ChangeDrain, ChangeDelete, ChangeZoneOutage, ChangeScale, ChangeApply, ChangeWait}
 
 // applyKinds are the kinds an apply change may hold, by apiVersion/kind.
 var applyKinds = map[string]bool{
@@ -75,6 +78,8 @@ type Change struct {
 	Objects []*unstructured.Unstructured
 	// Policy is a policy change's.
 	Policy *policy.Policy
+	// Wait is a wait's simulated time.
+	Wait time.Duration
 }
 
 func (c Change) String() string { return string(c.Kind) + "=" + c.Arg }
@@ -88,6 +93,7 @@ func (c Change) String() string { return string(c.Kind) + "=" + c.Arg }
 //	zone-outage=ZONE
 //	scale=[NAMESPACE/]MACHINESET=REPLICAS
 //	apply=FILE                     manifests (YAML or JSON, several per file)
+//	wait=DURATION                  simulated time before the next change
 //
 // Files are read here, so that a run refuses a bad file before it
 // starts anything.
@@ -139,6 +145,12 @@ func ParseChange(s string) (Change, error) {
 			return Change{}, fmt.Errorf("change %s: %w", s, err)
 		}
 		c.Objects = objs
+	case ChangeWait:
+		d, err := time.ParseDuration(arg)
+		if err != nil || d <= 0 {
+			return Change{}, fmt.Errorf("change %s: %q is not a positive duration (10m, 90s)", s, arg)
+		}
+		c.Wait = d
 	default:
 		return Change{}, fmt.Errorf("change %q: unknown kind %q (known: %s)", s, kind, kindList())
 	}

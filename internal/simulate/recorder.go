@@ -327,7 +327,11 @@ func (r *recorder) event(obj any) {
 	case obj0.Kind == "Machine" && (e.Reason == machine.EventDrainBlocked || e.Reason == machine.EventTerminateBlocked):
 		r.machineDrain[key] = e.Message
 	}
-	if r.started.IsZero() || !reportedReasons[e.Reason] || e.LastTimestamp.Time.Before(r.started.Truncate(time.Second)) {
+	at := e.LastTimestamp.Time
+	if at.IsZero() {
+		at = e.EventTime.Time
+	}
+	if r.started.IsZero() || !reportedReasons[e.Reason] || (!at.IsZero() && at.Before(r.started.Truncate(time.Second))) {
 		return
 	}
 	id := e.Reason + "\x00" + obj0.Kind + "\x00" + key + "\x00" + e.Message
@@ -377,7 +381,7 @@ func (r *recorder) waitSettled(ctx context.Context, quiet, limit time.Duration, 
 		last, started := r.lastChange, r.started
 		r.mu.Unlock()
 		now := time.Now()
-		if now.Sub(last) >= quiet {
+		if now.Sub(last) >= quiet && !r.terminating() {
 			return true
 		}
 		if now.Sub(started) >= limit {
@@ -388,6 +392,22 @@ func (r *recorder) waitSettled(ctx context.Context, quiet, limit time.Duration, 
 			fmt.Fprintf(log, "Simulated %s; last change %s ago\n", Duration(r.now()), Duration(time.Duration(float64(now.Sub(last))*r.speed)))
 		}
 	}
+}
+
+// terminating says whether a pod is being deleted on a node whose kubelet
+// runs: its end is still to come, however long its grace period. (On a
+// lost node a pod stays Terminating for good.)
+func (r *recorder) terminating() bool {
+	pods, _ := r.pods.List(labels.Everything())
+	for _, p := range pods {
+		if p.DeletionTimestamp == nil || p.Spec.NodeName == "" {
+			continue
+		}
+		if n, err := r.nodes.Get(p.Spec.NodeName); err == nil && nodeReady(n) {
+			return true
+		}
+	}
+	return false
 }
 
 // fill writes what was recorded into the report.

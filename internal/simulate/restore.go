@@ -27,6 +27,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/machine"
 	"github.com/capstan-dev/capstan/internal/nodes"
 	"github.com/capstan-dev/capstan/internal/sim"
+	"github.com/capstan-dev/capstan/internal/waitfor"
 )
 
 // restorer rebuilds a snapshot's cluster on a private, empty one: the
@@ -370,19 +371,15 @@ func (r *restorer) nodes(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for {
+	err = waitfor.Poll(ctx, 200*time.Millisecond, 10*time.Minute, waitfor.Simple(func(ctx context.Context) (bool, string) {
 		list, err := r.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 		if err != nil {
-			return err
+			return false, err.Error()
 		}
-		if len(list.Items) >= len(names) {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%d of %d nodes registered: %w", len(list.Items), len(names), ctx.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
+		return len(list.Items) >= len(names), fmt.Sprintf("%d of %d nodes registered", len(list.Items), len(names))
+	}))
+	if err != nil {
+		return err
 	}
 	return parallel(ctx, names, func(ctx context.Context, name string) error {
 		want := r.nodesByName[name]
@@ -662,9 +659,11 @@ func restorePod(u *unstructured.Unstructured, speed float64) (*corev1.Pod, error
 			s.Tolerations[i].TolerationSeconds = new(scaledSeconds(*ts, speed))
 		}
 	}
+	grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
 	if g := s.TerminationGracePeriodSeconds; g != nil {
-		s.TerminationGracePeriodSeconds = new(scaledSeconds(*g, speed))
+		grace = *g
 	}
+	s.TerminationGracePeriodSeconds = new(scaledSeconds(grace, speed))
 	if d := s.ActiveDeadlineSeconds; d != nil {
 		s.ActiveDeadlineSeconds = new(scaledSeconds(*d, speed))
 	}
@@ -754,6 +753,14 @@ func jobFinished(u *unstructured.Unstructured) bool {
 // scaleWorkload divides a workload's seconds by the speed, and keeps a
 // Job's selector: it names the snapshot Job's UID, which its pods carry.
 func (r *restorer) scaleWorkload(u *unstructured.Unstructured) error {
+	if _, ok, _ := unstructured.NestedMap(u.Object, "spec", "template", "spec"); ok {
+		// The API server's default grace period, scaled as a given one.
+		if _, set, _ := unstructured.NestedInt64(u.Object, "spec", "template", "spec", "terminationGracePeriodSeconds"); !set {
+			if err := unstructured.SetNestedField(u.Object, int64(corev1.DefaultTerminationGracePeriodSeconds), "spec", "template", "spec", "terminationGracePeriodSeconds"); err != nil {
+				return err
+			}
+		}
+	}
 	for _, path := range [][]string{
 		{"spec", "minReadySeconds"}, {"spec", "progressDeadlineSeconds"},
 		{"spec", "activeDeadlineSeconds"}, {"spec", "ttlSecondsAfterFinished"},

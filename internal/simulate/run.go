@@ -301,6 +301,13 @@ func (a *applier) apply(ctx context.Context, c Change) error {
 	switch c.Kind {
 	case ChangePolicy:
 		return nil // the scheduler started with it
+	case ChangeWait:
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(scaled(c.Wait, a.speed)):
+			return nil
+		}
 	case ChangeCordon, ChangeDrain:
 		targets, err := a.targets(c)
 		if err != nil {

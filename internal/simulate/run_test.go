@@ -52,6 +52,7 @@ metadata: {name: default}
 		{"scale=ns/set=0", func(c Change) bool { return c.MachineSet == "ns/set" && c.Replicas == 0 }},
 		{"apply=" + deploy, func(c Change) bool { return len(c.Objects) == 2 && c.Objects[1].GetKind() == "ClusterAutoscaler" }},
 		{"policy=" + pol, func(c Change) bool { return c.Policy != nil }},
+		{"wait=90s", func(c Change) bool { return c.Kind == ChangeWait && c.Wait == 90*time.Second }},
 	} {
 		c, err := ParseChange(tc.in)
 		if err != nil {
@@ -169,6 +170,11 @@ func TestARestoredPodIsBoundWhereItRanWithItsTimesScaled(t *testing.T) {
 		t.Errorf("grace %d toleration %d, want 3 and 30 at 10x", *out.Spec.TerminationGracePeriodSeconds, *out.Spec.Tolerations[0].TolerationSeconds)
 	case len(out.Spec.Volumes) != 1 || len(out.Spec.Containers[0].VolumeMounts) != 1 || out.Spec.Volumes[0].Name != "data":
 		t.Errorf("volumes %v mounts %v: the token volume is admission's to add", out.Spec.Volumes, out.Spec.Containers[0].VolumeMounts)
+	}
+	defaulted := p.DeepCopy()
+	defaulted.Spec.TerminationGracePeriodSeconds = nil
+	if out, err := restorePod(toUnstructured(t, defaulted), 10); err != nil || *out.Spec.TerminationGracePeriodSeconds != 3 {
+		t.Errorf("a pod without a grace period: %v %v, want the default 30 s at 10x", out.Spec.TerminationGracePeriodSeconds, err)
 	}
 	if *p.Spec.Tolerations[0].TolerationSeconds != 300 {
 		t.Error("the snapshot's pod was changed")

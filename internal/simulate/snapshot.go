@@ -6,6 +6,8 @@ package simulate
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -145,7 +147,7 @@ func listAll(ctx context.Context, ri dynamic.ResourceInterface, r Resource) ([]u
 		}
 		for i := range list.Items {
 			o := list.Items[i]
-			o.SetManagedFields(nil)
+			sanitize(r, &o)
 			// A list's items carry no kind of their own on some servers.
 			o.SetAPIVersion(r.GVR.GroupVersion().String())
 			o.SetKind(r.Kind)
@@ -299,7 +301,7 @@ func SnapshotOf(objs []unstructured.Unstructured, takenAt time.Time, what string
 			skipped[key]++
 			continue
 		}
-		it.SetManagedFields(nil)
+		sanitize(r, &it)
 		s.Objects[r.Key()] = append(s.Objects[r.Key()], it)
 	}
 	for _, r := range Resources {
@@ -319,4 +321,62 @@ func SnapshotOf(objs []unstructured.Unstructured, takenAt time.Time, what string
 		return nil, nil, fmt.Errorf("%s: no Node: a snapshot simulates the nodes it holds", what)
 	}
 	return loaded, skipped, nil
+}
+
+// digestSource stands for content a snapshot does not keep: a data URL
+// of the content's SHA-256, so that two MachineConfigs with the same file
+// still compare equal and a changed file still differs.
+func digestSource(content string) string {
+	sum := sha256.Sum256([]byte(content))
+	return "data:,capstan-snapshot-sha256-" + hex.EncodeToString(sum[:])
+}
+
+// sanitize drops what a snapshot must not carry: managed fields, and the
+// content of MachineConfigs' files, systemd units and SSH keys (a
+// rendered MachineConfig holds the cluster's pull secret and
+// certificates), each replaced by its digest.
+func sanitize(r Resource, o *unstructured.Unstructured) {
+	o.SetManagedFields(nil)
+	if r.Kind != "MachineConfig" {
+		return
+	}
+	digestEach := func(list []any, fields ...string) []any {
+		for _, it := range list {
+			m, ok := it.(map[string]any)
+			if !ok {
+				continue
+			}
+			if v, ok, _ := unstructured.NestedString(m, fields...); ok && v != "" {
+				_ = unstructured.SetNestedField(m, digestSource(v), fields...)
+			}
+		}
+		return list
+	}
+	if files, ok, _ := unstructured.NestedSlice(o.Object, "spec", "config", "storage", "files"); ok {
+		_ = unstructured.SetNestedSlice(o.Object, digestEach(files, "contents", "source"), "spec", "config", "storage", "files")
+	}
+	if units, ok, _ := unstructured.NestedSlice(o.Object, "spec", "config", "systemd", "units"); ok {
+		for _, u := range units {
+			if m, ok := u.(map[string]any); ok {
+				if dropins, ok := m["dropins"].([]any); ok {
+					m["dropins"] = digestEach(dropins, "contents")
+				}
+			}
+		}
+		_ = unstructured.SetNestedSlice(o.Object, digestEach(units, "contents"), "spec", "config", "systemd", "units")
+	}
+	if users, ok, _ := unstructured.NestedSlice(o.Object, "spec", "config", "passwd", "users"); ok {
+		for _, u := range users {
+			if m, ok := u.(map[string]any); ok {
+				if keys, ok := m["sshAuthorizedKeys"].([]any); ok {
+					for i, k := range keys {
+						if s, ok := k.(string); ok {
+							keys[i] = digestSource(s)
+						}
+					}
+				}
+			}
+		}
+		_ = unstructured.SetNestedSlice(o.Object, users, "spec", "config", "passwd", "users")
+	}
 }

@@ -159,3 +159,39 @@ func TestTheReadersClusterRoleIsWhatASnapshotLists(t *testing.T) {
 		t.Errorf("deploy/simulate/rbac.yaml grants list of %s, which a snapshot does not read", key)
 	}
 }
+
+func TestASnapshotKeepsNoMachineConfigContent(t *testing.T) {
+	secret := "data:;base64,eyJhdXRocyI6eyJxdWF5LmlvIjp7ImF1dGgiOiJzZWNyZXQifX19"
+	mc := object("machineconfiguration.openshift.io/v1", "MachineConfig", "", "rendered-worker-1")
+	mc.Object["spec"] = map[string]any{"config": map[string]any{
+		"storage": map[string]any{"files": []any{
+			map[string]any{"path": "/var/lib/kubelet/config.json", "contents": map[string]any{"source": secret}},
+			map[string]any{"path": "/etc/copy.json", "contents": map[string]any{"source": secret}},
+			map[string]any{"path": "/etc/other", "contents": map[string]any{"source": "data:,other"}}}},
+		"systemd": map[string]any{"units": []any{map[string]any{"name": "a.service", "contents": "[Service]\nExecStart=/bin/token abc",
+			"dropins": []any{map[string]any{"name": "10.conf", "contents": "Environment=TOKEN=abc"}}}}},
+		"passwd": map[string]any{"users": []any{map[string]any{"name": "core", "sshAuthorizedKeys": []any{"ssh-ed25519 AAAA key"}}}},
+	}}
+	snap, _, err := SnapshotOf([]unstructured.Unstructured{object("v1", "Node", "", "n"), mc}, time.Now(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := snap.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, leak := range []string{"eyJhdXRocyI6", "ExecStart=/bin/token", "TOKEN=abc", "AAAA key", "data:,other"} {
+		if strings.Contains(out, leak) {
+			t.Errorf("the snapshot keeps %q", leak)
+		}
+	}
+	files, _, _ := unstructured.NestedSlice(snap.Objects["machineconfiguration.openshift.io/v1/machineconfigs"][0].Object, "spec", "config", "storage", "files")
+	src := func(i int) string {
+		s, _, _ := unstructured.NestedString(files[i].(map[string]any), "contents", "source")
+		return s
+	}
+	if src(0) != src(1) || src(0) == src(2) || !strings.HasPrefix(src(0), "data:,capstan-snapshot-sha256-") {
+		t.Errorf("digests %q %q %q: equal contents must stay equal, different ones different", src(0), src(1), src(2))
+	}
+}

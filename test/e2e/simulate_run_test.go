@@ -17,6 +17,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
@@ -105,11 +106,32 @@ func TestSimulateAZoneOutageOnAKubectlSnapshotOfAnotherCluster(t *testing.T) {
 	dir := t.TempDir()
 	files := awsCluster(t, dir)
 	snap := filepath.Join(dir, "snap.json")
-	out := capstanOK(t, "simulate", "snapshot", "--from", files[0], "--from", files[1], "-o", snap)
+	// Anonymized: the outage plays out the same on renamed objects.
+	out := capstanOK(t, "simulate", "snapshot", "--anonymize", "--from", files[0], "--from", files[1], "-o", snap)
 	if !strings.Contains(out, "1 v1/Service") {
 		t.Errorf("the Service left out is not said: %s", out)
 	}
-	autoscaling := files[2]
+	if data, err := os.ReadFile(snap); err != nil || strings.Contains(string(data), "shop") || strings.Contains(string(data), "prod-worker") {
+		t.Fatalf("the snapshot is not anonymized (%v)", err)
+	}
+	autoscaling := filepath.Join(dir, "autoscaling-anonymized.yaml")
+	data, err := os.ReadFile(files[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The MachineAutoscalers name their MachineSets as the snapshot now
+	// does.
+	sim, err := simulate.Load(snap, mustRead(t, snap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ms := range sim.Objects["machine.openshift.io/v1beta1/machinesets"] {
+		zone, _, _ := unstructured.NestedString(ms.Object, "spec", "template", "spec", "providerSpec", "value", "placement", "availabilityZone")
+		data = bytes.ReplaceAll(data, []byte("name: prod-worker-"+zone+"\n"), []byte("name: "+ms.GetName()+"\n"))
+	}
+	if err := os.WriteFile(autoscaling, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	rep := runSimulation(t, "--snapshot", snap, "--change", "apply="+autoscaling, "--change", "zone-outage=us-east-1a", "--speed", "10", "--quiet", "6m")
 
 	if !rep.Settled || rep.Nodes != 9 || rep.Pods != 20 {
@@ -133,8 +155,15 @@ func TestSimulateAZoneOutageOnAKubectlSnapshotOfAnotherCluster(t *testing.T) {
 		t.Errorf("nodes NotReady: %v, want the three of us-east-1a", lost)
 	}
 	evicted := 0
+	web := ""
+	if len(rep.Removed) > 0 {
+		web = rep.Removed[0].Workload
+	}
+	if !strings.HasPrefix(web, "Deployment ns-") {
+		t.Errorf("the evicted pods' workload is %q, want the anonymized web Deployment", web)
+	}
 	for _, r := range rep.Removed {
-		if r.Workload != "Deployment shop/web" || r.Reason != "DeletionByTaintManager" || !lostNode[r.Node] {
+		if r.Workload != web || r.Reason != "DeletionByTaintManager" || !lostNode[r.Node] {
 			t.Errorf("removed %+v; want only web pods of us-east-1a, by the taint manager", r)
 			continue
 		}
@@ -148,7 +177,7 @@ func TestSimulateAZoneOutageOnAKubectlSnapshotOfAnotherCluster(t *testing.T) {
 	}
 	placed := 0
 	for _, p := range rep.Placed {
-		if p.Workload == "Deployment shop/web" {
+		if p.Workload == web {
 			placed++
 			if p.Zone == "us-east-1a" {
 				t.Errorf("%s placed on %s in the lost zone", p.Pod, p.Node)
@@ -161,7 +190,7 @@ func TestSimulateAZoneOutageOnAKubectlSnapshotOfAnotherCluster(t *testing.T) {
 	if len(rep.NodesAdded) != 1 {
 		t.Fatalf("nodes added: %+v; want one (4 pods over the 16 CPUs left)", rep.NodesAdded)
 	}
-	if add := rep.NodesAdded[0]; add.Zone == "us-east-1a" || !strings.HasPrefix(add.MachineSet, "prod-worker-us-east-1") {
+	if add := rep.NodesAdded[0]; add.Zone == "us-east-1a" || !strings.HasPrefix(add.MachineSet, "machine-") {
 		t.Errorf("node added %+v; want one of a MachineSet of another zone", add)
 	}
 	triggered := false
@@ -296,4 +325,105 @@ func TestSimulationOfADrainPredictsTheDrain(t *testing.T) {
 			t.Errorf("simulation left %s pending: %s", p.Pod, p.Scheduler)
 		}
 	}
+}
+
+// The other changes, in one run on the AWS cluster's snapshot, applied in
+// order: a Policy that packs pods onto the fullest nodes, a cordon, a
+// Deployment added, a minute of simulated time, a MachineSet scaled up,
+// and a node deleted (its Machine drained, and replaced by its
+// MachineSet).
+func TestSimulatePolicyCordonWorkloadScaleAndDelete(t *testing.T) {
+	dir := t.TempDir()
+	files := awsCluster(t, dir)
+	snap := filepath.Join(dir, "snap.json")
+	capstanOK(t, "simulate", "snapshot", "--from", files[0], "--from", files[1], "-o", snap)
+	write := func(name, content string) string {
+		f := filepath.Join(dir, name)
+		if err := os.WriteFile(f, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	pol := write("policy.json", `{"kind":"Policy","apiVersion":"v1",
+"predicates":[{"name":"CheckNodeUnschedulable"},{"name":"GeneralPredicates"},{"name":"PodToleratesNodeTaints"}],
+"priorities":[{"name":"MostRequestedPriority","weight":1}]}`)
+	batch := write("batch.yaml", `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: batch, namespace: shop}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: batch}}
+  template:
+    metadata: {labels: {app: batch}}
+    spec:
+      containers:
+      - {name: batch, image: quay.io/shop/batch:1, resources: {requests: {cpu: 500m}}}
+`)
+	// Zone b's first worker (3 web pods), and zone a's first (4: full).
+	cordoned, deleted := "ip-10-1-1-10.ec2.internal", "ip-10-0-1-10.ec2.internal"
+	rep := runSimulation(t, "--snapshot", snap, "--speed", "20", "--quiet", "5m",
+		"--change", "policy="+pol, "--change", "cordon="+cordoned, "--change", "apply="+batch, "--change", "wait=1m",
+		"--change", "scale=prod-worker-us-east-1c=3", "--change", "delete="+deleted)
+
+	if !rep.Settled {
+		t.Errorf("not settled after %s", rep.Duration)
+	}
+	for _, c := range rep.Changes {
+		if c.Error != "" {
+			t.Errorf("change %s: %s", c.Change, c.Error)
+		}
+	}
+	if at := rep.Changes[len(rep.Changes)-1].At; at < simulate.Duration(time.Minute) {
+		t.Errorf("the delete was applied at %s, before the minute waited", at)
+	}
+	batchNodes := map[string]int{}
+	for _, p := range rep.Placed {
+		if p.Node == cordoned {
+			t.Errorf("%s placed on the cordoned node", p.Pod)
+		}
+		if p.Workload == "Deployment shop/batch" {
+			batchNodes[p.Node]++
+		}
+	}
+	// The workers left are 3 CPUs of 4 full (b's second, c's two), or
+	// full: the fullest-first policy puts both half-CPU pods on one.
+	if len(batchNodes) != 1 {
+		t.Errorf("batch pods placed on %v; MostRequestedPriority packs both on one node", batchNodes)
+	}
+	if len(rep.Pending) != 0 {
+		t.Errorf("pending: %+v", rep.Pending)
+	}
+	sets := map[string]int{}
+	for _, n := range rep.NodesAdded {
+		sets[n.MachineSet]++
+	}
+	if len(rep.NodesAdded) != 2 || sets["prod-worker-us-east-1c"] != 1 || sets["prod-worker-us-east-1a"] != 1 {
+		t.Errorf("nodes added %+v; want one scaled up in us-east-1c and the deleted node's replacement in us-east-1a", rep.NodesAdded)
+	}
+	if len(rep.NodesRemoved) != 1 || rep.NodesRemoved[0].Node != deleted {
+		t.Errorf("nodes removed %+v; want %s", rep.NodesRemoved, deleted)
+	}
+	evicted := 0
+	for _, r := range rep.Removed {
+		if r.Node != deleted || r.Reason != "EvictionByEvictionAPI" || r.Workload != "Deployment shop/web" {
+			t.Errorf("removed %+v; want only web pods evicted by the deleted node's drain", r)
+			continue
+		}
+		evicted++
+	}
+	if evicted != 4 {
+		t.Errorf("%d web pods evicted from %s, want its 4", evicted, deleted)
+	}
+	if len(rep.BlockedDrains) != 0 {
+		t.Errorf("blocked drains: %+v", rep.BlockedDrains)
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }
