@@ -31,11 +31,9 @@ lost, pods evicted and placed again, pods left pending, nodes added.`,
 				return err
 			}
 			r := res.Report
-			evicted := 0
+			reasons := map[string]int{}
 			for _, rm := range r.Removed {
-				if rm.Reason == "DeletionByTaintManager" {
-					evicted++
-				}
+				reasons[rm.Reason]++
 			}
 			settled := "settled"
 			if !r.Settled {
@@ -43,8 +41,8 @@ lost, pods evicted and placed again, pods left pending, nodes added.`,
 			}
 			fmt.Fprintf(out, "bench simulate: %d nodes, %d pods, zone outage at %gx: %s in %s of real time (restore %s, outage %s; %s simulated); %.0f CPU s\n",
 				r.Nodes, r.Pods, r.Speed, settled, res.Wall.Round(time.Second), r.RestoreTime, r.RunTime, r.Duration, res.CPUSeconds)
-			fmt.Fprintf(out, "  %d nodes NotReady, %d pods evicted by the taint manager, %d placed again, %d pending, %d nodes added\n",
-				len(r.NodesNotReady), evicted, len(r.Placed), len(r.Pending), len(r.NodesAdded))
+			fmt.Fprintf(out, "  %d nodes NotReady, %d pods removed %v, %d placed, %d pending, %d nodes added\n",
+				len(r.NodesNotReady), len(r.Removed), reasons, len(r.Placed), len(r.Pending), len(r.NodesAdded))
 			return nil
 		},
 	}
