@@ -76,6 +76,21 @@ func NewAPICloud(client kubernetes.Interface, opts CloudOptions) *APICloud {
 	return &APICloud{client: client, opts: opts}
 }
 
+// SetBootDelay changes how long the instances launched from now on stay
+// pending: a simulation restores a snapshot's nodes at once, and gives
+// the instances launched afterwards a cloud's boot time.
+func (c *APICloud) SetBootDelay(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.opts.BootDelay = d
+}
+
+func (c *APICloud) bootDelay() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.opts.BootDelay
+}
+
 // InjectFailure adds a rule that makes CreateInstance fail.
 func (c *APICloud) InjectFailure(rule FailureRule) {
 	c.mu.Lock()
@@ -160,7 +175,7 @@ func (c *APICloud) CreateInstance(ctx context.Context, spec InstanceSpec) (*Inst
 		InternalIP: nodeIP(idx).String(),
 		PodCIDR:    podCIDR(idx).String(),
 		LaunchTime: now,
-		BootedAt:   now.Add(c.opts.BootDelay),
+		BootedAt:   now.Add(c.bootDelay()),
 	}
 	cm, err := instanceToConfigMap(inst)
 	if err != nil {

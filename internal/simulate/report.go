@@ -180,7 +180,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 			rs = append(rs, fmt.Sprintf("%s %d", k, n))
 		}
 		sort.Strings(rs)
-		p("Pods removed by: %s\n", strings.Join(rs, ", "))
+		if len(rs) > 0 {
+			p("Pods removed by: %s\n", strings.Join(rs, ", "))
+		}
 	}
 	if len(r.Pending) > 0 {
 		p("\nPENDING POD\tWORKLOAD\tSCHEDULER\tAUTOSCALER\n")

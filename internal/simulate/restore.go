@@ -542,6 +542,7 @@ func (r *restorer) machines(ctx context.Context) error {
 	setsRes, _ := resourceByKey("machine.openshift.io/v1beta1/machinesets")
 	sets := r.objects(setsRes.Key())
 	setNode := map[string]*corev1.Node{} // a node of each MachineSet, by set namespace/name
+	var machines []*unstructured.Unstructured
 	for _, u := range r.objects(machinesRes.Key()) {
 		m, err := typed[machinev1.Machine](&u)
 		if err != nil {
@@ -578,9 +579,12 @@ func (r *restorer) machines(ctx context.Context) error {
 		u := &unstructured.Unstructured{Object: obj}
 		u.SetAPIVersion("machine.openshift.io/v1beta1")
 		u.SetKind("Machine")
-		if err := r.create(ctx, machinesRes, u, false); err != nil {
-			return err
-		}
+		machines = append(machines, u)
+	}
+	if err := parallel(ctx, machines, func(ctx context.Context, u *unstructured.Unstructured) error {
+		return r.create(ctx, machinesRes, u, false)
+	}); err != nil {
+		return err
 	}
 	for _, u := range sets {
 		ms, err := typed[machinev1.MachineSet](&u)

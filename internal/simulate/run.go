@@ -122,7 +122,6 @@ func clusterOptions(dir string, o *RunOptions) cluster.Options {
 	cp.DefaultNotReadyTolerationSeconds = scaledSeconds(cp.DefaultNotReadyTolerationSeconds, s)
 	cp.DefaultUnreachableTolerationSeconds = scaledSeconds(cp.DefaultUnreachableTolerationSeconds, s)
 	opts.Sim.NodeStatusReportFrequency = scaled(5*time.Minute, s)
-	opts.Cloud.BootDelay = scaled(o.BootTime, s)
 	opts.Autoscaler.ScanInterval = scaled(opts.Autoscaler.ScanInterval, s)
 	opts.Autoscaler.MaxNodeStartupTime = scaled(autoscaler.MaxNodeStartupTime, s)
 	if len(o.Changes) > 0 && o.Changes[0].Kind == ChangePolicy {
@@ -185,6 +184,9 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 	if err := r.waitRunning(ctx, rec); err != nil {
 		return nil, err
 	}
+	// The snapshot's nodes were up already; the instances launched from
+	// now on boot as a cloud's do.
+	cl.Cloud.SetBootDelay(scaled(o.BootTime, o.Speed))
 	fmt.Fprintf(o.Log, "Restored; applying %d changes\n", len(o.Changes))
 	rec.begin()
 	begun := time.Now()
@@ -211,7 +213,7 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 }
 
 // waitRunning waits until the restored nodes whose kubelets run are
-// Ready and their pods Running, and the controllers have adopted them.
+// Ready and as many pods Running as were restored bound to them.
 func (r *restorer) waitRunning(ctx context.Context, rec *recorder) error {
 	var names []string
 	for n := range r.nodesByName {
@@ -314,10 +316,8 @@ func (a *applier) apply(ctx context.Context, c Change) error {
 			return err
 		}
 		d := drain.New(ctx, a.kube, 0, klog.Background())
-		for _, n := range targets {
-			if err := d.Cordon(n, true); err != nil {
-				return err
-			}
+		if err := parallel(ctx, targets, func(_ context.Context, n *corev1.Node) error { return d.Cordon(n, true) }); err != nil {
+			return err
 		}
 		if c.Kind == ChangeDrain {
 			for _, n := range targets {
@@ -330,12 +330,7 @@ func (a *applier) apply(ctx context.Context, c Change) error {
 		if err != nil {
 			return err
 		}
-		for _, n := range targets {
-			if err := a.deleteNode(ctx, n); err != nil {
-				return err
-			}
-		}
-		return nil
+		return parallel(ctx, targets, a.deleteNode)
 	case ChangeZoneOutage:
 		targets, err := a.targets(c)
 		if err != nil {
@@ -347,12 +342,11 @@ func (a *applier) apply(ctx context.Context, c Change) error {
 			Err: &sim.InstanceError{Reason: sim.ReasonInsufficientCapacity,
 				Message: fmt.Sprintf("zone %s is out of service (simulated outage)", zone)},
 		})
-		for _, n := range targets {
-			if err := a.annotate(ctx, n.Name, sim.StoppedAnnotation, "true"); err != nil {
-				return err
-			}
-		}
-		return nil
+		// A zone goes at once: its kubelets stop together, not one
+		// request after another.
+		return parallel(ctx, targets, func(ctx context.Context, n *corev1.Node) error {
+			return a.annotate(ctx, n.Name, sim.StoppedAnnotation, "true")
+		})
 	case ChangeScale:
 		ns, name, _ := strings.Cut(c.MachineSet, "/")
 		patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, c.Replicas)
