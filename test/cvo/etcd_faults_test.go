@@ -53,7 +53,7 @@ func (c *etcdCluster) deadMasterRightAfterUp(t *testing.T) {
 		d := condition(co.Status.Conditions, configv1.OperatorDegraded)
 		return d.Status == configv1.ConditionTrue && strings.Contains(d.Message, dead+" is unhealthy"), fmt.Sprintf("Degraded %s %q", d.Status, d.Message)
 	})
-	c.guardRefusesDrain(t, names[1])
+	c.guardRefusesDrain(t, dead, names[1])
 	c.deleteMachine(t, dead)
 	after := c.waitSettled(t, 4*time.Minute)
 	acked, failed, longest := w.finish(t)
@@ -81,7 +81,7 @@ func (c *etcdCluster) deadMasterRightAfterUp(t *testing.T) {
 
 // guardRefusesDrain checks that, a master being down, the quorum guard's
 // budget refuses the eviction a drain of master other would begin with.
-func (c *etcdCluster) guardRefusesDrain(t *testing.T, other string) {
+func (c *etcdCluster) guardRefusesDrain(t *testing.T, dead, other string) {
 	t.Helper()
 	ctx := context.Background()
 	ns := etcd.QuorumGuardNamespace
@@ -90,7 +90,11 @@ func (c *etcdCluster) guardRefusesDrain(t *testing.T, other string) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return pdb.Status.DisruptionsAllowed == 0 && pdb.Status.ExpectedPods == 3,
+		// Two healthy of three: the down master's pod counted out. (Zero
+		// allowed with one pod still starting, the down master's counted
+		// in, would turn into one allowed once that pod is ready.)
+		return pdb.Status.DisruptionsAllowed == 0 && pdb.Status.ExpectedPods == 3 && pdb.Status.CurrentHealthy == 2 &&
+				!c.guardPodReady(t, dead) && c.guardPodReady(t, other),
 			fmt.Sprintf("the quorum guard's budget: %d of %d healthy, %d disruptions allowed", pdb.Status.CurrentHealthy, pdb.Status.ExpectedPods, pdb.Status.DisruptionsAllowed)
 	})
 	pods, err := c.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: etcd.QuorumGuardLabel + "=" + etcd.QuorumGuardName,
@@ -106,6 +110,15 @@ func (c *etcdCluster) guardRefusesDrain(t *testing.T, other string) {
 	if !apierrors.IsTooManyRequests(err) || !strings.Contains(err.Error(), "disruption budget") {
 		t.Errorf("evicting the quorum guard pod of a second master while one is down: %v, want it refused by the disruption budget", err)
 	}
+}
+
+// guardPodReady says whether the quorum guard pod on a master's node is
+// ready.
+func (c *etcdCluster) guardPodReady(t *testing.T, master string) bool {
+	t.Helper()
+	pods, err := c.kube.CoreV1().Pods(etcd.QuorumGuardNamespace).List(context.Background(), metav1.ListOptions{
+		LabelSelector: etcd.QuorumGuardLabel + "=" + etcd.QuorumGuardName, FieldSelector: "spec.nodeName=" + c.nodeOf(t, master)})
+	return err == nil && len(pods.Items) == 1 && podIsReady(&pods.Items[0])
 }
 
 func podIsReady(p *corev1.Pod) bool {
