@@ -23,6 +23,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/autoscaler"
 	"github.com/capstan-dev/capstan/internal/machine"
+	"github.com/capstan-dev/capstan/internal/waitfor"
 )
 
 // reportedReasons are the events a report keeps: the autoscaler's
@@ -392,6 +393,18 @@ func (r *recorder) waitSettled(ctx context.Context, quiet, limit time.Duration, 
 			fmt.Fprintf(log, "Simulated %s; last change %s ago\n", Duration(r.now()), Duration(time.Duration(float64(now.Sub(last))*r.speed)))
 		}
 	}
+}
+
+// quietFor waits until nothing has changed for quiet, for at most limit
+// (real time), and says whether it was quiet.
+func (r *recorder) quietFor(ctx context.Context, quiet, limit time.Duration) bool {
+	err := waitfor.Poll(ctx, 100*time.Millisecond, limit, waitfor.Simple(func(context.Context) (bool, string) {
+		r.mu.Lock()
+		last := r.lastChange
+		r.mu.Unlock()
+		return time.Since(last) >= quiet, "changing"
+	}))
+	return err == nil
 }
 
 // terminating says whether a pod is being deleted on a node whose kubelet

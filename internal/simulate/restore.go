@@ -586,6 +586,26 @@ func (r *restorer) machines(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	// A MachineSet whose controller has not seen its Machines yet makes
+	// new ones, then deletes them again: the MachineSets come once the
+	// machine controller has given every Machine a phase (the controllers
+	// share one cache).
+	err := waitfor.Poll(ctx, 200*time.Millisecond, 10*time.Minute, waitfor.Simple(func(ctx context.Context) (bool, string) {
+		list, err := r.dyn.Resource(machinesRes.GVR).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return false, err.Error()
+		}
+		phased := 0
+		for _, m := range list.Items {
+			if p, _, _ := unstructured.NestedString(m.Object, "status", "phase"); p != "" {
+				phased++
+			}
+		}
+		return phased >= len(machines), fmt.Sprintf("%d of %d restored Machines have a phase", phased, len(machines))
+	}))
+	if err != nil {
+		return err
+	}
 	for _, u := range sets {
 		ms, err := typed[machinev1.MachineSet](&u)
 		if err != nil {

@@ -184,6 +184,12 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 	if err := r.waitRunning(ctx, rec); err != nil {
 		return nil, err
 	}
+	// What the controllers still do to the restored cluster is not the
+	// changes' doing: the run begins once nothing has changed for a
+	// moment.
+	if !rec.quietFor(ctx, 2*time.Second, 2*time.Minute) {
+		fmt.Fprintln(o.Log, "The restored cluster was still changing after 2 minutes; the run begins anyway")
+	}
 	// The snapshot's nodes were up already; the instances launched from
 	// now on boot as a cloud's do.
 	cl.Cloud.SetBootDelay(scaled(o.BootTime, o.Speed))
