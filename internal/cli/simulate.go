@@ -77,23 +77,11 @@ cluster: for example the output of
 			if err != nil {
 				return fmt.Errorf("snapshot of %s: %w", cfg.Host, err)
 			}
-			if anonymize {
-				if err := snap.Anonymize(); err != nil {
-					return err
-				}
-			}
-			var b bytes.Buffer
-			if err := snap.Write(&b); err != nil {
+			objects, err := writeSnapshot(snap, out, anonymize)
+			if err != nil {
 				return err
 			}
-			if err := atomicfile.Write(out, b.Bytes(), 0o600); err != nil {
-				return err
-			}
-			var served, objects int
-			for _, objs := range snap.Objects {
-				served++
-				objects += len(objs)
-			}
+			served := len(snap.Objects)
 			fmt.Fprintf(c.OutOrStdout(), "Snapshot of %s written to %s: %d objects of %d resources (%d not served by the cluster)\n",
 				cfg.Host, out, objects, served, len(simulate.Resources)-served)
 			return nil
@@ -104,6 +92,29 @@ cluster: for example the output of
 	c.Flags().BoolVar(&anonymize, "anonymize", false, "rename namespaces, workloads, nodes, machines, labels and images consistently, and drop what names people or secrets (see docs/simulate.md)")
 	c.Flags().StringArrayVar(&from, "from", nil, "make the snapshot from this file of objects (kubectl get -o yaml or json output) instead of a cluster; repeatable")
 	return c
+}
+
+// writeSnapshot anonymizes the snapshot if asked, writes it to out (mode
+// 0600, replacing any file there at once) and returns how many objects
+// it holds.
+func writeSnapshot(snap *simulate.Snapshot, out string, anonymize bool) (int, error) {
+	if anonymize {
+		if err := snap.Anonymize(); err != nil {
+			return 0, err
+		}
+	}
+	var b bytes.Buffer
+	if err := snap.Write(&b); err != nil {
+		return 0, err
+	}
+	if err := atomicfile.Write(out, b.Bytes(), 0o600); err != nil {
+		return 0, err
+	}
+	objects := 0
+	for _, objs := range snap.Objects {
+		objects += len(objs)
+	}
+	return objects, nil
 }
 
 // snapshotFromManifests writes the snapshot of files of objects.
@@ -120,21 +131,9 @@ func snapshotFromManifests(c *cobra.Command, from []string, out string, anonymiz
 	if err != nil {
 		return err
 	}
-	if anonymize {
-		if err := snap.Anonymize(); err != nil {
-			return err
-		}
-	}
-	var b bytes.Buffer
-	if err := snap.Write(&b); err != nil {
+	objects, err := writeSnapshot(snap, out, anonymize)
+	if err != nil {
 		return err
-	}
-	if err := atomicfile.Write(out, b.Bytes(), 0o600); err != nil {
-		return err
-	}
-	objects := 0
-	for _, objs := range snap.Objects {
-		objects += len(objs)
 	}
 	fmt.Fprintf(c.OutOrStdout(), "Snapshot of %d files written to %s: %d objects\n", len(from), out, objects)
 	if len(skipped) > 0 {
