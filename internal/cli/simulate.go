@@ -155,19 +155,22 @@ func newSimulateRunCommand() *cobra.Command {
 		Use:   "run --snapshot FILE --change KIND=ARG ...",
 		Short: "Replay a snapshot on a private cluster under changes, and report what it would do",
 		Long: `Starts a private embedded capstan (control plane, scheduler, Machine API,
-autoscaler and simulated nodes) in a temporary directory, restores the
-snapshot on it (nodes with their capacity, labels, taints and conditions,
-pods bound where they ran, workloads, PodDisruptionBudgets, Machines,
-MachineSets and autoscalers), applies the changes in order, and reports
-what happened until nothing changed for --quiet or --for passed: pods
-removed and placed, pods left pending with the scheduler's and the
-autoscaler's reasons, nodes lost, added and removed, the autoscaler's
-decisions, and drains left blocked. The cluster the snapshot was taken
-from is not touched.
+autoscaler, simulated nodes and, for a snapshot with MachineConfigPools,
+the Machine Config Operator) in a temporary directory, restores the
+snapshot on it (nodes with their capacity, labels, taints, conditions and
+configuration, pods bound where they ran, workloads, PodDisruptionBudgets,
+Machines, MachineSets, autoscalers, MachineConfigPools and MachineConfigs),
+applies the changes in order, and reports what happened until nothing
+changed for --quiet or --for passed: pods removed and placed, pods left
+pending with the scheduler's and the autoscaler's reasons, nodes lost,
+added and removed, the autoscaler's decisions, drains left blocked, and
+each pool's rollout node by node. The cluster the snapshot was taken from
+is not touched.
 
 The cluster runs --speed times faster than real time: grace periods,
-tolerations, eviction rates, lease renewals, the autoscaler's delays and
-instance boot times are all scaled, and the report gives simulated times.
+tolerations, eviction rates, lease renewals, the autoscaler's delays,
+instance boot and reboot times and drain retries are all scaled, and the
+report gives simulated times.
 
 Changes (each --change KIND=ARGUMENT; several are applied in order):
   policy=FILE                    a scheduler Policy (the first change only)
@@ -179,6 +182,8 @@ Changes (each --change KIND=ARGUMENT; several are applied in order):
   apply=FILE                     Deployments, StatefulSets, DaemonSets, Jobs,
                                  PodDisruptionBudgets, ClusterAutoscalers,
                                  MachineAutoscalers
+  machineconfig=FILE             MachineConfigs (and MachineConfigPools): the
+                                 pools that select them roll them out
   wait=DURATION                  simulated time to let pass before the next change`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -222,6 +227,7 @@ Changes (each --change KIND=ARGUMENT; several are applied in order):
 	f.DurationVar(&o.For, "for", simulate.DefaultFor, "simulated time after the first change at which the run ends, settled or not")
 	f.DurationVar(&o.Quiet, "quiet", simulate.DefaultQuiet, "simulated time without a change after which the cluster counts as settled")
 	f.DurationVar(&o.BootTime, "boot-time", simulate.DefaultBootTime, "simulated time a new instance takes to boot and register")
+	f.DurationVar(&o.RebootTime, "reboot-time", simulate.DefaultRebootTime, "simulated time a node is down when it reboots into a new MachineConfig")
 	f.StringVar(&o.DataDir, "data-dir", "", "directory for the private cluster (default: a temporary one, removed at the end)")
 	f.StringVarP(&output, "output", "o", "table", "table or json")
 	return c

@@ -38,6 +38,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/planted"
+	"github.com/capstan-dev/capstan/internal/sim"
 )
 
 // Node annotations the MCO's controllers and daemon keep.
@@ -576,7 +577,8 @@ func Candidates(pool *mcfgv1.MachineConfigPool, nodes []*corev1.Node, config str
 }
 
 // SortForUpdate orders nodes by zone, then oldest first; nodes without a
-// zone come last.
+// zone come last. A node's age is sim.NodeCreated's: a node restored in a
+// simulation is as old as it was in its cluster.
 func SortForUpdate(nodes []*corev1.Node) {
 	sort.SliceStable(nodes, func(i, j int) bool {
 		zi, zj := nodes[i].Labels[ZoneLabel], nodes[j].Labels[ZoneLabel]
@@ -586,8 +588,8 @@ func SortForUpdate(nodes []*corev1.Node) {
 		if zi != zj {
 			return zi < zj
 		}
-		if !nodes[i].CreationTimestamp.Equal(&nodes[j].CreationTimestamp) {
-			return nodes[i].CreationTimestamp.Before(&nodes[j].CreationTimestamp)
+		if ci, cj := sim.NodeCreated(nodes[i]), sim.NodeCreated(nodes[j]); !ci.Equal(cj) {
+			return ci.Before(cj)
 		}
 		return nodes[i].Name < nodes[j].Name
 	})

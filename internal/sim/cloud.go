@@ -215,11 +215,13 @@ func (s *InstanceSpec) Validate() error {
 }
 
 // NodeCreated is when a node was created: its CreatedAnnotation when that
-// is set, valid and earlier, else its creationTimestamp.
+// is set, valid and not later than its creationTimestamp, else its
+// creationTimestamp. (The API keeps whole seconds: an annotation within
+// the second after a creationTimestamp is not later than the creation.)
 func NodeCreated(n *corev1.Node) time.Time {
 	created := n.CreationTimestamp.Time
 	if v := n.Annotations[CreatedAnnotation]; v != "" {
-		if t, err := time.Parse(time.RFC3339Nano, v); err == nil && t.Before(created) {
+		if t, err := time.Parse(time.RFC3339Nano, v); err == nil && t.Before(created.Add(time.Second)) {
 			return t
 		}
 	}

@@ -23,6 +23,9 @@ func TestANodeIsAsOldAsTheNodeItStandsFor(t *testing.T) {
 		"2026-12-01T08:00:00Z":   created, // later than the node itself: not what it stands for
 		"last week":              created,
 		"2026-11-28T11:59:59.5Z": created.Add(-500 * time.Millisecond),
+		// Within the second the API rounded the creation down to.
+		"2026-11-28T12:00:00.5Z": created.Add(500 * time.Millisecond),
+		"2026-11-28T12:00:01Z":   created,
 	} {
 		if got := NodeCreated(node(ann)); !got.Equal(want) {
 			t.Errorf("annotation %q: created %v, want %v", ann, got, want)

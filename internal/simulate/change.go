@@ -11,9 +11,11 @@ import (
 	"strings"
 	"time"
 
+	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
+	"github.com/capstan-dev/capstan/internal/mco"
 	"github.com/capstan-dev/capstan/internal/scheduler/policy"
 )
 
@@ -43,11 +45,16 @@ const (
 	// Deployments, StatefulSets, DaemonSets, Jobs, ClusterAutoscalers,
 	// MachineAutoscalers, PodDisruptionBudgets.
 	ChangeApply ChangeKind = "apply"
+	// ChangeMachineConfig creates or replaces MachineConfigs (and
+	// MachineConfigPools): the pools they select render a new
+	// configuration and roll it to their nodes.
+	ChangeMachineConfig ChangeKind = "machineconfig"
 	// ChangeWait lets simulated time pass before the next change.
 	ChangeWait ChangeKind = "wait"
 )
 
-var changeKinds = []ChangeKind{ChangePolicy, ChangeCordon, ChangeDrain, ChangeDelete, ChangeZoneOutage, ChangeScale, ChangeApply, ChangeWait}
+var changeKinds = []ChangeKind{ChangePolicy, ChangeCordon, ChangeDrain, ChangeDelete, ChangeZoneOutage, ChangeScale, ChangeApply,
+	ChangeMachineConfig, ChangeWait}
 
 // applyKinds are the kinds an apply change may hold, by apiVersion/kind.
 var applyKinds = map[string]bool{
@@ -58,6 +65,12 @@ var applyKinds = map[string]bool{
 	"policy/v1/PodDisruptionBudget":                      true,
 	"autoscaling.openshift.io/v1/ClusterAutoscaler":      true,
 	"autoscaling.openshift.io/v1beta1/MachineAutoscaler": true,
+}
+
+// machineConfigKinds are the kinds a machineconfig change may hold.
+var machineConfigKinds = map[string]bool{
+	"machineconfiguration.openshift.io/v1/MachineConfig":     true,
+	"machineconfiguration.openshift.io/v1/MachineConfigPool": true,
 }
 
 // Change is one change of a simulation, as given on the command line:
@@ -74,7 +87,7 @@ type Change struct {
 	// MachineSet and Replicas are a scale's.
 	MachineSet string
 	Replicas   int32
-	// Objects are an apply's manifests.
+	// Objects are an apply's or a machineconfig's manifests.
 	Objects []*unstructured.Unstructured
 	// Policy is a policy change's.
 	Policy *policy.Policy
@@ -93,6 +106,7 @@ func (c Change) String() string { return string(c.Kind) + "=" + c.Arg }
 //	zone-outage=ZONE
 //	scale=[NAMESPACE/]MACHINESET=REPLICAS
 //	apply=FILE                     manifests (YAML or JSON, several per file)
+//	machineconfig=FILE             MachineConfigs (and MachineConfigPools)
 //	wait=DURATION                  simulated time before the next change
 //
 // Files are read here, so that a run refuses a bad file before it
@@ -139,8 +153,12 @@ func ParseChange(s string) (Change, error) {
 			set = "openshift-machine-api/" + set
 		}
 		c.MachineSet, c.Replicas = set, int32(r)
-	case ChangeApply:
-		objs, err := readManifests(arg)
+	case ChangeApply, ChangeMachineConfig:
+		kinds, check := applyKinds, func(*unstructured.Unstructured) error { return nil }
+		if c.Kind == ChangeMachineConfig {
+			kinds, check = machineConfigKinds, checkMachineConfig
+		}
+		objs, err := readManifests(arg, kinds, check)
 		if err != nil {
 			return Change{}, fmt.Errorf("change %s: %w", s, err)
 		}
@@ -185,9 +203,23 @@ func CheckOrder(changes []Change) error {
 	return nil
 }
 
+// checkMachineConfig refuses a MachineConfig the MCO could not render: a
+// malformed Ignition config or kernel type.
+func checkMachineConfig(u *unstructured.Unstructured) error {
+	if u.GetKind() != "MachineConfig" {
+		return nil
+	}
+	mc, err := typed[mcfgv1.MachineConfig](u)
+	if err != nil {
+		return err
+	}
+	_, err = mco.Merge("worker", []*mcfgv1.MachineConfig{mc}, "", "")
+	return err
+}
+
 // readManifests reads the objects of a YAML or JSON file of one or more
-// documents, each of a kind an apply change may hold.
-func readManifests(path string) ([]*unstructured.Unstructured, error) {
+// documents, each of one of kinds and passing check.
+func readManifests(path string, kinds map[string]bool, check func(*unstructured.Unstructured) error) ([]*unstructured.Unstructured, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -209,11 +241,14 @@ func readManifests(path string) ([]*unstructured.Unstructured, error) {
 			return nil, fmt.Errorf("document %d is a List: give its items as documents of their own", i)
 		}
 		key := o.GetAPIVersion() + "/" + o.GetKind()
-		if !applyKinds[key] {
-			return nil, fmt.Errorf("document %d: %s %q cannot be applied by a simulation (it applies %s)", i, key, o.GetName(), applyKindList())
+		if !kinds[key] {
+			return nil, fmt.Errorf("document %d: %s %q cannot be applied by this change (it applies %s)", i, key, o.GetName(), kindsList(kinds))
 		}
 		if o.GetName() == "" {
 			return nil, fmt.Errorf("document %d: %s has no metadata.name", i, key)
+		}
+		if err := check(o); err != nil {
+			return nil, fmt.Errorf("document %d: %s %s: %w", i, o.GetKind(), o.GetName(), err)
 		}
 		objs = append(objs, o)
 	}
@@ -223,9 +258,9 @@ func readManifests(path string) ([]*unstructured.Unstructured, error) {
 	return objs, nil
 }
 
-func applyKindList() string {
+func kindsList(kinds map[string]bool) string {
 	var keys []string
-	for k := range applyKinds {
+	for k := range kinds {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)

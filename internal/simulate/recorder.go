@@ -8,6 +8,7 @@ import (
 	"time"
 
 	machinev1 "github.com/openshift/api/machine/v1beta1"
+	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -20,9 +21,11 @@ import (
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/autoscaler"
 	"github.com/capstan-dev/capstan/internal/machine"
+	"github.com/capstan-dev/capstan/internal/mco"
 	"github.com/capstan-dev/capstan/internal/waitfor"
 )
 
@@ -63,13 +66,23 @@ type recorder struct {
 	events        map[string]*Event
 	podAutoscaler map[string]string
 	machineDrain  map[string]string
+	// updates are the nodes the MCO told to run a new configuration.
+	updates map[string]*nodeUpdate
+}
+
+// nodeUpdate is a node's latest configuration update: when it was
+// targeted and when its daemon was done.
+type nodeUpdate struct {
+	config            string
+	targeted, updated time.Duration
+	done              bool
 }
 
 func newRecorder(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, speed float64) (*recorder, error) {
 	r := &recorder{speed: speed, stopCh: make(chan struct{}),
 		placedAt: map[string]time.Duration{}, nodeAdded: map[string]time.Duration{}, nodeRemoved: map[string]NodeChange{},
 		nodeNotReady: map[string]time.Duration{}, events: map[string]*Event{}, podAutoscaler: map[string]string{},
-		machineDrain: map[string]string{}, removedPods: map[string]bool{}}
+		machineDrain: map[string]string{}, removedPods: map[string]bool{}, updates: map[string]*nodeUpdate{}}
 	r.factory = informers.NewSharedInformerFactory(kube, 0)
 	r.dfactory = dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
 	podInf := r.factory.Core().V1().Pods()
@@ -267,16 +280,45 @@ func (r *recorder) nodeAddedFn(obj any) {
 func (r *recorder) nodeUpdated(old, obj any) {
 	o, ok1 := old.(*corev1.Node)
 	n, ok2 := obj.(*corev1.Node)
-	if !ok1 || !ok2 || (nodeReady(o) == nodeReady(n) && o.Spec.Unschedulable == n.Spec.Unschedulable && len(o.Spec.Taints) == len(n.Spec.Taints)) {
+	if !ok1 || !ok2 || (nodeReady(o) == nodeReady(n) && o.Spec.Unschedulable == n.Spec.Unschedulable && len(o.Spec.Taints) == len(n.Spec.Taints) &&
+		!configChanged(o, n)) {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.lastChange = time.Now()
+	if !r.started.IsZero() {
+		r.configUpdate(n)
+	}
 	if nodeReady(o) && !nodeReady(n) && !r.started.IsZero() {
 		if _, seen := r.nodeNotReady[n.Name]; !seen {
 			r.nodeNotReady[n.Name] = r.simSince(r.lastChange)
 		}
+	}
+}
+
+// configChanged says whether the MCO's annotations of a node changed.
+func configChanged(o, n *corev1.Node) bool {
+	for _, k := range []string{mco.CurrentConfigAnnotation, mco.DesiredConfigAnnotation, mco.StateAnnotation} {
+		if o.Annotations[k] != n.Annotations[k] {
+			return true
+		}
+	}
+	return false
+}
+
+// configUpdate keeps when a node was told to run a new configuration and
+// when its daemon was done. r.mu is held.
+func (r *recorder) configUpdate(n *corev1.Node) {
+	a := n.Annotations
+	desired := a[mco.DesiredConfigAnnotation]
+	u := r.updates[n.Name]
+	if desired != "" && desired != a[mco.CurrentConfigAnnotation] && (u == nil || u.config != desired) {
+		u = &nodeUpdate{config: desired, targeted: r.simSince(r.lastChange)}
+		r.updates[n.Name] = u
+	}
+	if u != nil && !u.done && a[mco.CurrentConfigAnnotation] == u.config && a[mco.StateAnnotation] == mco.StateDone {
+		u.done, u.updated = true, r.simSince(r.lastChange)
 	}
 }
 
@@ -424,7 +466,12 @@ func (r *recorder) terminating() bool {
 }
 
 // fill writes what was recorded into the report.
-func (r *recorder) fill(rep *Report, a *applier) error {
+func (r *recorder) fill(ctx context.Context, rep *Report, a *applier) error {
+	rollouts, err := r.rollouts(ctx, a.dyn)
+	if err != nil {
+		return err
+	}
+	rep.Rollouts = rollouts
 	pods, err := r.pods.List(labels.Everything())
 	if err != nil {
 		return err
@@ -515,4 +562,88 @@ func (r *recorder) fill(rep *Report, a *applier) error {
 		rep.BlockedDrains = []BlockedDrain{}
 	}
 	return nil
+}
+
+// rollouts are the pools whose nodes were told to run the pool's
+// configuration during the run, each with its nodes in the order they
+// were.
+func (r *recorder) rollouts(ctx context.Context, dyn dynamic.Interface) ([]PoolRollout, error) {
+	out := []PoolRollout{}
+	r.mu.Lock()
+	updates := make(map[string]nodeUpdate, len(r.updates))
+	for n, u := range r.updates {
+		updates[n] = *u
+	}
+	r.mu.Unlock()
+	if len(updates) == 0 {
+		return out, nil
+	}
+	list, err := dyn.Resource(resourceOf("MachineConfigPool").GVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing the MachineConfigPools: %w", err)
+	}
+	var pools []*mcfgv1.MachineConfigPool
+	for i := range list.Items {
+		p, err := typed[mcfgv1.MachineConfigPool](&list.Items[i])
+		if err != nil {
+			return nil, err
+		}
+		pools = append(pools, p)
+	}
+	sort.Slice(pools, func(i, j int) bool { return pools[i].Name < pools[j].Name })
+	members := map[string][]*corev1.Node{}
+	for _, n := range r.nodeList() {
+		if p, err := mco.PrimaryPool(pools, n); err == nil && p != nil {
+			members[p.Name] = append(members[p.Name], n)
+		}
+	}
+	for _, p := range pools {
+		target, ns := p.Spec.Configuration.Name, members[p.Name]
+		ro := PoolRollout{Pool: p.Name, Config: target, Nodes: len(ns), MaxUnavailable: mco.MaxUnavailable(p, len(ns)), Order: []NodeUpdate{}}
+		var longest time.Duration
+		for _, n := range ns {
+			a := n.Annotations
+			if a[mco.CurrentConfigAnnotation] == target && a[mco.StateAnnotation] == mco.StateDone {
+				ro.Updated++
+			}
+			u, ok := updates[n.Name]
+			if !ok || u.config != target {
+				continue
+			}
+			nu := NodeUpdate{Node: n.Name, Zone: nodeZone(n), Targeted: Duration(u.targeted), State: a[mco.StateAnnotation]}
+			if nu.State == mco.StateDegraded {
+				nu.Reason = a[mco.ReasonAnnotation]
+			}
+			took := r.simSince(time.Now()) - u.targeted
+			if u.done {
+				nu.Updated = ptr.To(Duration(u.updated))
+				took = u.updated - u.targeted
+			}
+			if took > longest {
+				longest, ro.Longest = took, fmt.Sprintf("%s (%s)", n.Name, Duration(took))
+			}
+			ro.Order = append(ro.Order, nu)
+		}
+		if len(ro.Order) == 0 {
+			continue
+		}
+		sort.SliceStable(ro.Order, func(i, j int) bool {
+			if ro.Order[i].Targeted != ro.Order[j].Targeted {
+				return ro.Order[i].Targeted < ro.Order[j].Targeted
+			}
+			return ro.Order[i].Node < ro.Order[j].Node
+		})
+		ro.Started = ro.Order[0].Targeted
+		if ro.Updated == ro.Nodes {
+			var last Duration
+			for _, u := range ro.Order {
+				if u.Updated != nil && *u.Updated > last {
+					last = *u.Updated
+				}
+			}
+			ro.Finished = &last
+		}
+		out = append(out, ro)
+	}
+	return out, nil
 }

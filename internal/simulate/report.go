@@ -51,6 +51,44 @@ type Report struct {
 	// BlockedDrains are drains that had not finished at the end: of a
 	// drain change, or of a Machine being deleted.
 	BlockedDrains []BlockedDrain `json:"blockedDrains"`
+	// Rollouts are the MachineConfigPools that rolled a new configuration
+	// to their nodes.
+	Rollouts []PoolRollout `json:"rollouts"`
+}
+
+// PoolRollout is a MachineConfigPool's rollout of a new configuration:
+// its nodes in the order the MCO told them to update.
+type PoolRollout struct {
+	Pool string `json:"pool"`
+	// Config is the rendered configuration the pool rolled out.
+	Config string `json:"config"`
+	// Nodes is how many nodes the pool has; Updated how many run Config
+	// at the end.
+	Nodes   int `json:"nodes"`
+	Updated int `json:"updated"`
+	// MaxUnavailable is the pool's, for its node count.
+	MaxUnavailable int `json:"maxUnavailable"`
+	// Started is when the first node was told to update; Finished, when
+	// every node runs Config, is when the last one did.
+	Started  Duration  `json:"started"`
+	Finished *Duration `json:"finished,omitempty"`
+	// Longest is the node whose update took longest.
+	Longest string       `json:"longest,omitempty"`
+	Order   []NodeUpdate `json:"order"`
+}
+
+// NodeUpdate is one node's update in a rollout.
+type NodeUpdate struct {
+	Node string `json:"node"`
+	Zone string `json:"zone,omitempty"`
+	// Targeted is when the MCO told the node to update, Updated when its
+	// daemon was done (absent if it was not).
+	Targeted Duration  `json:"targeted"`
+	Updated  *Duration `json:"updated,omitempty"`
+	// State is the daemon's state at the end (Done, Working, Degraded),
+	// Reason its reason for a Degraded one.
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // Duration is a time.Duration written as text ("4m10s").
@@ -194,6 +232,28 @@ func (r *Report) WriteTable(w io.Writer) error {
 		p("\nAUTOSCALER\tAT\tOBJECT\tCOUNT\tMESSAGE\n")
 		for _, e := range r.Autoscaler {
 			p("%s\t%s\t%s\t%d\t%s\n", e.Reason, e.At, e.Object, e.Count, e.Message)
+		}
+	}
+	for _, ro := range r.Rollouts {
+		end := fmt.Sprintf("%d of %d nodes updated at the end", ro.Updated, ro.Nodes)
+		if ro.Finished != nil {
+			end = fmt.Sprintf("every node updated after %s", *ro.Finished-ro.Started)
+		}
+		p("\nPool %s rolled out %s from %s, maxUnavailable %d: %s", ro.Pool, ro.Config, ro.Started, ro.MaxUnavailable, end)
+		if ro.Longest != "" {
+			p("; longest %s", ro.Longest)
+		}
+		p(".\nNODE\tZONE\tTARGETED\tUPDATED\tSTATE\n")
+		for _, u := range ro.Order {
+			upd := "-"
+			if u.Updated != nil {
+				upd = u.Updated.String()
+			}
+			state := u.State
+			if u.Reason != "" {
+				state += ": " + u.Reason
+			}
+			p("%s\t%s\t%s\t%s\t%s\n", u.Node, u.Zone, u.Targeted, upd, state)
 		}
 	}
 	if len(r.BlockedDrains) > 0 {

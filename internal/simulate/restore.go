@@ -13,6 +13,7 @@ import (
 	"time"
 
 	machinev1 "github.com/openshift/api/machine/v1beta1"
+	mcfgclient "github.com/openshift/client-go/machineconfiguration/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -42,6 +43,11 @@ type restorer struct {
 	dyn   dynamic.Interface
 	cloud *sim.APICloud
 	speed float64
+	// mcfg is nil when the simulation runs no Machine Config Operator.
+	mcfg mcfgclient.Interface
+	// configName maps the configuration each MachineConfigPool targeted
+	// in the snapshot to the one rendered for it in the simulation.
+	configName map[string]string
 
 	// machineNode maps a snapshot Machine (namespace/name) to its node;
 	// the simulated Machine takes the node's name, since a simulated
@@ -126,6 +132,7 @@ func (r *restorer) restore(ctx context.Context) error {
 		{"namespaces", r.namespaces},
 		{"cluster-scoped classes", r.classes},
 		{"persistent volumes and claims", r.volumes},
+		{"machine configuration", r.machineConfigs},
 		{"nodes", r.nodes},
 		{"machines", r.machines},
 		{"pods", r.pods},
@@ -345,6 +352,8 @@ func (r *restorer) nodes(ctx context.Context) error {
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	// One now for every node: nodes as old as each other stay so.
+	now := time.Now()
 	err := parallel(ctx, names, func(ctx context.Context, name string) error {
 		m := ""
 		if linked[name] {
@@ -357,11 +366,15 @@ func (r *restorer) nodes(ctx context.Context) error {
 		}
 		// The node was as old at the snapshot as it is now in the
 		// simulation's time.
+		if spec.Annotations == nil {
+			spec.Annotations = map[string]string{}
+		}
 		if age := r.snap.TakenAt.Sub(n.CreationTimestamp.Time); !n.CreationTimestamp.IsZero() && age > 0 {
-			if spec.Annotations == nil {
-				spec.Annotations = map[string]string{}
-			}
-			spec.Annotations[sim.CreatedAnnotation] = time.Now().Add(-scaled(age, r.speed)).UTC().Format(time.RFC3339Nano)
+			spec.Annotations[sim.CreatedAnnotation] = now.Add(-scaled(age, r.speed)).UTC().Format(time.RFC3339Nano)
+		}
+		// The node boots running the configuration it ran.
+		for k, v := range r.configAnnotations(n.Annotations) {
+			spec.Annotations[k] = v
 		}
 		if _, err := r.cloud.CreateInstance(ctx, spec); err != nil {
 			return fmt.Errorf("launching node %s: %w", name, err)

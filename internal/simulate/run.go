@@ -5,17 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	machinev1 "github.com/openshift/api/machine/v1beta1"
+	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
+	mcfgclient "github.com/openshift/client-go/machineconfiguration/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -73,8 +78,10 @@ type RunOptions struct {
 	// For bounds the simulated time after the first change; Quiet is how
 	// long nothing must change for the cluster to count as settled.
 	For, Quiet time.Duration
-	// BootTime is how long a new instance takes to boot, simulated.
-	BootTime time.Duration
+	// BootTime is how long a new instance takes to boot, simulated;
+	// RebootTime how long a node is down when it reboots into a new
+	// configuration.
+	BootTime, RebootTime time.Duration
 	// DataDir holds the private cluster; empty is a temporary directory,
 	// removed at the end.
 	DataDir string
@@ -87,8 +94,9 @@ func (o *RunOptions) validate() error {
 	if o.Speed < 1 {
 		errs = append(errs, fmt.Errorf("--speed %g: a simulation runs at least at real time (1)", o.Speed))
 	}
-	if o.For <= 0 || o.Quiet <= 0 || o.BootTime < 0 {
-		errs = append(errs, fmt.Errorf("--for (%s) and --quiet (%s) must be positive and --boot-time (%s) not negative", o.For, o.Quiet, o.BootTime))
+	if o.For <= 0 || o.Quiet <= 0 || o.BootTime < 0 || o.RebootTime < 0 {
+		errs = append(errs, fmt.Errorf("--for (%s) and --quiet (%s) must be positive, --boot-time (%s) and --reboot-time (%s) not negative",
+			o.For, o.Quiet, o.BootTime, o.RebootTime))
 	}
 	if len(o.Changes) == 0 {
 		errs = append(errs, errors.New("no --change: say what to simulate"))
@@ -96,7 +104,61 @@ func (o *RunOptions) validate() error {
 	if err := CheckOrder(o.Changes); err != nil {
 		errs = append(errs, err)
 	}
+	if o.Snapshot != nil {
+		if err := checkAgainst(o.Snapshot, o.Changes); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// checkAgainst refuses changes the snapshot cannot take: a MachineConfig
+// change on a cluster without MachineConfigPools, or a MachineConfig no
+// pool selects.
+func checkAgainst(s *Snapshot, changes []Change) error {
+	pools, err := snapshotPools(s)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, c := range changes {
+		if c.Kind != ChangeMachineConfig {
+			continue
+		}
+		if len(pools) == 0 {
+			errs = append(errs, fmt.Errorf("change %s: the snapshot has no MachineConfigPools (a cluster without the Machine Config Operator)", c))
+			continue
+		}
+		added := map[string]*mcfgv1.MachineConfigPool{}
+		for _, u := range c.Objects {
+			if u.GetKind() == "MachineConfigPool" {
+				p, err := typed[mcfgv1.MachineConfigPool](u)
+				if err != nil {
+					return err
+				}
+				added[p.Name] = p
+			}
+		}
+		for _, u := range c.Objects {
+			if u.GetKind() != "MachineConfig" {
+				continue
+			}
+			if !selectedByAny(append(slices.Collect(maps.Values(added)), pools...), u.GetLabels()) {
+				errs = append(errs, fmt.Errorf("change %s: MachineConfig %s (labels %v) is selected by no MachineConfigPool: it would change no node",
+					c, u.GetName(), u.GetLabels()))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func selectedByAny(pools []*mcfgv1.MachineConfigPool, l map[string]string) bool {
+	for _, p := range pools {
+		if sel, err := metav1.LabelSelectorAsSelector(p.Spec.MachineConfigSelector); err == nil && !sel.Empty() && sel.Matches(labels.Set(l)) {
+			return true
+		}
+	}
+	return false
 }
 
 // clusterOptions are those of the private cluster: no boot nodes (the
@@ -111,7 +173,10 @@ func clusterOptions(dir string, o *RunOptions) cluster.Options {
 	opts.ControlPlane.DisableAuditLog = true
 	opts.ControlPlaneNodes, opts.Workers = 0, 0
 	opts.BootFromMachines, opts.EtcdOperator = false, false
-	opts.Releases, opts.MachineConfig, opts.ResourceMetrics = nil, nil, nil
+	opts.Releases, opts.ResourceMetrics = nil, nil
+	// The snapshot's pools roll on the MCO of the simulation (set by
+	// Run), if it has any.
+	opts.MachineConfig = nil
 	cp := &opts.ControlPlane
 	s := o.Speed
 	cp.NodeMonitorPeriod = scaled(cp.NodeMonitorPeriod, s)
@@ -160,6 +225,11 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 	if err := opts.SetLeaseDuration(); err != nil {
 		return nil, err
 	}
+	mcoOpts, err := mcoOptions(o.Snapshot, o.Speed, o.RebootTime)
+	if err != nil {
+		return nil, err
+	}
+	opts.MachineConfig = mcoOpts
 	fmt.Fprintf(o.Log, "Starting a private cluster in %s ...\n", dir)
 	start := time.Now()
 	cl, err := cluster.Start(ctx, opts)
@@ -172,6 +242,11 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 		return nil, err
 	}
 	r := &restorer{snap: o.Snapshot, kube: cl.Client, dyn: dyn, cloud: cl.Cloud, speed: o.Speed}
+	if opts.MachineConfig != nil {
+		if r.mcfg, err = mcfgclient.NewForConfig(cl.RESTConfig()); err != nil {
+			return nil, err
+		}
+	}
 	fmt.Fprintf(o.Log, "Restoring %d nodes and %d pods of the snapshot at %gx ...\n", nodeCount, len(o.Snapshot.Objects["v1/pods"]), o.Speed)
 	if err := r.restore(ctx); err != nil {
 		return nil, err
@@ -212,7 +287,7 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 	report.Settled = rec.waitSettled(ctx, scaled(o.Quiet, o.Speed), scaled(o.For, o.Speed), o.Log)
 	a.stopDrains()
 	report.RunTime = Duration(time.Since(begun))
-	if err := rec.fill(report, a); err != nil {
+	if err := rec.fill(ctx, report, a); err != nil {
 		return nil, err
 	}
 	return report, nil
@@ -361,7 +436,7 @@ func (a *applier) apply(ctx context.Context, c Change) error {
 			return fmt.Errorf("no MachineSet %s in the snapshot", c.MachineSet)
 		}
 		return err
-	case ChangeApply:
+	case ChangeApply, ChangeMachineConfig:
 		for _, obj := range c.Objects {
 			if err := a.applyObject(ctx, obj.DeepCopy()); err != nil {
 				return err

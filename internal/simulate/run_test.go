@@ -37,6 +37,14 @@ apiVersion: autoscaling.openshift.io/v1
 kind: ClusterAutoscaler
 metadata: {name: default}
 `)
+	mcFile := writeFile(t, "mc.yaml", machineConfigYAML+`---
+apiVersion: machineconfiguration.openshift.io/v1
+kind: MachineConfigPool
+metadata: {name: infra}
+spec:
+  machineConfigSelector: {matchLabels: {machineconfiguration.openshift.io/role: infra}}
+  nodeSelector: {matchLabels: {node-role.kubernetes.io/infra: ""}}
+`)
 	pol := writeFile(t, "policy.json", `{"kind":"Policy","apiVersion":"v1","predicates":[{"name":"PodFitsResources"}],"priorities":[{"name":"LeastRequestedPriority","weight":1}]}`)
 	for _, tc := range []struct {
 		in    string
@@ -53,6 +61,9 @@ metadata: {name: default}
 		{"apply=" + deploy, func(c Change) bool { return len(c.Objects) == 2 && c.Objects[1].GetKind() == "ClusterAutoscaler" }},
 		{"policy=" + pol, func(c Change) bool { return c.Policy != nil }},
 		{"wait=90s", func(c Change) bool { return c.Kind == ChangeWait && c.Wait == 90*time.Second }},
+		{"machineconfig=" + mcFile, func(c Change) bool {
+			return c.Kind == ChangeMachineConfig && len(c.Objects) == 2 && c.Objects[0].GetKind() == "MachineConfig"
+		}},
 	} {
 		c, err := ParseChange(tc.in)
 		if err != nil {
@@ -69,21 +80,26 @@ func TestBadChangesAreRefusedNamingWhatIsWrong(t *testing.T) {
 	secret := writeFile(t, "s.yaml", "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n")
 	nameless := writeFile(t, "n.yaml", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {}\n")
 	empty := writeFile(t, "e.yaml", "---\n")
+	badIgnition := writeFile(t, "i.yaml", strings.Replace(machineConfigYAML, "3.4.0", "9.9.9", 1))
+	badKernel := writeFile(t, "k.yaml", machineConfigYAML+"  kernelType: rt\n")
 	for in, want := range map[string]string{
-		"zone-outage":            "want KIND=ARGUMENT",
-		"reboot=a":               `unknown kind "reboot"`,
-		"cordon=a,,b":            "an empty node name",
-		"drain=zone:":            "names no zone",
-		"scale=set":              "want scale=",
-		"scale=set=-1":           `replicas "-1"`,
-		"scale=set=many":         `replicas "many"`,
-		"apply=" + secret:        `v1/Secret "s" cannot be applied`,
-		"apply=" + nameless:      "has no metadata.name",
-		"apply=" + empty:         "no objects",
-		"apply=/no/such/file":    "no such file",
-		"policy=/no/such/file":   "no such file",
-		"policy=" + nameless:     "policy",
-		"apply=" + nameless + "": "document 1",
+		"zone-outage":                  "want KIND=ARGUMENT",
+		"reboot=a":                     `unknown kind "reboot"`,
+		"cordon=a,,b":                  "an empty node name",
+		"drain=zone:":                  "names no zone",
+		"scale=set":                    "want scale=",
+		"scale=set=-1":                 `replicas "-1"`,
+		"scale=set=many":               `replicas "many"`,
+		"apply=" + secret:              `v1/Secret "s" cannot be applied`,
+		"apply=" + nameless:            "has no metadata.name",
+		"apply=" + empty:               "no objects",
+		"apply=/no/such/file":          "no such file",
+		"policy=/no/such/file":         "no such file",
+		"policy=" + nameless:           "policy",
+		"apply=" + nameless + "":       "document 1",
+		"machineconfig=" + nameless:    `apps/v1/Deployment "" cannot be applied by this change`,
+		"machineconfig=" + badIgnition: "document 1: MachineConfig 99-worker-chrony: MachineConfig 99-worker-chrony: parsing Ignition config failed",
+		"machineconfig=" + badKernel:   `kernelType "rt" is not one of`,
 	} {
 		_, err := ParseChange(in)
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -100,6 +116,132 @@ func TestBadChangesAreRefusedNamingWhatIsWrong(t *testing.T) {
 	}
 	if err := CheckOrder([]Change{pol, pol}); err == nil {
 		t.Error("two policies accepted")
+	}
+}
+
+// machineConfigYAML is a MachineConfig for the worker pool.
+const machineConfigYAML = `apiVersion: machineconfiguration.openshift.io/v1
+kind: MachineConfig
+metadata:
+  name: 99-worker-chrony
+  labels: {machineconfiguration.openshift.io/role: worker}
+spec:
+  config:
+    ignition: {version: 3.4.0}
+    storage:
+      files:
+      - path: /etc/chrony.conf
+        mode: 420
+        contents: {source: "data:,server%20ntp.example.com"}
+`
+
+// poolSnapshot is a snapshot with a worker pool and its node running the
+// pool's configuration.
+func poolSnapshot(t *testing.T) *Snapshot {
+	t.Helper()
+	pool := object("machineconfiguration.openshift.io/v1", "MachineConfigPool", "", "worker")
+	pool.Object["spec"] = map[string]any{
+		"machineConfigSelector": map[string]any{"matchLabels": map[string]any{"machineconfiguration.openshift.io/role": "worker"}},
+		"nodeSelector":          map[string]any{"matchLabels": map[string]any{"node-role.kubernetes.io/worker": ""}},
+		"configuration":         map[string]any{"name": "rendered-worker-new"}}
+	pool.Object["status"] = map[string]any{"configuration": map[string]any{"name": "rendered-worker-old"}}
+	rendered := object("machineconfiguration.openshift.io/v1", "MachineConfig", "", "rendered-worker-old")
+	rendered.SetAnnotations(map[string]string{"machineconfiguration.openshift.io/release-image-version": "4.16.3"})
+	rendered.Object["spec"] = map[string]any{"osImageURL": "quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:0123"}
+	snap, _, err := SnapshotOf([]unstructured.Unstructured{object("v1", "Node", "", "n"), pool, rendered}, time.Now(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap
+}
+
+func TestAMachineConfigChangeNeedsAPoolThatSelectsIt(t *testing.T) {
+	mc, err := ParseChange("machineconfig=" + writeFile(t, "mc.yaml", machineConfigYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkAgainst(poolSnapshot(t), []Change{mc}); err != nil {
+		t.Errorf("a worker MachineConfig on a snapshot with a worker pool: %v", err)
+	}
+	plain, _, err := SnapshotOf([]unstructured.Unstructured{object("v1", "Node", "", "n")}, time.Now(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkAgainst(plain, []Change{mc}); err == nil || !strings.Contains(err.Error(), "the snapshot has no MachineConfigPools") {
+		t.Errorf("on a plain Kubernetes snapshot: %v", err)
+	}
+	infra, err := ParseChange("machineconfig=" + writeFile(t, "infra.yaml", strings.ReplaceAll(machineConfigYAML, "worker", "infra")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkAgainst(poolSnapshot(t), []Change{infra}); err == nil || !strings.Contains(err.Error(), "99-infra-chrony (labels map[machineconfiguration.openshift.io/role:infra]) is selected by no MachineConfigPool") {
+		t.Errorf("an infra MachineConfig without an infra pool: %v", err)
+	}
+	withPool, err := ParseChange("machineconfig=" + writeFile(t, "both.yaml", strings.ReplaceAll(machineConfigYAML, "worker", "infra")+`---
+apiVersion: machineconfiguration.openshift.io/v1
+kind: MachineConfigPool
+metadata: {name: infra}
+spec:
+  machineConfigSelector: {matchExpressions: [{key: machineconfiguration.openshift.io/role, operator: In, values: [worker, infra]}]}
+  nodeSelector: {matchLabels: {node-role.kubernetes.io/infra: ""}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkAgainst(poolSnapshot(t), []Change{withPool}); err != nil {
+		t.Errorf("an infra MachineConfig with the infra pool it makes: %v", err)
+	}
+}
+
+func TestTheSimulationsMCORendersWithTheSnapshotsImageAndRebootsOnItsClock(t *testing.T) {
+	o, err := mcoOptions(poolSnapshot(t), 10, 3*time.Minute)
+	if err != nil || o == nil {
+		t.Fatalf("options %+v, %v", o, err)
+	}
+	if o.OSImageURL != "quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:0123" || o.ReleaseVersion != "4.16.3" || o.FromRelease {
+		t.Errorf("the MCO renders with %+v, want the image and version of what the nodes run", o)
+	}
+	if o.Daemon.RebootDuration != 18*time.Second || o.Daemon.ApplyDuration != 3*time.Second || o.Daemon.DrainRetry != 6*time.Second {
+		t.Errorf("daemon timings %+v not scaled by 10", o.Daemon)
+	}
+	plain, _, _ := SnapshotOf([]unstructured.Unstructured{object("v1", "Node", "", "n")}, time.Now(), "test")
+	if o, err := mcoOptions(plain, 10, time.Minute); o != nil || err != nil {
+		t.Errorf("a snapshot without pools runs an MCO: %+v, %v", o, err)
+	}
+}
+
+func TestARestoredNodeRunsTheSimulationsRenderingOfItsConfiguration(t *testing.T) {
+	r := &restorer{configName: map[string]string{"rendered-worker-new": "rendered-worker-sim"}}
+	for _, tc := range []struct {
+		in, want map[string]string
+	}{
+		{map[string]string{"machineconfiguration.openshift.io/currentConfig": "rendered-worker-new", "machineconfiguration.openshift.io/desiredConfig": "rendered-worker-new",
+			"machineconfiguration.openshift.io/state": "Done"},
+			map[string]string{"machineconfiguration.openshift.io/currentConfig": "rendered-worker-sim", "machineconfiguration.openshift.io/desiredConfig": "rendered-worker-sim",
+				"machineconfiguration.openshift.io/state": "Done"}},
+		// Half-way through a rollout: it carries on.
+		{map[string]string{"machineconfiguration.openshift.io/currentConfig": "rendered-worker-old", "machineconfiguration.openshift.io/desiredConfig": "rendered-worker-new",
+			"machineconfiguration.openshift.io/state": "Working"},
+			map[string]string{"machineconfiguration.openshift.io/currentConfig": "rendered-worker-old", "machineconfiguration.openshift.io/desiredConfig": "rendered-worker-sim",
+				"machineconfiguration.openshift.io/state": "Working"}},
+		{map[string]string{"machineconfiguration.openshift.io/currentConfig": "rendered-worker-old", "machineconfiguration.openshift.io/desiredConfig": "rendered-worker-new",
+			"machineconfiguration.openshift.io/state": "Degraded", "machineconfiguration.openshift.io/reason": "failed to drain"},
+			map[string]string{"machineconfiguration.openshift.io/currentConfig": "rendered-worker-old", "machineconfiguration.openshift.io/desiredConfig": "rendered-worker-sim",
+				"machineconfiguration.openshift.io/state": "Degraded", "machineconfiguration.openshift.io/reason": "failed to drain", "sim.capstan.dev/mcd-fail": "failed to drain"}},
+		// Never managed: the MCO gives it its pool's configuration.
+		{map[string]string{}, nil},
+	} {
+		got := r.configAnnotations(tc.in)
+		if len(got) != len(tc.want) {
+			t.Errorf("%v: %v, want %v", tc.in, got, tc.want)
+			continue
+		}
+		for k, v := range tc.want {
+			if got[k] != v {
+				t.Errorf("%v: %v, want %v", tc.in, got, tc.want)
+				break
+			}
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -22,6 +24,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/cli"
 	"github.com/capstan-dev/capstan/internal/etcdretry"
 	"github.com/capstan-dev/capstan/internal/ports"
+	"github.com/capstan-dev/capstan/internal/simulate"
 )
 
 // CLIEnv set to "1" makes a test binary act as the capstan binary (its
@@ -300,4 +303,22 @@ func Kubeconfig(t TB, path string) *rest.Config {
 		t.Fatalf("kubeconfig %s: %v", path, err)
 	}
 	return etcdretry.Wrap(cfg)
+}
+
+// SimulateRun runs `capstan simulate run -o json` in a process of its own
+// (it starts a control plane of its own) and decodes its report.
+func SimulateRun(t *testing.T, args ...string) *simulate.Report {
+	t.Helper()
+	cmd := CapstanProcess(append([]string{"simulate", "run", "-o", "json"}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("capstan simulate run %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	var rep simulate.Report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("the report is not JSON: %v\n%s", err, stdout.String())
+	}
+	t.Logf("capstan simulate run %s:\n%s", strings.Join(args, " "), stderr.String())
+	return &rep
 }

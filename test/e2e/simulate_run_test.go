@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -80,24 +79,6 @@ func awsCluster(t *testing.T, dir string) []string {
 	return append(files, f)
 }
 
-// runSimulation runs `capstan simulate run -o json` in a process of its
-// own (it starts a control plane of its own) and decodes its report.
-func runSimulation(t *testing.T, args ...string) *simulate.Report {
-	t.Helper()
-	cmd := testenv.CapstanProcess(append([]string{"simulate", "run", "-o", "json"}, args...)...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("capstan simulate run %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
-	}
-	var rep simulate.Report
-	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
-		t.Fatalf("the report is not JSON: %v\n%s", err, stdout.String())
-	}
-	t.Logf("capstan simulate run %s:\n%s", strings.Join(args, " "), stderr.String())
-	return &rep
-}
-
 // A zone outage simulated on the kubectl output of an AWS cluster: the
 // zone's nodes are lost, their pods evicted when their tolerations run
 // out and made again elsewhere, and the autoscaler, unable to launch in
@@ -132,7 +113,7 @@ func TestSimulateAZoneOutageOnAKubectlSnapshotOfAnotherCluster(t *testing.T) {
 	if err := os.WriteFile(autoscaling, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rep := runSimulation(t, "--snapshot", snap, "--change", "apply="+autoscaling, "--change", "zone-outage=us-east-1a", "--speed", "10", "--quiet", "6m")
+	rep := testenv.SimulateRun(t, "--snapshot", snap, "--change", "apply="+autoscaling, "--change", "zone-outage=us-east-1a", "--speed", "10", "--quiet", "6m")
 
 	if !rep.Settled || rep.Nodes != 9 || rep.Pods != 20 {
 		t.Errorf("settled %v after %s, %d nodes and %d pods restored; want settled, 9 and 20", rep.Settled, rep.Duration, rep.Nodes, rep.Pods)
@@ -270,7 +251,7 @@ func TestSimulationOfADrainPredictsTheDrain(t *testing.T) {
 
 	snap := filepath.Join(t.TempDir(), "snap.json")
 	capstanOK(t, "simulate", "snapshot", "--kubeconfig", env.Kubeconfig, "-o", snap)
-	rep := runSimulation(t, "--snapshot", snap, "--change", "drain="+nodeA, "--speed", "20", "--quiet", "4m")
+	rep := testenv.SimulateRun(t, "--snapshot", snap, "--change", "drain="+nodeA, "--speed", "20", "--quiet", "4m")
 
 	// The drain itself, on this cluster.
 	d := drain.New(ctx, env.Client, 2*time.Minute, klog.Background())
@@ -361,7 +342,7 @@ spec:
 `)
 	// Zone b's first worker (3 web pods), and zone a's first (4: full).
 	cordoned, deleted := "ip-10-1-1-10.ec2.internal", "ip-10-0-1-10.ec2.internal"
-	rep := runSimulation(t, "--snapshot", snap, "--speed", "20", "--quiet", "5m",
+	rep := testenv.SimulateRun(t, "--snapshot", snap, "--speed", "20", "--quiet", "5m",
 		"--change", "policy="+pol, "--change", "cordon="+cordoned, "--change", "apply="+batch, "--change", "wait=1m",
 		"--change", "scale=prod-worker-us-east-1c=3", "--change", "delete="+deleted)
 

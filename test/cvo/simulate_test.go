@@ -1,0 +1,182 @@
+package cvo
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
+	mcfgclient "github.com/openshift/client-go/machineconfiguration/clientset/versioned"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/capstan-dev/capstan/internal/cluster"
+	"github.com/capstan-dev/capstan/internal/mco"
+	"github.com/capstan-dev/capstan/internal/sim"
+	"github.com/capstan-dev/capstan/internal/testenv"
+)
+
+// rolloutNodes are the simulated pool's nodes, in the order they are
+// created: the MCO takes zone-a's first, the older one first, then
+// zone-b's.
+var rolloutNodes = []struct{ name, zone string }{
+	{"roll-c", "zone-b"}, {"roll-b", "zone-a"}, {"roll-a", "zone-a"},
+}
+
+// A MachineConfig simulated on a snapshot of this cluster rolls out to
+// the same nodes in the same order as the MachineConfig then does here,
+// and nothing else rolls: the snapshot's nodes are restored running their
+// pools' configurations.
+func TestSimulationOfAMachineConfigPredictsTheRollout(t *testing.T) {
+	ctx := context.Background()
+	mcfg, err := mcfgclient.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := &mcfgv1.MachineConfigPool{
+		ObjectMeta: metav1.ObjectMeta{Name: "rollout"},
+		Spec: mcfgv1.MachineConfigPoolSpec{
+			MachineConfigSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: mco.RoleLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{"worker", "rollout"}}}},
+			NodeSelector:   &metav1.LabelSelector{MatchLabels: map[string]string{"node-role.kubernetes.io/rollout": ""}},
+			MaxUnavailable: ptr.To(intstr.FromInt32(1)),
+		},
+	}
+	pools := mcfg.MachineconfigurationV1().MachineConfigPools()
+	if _, err := pools.Create(ctx, pool, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pools.Delete(context.Background(), pool.Name, metav1.DeleteOptions{}) })
+	var names []string
+	for _, n := range rolloutNodes {
+		spec := sim.InstanceSpec{Name: n.name, Zone: n.zone, CPU: resource.MustParse("4"), Memory: resource.MustParse("16Gi"), Pods: 110, Role: "worker",
+			Labels: map[string]string{"node-role.kubernetes.io/rollout": ""}}
+		if _, err := env.Cloud.CreateInstance(ctx, spec); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = env.Cloud.DeleteInstance(context.Background(), n.name)
+			_ = env.Client.CoreV1().Nodes().Delete(context.Background(), n.name, metav1.DeleteOptions{})
+		})
+		names = append(names, n.name)
+		// Each node is as old as or older than the next.
+		if err := cluster.WaitNodesReady(ctx, env.Client, []string{n.name}, 2*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := waitPool(t, mcfg, pool.Name, "the rollout pool never took its nodes", func(p *mcfgv1.MachineConfigPool) bool {
+		return p.Status.MachineCount == 3 && p.Status.UpdatedMachineCount == 3 && poolCondition(p, mcfgv1.MachineConfigPoolUpdated) == corev1.ConditionTrue
+	})
+
+	dir := t.TempDir()
+	mc := &mcfgv1.MachineConfig{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "machineconfiguration.openshift.io/v1", Kind: "MachineConfig"},
+		ObjectMeta: metav1.ObjectMeta{Name: "99-rollout-chrony", Labels: map[string]string{mco.RoleLabel: "rollout"}},
+		Spec: mcfgv1.MachineConfigSpec{Config: runtime.RawExtension{Raw: []byte(
+			`{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/etc/chrony.conf","mode":420,"contents":{"source":"data:,server%20ntp.example.com"}}]}}`)}},
+	}
+	data, err := yaml.Marshal(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mcFile := filepath.Join(dir, "mc.yaml")
+	if err := os.WriteFile(mcFile, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(dir, "snap.json")
+	capstanOK(t, "simulate", "snapshot", "--kubeconfig", env.Kubeconfig, "-o", snap)
+	rep := testenv.SimulateRun(t, "--snapshot", snap, "--change", "machineconfig="+mcFile, "--speed", "20", "--quiet", "3m", "--reboot-time", "1m")
+
+	// The same MachineConfig here, the order in which the MCO targets
+	// the nodes watched.
+	w, err := env.Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: "node-role.kubernetes.io/rollout"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var mu sync.Mutex
+	var realOrder []string
+	go func() {
+		for ev := range w.ResultChan() {
+			n, ok := ev.Object.(*corev1.Node)
+			if !ok || ev.Type != watch.Modified {
+				continue
+			}
+			d := n.Annotations[mco.DesiredConfigAnnotation]
+			mu.Lock()
+			if d != first.Spec.Configuration.Name && d != "" && !slices.Contains(realOrder, n.Name) {
+				realOrder = append(realOrder, n.Name)
+			}
+			mu.Unlock()
+		}
+	}()
+	if _, err := mcfg.MachineconfigurationV1().MachineConfigs().Create(ctx, mc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = mcfg.MachineconfigurationV1().MachineConfigs().Delete(context.Background(), mc.Name, metav1.DeleteOptions{})
+	})
+	waitPool(t, mcfg, pool.Name, "the rollout never completed", func(p *mcfgv1.MachineConfigPool) bool {
+		return p.Spec.Configuration.Name != first.Spec.Configuration.Name && p.Status.Configuration.Name == p.Spec.Configuration.Name &&
+			p.Status.UpdatedMachineCount == 3
+	})
+	mu.Lock()
+	got := strings.Join(realOrder, " ")
+	mu.Unlock()
+	// Zone-a's first; of those, the older (or, created within the same
+	// second, the first by name).
+	var ns []*corev1.Node
+	for _, name := range names {
+		ns = append(ns, env.GetNode(t, name))
+	}
+	mco.SortForUpdate(ns)
+	var want []string
+	for _, n := range ns {
+		want = append(want, n.Name)
+	}
+	if got != strings.Join(want, " ") || want[2] != "roll-c" {
+		t.Errorf("the MCO updated %s; want %v, zone-a's nodes oldest first, then zone-b's", got, want)
+	}
+
+	if len(rep.Rollouts) != 1 {
+		t.Fatalf("the simulation rolled %d pools, want the rollout pool alone: %+v", len(rep.Rollouts), rep.Rollouts)
+	}
+	ro := rep.Rollouts[0]
+	var simOrder []string
+	for _, u := range ro.Order {
+		simOrder = append(simOrder, u.Node)
+		if u.Updated == nil || u.State != mco.StateDone {
+			t.Errorf("simulated update of %s: %+v", u.Node, u)
+		}
+	}
+	if ro.Pool != pool.Name || ro.Nodes != 3 || ro.Updated != 3 || ro.MaxUnavailable != 1 || ro.Finished == nil {
+		t.Errorf("simulated rollout %+v; want the rollout pool's 3 nodes updated, one at a time", ro)
+	}
+	if sim := strings.Join(simOrder, " "); sim != got {
+		t.Errorf("the simulation updated %s; the MCO updated %s", sim, got)
+	}
+	// One at a time: each node targeted once the one before was done.
+	for i := 1; i < len(ro.Order); i++ {
+		if prev := ro.Order[i-1]; prev.Updated != nil && ro.Order[i].Targeted < *prev.Updated {
+			t.Errorf("%s targeted at %s, before %s was updated at %s", ro.Order[i].Node, ro.Order[i].Targeted, prev.Node, *prev.Updated)
+		}
+	}
+	for _, c := range rep.Changes {
+		if c.Error != "" {
+			t.Errorf("change %s: %s", c.Change, c.Error)
+		}
+	}
+	t.Logf("simulated rollout: %s", fmt.Sprint(ro))
+}
