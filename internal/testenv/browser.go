@@ -181,6 +181,15 @@ func (b *Tab) Fill(selector, value string) {
 	}
 }
 
+// Upload chooses files in a file input, as picking them in its dialog
+// would.
+func (b *Tab) Upload(selector string, files ...string) {
+	b.t.Helper()
+	if err := chromedp.Do(b.ctx, chromedp.SetUploadFiles(chromedp.CSS(selector), files)); err != nil {
+		b.t.Fatalf("choosing %v in %s: %v", files, selector, err)
+	}
+}
+
 // Press types keys (chromedp/kb names the special ones: kb.Tab,
 // kb.Enter) into whatever has the focus.
 func (b *Tab) Press(keys string) {

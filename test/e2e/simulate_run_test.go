@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -398,6 +399,42 @@ spec:
 	if len(rep.BlockedDrains) != 0 {
 		t.Errorf("blocked drains: %+v", rep.BlockedDrains)
 	}
+
+	// The same report as a page of the console, opened from its file.
+	raw, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reportFile, notAReport := write("report.json", string(raw)), write("policy-again.json", `{"kind":"Policy"}`)
+	tab := testenv.NewTab(t)
+	tab.Go(env.Cluster.NewConsoleLoginLink(env.Cluster.AdminToken()))
+	tab.WaitText("#who", "Logged in as ", 30*time.Second)
+	tab.Go(env.Cluster.ConsoleURL + "/#/simulate")
+	tab.WaitText("main", "No report open.", 30*time.Second)
+	tab.Upload("#report-file", notAReport)
+	tab.WaitText("#report-result", "policy-again.json: it has no speed, changes, removed", 10*time.Second)
+	tab.Upload("#report-file", reportFile)
+	tab.WaitText("main", fmt.Sprintf("report.json: 9 nodes and %d pods of the snapshot", rep.Pods), 10*time.Second)
+	for row, want := range map[string][]string{
+		"delete=" + deleted:     {rep.Changes[len(rep.Changes)-1].At.String(), "applied"},
+		deleted:                 {"us-east-1a", "removed"},
+		"Deployment shop/web":   {"4", "EvictionByEvictionAPI x4"},
+		"Deployment shop/batch": {"2"},
+	} {
+		got, err := testenv.Eval[string](tab, fmt.Sprintf(`[...document.querySelectorAll('tr[data-key=%q]')].map((e) => e.innerText).join("\n")`, row))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range want {
+			if !strings.Contains(got, w) {
+				t.Errorf("the console's row %s is %q, want it to say %q", row, got, w)
+			}
+		}
+	}
+	if got := tab.Text("main"); !strings.Contains(got, "No pod was left pending.") || !strings.Contains(got, "No drain was left blocked.") {
+		t.Errorf("the console's report does not say nothing is pending or blocked:\n%s", got)
+	}
+	tab.A11y("what-if simulation")
 }
 
 func mustRead(t *testing.T, path string) []byte {

@@ -1039,6 +1039,117 @@ pages.pools = () => {
   return p;
 };
 
+// The report of `capstan simulate run -o json`, opened on the simulation
+// page: read in the browser, sent nowhere, kept while the console is open.
+let simulationReport = null;
+
+// checkReport says what is wrong with what was opened as a report, ""
+// when it is one.
+function checkReport(r) {
+  if (!r || typeof r !== "object" || Array.isArray(r)) return "it is not a JSON object";
+  const missing = ["speed", "changes", "removed", "placed", "pending", "nodesAdded", "nodesRemoved", "nodesNotReady", "autoscaler", "blockedDrains"]
+    .filter((k) => !(k in r));
+  if (missing.length) return "it has no " + missing.join(", ") + ": it is not the JSON report of capstan simulate run";
+  return "";
+}
+
+pages.simulate = () => {
+  const p = new Page("What-if simulation");
+  const result = h("div", { id: "report-result", "aria-live": "polite" });
+  const file = h("input", { type: "file", id: "report-file", accept: "application/json,.json" });
+  listen(file, "change", async () => {
+    const f = file.files[0];
+    if (!f) return;
+    let r;
+    try {
+      r = JSON.parse(await f.text());
+    } catch (e) {
+      result.replaceChildren(notice("error", `${f.name} is not JSON: ${e.message}`));
+      return;
+    }
+    const bad = checkReport(r);
+    if (bad) {
+      result.replaceChildren(notice("error", `${f.name}: ${bad}.`));
+      return;
+    }
+    simulationReport = { name: f.name, report: r };
+    result.replaceChildren(notice("info", `Showing ${f.name}.`));
+    p.render();
+  });
+  p.forms = () => h("section", { class: "card", "aria-labelledby": "open-title" },
+    h("h2", { id: "open-title" }, "Open a report"),
+    h("p", {}, "Run ", h("code", {}, "capstan simulate run --snapshot FILE --change KIND=ARG ... -o json > report.json"),
+      " and open the report here. It is read by your browser and sent nowhere."),
+    h("label", { for: "report-file" }, "Report"), file, result);
+  const span = (d) => d || "0s";
+  p.view = () => {
+    if (!simulationReport) return h("p", { class: "muted" }, "No report open.");
+    const r = simulationReport.report;
+    const end = r.settled ? "settled" : "ended at --for";
+    const nodeRows = [];
+    for (const [what, list] of [["NotReady", r.nodesNotReady], ["removed", r.nodesRemoved], ["added", r.nodesAdded]]) {
+      for (const n of list || []) nodeRows.push([n.node, n.zone || "", span(n.at), what + (n.machineSet ? " (MachineSet " + n.machineSet + ")" : "")]);
+    }
+    const byWorkload = new Map();
+    const line = (w, pod) => {
+      const k = w || "pod " + pod;
+      if (!byWorkload.has(k)) byWorkload.set(k, { removed: 0, placed: 0, on: new Map(), reasons: new Map() });
+      return byWorkload.get(k);
+    };
+    for (const x of r.removed || []) {
+      const l = line(x.workload, x.pod);
+      l.removed++;
+      l.reasons.set(x.reason, (l.reasons.get(x.reason) || 0) + 1);
+    }
+    for (const x of r.placed || []) {
+      const l = line(x.workload, x.pod);
+      l.placed++;
+      l.on.set(x.node, (l.on.get(x.node) || 0) + 1);
+    }
+    const counted = (m) => [...m].sort(([a], [b]) => (a < b ? -1 : 1)).map(([k, n]) => (n > 1 ? `${k} x${n}` : k)).join(", ");
+    const workloads = [...byWorkload].sort(([a], [b]) => (a < b ? -1 : 1))
+      .map(([w, l]) => [w, String(l.removed), counted(l.reasons), String(l.placed), counted(l.on)]);
+    const num = (title) => ({ title, num: true });
+    return [
+      h("section", { class: "card", "aria-labelledby": "summary-title" },
+        h("h2", { id: "summary-title" }, "Summary"),
+        h("p", {}, `${simulationReport.name}: ${r.nodes} nodes and ${r.pods} pods of the snapshot ${r.snapshot || ""} taken ${r.takenAt}, at ${r.speed}x: ` +
+          `${end} after ${span(r.duration)} (restored in ${span(r.restoreTime)}, run in ${span(r.runTime)} of real time).`),
+        table("Changes", ["Change", "At", "Result"], r.changes.map((c) => [c.change, span(c.at),
+          c.error ? h("span", { class: "bad" }, c.error) : "applied"]))),
+      h("section", { class: "card", "aria-labelledby": "nodes-title" },
+        h("h2", { id: "nodes-title" }, "Nodes"),
+        table("Nodes lost, removed and added", ["Node", "Zone", "At", "What"], nodeRows, "No node was lost, removed or added.")),
+      h("section", { class: "card", "aria-labelledby": "pods-title" },
+        h("h2", { id: "pods-title" }, "Pods"),
+        table("Pods removed and placed, by workload", ["Workload", num("Removed"), "Removed by", num("Placed"), "Placed on"], workloads,
+          "No pod was removed or placed."),
+        table("Pods left pending", ["Pod", "Workload", "Scheduler", "Autoscaler"],
+          (r.pending || []).map((x) => [x.pod, x.workload || "", x.scheduler || "", x.autoscaler || ""]), "No pod was left pending.")),
+      h("section", { class: "card", "aria-labelledby": "autoscaler-title" },
+        h("h2", { id: "autoscaler-title" }, "Autoscaler"),
+        table("The autoscaler's events", ["Reason", "At", "Object", num("Count"), "Message"],
+          (r.autoscaler || []).map((e) => [e.reason, span(e.at), e.object, String(e.count), e.message]), "The autoscaler did nothing.")),
+      h("section", { class: "card", "aria-labelledby": "drains-title" },
+        h("h2", { id: "drains-title" }, "Blocked drains"),
+        table("Drains not finished", ["Node", "By", "Pods left", "Why"],
+          (r.blockedDrains || []).map((d) => [d.node, d.by, (d.pods || []).join(", "), d.message]), "No drain was left blocked.")),
+      (r.rollouts || []).map((ro) => {
+        const id = "rollout-" + ro.pool;
+        return h("section", { class: "card", "aria-labelledby": id },
+          h("h2", { id }, "Pool " + ro.pool),
+          h("p", {}, `Rolled out ${ro.config} from ${span(ro.started)}, maxUnavailable ${ro.maxUnavailable}: ` +
+            (ro.finished ? `every node updated at ${ro.finished}` : `${ro.updated} of ${ro.nodes} nodes updated at the end`) +
+            (ro.longest ? `; longest ${ro.longest}` : "") + "."),
+          table(ro.pool + " nodes in rollout order", ["Node", "Zone", "Targeted", "Updated", "State"], (ro.order || []).map((u) => [u.node, u.zone || "",
+            span(u.targeted), u.updated || "-", h("span", { class: u.state === "Done" ? "ok" : u.state === "Degraded" ? "bad" : "warn" },
+              u.state + (u.reason ? ": " + u.reason : ""))])));
+      }),
+    ];
+  };
+  return p;
+};
+
 pages.updates = () => {
   const p = new Page("Cluster settings");
   p.watch("clusterversions", "/apis/config.openshift.io/v1/clusterversions");
