@@ -91,6 +91,7 @@ the same cluster. Stop it with Ctrl-C (SIGINT) or SIGTERM.`,
 	fs.DurationVar(&daemon.ApplyDuration, "mcd-apply-duration", daemon.ApplyDuration, "how long a simulated machine-config-daemon takes to write a node's new configuration")
 	fs.DurationVar(&daemon.RebootDuration, "mcd-reboot-duration", daemon.RebootDuration, "how long a node the machine-config-daemon reboots stays down")
 	fs.BoolVar(&o.bare, "bare", false, "run the control plane and the simulated nodes only, none of capstan's controllers (scheduler, Machine API, autoscaler, CVO, MCO, etcd operator, metrics-server): a stand-in for an existing cluster to run them on as their own processes")
+	fs.BoolVar(&cp.KubernetesOnly, "kubernetes-only", false, "with --bare: serve Kubernetes' own APIs alone, without the OpenShift CRDs (a plain Kubernetes cluster, for tools that read one)")
 	fs.BoolVar(&o.noAuditLog, "no-audit-log", false, "do not write the API server's audit log (DATA_DIR/logs/audit.log: who did what, and what RBAC refused)")
 	fs.StringSliceVar(&o.hooks, "hooks", nil, "example hook controllers to run: "+strings.Join(hooks.ExampleNames(), ", "))
 	fs.BoolVar(&cp.EtcdPartitionable, "etcd-partitionable", false, "serve each etcd member's peer port through a proxy that DATA_DIR/"+etcd.PartitionFile+" (member names, one a line) cuts from the others: capstan chaos partitions members with it")
@@ -131,6 +132,9 @@ func (o *upOptions) run(c *cobra.Command) error {
 		o.opts.ControlPlane.Admission.ProjectNodeSelectors[ns] = sel
 	}
 	o.opts.ControlPlane.DisableAuditLog = o.noAuditLog
+	if o.opts.ControlPlane.KubernetesOnly && !o.bare {
+		return errors.New("--kubernetes-only needs --bare: capstan's controllers work on the OpenShift APIs it leaves out")
+	}
 	if o.bare {
 		if len(o.hooks) > 0 {
 			return errors.New("--bare runs no controllers, --hooks neither")

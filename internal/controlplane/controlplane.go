@@ -77,6 +77,11 @@ type Config struct {
 	// in DATA_DIR/logs/audit.log.
 	DisableAuditLog bool
 
+	// KubernetesOnly serves Kubernetes' own APIs alone: the OpenShift
+	// CRDs are not installed. What runs on capstan needs them; a plain
+	// Kubernetes cluster to read, as a stand-in for one, does not.
+	KubernetesOnly bool
+
 	// Extra flags appended verbatim to the upstream components' flags.
 	ExtraAPIServerFlags         []string
 	ExtraControllerManagerFlags []string
@@ -193,6 +198,9 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	klog.InfoS("Starting kube-controller-manager")
 	if cp.kcmDone, err = cp.runControllerManager(runCtx); err != nil {
 		return nil, err
+	}
+	if cfg.KubernetesOnly {
+		return cp, nil
 	}
 	if err := InstallCRDs(ctx, cp.adminREST); err != nil {
 		return nil, fmt.Errorf("installing OpenShift CRDs: %w", err)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
@@ -444,4 +446,90 @@ func mustRead(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return data
+}
+
+// A snapshot of a live cluster without the OpenShift APIs (capstan up
+// --bare --kubernetes-only stands in for one): what it does not serve is
+// absent, not empty, and a drain simulated on it moves the drained
+// node's pods to the others.
+func TestSimulateASnapshotOfALivePlainKubernetesCluster(t *testing.T) {
+	dir := t.TempDir()
+	up := testenv.StartUp(t, "--data-dir", dir, "--port", strconv.Itoa(testenv.FreePort(t)), "--bare", "--kubernetes-only",
+		"--control-plane-nodes", "1", "--nodes", "2", "--metrics-address", "", "--console-address", "", "--thanos-address", "")
+	up.WaitLine(t, "capstan is up", 4*time.Minute)
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	kube := kubernetes.NewForConfigOrDie(testenv.Kubeconfig(t, kubeconfig))
+	ctx := t.Context()
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// No scheduler runs on a bare cluster: the pods are bound by name,
+	// then a ReplicaSet adopts them.
+	labels := map[string]string{"app": "web"}
+	template := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "web", Image: "registry.example/web:1",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}}}},
+		TerminationGracePeriodSeconds: new(int64(0))}}
+	for i, node := range []string{"worker-0", "worker-0", "worker-1"} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("web-%d", i), Namespace: "shop", Labels: labels}, Spec: *template.Spec.DeepCopy()}
+		pod.Spec.NodeName = node
+		if _, err := kube.CoreV1().Pods("shop").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"}, Spec: appsv1.ReplicaSetSpec{
+		Replicas: new(int32(3)), Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: template}}
+	if _, err := kube.AppsV1().ReplicaSets("shop").Create(ctx, rs, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+		pods, err := kube.CoreV1().Pods("shop").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		owned := 0
+		for _, p := range pods.Items {
+			if metav1.GetControllerOf(&p) != nil && p.Status.Phase == corev1.PodRunning {
+				owned++
+			}
+		}
+		return owned == 3 && len(pods.Items) == 3, fmt.Sprintf("%d pods, %d running and adopted", len(pods.Items), owned)
+	})
+
+	snap := filepath.Join(dir, "snap.json")
+	out := capstanOK(t, "simulate", "snapshot", "--kubeconfig", kubeconfig, "-o", snap)
+	if !strings.Contains(out, "not served by the cluster") {
+		t.Errorf("the snapshot does not say what the cluster does not serve: %s", out)
+	}
+	s, err := simulate.Load(snap, mustRead(t, snap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key := range s.Objects {
+		if strings.Contains(key, "openshift.io") {
+			t.Errorf("the snapshot of a cluster without the OpenShift APIs holds %s", key)
+		}
+	}
+	if n := len(s.Objects["v1/nodes"]); n != 3 {
+		t.Errorf("the snapshot holds %d nodes, want 3", n)
+	}
+
+	rep := testenv.SimulateRun(t, "--snapshot", snap, "--change", "drain=worker-0", "--speed", "20", "--quiet", "3m")
+	var removed []string
+	for _, r := range rep.Removed {
+		removed = append(removed, r.Pod+" from "+r.Node+" by "+r.Reason)
+	}
+	sort.Strings(removed)
+	want := "shop/web-0 from worker-0 by EvictionByEvictionAPI shop/web-1 from worker-0 by EvictionByEvictionAPI"
+	if got := strings.Join(removed, " "); got != want {
+		t.Errorf("removed %s; want %s", got, want)
+	}
+	if len(rep.Placed) != 2 || len(rep.Pending) != 0 || len(rep.BlockedDrains) != 0 {
+		t.Errorf("placed %+v, pending %+v, blocked %+v; want both replacements placed", rep.Placed, rep.Pending, rep.BlockedDrains)
+	}
+	for _, p := range rep.Placed {
+		if p.Node == "worker-0" || p.Workload != "ReplicaSet shop/web" {
+			t.Errorf("placed %+v; want the ReplicaSet's replacement off the drained node", p)
+		}
+	}
 }
