@@ -369,7 +369,12 @@ func (r *restorer) nodes(ctx context.Context) error {
 		if spec.Annotations == nil {
 			spec.Annotations = map[string]string{}
 		}
-		if age := r.snap.TakenAt.Sub(n.CreationTimestamp.Time); !n.CreationTimestamp.IsZero() && age > 0 {
+		// Every restored node says so, a node made in the second of the
+		// snapshot too: the private cluster's own creation times are
+		// those of the restore, in whatever order it went, and the MCO
+		// takes the oldest node first.
+		if !n.CreationTimestamp.IsZero() {
+			age := max(r.snap.TakenAt.Sub(n.CreationTimestamp.Time), 0)
 			spec.Annotations[sim.CreatedAnnotation] = now.Add(-scaled(age, r.speed)).UTC().Format(time.RFC3339Nano)
 		}
 		// The node boots running the configuration it ran.

@@ -29,8 +29,8 @@ import (
 )
 
 // rolloutNodes are the simulated pool's nodes, in the order they are
-// created: the MCO takes zone-a's first, the older one first, then
-// zone-b's.
+// created, each in a later second: the MCO takes zone-a's first, the
+// older one first, then zone-b's.
 var rolloutNodes = []struct{ name, zone string }{
 	{"roll-c", "zone-b"}, {"roll-b", "zone-a"}, {"roll-a", "zone-a"},
 }
@@ -59,7 +59,6 @@ func TestSimulationOfAMachineConfigPredictsTheRollout(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pools.Delete(context.Background(), pool.Name, metav1.DeleteOptions{}) })
-	var names []string
 	for _, n := range rolloutNodes {
 		spec := sim.InstanceSpec{Name: n.name, Zone: n.zone, CPU: resource.MustParse("4"), Memory: resource.MustParse("16Gi"), Pods: 110, Role: "worker",
 			Labels: map[string]string{"node-role.kubernetes.io/rollout": ""}}
@@ -70,11 +69,15 @@ func TestSimulationOfAMachineConfigPredictsTheRollout(t *testing.T) {
 			_ = env.Cloud.DeleteInstance(context.Background(), n.name)
 			_ = env.Client.CoreV1().Nodes().Delete(context.Background(), n.name, metav1.DeleteOptions{})
 		})
-		names = append(names, n.name)
-		// Each node is as old as or older than the next.
 		if err := cluster.WaitNodesReady(ctx, env.Client, []string{n.name}, 2*time.Minute); err != nil {
 			t.Fatal(err)
 		}
+		// Each node is older than the next: the API keeps whole
+		// seconds, so the next is made in a later second.
+		created := env.GetNode(t, n.name).CreationTimestamp.Time
+		testenv.Eventually(t, 10*time.Second, func() (bool, string) {
+			return time.Now().Truncate(time.Second).After(created), "the second " + n.name + " was made in"
+		})
 	}
 	first := waitPool(t, mcfg, pool.Name, "the rollout pool never took its nodes", func(p *mcfgv1.MachineConfigPool) bool {
 		return p.Status.MachineCount == 3 && p.Status.UpdatedMachineCount == 3 && poolCondition(p, mcfgv1.MachineConfigPoolUpdated) == corev1.ConditionTrue
@@ -135,19 +138,9 @@ func TestSimulationOfAMachineConfigPredictsTheRollout(t *testing.T) {
 	mu.Lock()
 	got := strings.Join(realOrder, " ")
 	mu.Unlock()
-	// Zone-a's first; of those, the older (or, created within the same
-	// second, the first by name).
-	var ns []*corev1.Node
-	for _, name := range names {
-		ns = append(ns, env.GetNode(t, name))
-	}
-	mco.SortForUpdate(ns)
-	var want []string
-	for _, n := range ns {
-		want = append(want, n.Name)
-	}
-	if got != strings.Join(want, " ") || want[2] != "roll-c" {
-		t.Errorf("the MCO updated %s; want %v, zone-a's nodes oldest first, then zone-b's", got, want)
+	// Zone-a's first, the older first, then zone-b's.
+	if got != "roll-b roll-a roll-c" {
+		t.Errorf("the MCO updated %s; want roll-b roll-a roll-c, zone-a's nodes oldest first, then zone-b's", got)
 	}
 
 	if len(rep.Rollouts) != 1 {
