@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/machine"
 	"github.com/capstan-dev/capstan/internal/sim"
@@ -439,13 +440,19 @@ func TestTheTableSumsUpEachWorkload(t *testing.T) {
 			{Pod: "d/web-2", Workload: "Deployment d/web", Node: "a-1", Reason: "DeletionByTaintManager"}},
 		Placed:  []PodPlacement{{Pod: "d/web-3", Workload: "Deployment d/web", Node: "b-1"}, {Pod: "d/web-4", Workload: "Deployment d/web", Node: "b-1"}},
 		Pending: []PendingPod{{Pod: "d/db-0", Workload: "StatefulSet d/db", Scheduler: "0/3 nodes are available"}},
+		Rollouts: []PoolRollout{{Pool: "worker", Config: "rendered-worker-2", Nodes: 2, Updated: 1, MaxUnavailable: 1, Started: Duration(time.Second),
+			Longest: "b-1 (5m0s)", Order: []NodeUpdate{
+				{Node: "a-1", Zone: "a", Targeted: Duration(time.Second), Updated: ptr.To(Duration(4 * time.Minute)), State: "Done"},
+				{Node: "b-1", Zone: "b", Targeted: Duration(4 * time.Minute), State: "Degraded", Reason: "failed to drain"}}}},
 	}
 	var b bytes.Buffer
 	if err := r.WriteTable(&b); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{"settled after 6m0s", "Deployment d/web", "b-1 x2", "DeletionByTaintManager 2", "d/db-0", "0/3 nodes are available"} {
+	for _, want := range []string{"settled after 6m0s", "Deployment d/web", "b-1 x2", "DeletionByTaintManager 2", "d/db-0", "0/3 nodes are available",
+		"Pool worker rolled out rendered-worker-2 from 1s, maxUnavailable 1: 1 of 2 nodes updated at the end; longest b-1 (5m0s).",
+		"a-1   a     1s        4m0s     Done", "b-1   b     4m0s      -        Degraded: failed to drain"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the table has no %q:\n%s", want, out)
 		}
