@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	configv1 "github.com/openshift/api/config/v1"
 	machinev1 "github.com/openshift/api/machine/v1beta1"
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/capstan-dev/capstan/internal/cvo"
 	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/machine"
 	"github.com/capstan-dev/capstan/internal/mco"
@@ -78,7 +80,7 @@ func mcoRollout(pause bool) *Scenario {
 				// The pool's first configuration is rendered and its nodes
 				// run it before the new one comes.
 				if ok, why, _ := poolUpdated(pool, mcoWorkers); !ok {
-					return false, "the worker pool is not installed: " + why, nil
+					return false, "the worker pool is not installed: " + why + "; " + releaseWaits(ctx, r), nil
 				}
 				patch := fmt.Sprintf(`{"spec":{"maxUnavailable":%d}}`, mcoMaxUnavailable)
 				patched, err := pools.Patch(ctx, "worker", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
@@ -207,6 +209,29 @@ func poolUpdated(p *mcfgv1.MachineConfigPool, n int) (bool, string, error) {
 		int(st.MachineCount) == n && int(st.UpdatedMachineCount) == n && int(st.ReadyMachineCount) == n
 	return ok, fmt.Sprintf("pool %s: %d of %d machines updated to %s (%d ready), status at %s, Updated %v",
 		p.Name, st.UpdatedMachineCount, st.MachineCount, p.Spec.Configuration.Name, st.ReadyMachineCount, st.Configuration.Name, updated), nil
+}
+
+// releaseWaits says what a pool's first rendering waits on: the MCO
+// renders nothing before the CVO has applied the release's machine OS
+// image ConfigMap, so a pool never installed is read beside where the
+// CVO is.
+func releaseWaits(ctx context.Context, r *Run) string {
+	_, err := r.Kube.CoreV1().ConfigMaps(mco.Namespace).Get(ctx, mco.OSImageURLConfigMap, metav1.GetOptions{})
+	cm := "present"
+	if err != nil {
+		cm = err.Error()
+	}
+	out := fmt.Sprintf("ConfigMap %s/%s: %s", mco.Namespace, mco.OSImageURLConfigMap, cm)
+	cv, err := r.Config.ConfigV1().ClusterVersions().Get(ctx, cvo.Name, metav1.GetOptions{})
+	if err != nil {
+		return out + "; ClusterVersion: " + err.Error()
+	}
+	for _, c := range cv.Status.Conditions {
+		if c.Type == configv1.OperatorProgressing || c.Type == configv1.ClusterStatusConditionType("Failing") {
+			out += fmt.Sprintf("; ClusterVersion %s=%s: %s", c.Type, c.Status, c.Message)
+		}
+	}
+	return out
 }
 
 // poolMaxUnavailable reads a stored pool's maxUnavailable ("unset"
