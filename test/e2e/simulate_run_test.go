@@ -116,7 +116,7 @@ func TestSimulateAZoneOutageOnAKubectlSnapshotOfAnotherCluster(t *testing.T) {
 	if err := os.WriteFile(autoscaling, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rep := testenv.SimulateRun(t, "--snapshot", snap, "--change", "apply="+autoscaling, "--change", "zone-outage=us-east-1a", "--speed", "10", "--quiet", "6m")
+	rep := testenv.SimulateRun(t, "--snapshot", snap, "--change", "apply="+autoscaling, "--change", "zone-outage=us-east-1a", "--speed", "20", "--quiet", "6m")
 
 	if !rep.Settled || rep.Nodes != 9 || rep.Pods != 20 {
 		t.Errorf("settled %v after %s, %d nodes and %d pods restored; want settled, 9 and 20", rep.Settled, rep.Duration, rep.Nodes, rep.Pods)
