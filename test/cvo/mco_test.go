@@ -45,15 +45,7 @@ func TestMachineConfigRollout(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range infraNodes {
-		spec := sim.InstanceSpec{Name: n.name, Zone: n.zone, CPU: resource.MustParse("4"), Memory: resource.MustParse("16Gi"), Pods: 110, Role: "worker",
-			Labels: map[string]string{"node-role.kubernetes.io/infra": ""}}
-		if _, err := env.Cloud.CreateInstance(ctx, spec); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = env.Cloud.DeleteInstance(context.Background(), n.name)
-			_ = env.Client.CoreV1().Nodes().Delete(context.Background(), n.name, metav1.DeleteOptions{})
-		})
+		addPoolNode(t, n.name, n.zone, "infra")
 	}
 	names := make([]string, len(infraNodes))
 	for i, n := range infraNodes {
@@ -62,20 +54,8 @@ func TestMachineConfigRollout(t *testing.T) {
 	if err := cluster.WaitNodesReady(ctx, env.Client, names, 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	pool := &mcfgv1.MachineConfigPool{
-		ObjectMeta: metav1.ObjectMeta{Name: "infra"},
-		Spec: mcfgv1.MachineConfigPoolSpec{
-			MachineConfigSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
-				{Key: mco.RoleLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{"worker", "infra"}}}},
-			NodeSelector:   &metav1.LabelSelector{MatchLabels: map[string]string{"node-role.kubernetes.io/infra": ""}},
-			MaxUnavailable: ptr.To(intstr.FromInt32(3)),
-		},
-	}
+	addCustomPool(t, mcfg, "infra", 3)
 	pools := mcfg.MachineconfigurationV1().MachineConfigPools()
-	if _, err := pools.Create(ctx, pool, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pools.Delete(context.Background(), "infra", metav1.DeleteOptions{}) })
 	first := waitPool(t, mcfg, "infra", "the infra pool never took its nodes", func(p *mcfgv1.MachineConfigPool) bool {
 		return p.Status.MachineCount == 5 && p.Status.UpdatedMachineCount == 5 && poolCondition(p, mcfgv1.MachineConfigPoolUpdated) == corev1.ConditionTrue
 	})
@@ -280,6 +260,42 @@ func getPool(t *testing.T, mcfg mcfgclient.Interface, name string) *mcfgv1.Machi
 		t.Fatal(err)
 	}
 	return p
+}
+
+// addPoolNode launches a worker node with the role of a custom pool,
+// removed when the test ends.
+func addPoolNode(t *testing.T, name, zone, role string) {
+	t.Helper()
+	spec := sim.InstanceSpec{Name: name, Zone: zone, CPU: resource.MustParse("4"), Memory: resource.MustParse("16Gi"), Pods: 110, Role: "worker",
+		Labels: map[string]string{"node-role.kubernetes.io/" + role: ""}}
+	if _, err := env.Cloud.CreateInstance(context.Background(), spec); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Cloud.DeleteInstance(context.Background(), name)
+		_ = env.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+}
+
+// addCustomPool creates a custom pool as OpenShift's docs make one: its
+// nodes by their role, the worker configurations and its own, removed
+// when the test ends.
+func addCustomPool(t *testing.T, mcfg mcfgclient.Interface, role string, maxUnavailable int32) {
+	t.Helper()
+	pool := &mcfgv1.MachineConfigPool{
+		ObjectMeta: metav1.ObjectMeta{Name: role},
+		Spec: mcfgv1.MachineConfigPoolSpec{
+			MachineConfigSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: mco.RoleLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{"worker", role}}}},
+			NodeSelector:   &metav1.LabelSelector{MatchLabels: map[string]string{"node-role.kubernetes.io/" + role: ""}},
+			MaxUnavailable: ptr.To(intstr.FromInt32(maxUnavailable)),
+		},
+	}
+	pools := mcfg.MachineconfigurationV1().MachineConfigPools()
+	if _, err := pools.Create(context.Background(), pool, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pools.Delete(context.Background(), role, metav1.DeleteOptions{}) })
 }
 
 func waitPool(t *testing.T, mcfg mcfgclient.Interface, name, what string, done func(*mcfgv1.MachineConfigPool) bool) *mcfgv1.MachineConfigPool {

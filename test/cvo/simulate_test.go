@@ -14,17 +14,13 @@ import (
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	mcfgclient "github.com/openshift/client-go/machineconfiguration/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/capstan-dev/capstan/internal/cluster"
 	"github.com/capstan-dev/capstan/internal/mco"
-	"github.com/capstan-dev/capstan/internal/sim"
 	"github.com/capstan-dev/capstan/internal/testenv"
 )
 
@@ -45,30 +41,9 @@ func TestSimulationOfAMachineConfigPredictsTheRollout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := &mcfgv1.MachineConfigPool{
-		ObjectMeta: metav1.ObjectMeta{Name: "rollout"},
-		Spec: mcfgv1.MachineConfigPoolSpec{
-			MachineConfigSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
-				{Key: mco.RoleLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{"worker", "rollout"}}}},
-			NodeSelector:   &metav1.LabelSelector{MatchLabels: map[string]string{"node-role.kubernetes.io/rollout": ""}},
-			MaxUnavailable: ptr.To(intstr.FromInt32(1)),
-		},
-	}
-	pools := mcfg.MachineconfigurationV1().MachineConfigPools()
-	if _, err := pools.Create(ctx, pool, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pools.Delete(context.Background(), pool.Name, metav1.DeleteOptions{}) })
+	addCustomPool(t, mcfg, "rollout", 1)
 	for _, n := range rolloutNodes {
-		spec := sim.InstanceSpec{Name: n.name, Zone: n.zone, CPU: resource.MustParse("4"), Memory: resource.MustParse("16Gi"), Pods: 110, Role: "worker",
-			Labels: map[string]string{"node-role.kubernetes.io/rollout": ""}}
-		if _, err := env.Cloud.CreateInstance(ctx, spec); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = env.Cloud.DeleteInstance(context.Background(), n.name)
-			_ = env.Client.CoreV1().Nodes().Delete(context.Background(), n.name, metav1.DeleteOptions{})
-		})
+		addPoolNode(t, n.name, n.zone, "rollout")
 		if err := cluster.WaitNodesReady(ctx, env.Client, []string{n.name}, 2*time.Minute); err != nil {
 			t.Fatal(err)
 		}
@@ -79,7 +54,7 @@ func TestSimulationOfAMachineConfigPredictsTheRollout(t *testing.T) {
 			return time.Now().Truncate(time.Second).After(created), "the second " + n.name + " was made in"
 		})
 	}
-	first := waitPool(t, mcfg, pool.Name, "the rollout pool never took its nodes", func(p *mcfgv1.MachineConfigPool) bool {
+	first := waitPool(t, mcfg, "rollout", "the rollout pool never took its nodes", func(p *mcfgv1.MachineConfigPool) bool {
 		return p.Status.MachineCount == 3 && p.Status.UpdatedMachineCount == 3 && poolCondition(p, mcfgv1.MachineConfigPoolUpdated) == corev1.ConditionTrue
 	})
 
@@ -131,7 +106,7 @@ func TestSimulationOfAMachineConfigPredictsTheRollout(t *testing.T) {
 	t.Cleanup(func() {
 		_ = mcfg.MachineconfigurationV1().MachineConfigs().Delete(context.Background(), mc.Name, metav1.DeleteOptions{})
 	})
-	waitPool(t, mcfg, pool.Name, "the rollout never completed", func(p *mcfgv1.MachineConfigPool) bool {
+	waitPool(t, mcfg, "rollout", "the rollout never completed", func(p *mcfgv1.MachineConfigPool) bool {
 		return p.Spec.Configuration.Name != first.Spec.Configuration.Name && p.Status.Configuration.Name == p.Spec.Configuration.Name &&
 			p.Status.UpdatedMachineCount == 3
 	})
@@ -154,7 +129,7 @@ func TestSimulationOfAMachineConfigPredictsTheRollout(t *testing.T) {
 			t.Errorf("simulated update of %s: %+v", u.Node, u)
 		}
 	}
-	if ro.Pool != pool.Name || ro.Nodes != 3 || ro.Updated != 3 || ro.MaxUnavailable != 1 || ro.Finished == nil {
+	if ro.Pool != "rollout" || ro.Nodes != 3 || ro.Updated != 3 || ro.MaxUnavailable != 1 || ro.Finished == nil {
 		t.Errorf("simulated rollout %+v; want the rollout pool's 3 nodes updated, one at a time", ro)
 	}
 	if sim := strings.Join(simOrder, " "); sim != got {
