@@ -50,6 +50,16 @@ type ReleaseOptions struct {
 	GraphReload time.Duration
 	// CVO tunes the operator (timings).
 	CVO cvo.Options
+	// Versions are the releases a new cluster's registry is filled with,
+	// oldest first, built as the demo releases are (demo.Versions when
+	// empty).
+	Versions []string
+	// GraphData writes a new cluster's update graph data into a directory
+	// (the demo graph when nil).
+	GraphData func(dir string) error
+	// Hold, when set, keeps the CVO from starting until it is closed: a
+	// simulation restores a snapshot before the CVO syncs its release.
+	Hold <-chan struct{}
 }
 
 // DefaultReleaseOptions serve on 127.0.0.1:6444 with the demo graph.
@@ -121,7 +131,11 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 	}
 	graphData := filepath.Join(dir, "graph-data")
 	if _, err := os.Stat(graphData); errors.Is(err, os.ErrNotExist) {
-		if err := demo.WriteGraphData(graphData); err != nil {
+		write := o.GraphData
+		if write == nil {
+			write = demo.WriteGraphData
+		}
+		if err := write(graphData); err != nil {
 			return err
 		}
 	}
@@ -130,7 +144,7 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 	}
 	r, _ := name.NewRepository(repo, name.WeakValidation)
 	if tags, err := remote.List(r, remote.WithContext(ctx)); err != nil || len(tags) == 0 {
-		if err := c.publishDemoReleases(ctx, repo, key, sigDir, "http://"+host+"/signatures"); err != nil {
+		if err := c.publishDemoReleases(ctx, repo, o.Versions, key, sigDir, "http://"+host+"/signatures"); err != nil {
 			return fmt.Errorf("publishing the demo releases: %w", err)
 		}
 	}
@@ -204,6 +218,13 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 	c.addMetrics(JobCVO, &cvo.Metrics{Client: config, Operator: sup.operator, Upstream: co.Upstream})
 	monitor := c.monitor
 	c.run(runCtx, "cluster-version-operator", func(ctx context.Context) error {
+		if o.Hold != nil {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-o.Hold:
+			}
+		}
 		if monitor != nil && o.PromQLURL == "" {
 			// Risks are evaluated on what was scraped: once, before the
 			// operator asks, or its first answers would be about no
@@ -217,17 +238,20 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 	return nil
 }
 
-// publishDemoReleases pushes the demo releases and publishes a signature
-// of each, in the signature store and as a ConfigMap. Each release carries
+// publishDemoReleases pushes releases of versions (the demo releases when
+// empty) and publishes a signature of each, in the signature store and as a ConfigMap. Each release carries
 // the cluster's public key and that store in its verification manifest:
 // the CVO running it verifies the next release with them, and with
 // nothing from the cluster's own ConfigMaps.
-func (c *Cluster) publishDemoReleases(ctx context.Context, repo string, key *openpgp.Entity, sigDir, store string) error {
+func (c *Cluster) publishDemoReleases(ctx context.Context, repo string, versions []string, key *openpgp.Entity, sigDir, store string) error {
 	pub, err := signature.ArmorPublicKey(key)
 	if err != nil {
 		return err
 	}
-	built, err := demo.BuildReleases(ctx, repo, &demo.Verification{
+	if len(versions) == 0 {
+		versions = demo.Versions
+	}
+	built, err := demo.BuildVersions(ctx, repo, versions, &demo.Verification{
 		Keys: map[string][]byte{"capstan": pub}, Stores: map[string]string{"capstan": store}})
 	if err != nil {
 		return err

@@ -357,7 +357,7 @@ func (w *worker) apply(ctx context.Context, m *payload.Manifest, mode payload.Mo
 	if m.Kind == "ClusterOperator" && strings.HasPrefix(m.APIVersion, "config.openshift.io/") {
 		err := w.waitOperator(ctx, m, mode)
 		if err == nil && mode != payload.Reconciling {
-			w.o.opts.Timeline.task(version, TaskWait, start, time.Now())
+			w.o.opts.Timeline.task(version, TaskWait, m, start, time.Now())
 		}
 		return err
 	}
@@ -380,7 +380,7 @@ func (w *worker) apply(ctx context.Context, m *payload.Manifest, mode payload.Mo
 		return applyError(m, err, done, total)
 	}
 	if mode != payload.Reconciling {
-		w.o.opts.Timeline.task(version, TaskApply, start, time.Now())
+		w.o.opts.Timeline.task(version, TaskApply, m, start, time.Now())
 	}
 	w.prog.taskDone()
 	if mode == payload.Updating && m.Dir == release.ManifestsDir && m.Kind == "Deployment" && m.Namespace == Namespace && m.Name == DeploymentName &&

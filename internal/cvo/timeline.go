@@ -4,6 +4,9 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/capstan-dev/capstan/internal/cvo/payload"
+	"github.com/capstan-dev/capstan/internal/release"
 )
 
 // TaskKind tells what a task of an update pass did.
@@ -16,10 +19,13 @@ const (
 	TaskWait
 )
 
-// Span is one task of a pass, with its times.
+// Span is one task of a pass, with its times: the manifest's run level
+// and component (from its file name) and the object it names (for a
+// wait, the ClusterOperator).
 type Span struct {
-	Kind       TaskKind
-	Start, End time.Time
+	Kind                      TaskKind
+	RunLevel, Component, Name string
+	Start, End                time.Time
 }
 
 // Pass is what the operator did for one release: when it was accepted,
@@ -73,14 +79,15 @@ func (t *Timeline) started(version string, tasks int) {
 	t.pass(version).Tasks = tasks
 }
 
-func (t *Timeline) task(version string, kind TaskKind, start, end time.Time) {
+func (t *Timeline) task(version string, kind TaskKind, m *payload.Manifest, start, end time.Time) {
 	if t == nil {
 		return
 	}
+	level, component, _ := release.RunLevel(m.File)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := t.pass(version)
-	p.Spans = append(p.Spans, Span{Kind: kind, Start: start, End: end})
+	p.Spans = append(p.Spans, Span{Kind: kind, RunLevel: level, Component: component, Name: m.Name, Start: start, End: end})
 }
 
 func (t *Timeline) completed(version string, at time.Time) {
@@ -175,4 +182,43 @@ func minTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// LevelTime is one run level of a pass: from its first task's start to
+// its last task's end, and the ClusterOperator waited for longest in it
+// (Longest is zero when the level waited for none).
+type LevelTime struct {
+	RunLevel   string
+	Start, End time.Time
+	Longest    Span
+}
+
+// RunLevels are the pass's run levels in the order they started. Tasks
+// of manifests without a run level (the CVO's own manifests/ directory)
+// count as run level "00", where the CVO puts itself.
+func (p Pass) RunLevels() []LevelTime {
+	byLevel := map[string]*LevelTime{}
+	var out []*LevelTime
+	for _, s := range p.Spans {
+		level := s.RunLevel
+		if level == "" {
+			level = "00"
+		}
+		l := byLevel[level]
+		if l == nil {
+			l = &LevelTime{RunLevel: level, Start: s.Start, End: s.End}
+			byLevel[level] = l
+			out = append(out, l)
+		}
+		l.Start, l.End = minTime(l.Start, s.Start), maxTime(l.End, s.End)
+		if s.Kind == TaskWait && s.End.Sub(s.Start) > l.Longest.End.Sub(l.Longest.Start) {
+			l.Longest = s
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Start.Before(out[j].Start) })
+	levels := make([]LevelTime, len(out))
+	for i, l := range out {
+		levels[i] = *l
+	}
+	return levels
 }

@@ -58,6 +58,14 @@ type Built struct {
 // manifests and the demo Operators at their run levels, and v's
 // verification manifest (none when v is nil).
 func BuildReleases(ctx context.Context, repo string, v *Verification) ([]Built, error) {
+	return BuildVersions(ctx, repo, Versions, v)
+}
+
+// BuildVersions builds releases of the given versions, oldest first, as
+// the demo releases are built: each updates from every one before it and
+// carries the CVO's manifests and the demo Operators. A simulation builds
+// the release a cluster runs and the one it would update to this way.
+func BuildVersions(ctx context.Context, repo string, versions []string, v *Verification) ([]Built, error) {
 	tmp, err := os.MkdirTemp("", "capstan-demo-release-")
 	if err != nil {
 		return nil, err
@@ -65,8 +73,8 @@ func BuildReleases(ctx context.Context, repo string, v *Verification) ([]Built, 
 	defer os.RemoveAll(tmp)
 	created := time.Date(2022, 7, 1, 0, 0, 0, 0, time.UTC)
 	var out []Built
-	for i, version := range Versions {
-		meta := release.Metadata{Version: version, Previous: append([]string(nil), Versions[:i]...),
+	for i, version := range versions {
+		meta := release.Metadata{Version: version, Previous: append([]string(nil), versions[:i]...),
 			Metadata: map[string]string{release.URLMetadata: fmt.Sprintf("https://access.redhat.com/errata/RHBA-2022:%04d", 5000+i)}}
 		src := filepath.Join(tmp, version)
 		if err := WriteSource(src, version, Operators, v); err != nil {

@@ -6,6 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 )
 
 // Operator is a cluster operator of a demo release: its manifests are
@@ -91,8 +95,11 @@ func WriteSource(dir, version string, ops []Operator, v *Verification) error {
 		if op.Name == "machine-config" {
 			// The release's machine OS, which the MCO renders into every
 			// pool's configuration: a new one rolls the nodes.
-			files[prefix+"03_osimageurl.yaml"] = fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: machine-config-osimageurl\n  namespace: %s\n  annotations:\n%sdata:\n  releaseVersion: %q\n  baseOSContainerImage: %q\n  baseOSExtensionsContainerImage: %q\n  osImageURL: \"\"\n",
-				op.Namespace, include, version, componentImage("machine-os", version), componentImage("machine-os-extensions", version))
+			raw, err := yaml.Marshal(OSImageURLConfigMap(op.Namespace, version))
+			if err != nil {
+				return err
+			}
+			files[prefix+"03_osimageurl.yaml"] = string(raw)
 		}
 		files[prefix+"05_deployment.yaml"] = deployment(op.Namespace, op.Deployment, op.Name, componentImage(op.Component, version), version)
 		files[prefix+"10_clusteroperator.yaml"] = fmt.Sprintf("apiVersion: config.openshift.io/v1\nkind: ClusterOperator\nmetadata:\n  name: %s\n  annotations:\n%sstatus:\n  versions:\n  - name: operator\n    version: %q\n", op.Name, include, version)
@@ -116,6 +123,23 @@ func WriteSource(dir, version string, ops []Operator, v *Verification) error {
 		}
 	}
 	return nil
+}
+
+// OSImageURLConfigMap is the ConfigMap machine-config-osimageurl of a
+// release of version in the MCO's namespace: the machine OS images the
+// MCO renders into every pool's configuration.
+func OSImageURLConfigMap(namespace, version string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Name: "machine-config-osimageurl", Namespace: namespace,
+			Annotations: map[string]string{"include.release.openshift.io/self-managed-high-availability": "true"}},
+		Data: map[string]string{
+			"releaseVersion":                 version,
+			"baseOSContainerImage":           componentImage("machine-os", version),
+			"baseOSExtensionsContainerImage": componentImage("machine-os-extensions", version),
+			"osImageURL":                     "",
+		},
+	}
 }
 
 // machineOSVersion is the RHCOS build of a release, as 4.10's are named.
