@@ -163,8 +163,9 @@ Machines, MachineSets, autoscalers, MachineConfigPools and MachineConfigs),
 applies the changes in order, and reports what happened until nothing
 changed for --quiet or --for passed: pods removed and placed, pods left
 pending with the scheduler's and the autoscaler's reasons, nodes lost,
-added and removed, the autoscaler's decisions, drains left blocked, and
-each pool's rollout node by node. The cluster the snapshot was taken from
+added and removed, the autoscaler's decisions, drains left blocked,
+each pool's rollout node by node, and an update's run levels, the
+operator waited on longest and the risks the cluster's graph named. The cluster the snapshot was taken from
 is not touched.
 
 The cluster runs --speed times faster than real time: grace periods,
@@ -184,6 +185,9 @@ Changes (each --change KIND=ARGUMENT; several are applied in order):
                                  MachineAutoscalers
   machineconfig=FILE             MachineConfigs (and MachineConfigPools): the
                                  pools that select them roll them out
+  update=VERSION                 a release the snapshot's ClusterVersion offers:
+                                 the CVO applies it run level by run level and
+                                 every pool rolls its machine OS
   wait=DURATION                  simulated time to let pass before the next change`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/blang/semver/v4"
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -49,12 +50,16 @@ const (
 	// MachineConfigPools): the pools they select render a new
 	// configuration and roll it to their nodes.
 	ChangeMachineConfig ChangeKind = "machineconfig"
+	// ChangeUpdate updates the cluster to a release of the snapshot's
+	// update graph: the CVO applies it run level by run level and the
+	// MCO rolls its machine OS to every pool.
+	ChangeUpdate ChangeKind = "update"
 	// ChangeWait lets simulated time pass before the next change.
 	ChangeWait ChangeKind = "wait"
 )
 
 var changeKinds = []ChangeKind{ChangePolicy, ChangeCordon, ChangeDrain, ChangeDelete, ChangeZoneOutage, ChangeScale, ChangeApply,
-	ChangeMachineConfig, ChangeWait}
+	ChangeMachineConfig, ChangeUpdate, ChangeWait}
 
 // applyKinds are the kinds an apply change may hold, by apiVersion/kind.
 var applyKinds = map[string]bool{
@@ -93,6 +98,8 @@ type Change struct {
 	Policy *policy.Policy
 	// Wait is a wait's simulated time.
 	Wait time.Duration
+	// Version is an update's release version.
+	Version string
 }
 
 func (c Change) String() string { return string(c.Kind) + "=" + c.Arg }
@@ -107,6 +114,7 @@ func (c Change) String() string { return string(c.Kind) + "=" + c.Arg }
 //	scale=[NAMESPACE/]MACHINESET=REPLICAS
 //	apply=FILE                     manifests (YAML or JSON, several per file)
 //	machineconfig=FILE             MachineConfigs (and MachineConfigPools)
+//	update=VERSION                 a release of the snapshot's update graph
 //	wait=DURATION                  simulated time before the next change
 //
 // Files are read here, so that a run refuses a bad file before it
@@ -163,6 +171,11 @@ func ParseChange(s string) (Change, error) {
 			return Change{}, fmt.Errorf("change %s: %w", s, err)
 		}
 		c.Objects = objs
+	case ChangeUpdate:
+		if _, err := semver.Parse(arg); err != nil {
+			return Change{}, fmt.Errorf("change %s: %q is not a release version (4.16.3): %v", s, arg, err)
+		}
+		c.Version = arg
 	case ChangeWait:
 		d, err := time.ParseDuration(arg)
 		if err != nil || d <= 0 {
@@ -199,6 +212,9 @@ func CheckOrder(changes []Change) error {
 	}
 	if policies > 1 {
 		return errors.New("more than one policy change: the scheduler runs with one Policy")
+	}
+	if n := len(slices.DeleteFunc(slices.Clone(changes), func(c Change) bool { return c.Kind != ChangeUpdate })); n > 1 {
+		return fmt.Errorf("%d update changes: a simulation updates the cluster once, to one release of its graph", n)
 	}
 	return nil
 }

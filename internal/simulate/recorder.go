@@ -151,6 +151,18 @@ func (r *recorder) now() time.Duration {
 	return r.simSince(time.Now())
 }
 
+// simAt is the simulated time of t since begin (negative before it).
+func (r *recorder) simAt(t time.Time) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.simSince(t)
+}
+
+// simDuration is a real duration in simulated time.
+func (r *recorder) simDuration(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * r.speed)
+}
+
 func (r *recorder) simSince(t time.Time) time.Duration {
 	if r.started.IsZero() {
 		return 0
@@ -409,7 +421,7 @@ func (r *recorder) machineSetOf(n *corev1.Node) string {
 
 // waitSettled waits until nothing has changed for quiet, or until limit
 // has passed since begin (real time both), saying which.
-func (r *recorder) waitSettled(ctx context.Context, quiet, limit time.Duration, log interface{ Write([]byte) (int, error) }) bool {
+func (r *recorder) waitSettled(ctx context.Context, quiet, limit time.Duration, busy func() bool, log interface{ Write([]byte) (int, error) }) bool {
 	r.changed()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -424,7 +436,7 @@ func (r *recorder) waitSettled(ctx context.Context, quiet, limit time.Duration, 
 		last, started := r.lastChange, r.started
 		r.mu.Unlock()
 		now := time.Now()
-		if now.Sub(last) >= quiet && !r.terminating() {
+		if now.Sub(last) >= quiet && !r.terminating() && !busy() {
 			return true
 		}
 		if now.Sub(started) >= limit {
@@ -472,6 +484,11 @@ func (r *recorder) fill(ctx context.Context, rep *Report, a *applier) error {
 		return err
 	}
 	rep.Rollouts = rollouts
+	if a.plan != nil {
+		if rep.Update, err = a.updateRun(ctx); err != nil {
+			return err
+		}
+	}
 	pods, err := r.pods.List(labels.Everything())
 	if err != nil {
 		return err

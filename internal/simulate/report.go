@@ -54,6 +54,10 @@ type Report struct {
 	// Rollouts are the MachineConfigPools that rolled a new configuration
 	// to their nodes.
 	Rollouts []PoolRollout `json:"rollouts"`
+	// Update is an update change's course: its run levels, the operator
+	// waited on longest, the risks that apply (each pool's rollout is in
+	// Rollouts).
+	Update *UpdateRun `json:"update,omitempty"`
 }
 
 // PoolRollout is a MachineConfigPool's rollout of a new configuration:
@@ -234,6 +238,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 			p("%s\t%s\t%s\t%d\t%s\n", e.Reason, e.At, e.Object, e.Count, e.Message)
 		}
 	}
+	if u := r.Update; u != nil {
+		writeUpdate(p, u)
+	}
 	for _, ro := range r.Rollouts {
 		end := fmt.Sprintf("%d of %d nodes updated at the end", ro.Updated, ro.Nodes)
 		if ro.Finished != nil {
@@ -263,6 +270,49 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// writeUpdate writes an update's section of the table.
+func writeUpdate(p func(string, ...any), u *UpdateRun) {
+	kind := "Update"
+	if u.Conditional {
+		kind = "Conditional update"
+	}
+	p("\n%s from %s to %s (channel %s): ", kind, u.From, u.To, u.Channel)
+	switch {
+	case u.Took != nil:
+		p("accepted at %s, completed after %s", *u.Accepted, *u.Took)
+	case u.Accepted != nil:
+		p("accepted at %s, %s at the end", *u.Accepted, u.State)
+	default:
+		p("%s", u.State)
+	}
+	p(". %s.\n", u.Progress)
+	if u.LongestOperator != "" {
+		p("Waited longest on ClusterOperator %s: %s.\n", u.LongestOperator, *u.LongestOperatorWait)
+	}
+	if len(u.RunLevels) > 0 {
+		p("RUN LEVEL\tSTARTED\tFINISHED\tTOOK\tWAITED LONGEST ON\n")
+		for _, l := range u.RunLevels {
+			op := "-"
+			if l.Operator != "" {
+				op = fmt.Sprintf("%s (%s)", l.Operator, *l.Waited)
+			}
+			p("%s\t%s\t%s\t%s\t%s\n", l.RunLevel, l.Started, l.Finished, l.Finished-l.Started, op)
+		}
+	}
+	if u.Recommended != "" {
+		p("The cluster evaluated the update as Recommended=%s\n", u.Recommended)
+	}
+	for _, r := range u.Risks {
+		p("Risk %s: %s (%s; %s)\n", r.Name, r.Message, r.URL, strings.Join(r.Rules, "; "))
+	}
+	if u.NotUpgradeable != "" {
+		p("Upgradeable=False in the snapshot, which holds a minor update: %s\n", u.NotUpgradeable)
+	}
+	if len(u.NotSimulated) > 0 {
+		p("ClusterOperators of the snapshot the simulated release does not carry: %s\n", strings.Join(u.NotSimulated, ", "))
+	}
 }
 
 type workloadLine struct {

@@ -45,6 +45,8 @@ type restorer struct {
 	speed float64
 	// mcfg is nil when the simulation runs no Machine Config Operator.
 	mcfg mcfgclient.Interface
+	// update is the run's update, whose CVO starts after the restore.
+	update *updatePlan
 	// configName maps the configuration each MachineConfigPool targeted
 	// in the snapshot to the one rendered for it in the simulation.
 	configName map[string]string
@@ -132,6 +134,7 @@ func (r *restorer) restore(ctx context.Context) error {
 		{"namespaces", r.namespaces},
 		{"cluster-scoped classes", r.classes},
 		{"persistent volumes and claims", r.volumes},
+		{"the release's machine OS", r.releaseConfigMap},
 		{"machine configuration", r.machineConfigs},
 		{"nodes", r.nodes},
 		{"machines", r.machines},

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	machinev1 "github.com/openshift/api/machine/v1beta1"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/autoscaler"
 	"github.com/capstan-dev/capstan/internal/cluster"
+	"github.com/capstan-dev/capstan/internal/cvo"
 	"github.com/capstan-dev/capstan/internal/drain"
 	"github.com/capstan-dev/capstan/internal/machine"
 	"github.com/capstan-dev/capstan/internal/nodes"
@@ -122,6 +124,12 @@ func checkAgainst(s *Snapshot, changes []Change) error {
 	}
 	var errs []error
 	for _, c := range changes {
+		if c.Kind == ChangeUpdate {
+			if err := checkUpdate(s, c); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
 		if c.Kind != ChangeMachineConfig {
 			continue
 		}
@@ -230,6 +238,17 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 		return nil, err
 	}
 	opts.MachineConfig = mcoOpts
+	var plan *updatePlan
+	hold := make(chan struct{})
+	var holdOnce sync.Once
+	release := func() { holdOnce.Do(func() { close(hold) }) }
+	defer release()
+	if c, ok := updateOf(o.Changes); ok {
+		if plan, err = planUpdate(o.Snapshot, c.Version); err != nil {
+			return nil, err
+		}
+		opts.Releases = releaseOptions(plan, o.Speed, hold)
+	}
 	fmt.Fprintf(o.Log, "Starting a private cluster in %s ...\n", dir)
 	start := time.Now()
 	cl, err := cluster.Start(ctx, opts)
@@ -241,7 +260,7 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &restorer{snap: o.Snapshot, kube: cl.Client, dyn: dyn, cloud: cl.Cloud, speed: o.Speed}
+	r := &restorer{snap: o.Snapshot, kube: cl.Client, dyn: dyn, cloud: cl.Cloud, speed: o.Speed, update: plan}
 	if opts.MachineConfig != nil {
 		if r.mcfg, err = mcfgclient.NewForConfig(cl.RESTConfig()); err != nil {
 			return nil, err
@@ -259,6 +278,20 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 	if err := r.waitRunning(ctx, rec); err != nil {
 		return nil, err
 	}
+	a := &applier{kube: cl.Client, dyn: dyn, cloud: cl.Cloud, speed: o.Speed, rec: rec, plan: plan}
+	if plan != nil {
+		// The CVO applies the release the snapshot runs to the restored
+		// cluster before anything changes.
+		a.timeline = opts.Releases.CVO.Timeline
+		release()
+		fmt.Fprintf(o.Log, "Restored; the CVO applies %s ...\n", plan.From)
+		if err := a.waitInstalled(ctx, plan.From); err != nil {
+			return nil, fmt.Errorf("installing the snapshot's release %s: %w", plan.From, err)
+		}
+		if err := a.holdUpgradeable(ctx); err != nil {
+			return nil, err
+		}
+	}
 	// What the controllers still do to the restored cluster is not the
 	// changes' doing: the run begins once nothing has changed for a
 	// moment.
@@ -273,7 +306,6 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 	begun := time.Now()
 	report := &Report{Snapshot: o.SnapshotName, TakenAt: o.Snapshot.TakenAt.Time, Speed: o.Speed, Nodes: nodeCount, Pods: r.boundPods,
 		RestoreTime: Duration(begun.Sub(start))}
-	a := &applier{kube: cl.Client, dyn: dyn, cloud: cl.Cloud, speed: o.Speed, rec: rec}
 	for _, c := range o.Changes {
 		at := rec.now()
 		err := a.apply(ctx, c)
@@ -284,7 +316,7 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 		}
 		report.Changes = append(report.Changes, ac)
 	}
-	report.Settled = rec.waitSettled(ctx, scaled(o.Quiet, o.Speed), scaled(o.For, o.Speed), o.Log)
+	report.Settled = rec.waitSettled(ctx, scaled(o.Quiet, o.Speed), scaled(o.For, o.Speed), a.updateBusy, o.Log)
 	a.stopDrains()
 	report.RunTime = Duration(time.Since(begun))
 	if err := rec.fill(ctx, report, a); err != nil {
@@ -316,6 +348,11 @@ type applier struct {
 	cloud *sim.APICloud
 	speed float64
 	rec   *recorder
+	// plan and timeline are an update's: what it is, and the CVO's
+	// record of its passes; updating is set once it was asked for.
+	plan     *updatePlan
+	timeline *cvo.Timeline
+	updating atomic.Bool
 
 	drainMu sync.Mutex
 	drains  map[string]*drainRun // by node
@@ -436,6 +473,8 @@ func (a *applier) apply(ctx context.Context, c Change) error {
 			return fmt.Errorf("no MachineSet %s in the snapshot", c.MachineSet)
 		}
 		return err
+	case ChangeUpdate:
+		return a.update(ctx, c)
 	case ChangeApply, ChangeMachineConfig:
 		for _, obj := range c.Objects {
 			if err := a.applyObject(ctx, obj.DeepCopy()); err != nil {

@@ -1134,6 +1134,7 @@ pages.simulate = () => {
         h("h2", { id: "drains-title" }, "Blocked drains"),
         table("Drains not finished", ["Node", "By", "Pods left", "Why"],
           (r.blockedDrains || []).map((d) => [d.node, d.by, (d.pods || []).join(", "), d.message]), "No drain was left blocked.")),
+      r.update ? updateSection(r.update, span) : [],
       (r.rollouts || []).map((ro) => {
         const id = "rollout-" + ro.pool;
         return h("section", { class: "card", "aria-labelledby": id },
@@ -1148,6 +1149,25 @@ pages.simulate = () => {
     ];
   };
   return p;
+};
+
+// updateSection is a simulated update's course: its run levels, the
+// operator waited on longest, and the risks of the graph.
+const updateSection = (u, span) => {
+  const course = u.took ? `accepted at ${u.accepted}, completed after ${u.took}` :
+    u.accepted ? `accepted at ${u.accepted}, ${u.state} at the end` : u.state;
+  return h("section", { class: "card", "aria-labelledby": "update-title" },
+    h("h2", { id: "update-title" }, `${u.conditional ? "Conditional update" : "Update"} from ${u.from} to ${u.to}`),
+    h("p", {}, `Channel ${u.channel}: ${course}. ${u.progress}.`),
+    u.longestOperator ? h("p", {}, `Waited longest on ClusterOperator ${u.longestOperator}: ${u.longestOperatorWait}.`) : [],
+    table("Run levels in the order applied", ["Run level", "Started", "Finished", "Waited longest on"],
+      (u.runLevels || []).map((l) => [l.runLevel, span(l.started), span(l.finished), l.operator ? `${l.operator} (${l.waited})` : "-"]),
+      "The CVO applied no run level."),
+    u.recommended ? h("p", {}, `The cluster evaluated the update as Recommended=${u.recommended}`) : [],
+    (u.risks || []).length ? table("Risks of the update", ["Risk", "Message", "Rules", "Link"],
+      u.risks.map((r) => [r.name, r.message, (r.rules || []).join("; "), h("a", { href: r.url, rel: "noreferrer" }, r.url)])) : [],
+    u.notUpgradeable ? h("p", { class: "warn" }, `Upgradeable=False in the snapshot, which holds a minor update: ${u.notUpgradeable}`) : [],
+    (u.notSimulated || []).length ? h("p", { class: "muted" }, `ClusterOperators of the snapshot the simulated release does not carry: ${u.notSimulated.join(", ")}`) : []);
 };
 
 pages.updates = () => {
