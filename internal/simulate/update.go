@@ -358,13 +358,15 @@ func (a *applier) update(ctx context.Context, c Change) error {
 	return nil
 }
 
-// updateBusy says whether an update was asked for and its pass has not
-// completed: the cluster is not settled while it runs.
+// updateBusy says whether the CVO took the update on and has not
+// completed it: the cluster is not settled while it runs. (An update the
+// CVO refused, held by a precondition, is where the cluster rests.)
 func (a *applier) updateBusy() bool {
 	if a.timeline == nil || !a.updating.Load() || a.plan == nil {
 		return false
 	}
-	return a.timeline.Pass(a.plan.To).Completed.IsZero()
+	p := a.timeline.Pass(a.plan.To)
+	return !p.Accepted.IsZero() && p.Completed.IsZero()
 }
 
 // UpdateRun is an update's course in the simulation.

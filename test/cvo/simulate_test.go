@@ -2,6 +2,7 @@ package cvo
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,8 +21,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/capstan-dev/capstan/internal/cluster"
+	"github.com/capstan-dev/capstan/internal/cvo"
 	"github.com/capstan-dev/capstan/internal/mco"
+	"github.com/capstan-dev/capstan/internal/simulate"
 	"github.com/capstan-dev/capstan/internal/testenv"
+	"github.com/capstan-dev/capstan/internal/updateservice/demo"
 )
 
 // rolloutNodes are the simulated pool's nodes, in the order they are
@@ -147,4 +151,111 @@ func TestSimulationOfAMachineConfigPredictsTheRollout(t *testing.T) {
 		}
 	}
 	t.Logf("simulated rollout: %s", fmt.Sprint(ro))
+}
+
+// checkSimulatedUpdate simulates the update to version on the snapshot
+// taken before this cluster made it, and compares: the simulation's CVO
+// waits on the operators' run levels in the order this cluster's
+// operators reported the version (operators, the CVO first, as they
+// did), its MCO rolls the master pool in the order this one did
+// (masters) and leaves the paused worker pool alone, as this one did.
+func checkSimulatedUpdate(t *testing.T, snap, version string, operators, masters []string) {
+	t.Helper()
+	rep := testenv.SimulateRun(t, "--snapshot", snap, "--change", "update="+version, "--speed", "20", "--quiet", "2m", "--reboot-time", "30s")
+	u := rep.Update
+	if u == nil {
+		t.Fatalf("the simulation reports no update: %+v", rep.Changes)
+	}
+	if u.From != "4.10.22" || u.To != version || u.Channel != "fast-4.11" || u.Conditional || u.State != "Completed" || u.Took == nil || !rep.Settled {
+		t.Errorf("simulated update %+v (settled %v); want a completed update from 4.10.22 to %s in fast-4.11", u, rep.Settled, version)
+	}
+	levelOf := map[string]string{}
+	for _, op := range demo.Operators {
+		levelOf[op.Name] = op.RunLevel
+	}
+	var realLevels []string
+	for _, op := range operators {
+		if l, ok := levelOf[op]; ok && !slices.Contains(realLevels, l) {
+			realLevels = append(realLevels, l)
+		}
+	}
+	var simLevels []string
+	for i, l := range u.RunLevels {
+		if i > 0 && l.Started < u.RunLevels[i-1].Finished-simulate.Duration(time.Second) {
+			t.Errorf("simulated run level %s started at %s, before %s finished at %s", l.RunLevel, l.Started, u.RunLevels[i-1].RunLevel, u.RunLevels[i-1].Finished)
+		}
+		if l.Operator != "" {
+			simLevels = append(simLevels, l.RunLevel)
+		}
+	}
+	if got, want := strings.Join(simLevels, " "), strings.Join(realLevels, " "); got != want {
+		t.Errorf("the simulation waited on operators at run levels %s; this cluster's reported at %s (%v)", got, want, operators)
+	}
+	// The master pool's three reboots outlast every other operator.
+	if u.LongestOperator != "machine-config" {
+		t.Errorf("the simulation waited longest on %s, want machine-config (the master pool's rollout)", u.LongestOperator)
+	}
+	// Those of this cluster that are not the release's (etcd's, when its
+	// operator runs) are named.
+	cos, err := configClient(t).ConfigV1().ClusterOperators().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notCarried := []string{}
+	for _, co := range cos.Items {
+		if _, ok := levelOf[co.Name]; !ok && co.Name != cvo.Name {
+			notCarried = append(notCarried, co.Name)
+		}
+	}
+	slices.Sort(notCarried)
+	if !slices.Equal(u.NotSimulated, notCarried) {
+		t.Errorf("ClusterOperators not simulated %v, want %v (this cluster's that the release does not carry)", u.NotSimulated, notCarried)
+	}
+	if len(rep.Rollouts) != 1 || rep.Rollouts[0].Pool != "master" || rep.Rollouts[0].Finished == nil {
+		t.Fatalf("the simulation rolled %+v; want the master pool alone, to the end (the worker pool is paused)", rep.Rollouts)
+	}
+	var simOrder []string
+	for _, n := range rep.Rollouts[0].Order {
+		simOrder = append(simOrder, n.Node)
+	}
+	if !slices.Equal(simOrder, masters) {
+		t.Errorf("the simulation updated the masters %v; this cluster's MCO updated %v", simOrder, masters)
+	}
+	if *u.Completed < *rep.Rollouts[0].Finished {
+		t.Errorf("the simulated update completed at %s, before the master pool finished at %s", *u.Completed, *rep.Rollouts[0].Finished)
+	}
+
+	// The minor update the same snapshot offers, conditionally, is held
+	// there as here by the ingress operator's Upgradeable=False.
+	held := testenv.SimulateRun(t, "--snapshot", snap, "--change", "update=4.11.0", "--speed", "20", "--quiet", "2m", "--for", "30m")
+	if h := held.Update; h == nil || !h.Conditional || len(h.Risks) != 1 || h.Risks[0].Name != "RPMOSTreeTimeout" || h.Recommended == "" ||
+		!strings.HasPrefix(h.NotUpgradeable, "AdminAckRequired: ") || h.State != "not accepted" || h.Accepted != nil ||
+		!strings.Contains(h.Progress, `Precondition "ClusterVersionUpgradeable" failed because of "AdminAckRequired"`) {
+		t.Errorf("the simulated minor update %+v; want it held by ingress's AdminAckRequired, its risk RPMOSTreeTimeout listed", held.Update)
+	}
+	if !held.Settled || len(held.Rollouts) != 0 {
+		t.Errorf("the held update: settled %v, rollouts %+v; want settled, nothing rolled", held.Settled, held.Rollouts)
+	}
+
+	// The console's What-if page shows the update's course.
+	raw, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := filepath.Join(t.TempDir(), "update-report.json")
+	if err := os.WriteFile(report, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tab := consoleTab(t)
+	tab.Go(env.Cluster.ConsoleURL + "/#/simulate")
+	tab.WaitText("main", "No report open.", 30*time.Second)
+	tab.Upload("#report-file", report)
+	tab.WaitText("#update-title", "Update from 4.10.22 to "+version, 10*time.Second)
+	for _, l := range u.RunLevels {
+		if l.RunLevel == "80" {
+			tab.WaitText(`tr[data-key="80"]`, "machine-config ("+l.Waited.String()+")", 10*time.Second)
+		}
+	}
+	tab.WaitText("main", "Waited longest on ClusterOperator machine-config", 10*time.Second)
+	tab.A11y("what-if simulation of an update")
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -391,6 +392,10 @@ func patchUpdate(t *testing.T) {
 	})
 	annotateNamespace(t, "openshift-console-operator", operators.DelayAnnotation, "4s")
 	rec := recordUpdate(t, "4.10.26")
+	// The cluster as it is before the update, which a simulation of the
+	// same update then replays.
+	snap := filepath.Join(t.TempDir(), "snap.json")
+	capstanOK(t, "simulate", "snapshot", "--kubeconfig", env.Kubeconfig, "-o", snap)
 	// Started from the console's Cluster Settings, as the admin.
 	tab := consoleTab(t)
 	tab.Go(env.Cluster.ConsoleURL + "/#/updates")
@@ -541,6 +546,10 @@ func patchUpdate(t *testing.T) {
 	if why := mcReported(); why != "" {
 		t.Error(why)
 	}
+	masters.mu.Lock()
+	masterOrder := slices.Clone(masters.targeted)
+	masters.mu.Unlock()
+	checkSimulatedUpdate(t, snap, "4.10.26", rec.updated(), masterOrder)
 	// The workers are not required: the update is complete while they
 	// still run 4.10.22, and `adm upgrade status` says so.
 	if v, _ := releaseOfPool(t, mcfg, "worker"); v != "4.10.26" || after["worker-0"] != before["worker-0"] || getPool(t, mcfg, "worker").Status.UpdatedMachineCount != 0 {
