@@ -139,3 +139,64 @@ func TestChaosTableListsEveryPlantedBug(t *testing.T) {
 		}
 	}
 }
+
+// The README is a landing page: short, the two set-up commands, nothing
+// outside the repository; the rest is here, one page per area.
+func TestTheReadmeIsALandingPage(t *testing.T) {
+	raw, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(raw)
+	if n := strings.Count(readme, "\n"); n > 250 {
+		t.Errorf("README.md has %d lines; a landing page has at most 250 (move the detail to docs/)", n)
+	}
+	for _, want := range []string{"\n    go run ./cmd/capstan up\n", "\n    make test\n", "## A five-minute tour", "## What-if: capstan simulate"} {
+		if !strings.Contains(readme, want) {
+			t.Errorf("README.md has no %q", want)
+		}
+	}
+	if strings.Contains(readme, "../shared") {
+		t.Error("README.md points outside the repository")
+	}
+	for _, page := range []string{"scheduling", "taints", "machines", "autoscaler", "updates", "mco", "etcd", "metrics", "console",
+		"existing-cluster", "chaos", "simulate", "benchmarks", "security", "bad-input", "architecture"} {
+		if !strings.Contains(readme, "](docs/"+page+".md)") {
+			t.Errorf("README.md does not link docs/%s.md", page)
+		}
+	}
+}
+
+// Every relative link of the README and the documents leads to a file of
+// the repository.
+func TestEveryLinkResolves(t *testing.T) {
+	docs, err := filepath.Glob("*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := filepath.Glob("cli/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	checked := 0
+	for _, doc := range append(append([]string{"../README.md"}, docs...), cli...) {
+		raw, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(raw), -1) {
+			target, _, _ := strings.Cut(m[1], "#")
+			if target == "" || strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			checked++
+			if _, err := os.Stat(filepath.Join(filepath.Dir(doc), target)); err != nil {
+				t.Errorf("%s links %s, which does not exist", doc, m[1])
+			}
+		}
+	}
+	if checked < 100 {
+		t.Errorf("only %d links checked", checked)
+	}
+}

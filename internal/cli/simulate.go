@@ -165,8 +165,8 @@ changed for --quiet or --for passed: pods removed and placed, pods left
 pending with the scheduler's and the autoscaler's reasons, nodes lost,
 added and removed, the autoscaler's decisions, drains left blocked,
 each pool's rollout node by node, and an update's run levels, the
-operator waited on longest and the risks the cluster's graph named. The cluster the snapshot was taken from
-is not touched.
+operator waited on longest and the risks the cluster's graph named. The
+cluster the snapshot was taken from is not touched.
 
 The cluster runs --speed times faster than real time: grace periods,
 tolerations, eviction rates, lease renewals, the autoscaler's delays,
