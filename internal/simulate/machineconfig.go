@@ -197,8 +197,10 @@ func (r *restorer) restorePool(ctx context.Context, p *mcfgv1.MachineConfigPool)
 }
 
 // waitRendered waits until every pool targets the rendering of exactly
-// the MachineConfigs it now selects, and returns those configurations by
-// pool.
+// the MachineConfigs it now selects, as they are now (the MCO may have
+// rendered the installer's base configurations before the snapshot's
+// replaced them, and a rendering of the same names is not enough), and
+// returns those configurations by pool.
 func (r *restorer) waitRendered(ctx context.Context, want []*mcfgv1.MachineConfigPool) (map[string]string, error) {
 	out := map[string]string{}
 	err := waitfor.Poll(ctx, 100*time.Millisecond, 2*time.Minute, waitfor.Simple(func(ctx context.Context) (bool, string) {
@@ -212,7 +214,7 @@ func (r *restorer) waitRendered(ctx context.Context, want []*mcfgv1.MachineConfi
 			if err != nil {
 				return false, err.Error()
 			}
-			if why := renderedFrom(p, all.Items); why != "" {
+			if why := renderedFrom(p, all.Items, r.osImage, r.extensionsImage); why != "" {
 				waiting = append(waiting, why)
 				continue
 			}
@@ -227,28 +229,29 @@ func (r *restorer) waitRendered(ctx context.Context, want []*mcfgv1.MachineConfi
 }
 
 // renderedFrom says why the pool does not yet target the rendering of
-// the MachineConfigs it selects ("" when it does), with the render's
-// error if it has one.
-func renderedFrom(p *mcfgv1.MachineConfigPool, all []mcfgv1.MachineConfig) string {
+// the MachineConfigs it selects, with the machine OS images given ("" when
+// it does), with the render's error if it has one.
+func renderedFrom(p *mcfgv1.MachineConfigPool, all []mcfgv1.MachineConfig, osImage, extensionsImage string) string {
 	sel, err := metav1.LabelSelectorAsSelector(p.Spec.MachineConfigSelector)
 	if err != nil {
 		return fmt.Sprintf("pool %s: machineConfigSelector: %v", p.Name, err)
 	}
-	var selected, sources []string
-	for _, mc := range all {
-		if !strings.HasPrefix(mc.Name, "rendered-") && sel.Matches(labels.Set(mc.Labels)) {
-			selected = append(selected, mc.Name)
+	var selected []*mcfgv1.MachineConfig
+	for i := range all {
+		if mc := &all[i]; !strings.HasPrefix(mc.Name, "rendered-") && sel.Matches(labels.Set(mc.Labels)) {
+			selected = append(selected, mc)
 		}
 	}
-	for _, s := range p.Spec.Configuration.Source {
-		sources = append(sources, s.Name)
-	}
-	sort.Strings(selected)
-	sort.Strings(sources)
-	if p.Spec.Configuration.Name != "" && slices.Equal(selected, sources) {
+	var why string
+	if spec, err := mco.Merge(p.Name, selected, osImage, extensionsImage); err != nil {
+		why = fmt.Sprintf("pool %s: its MachineConfigs do not render: %v", p.Name, err)
+	} else if name, err := mco.RenderedName(p.Name, spec); err != nil {
+		why = fmt.Sprintf("pool %s: %v", p.Name, err)
+	} else if p.Spec.Configuration.Name == name {
 		return ""
+	} else {
+		why = fmt.Sprintf("pool %s targets %q, not %q, the rendering of the %d MachineConfigs it selects", p.Name, p.Spec.Configuration.Name, name, len(selected))
 	}
-	why := fmt.Sprintf("pool %s targets %q rendered from %d of the %d MachineConfigs it selects", p.Name, p.Spec.Configuration.Name, len(sources), len(selected))
 	for _, c := range p.Status.Conditions {
 		if c.Type == mcfgv1.MachineConfigPoolRenderDegraded && c.Status == "True" {
 			why += ": " + c.Message

@@ -47,6 +47,9 @@ type restorer struct {
 	mcfg mcfgclient.Interface
 	// update is the run's update, whose CVO starts after the restore.
 	update *updatePlan
+	// osImage and extensionsImage are the machine OS images the
+	// simulation's MCO renders with.
+	osImage, extensionsImage string
 	// configName maps the configuration each MachineConfigPool targeted
 	// in the snapshot to the one rendered for it in the simulation.
 	configName map[string]string

@@ -32,8 +32,10 @@ import (
 	"github.com/capstan-dev/capstan/internal/cvo"
 	"github.com/capstan-dev/capstan/internal/drain"
 	"github.com/capstan-dev/capstan/internal/machine"
+	"github.com/capstan-dev/capstan/internal/mco"
 	"github.com/capstan-dev/capstan/internal/nodes"
 	"github.com/capstan-dev/capstan/internal/sim"
+	"github.com/capstan-dev/capstan/internal/updateservice/demo"
 	"github.com/capstan-dev/capstan/internal/waitfor"
 )
 
@@ -261,6 +263,14 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 		return nil, err
 	}
 	r := &restorer{snap: o.Snapshot, kube: cl.Client, dyn: dyn, cloud: cl.Cloud, speed: o.Speed, update: plan}
+	if mcoOpts != nil {
+		r.osImage = mcoOpts.OSImageURL
+		if plan != nil {
+			// The MCO renders from the installed release's machine OS.
+			cm := demo.OSImageURLConfigMap(mco.Namespace, plan.From)
+			r.osImage, r.extensionsImage = cm.Data["baseOSContainerImage"], cm.Data["baseOSExtensionsContainerImage"]
+		}
+	}
 	if opts.MachineConfig != nil {
 		if r.mcfg, err = mcfgclient.NewForConfig(cl.RESTConfig()); err != nil {
 			return nil, err

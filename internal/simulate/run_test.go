@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/machine"
+	"github.com/capstan-dev/capstan/internal/mco"
 	"github.com/capstan-dev/capstan/internal/sim"
 )
 
@@ -462,4 +464,42 @@ func TestTheTableSumsUpEachWorkload(t *testing.T) {
 func fpga(rl map[corev1.ResourceName]resource.Quantity) int64 {
 	q := rl["example.com/fpga"]
 	return q.Value()
+}
+
+// A pool is rendered once it targets the rendering of its MachineConfigs
+// as they are now: one of the same names rendered before the snapshot's
+// content replaced the installer's is not (the MCO will render again and
+// roll every node).
+func TestAPoolIsRenderedFromItsConfigurationsAsTheyAreNow(t *testing.T) {
+	mc := func(content string) mcfgv1.MachineConfig {
+		return mcfgv1.MachineConfig{ObjectMeta: metav1.ObjectMeta{Name: "00-worker", Labels: map[string]string{mco.RoleLabel: "worker"}},
+			Spec: mcfgv1.MachineConfigSpec{Config: runtime.RawExtension{Raw: []byte(`{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/etc/x","contents":{"source":"data:,` + content + `"}}]}}`)}}}
+	}
+	rendering := func(c mcfgv1.MachineConfig) string {
+		spec, err := mco.Merge("worker", []*mcfgv1.MachineConfig{&c}, "quay.io/os@sha256:1", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		name, err := mco.RenderedName("worker", spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return name
+	}
+	installer, snapshot := mc("installer"), mc("snapshot")
+	pool := &mcfgv1.MachineConfigPool{ObjectMeta: metav1.ObjectMeta{Name: "worker"}, Spec: mcfgv1.MachineConfigPoolSpec{
+		MachineConfigSelector: &metav1.LabelSelector{MatchLabels: map[string]string{mco.RoleLabel: "worker"}}}}
+	pool.Spec.Configuration.Name = rendering(installer)
+	pool.Spec.Configuration.Source = []corev1.ObjectReference{{Name: "00-worker"}}
+	all := []mcfgv1.MachineConfig{snapshot, {ObjectMeta: metav1.ObjectMeta{Name: pool.Spec.Configuration.Name}}}
+	if why := renderedFrom(pool, all, "quay.io/os@sha256:1", ""); !strings.Contains(why, "not \""+rendering(snapshot)+"\"") {
+		t.Errorf("a pool rendered from the installer's content: %q", why)
+	}
+	pool.Spec.Configuration.Name = rendering(snapshot)
+	if why := renderedFrom(pool, all, "quay.io/os@sha256:1", ""); why != "" {
+		t.Errorf("a pool rendered from the snapshot's content: %q", why)
+	}
+	if why := renderedFrom(pool, all, "quay.io/os@sha256:2", ""); why == "" {
+		t.Error("a rendering with another machine OS image counts as rendered")
+	}
 }
