@@ -239,10 +239,11 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 }
 
 // publishDemoReleases pushes releases of versions (the demo releases when
-// empty) and publishes a signature of each, in the signature store and as a ConfigMap. Each release carries
-// the cluster's public key and that store in its verification manifest:
-// the CVO running it verifies the next release with them, and with
-// nothing from the cluster's own ConfigMaps.
+// empty) and publishes a signature of each, in the signature store and as
+// a ConfigMap. Each release carries the cluster's public key and that
+// store in its verification manifest: the CVO running it verifies the
+// next release with them, and with nothing from the cluster's own
+// ConfigMaps.
 func (c *Cluster) publishDemoReleases(ctx context.Context, repo string, versions []string, key *openpgp.Entity, sigDir, store string) error {
 	pub, err := signature.ArmorPublicKey(key)
 	if err != nil {
