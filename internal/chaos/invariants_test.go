@@ -651,3 +651,39 @@ func TestLastSampleAnswered(t *testing.T) {
 		t.Fatalf("last() with no answer = %+v, want the zero sample", got)
 	}
 }
+
+// A node targeted after the pause but before the MCO reported seeing it
+// was decided from the pool as the MCO last read it; one targeted after
+// that report, and before the resume, is a violation.
+func TestCheckPausedHeld(t *testing.T) {
+	pool := func(gen, observed int64, paused bool) *mcfgv1.MachineConfigPool {
+		return &mcfgv1.MachineConfigPool{ObjectMeta: metav1.ObjectMeta{Name: "worker", Generation: gen},
+			Spec: mcfgv1.MachineConfigPoolSpec{Paused: paused}, Status: mcfgv1.MachineConfigPoolStatus{ObservedGeneration: observed}}
+	}
+	key := poolsKey + "worker"
+	f := newFakeHistory()
+	f.put(key, pool(1, 1, false))
+	f.put(nodesKey+"a", nodeObj("a", "b1", "old", "new", true, false))
+	f.put(nodesKey+"b", nodeObj("b", "b1", "old", "old", true, false))
+	f.put(nodesKey+"c", nodeObj("c", "b1", "old", "old", true, false))
+	r := &Run{History: &f.h}
+	if vs := checkPausedHeld(r, "new"); len(vs) != 1 || !strings.Contains(vs[0].Detail, "did not record both") {
+		t.Fatalf("without the pause and resume recorded: violations %v", vs)
+	}
+	pause := f.put(key, pool(2, 1, true))
+	if err := r.intents.wrote(key, "paused", "true", fmt.Sprint(pause), poolPaused); err != nil {
+		t.Fatal(err)
+	}
+	f.put(nodesKey+"b", nodeObj("b", "b1", "old", "new", true, false)) // decided before the MCO saw the pause
+	seen := f.put(key, pool(2, 2, true))
+	c := f.put(nodesKey+"c", nodeObj("c", "b1", "old", "new", true, false)) // decided after
+	resume := f.put(key, pool(3, 2, false))
+	if err := r.intents.wrote(key, "paused", "false", fmt.Sprint(resume), poolPaused); err != nil {
+		t.Fatal(err)
+	}
+	vs := checkPausedHeld(r, "new")
+	want := fmt.Sprintf("node c was told to run new at revision %d, while the pool was paused (revisions %d to %d; the MCO saw the pause at %d)", c, pause, resume, seen)
+	if len(vs) != 1 || vs[0].Detail != want {
+		t.Fatalf("violations %v, want one: %s", vs, want)
+	}
+}

@@ -296,21 +296,56 @@ func poolPaused(obj runtime.Object) string {
 }
 
 // checkPausedHeld checks that no worker was told to run config while the
-// pool was paused: between the user's pause and resume, read from the
-// revisions of those writes.
+// pool was paused: from the revision at which the MCO reported that it saw
+// the user's pause to the user's resume, read from the revisions of those
+// writes. Between the pause and that report the MCO may still act on the
+// pool as it last read it, as the MCO's node controller does: it decides
+// from its informer's copy, and no write can be made conditional on
+// another object. Once its status has observed the pause's generation, a
+// target is a controller that ignored the pause.
 func checkPausedHeld(r *Run, config string) []Violation {
 	from, to := r.intents.span(poolsKey+"worker", "paused", "true", "false")
 	if from == 0 || to == 0 {
 		return []Violation{{"paused", fmt.Sprintf("the campaign did not record both its pause and its resume of the pool (revisions %d, %d)", from, to)}}
 	}
+	seen := pauseObserved(r.History, poolsKey+"worker", from, to)
+	if seen == 0 {
+		// The MCO did not report the pause before the resume (it was
+		// down through it): nothing it did can be held to it.
+		return nil
+	}
 	var out []Violation
 	nodeStates(r.History, func(rev int64, n, prev *corev1.Node, _ map[string]*corev1.Node) {
-		if rev <= from || rev >= to || n == nil || !isWorker(n) {
+		if rev <= seen || rev >= to || n == nil || !isWorker(n) {
 			return
 		}
 		if n.Annotations[mco.DesiredConfigAnnotation] == config && (prev == nil || prev.Annotations[mco.DesiredConfigAnnotation] != config) {
-			out = append(out, Violation{"paused", fmt.Sprintf("node %s was told to run %s at revision %d, while the pool was paused (revisions %d to %d)", n.Name, config, rev, from, to)})
+			out = append(out, Violation{"paused", fmt.Sprintf("node %s was told to run %s at revision %d, while the pool was paused (revisions %d to %d; the MCO saw the pause at %d)",
+				n.Name, config, rev, from, to, seen)})
 		}
 	})
 	return out
+}
+
+// pauseObserved is the first revision in (from, to) at which the pool's
+// status observed the generation of the pool written at from (the pause),
+// or 0.
+func pauseObserved(h *History, key string, from, to int64) int64 {
+	var gen int64
+	for _, e := range h.Events(key) {
+		if e.Key != key || e.Obj == nil {
+			continue
+		}
+		p, ok := e.Obj.(*mcfgv1.MachineConfigPool)
+		if !ok {
+			continue
+		}
+		switch {
+		case e.Rev == from:
+			gen = p.Generation
+		case e.Rev > from && e.Rev < to && gen > 0 && p.Status.ObservedGeneration >= gen:
+			return e.Rev
+		}
+	}
+	return 0
 }
