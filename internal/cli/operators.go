@@ -88,7 +88,10 @@ runs, which the operator's new ClusterVersion then names.`,
 				return err
 			}
 			var op atomic.Pointer[cvo.Operator]
-			metrics := &cvo.Metrics{Client: config, Operator: op.Load, Upstream: opts.Upstream}
+			metrics, err := cvo.NewMetrics(c.Context(), config, op.Load, opts.Upstream)
+			if err != nil {
+				return err
+			}
 			lease := leader.Config{Namespace: cvo.Namespace, Name: CVOLease}
 			return rf.run(c, "cvo", client, lease, []prometheus.Gatherer{gathererOf(metrics)}, func(ctx context.Context) error {
 				o := cvo.New(config, opts)

@@ -215,7 +215,11 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 	c.run(runCtx, "cluster-operators", reporter.Run)
 	sup := &cvoSupervisor{config: config, opts: co}
 	c.cvo.Store(sup)
-	c.addMetrics(JobCVO, &cvo.Metrics{Client: config, Operator: sup.operator, Upstream: co.Upstream})
+	metrics, err := cvo.NewMetrics(runCtx, config, sup.operator, co.Upstream)
+	if err != nil {
+		return err
+	}
+	c.addMetrics(JobCVO, metrics)
 	monitor := c.monitor
 	c.run(runCtx, "cluster-version-operator", func(ctx context.Context) error {
 		if o.Hold != nil {

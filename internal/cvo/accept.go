@@ -330,6 +330,17 @@ func (o *Operator) loadAccepted(ctx context.Context, cv *configv1.ClusterVersion
 	return img, nil
 }
 
+// releaseCreated is when the release image was created, if the operator
+// has read it (zero otherwise).
+func (o *Operator) releaseCreated(image string) time.Time {
+	o.loadedMu.Lock()
+	defer o.loadedMu.Unlock()
+	if img := o.loaded[image]; img != nil && img.Config != nil {
+		return img.Config.Created.Time
+	}
+	return time.Time{}
+}
+
 // cache keeps the last releases read (an update's source and target, and
 // the running release its verifier comes from).
 func (o *Operator) cache(image string, img *release.Image) {

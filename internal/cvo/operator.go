@@ -120,8 +120,13 @@ type Operator struct {
 	lastAsked  string
 	lastCheck  time.Time
 	nextPeriod time.Duration
-	// retrievedAt is when updates were last retrieved (Unix seconds).
+	// retrievedAt is when updates were last retrieved, or the service
+	// asked changed, or the first check was made (Unix seconds; 0 before
+	// the first check): upstream's LastSyncOrConfigChange.
 	retrievedAt atomic.Int64
+	// retrievedFrom is the update service, channel and architecture of
+	// the last check.
+	retrievedFrom string
 }
 
 // New returns an operator.
@@ -334,9 +339,14 @@ func (o *Operator) syncRecommendations(ctx context.Context, cv *configv1.Cluster
 	}
 	r := Recommend(ctx, o.http, cv, o.opts.Upstream, o.opts.Architecture, o.eval)
 	o.lastAsked, o.lastCheck, o.nextPeriod = asked, now, o.opts.MinimumUpdateCheckInterval()
-	if r.Condition.Status == configv1.ConditionTrue {
+	// As upstream's LastSyncOrConfigChange: the first check, a check of
+	// another service, channel or architecture, or one that succeeded
+	// restarts the clock CannotRetrieveUpdates reads.
+	from := fmt.Sprintf("%s|%s|%s", upstream, cv.Spec.Channel, o.opts.Architecture)
+	if o.retrievedAt.Load() == 0 || from != o.retrievedFrom || r.Condition.Status == configv1.ConditionTrue {
 		o.retrievedAt.Store(now.Unix())
 	}
+	o.retrievedFrom = from
 	return o.updateStatus(ctx, func(cv *configv1.ClusterVersion, now metav1.Time) { r.Apply(cv, now) })
 }
 
