@@ -34,7 +34,7 @@ func TestMetricsTablesNameRealTests(t *testing.T) {
 	}
 	for _, alert := range []string{"ClusterOperatorDown", "ClusterOperatorDegraded", "ClusterVersionOperatorDown", "CannotRetrieveUpdates",
 		"UpdateAvailable", "KubeNodeNotReady", "KubeNodeUnreachable", "MachineWithNoRunningPhase", "MachineNotYetDeleted",
-		"MCDDrainError", "MCDRebootError", "MCDPivotError", "ClusterAutoscalerUnschedulablePods", "ClusterAutoscalerNodeCountNearLimit",
+		"MCCDrainError", "MCDRebootError", "MCDPivotError", "ClusterAutoscalerUnschedulablePods", "ClusterAutoscalerNodeCountNearLimit",
 		"etcdMembersDown", "etcdNoLeader", "etcdInsufficientMembers"} {
 		if !strings.Contains(string(raw), "| `"+alert+"` |") {
 			t.Errorf("metrics.md has no row for the alert %s", alert)

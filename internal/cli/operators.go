@@ -140,7 +140,7 @@ machineconfiguration.openshift.io CRDs installed, its pools made), with
 			}
 			ctrl := mco.New(client, mcfg, opts)
 			lease := leader.Config{Namespace: mco.Namespace, Name: MCOLease}
-			return rf.run(c, "mco", client, lease, []prometheus.Gatherer{gathererOf(ctrl.Metrics())}, ctrl.Run)
+			return rf.run(c, "mco", client, lease, []prometheus.Gatherer{gathererOf(ctrl.Metrics(), ctrl.ControllerMetrics())}, ctrl.Run)
 		},
 	}
 	cf.addComponent(c.Flags())

@@ -70,7 +70,7 @@ func simNodeMCDFail(cf *clientFlags) *cobra.Command {
 		Use:   "mcd-fail NODE... (--at drain|pivot|reboot | --clear)",
 		Short: "Make the machine-config-daemon of nodes fail a step of their next update until cleared",
 		Long: `Make the simulated machine-config-daemon of nodes fail a step of their
-updates, again at every retry: the drain (mcd_drain_err), the pivot to the new
+updates, again at every retry: the drain (mcc_drain_err), the pivot to the new
 OS image (mcd_pivot_errors_total) or the reboot (mcd_reboots_failed_total). The
 node is Degraded meanwhile; --clear lets the update go on from that step.`,
 		Example: `  capstan sim node mcd-fail worker-0 --at reboot

@@ -481,6 +481,7 @@ func (c *Cluster) startMachineConfig(ctx, runCtx context.Context) error {
 	ctrl := mco.New(id.kube, mcfg, o)
 	c.machineConfig = ctrl
 	c.addMetrics(JobMachineConfig, ctrl.Metrics())
+	c.addMetrics(JobMachineConfigCtrl, ctrl.ControllerMetrics())
 	c.run(runCtx, "machine-config", ctrl.Run)
 	return nil
 }

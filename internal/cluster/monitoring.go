@@ -39,6 +39,7 @@ const (
 	JobScheduler         = "scheduler"
 	JobMachineAPI        = "machine-api-operator"
 	JobMachineConfig     = "machine-config-daemon"
+	JobMachineConfigCtrl = "machine-config-controller"
 	JobClusterAutoscaler = "cluster-autoscaler-default"
 	JobEtcd              = "etcd"
 	JobPrometheus        = "prometheus-k8s"
@@ -104,7 +105,7 @@ func (c *Cluster) addGatherer(job string, g prometheus.Gatherer) {
 func (c *Cluster) startMonitoring(ctx, runCtx context.Context) error {
 	mo := c.opts.Monitoring
 	c.jobs = map[string]*jobRegistry{}
-	for _, job := range []string{JobCVO, JobKubeState, JobScheduler, JobMachineAPI, JobMachineConfig} {
+	for _, job := range []string{JobCVO, JobKubeState, JobScheduler, JobMachineAPI, JobMachineConfig, JobMachineConfigCtrl} {
 		c.jobs[job] = &jobRegistry{}
 	}
 	ksID, err := c.as(ctx, "kube-state-metrics")
@@ -152,6 +153,8 @@ func (c *Cluster) startMonitoring(ctx, runCtx context.Context) error {
 			Labels: map[string]string{"namespace": "openshift-machine-api", "service": "machine-api-operator", "endpoint": "https"}},
 		{Job: JobMachineConfig, Gatherer: c.jobs[JobMachineConfig], Healthy: healthy("machine-config", "the machine config daemons"),
 			Labels: map[string]string{"namespace": "openshift-machine-config-operator", "service": "machine-config-daemon", "endpoint": "metrics"}},
+		{Job: JobMachineConfigCtrl, Gatherer: c.jobs[JobMachineConfigCtrl], Healthy: healthy("machine-config", "the machine config controller"),
+			Labels: map[string]string{"namespace": "openshift-machine-config-operator", "service": "machine-config-controller", "endpoint": "metrics"}},
 		{Job: JobClusterAutoscaler, Gatherer: whileAutoscaling{}, Healthy: healthy("autoscaler", "the cluster autoscaler"),
 			Labels: map[string]string{"namespace": "openshift-machine-api", "service": "cluster-autoscaler-default", "endpoint": "metrics"}},
 	}
@@ -176,7 +179,7 @@ func (c *Cluster) startMonitoring(ctx, runCtx context.Context) error {
 	}
 	c.monitor = m
 	srv, err := metrics.Listen(c.opts.MetricsAddress, m.Handler(), legacyregistry.DefaultGatherer, autoscaler.Registry,
-		c.jobs[JobCVO], c.jobs[JobKubeState], c.jobs[JobScheduler], c.jobs[JobMachineAPI], c.jobs[JobMachineConfig])
+		c.jobs[JobCVO], c.jobs[JobKubeState], c.jobs[JobScheduler], c.jobs[JobMachineAPI], c.jobs[JobMachineConfig], c.jobs[JobMachineConfigCtrl])
 	if err != nil {
 		_ = m.Stop()
 		c.monitor = nil

@@ -30,7 +30,7 @@ const FailAnnotation = "sim.capstan.dev/mcd-fail"
 // FailAtAnnotation on a node makes its simulated daemon fail a step of
 // the update, again at every retry, until it is removed: the node is
 // Degraded meanwhile, and the failure counted in the daemon's metrics
-// (mcd_drain_err, mcd_pivot_errors_total, mcd_reboots_failed_total).
+// (mcc_drain_err, mcd_pivot_errors_total, mcd_reboots_failed_total).
 // Removed, the update goes on from that step.
 const FailAtAnnotation = "sim.capstan.dev/mcd-fail-at"
 
@@ -246,7 +246,7 @@ func (d *daemon) drain(ctx context.Context, n *corev1.Node) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		d.metrics.drainFailed(n.Name, err.Error())
+		d.metrics.drainFailed(n.Name)
 		reason := "failed to drain node: " + n.Name + ": " + err.Error()
 		if b := d.blockers(ctx, n.Name); b != "" {
 			reason = "drain is blocked: " + b

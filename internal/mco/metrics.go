@@ -8,12 +8,11 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 )
 
-// The machine config daemon's metrics, with upstream's names and help.
-// Upstream's daemon runs on each node and the node label comes from its
-// ServiceMonitor's relabeling; capstan's simulated daemons share one
-// process, so each series carries node itself.
+// The machine config daemon's metrics, with upstream's names, help and
+// types. Upstream's daemon runs on each node and the node label comes
+// from its ServiceMonitor's relabeling; capstan's simulated daemons share
+// one process, so each series carries node itself.
 var (
-	drainErrDesc = prometheus.NewDesc("mcd_drain_err", "errors from failed drain", []string{"node", "err"}, nil)
 	pivotErrDesc = prometheus.NewDesc("mcd_pivot_errors_total",
 		"Total number of errors encountered during pivot.", []string{"node"}, nil)
 	rebootErrDesc = prometheus.NewDesc("mcd_reboots_failed_total",
@@ -23,25 +22,33 @@ var (
 		"completed update config or error", []string{"node", "config", "err"}, nil)
 )
 
-// daemonMetrics are the simulated daemons' error counts. Like the real
-// daemon's, the pivot and reboot failures are gauges, reset once an
-// update completes; a drain error stands until a drain succeeds.
+// drainErrDesc is the machine config controller's, whose drain
+// controller drains the nodes since OpenShift 4.14: 1 for a node whose
+// drain failed, until it succeeds, and the series upstream initialises
+// (node "initialize") at 0.
+var drainErrDesc = prometheus.NewDesc("mcc_drain_err", "logs failed drain", []string{"node"}, nil)
+
+// daemonMetrics are the simulated daemons' error counts. As the real
+// daemon's, the pivot failures are a gauge and the reboot failures a
+// counter, both from 0 again once an update completes (the real daemon
+// starts afresh at the reboot); a drain error stands until a drain
+// succeeds.
 type daemonMetrics struct {
 	mu       sync.Mutex
-	drainErr map[string]string
+	drainErr map[string]bool
 	pivot    map[string]int
 	reboot   map[string]int
 	nodes    corelisters.NodeLister
 }
 
 func newDaemonMetrics() *daemonMetrics {
-	return &daemonMetrics{drainErr: map[string]string{}, pivot: map[string]int{}, reboot: map[string]int{}}
+	return &daemonMetrics{drainErr: map[string]bool{}, pivot: map[string]int{}, reboot: map[string]int{}}
 }
 
-func (m *daemonMetrics) drainFailed(node, err string) {
+func (m *daemonMetrics) drainFailed(node string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.drainErr[node] = err
+	m.drainErr[node] = true
 }
 
 func (m *daemonMetrics) drained(node string) {
@@ -69,7 +76,7 @@ func (m *daemonMetrics) updated(node string) {
 
 // Describe implements prometheus.Collector.
 func (m *daemonMetrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{drainErrDesc, pivotErrDesc, rebootErrDesc, stateDesc, updateStateDesc} {
+	for _, d := range []*prometheus.Desc{pivotErrDesc, rebootErrDesc, stateDesc, updateStateDesc} {
 		ch <- d
 	}
 }
@@ -77,9 +84,6 @@ func (m *daemonMetrics) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (m *daemonMetrics) Collect(ch chan<- prometheus.Metric) {
 	m.mu.Lock()
-	for node, err := range m.drainErr {
-		ch <- prometheus.MustNewConstMetric(drainErrDesc, prometheus.GaugeValue, 1, node, err)
-	}
 	nodesLister := m.nodes
 	pivot, reboot := map[string]int{}, map[string]int{}
 	for n, v := range m.pivot {
@@ -99,7 +103,7 @@ func (m *daemonMetrics) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		ch <- prometheus.MustNewConstMetric(pivotErrDesc, prometheus.GaugeValue, float64(pivot[n.Name]), n.Name)
-		ch <- prometheus.MustNewConstMetric(rebootErrDesc, prometheus.GaugeValue, float64(reboot[n.Name]), n.Name)
+		ch <- prometheus.MustNewConstMetric(rebootErrDesc, prometheus.CounterValue, float64(reboot[n.Name]), n.Name)
 		ch <- prometheus.MustNewConstMetric(stateDesc, prometheus.GaugeValue, 1, n.Name, a[StateAnnotation], a[ReasonAnnotation])
 		errText := ""
 		if a[StateAnnotation] == StateDegraded || a[StateAnnotation] == StateUnreconcilable {
@@ -111,3 +115,22 @@ func (m *daemonMetrics) Collect(ch chan<- prometheus.Metric) {
 
 // Metrics are the simulated daemons' metrics (mcd_*), to be scraped.
 func (c *Controller) Metrics() prometheus.Collector { return c.metrics }
+
+// ControllerMetrics are the machine config controller's (mcc_*).
+func (c *Controller) ControllerMetrics() prometheus.Collector { return controllerMetrics{c.metrics} }
+
+// controllerMetrics collects mcc_drain_err from the daemons' drains.
+type controllerMetrics struct{ m *daemonMetrics }
+
+// Describe implements prometheus.Collector.
+func (c controllerMetrics) Describe(ch chan<- *prometheus.Desc) { ch <- drainErrDesc }
+
+// Collect implements prometheus.Collector.
+func (c controllerMetrics) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(drainErrDesc, prometheus.GaugeValue, 0, "initialize")
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	for node := range c.m.drainErr {
+		ch <- prometheus.MustNewConstMetric(drainErrDesc, prometheus.GaugeValue, 1, node)
+	}
+}

@@ -359,7 +359,7 @@ func TestEveryEmbeddedRuleFileLoads(t *testing.T) {
 	}
 	for _, want := range []string{"ClusterOperatorDown", "ClusterOperatorDegraded", "ClusterVersionOperatorDown", "CannotRetrieveUpdates",
 		"UpdateAvailable", "KubeNodeNotReady", "KubeNodeUnreachable", "MachineWithNoRunningPhase", "MachineNotYetDeleted",
-		"MCDDrainError", "MCDRebootError", "MCDPivotError", "ClusterAutoscalerUnschedulablePods", "ClusterAutoscalerNodeCountNearLimit",
+		"MCCDrainError", "MCDRebootError", "MCDPivotError", "ClusterAutoscalerUnschedulablePods", "ClusterAutoscalerNodeCountNearLimit",
 		"etcdMembersDown", "etcdNoLeader", "etcdInsufficientMembers"} {
 		if !alerts[want] {
 			t.Errorf("no alert %s", want)

@@ -191,7 +191,7 @@ func TestMachineConfigRollout(t *testing.T) {
 	t.Run("the daemon's drain, pivot and reboot failures fire their alerts", func(t *testing.T) {
 		labels := map[string]string{"node": "infra-5"}
 		for _, tc := range []struct{ step, alert string }{
-			{mco.FailAtDrain, "MCDDrainError"}, {mco.FailAtPivot, "MCDPivotError"}, {mco.FailAtReboot, "MCDRebootError"},
+			{mco.FailAtDrain, "MCCDrainError"}, {mco.FailAtPivot, "MCDPivotError"}, {mco.FailAtReboot, "MCDRebootError"},
 		} {
 			capstanOK(t, "sim", "node", "mcd-fail", "infra-5", "--at", tc.step, "--kubeconfig", env.Kubeconfig)
 			old := getPool(t, mcfg, "infra").Spec.Configuration.Name
