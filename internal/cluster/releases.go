@@ -230,10 +230,12 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 			}
 		}
 		if monitor != nil && o.PromQLURL == "" {
-			// Risks are evaluated on what was scraped: once, before the
-			// operator asks, or its first answers would be about no
-			// series. The rest of the cluster starts meanwhile.
-			if err := monitor.WaitScraped(ctx, JobCVO, JobKubeState); err != nil {
+			// Risks are evaluated on what was scraped: every job once,
+			// before the operator asks, or a risk on a job not yet
+			// scraped would find no series and its update would stay
+			// Unknown until the evaluation is cached no more (an hour).
+			// Each job's first scrape comes within one interval.
+			if err := monitor.WaitScraped(ctx, monitor.Jobs()...); err != nil {
 				return err
 			}
 		}

@@ -383,7 +383,9 @@ func reevaluate(cv *configv1.ClusterVersion, verdicts map[string]metav1.Conditio
 }
 
 // unknownRisk reports whether a conditional update's risks could not be
-// evaluated (the CVO asks again every second then).
+// evaluated: the CVO asks the evaluator again at every sync then, which
+// queries again once the cached answer (an error too) is MinForCondition
+// old, as upstream's cache does.
 func unknownRisk(cv *configv1.ClusterVersion) bool {
 	for _, cu := range cv.Status.ConditionalUpdates {
 		if c := meta.FindStatusCondition(cu.Conditions, RecommendedCondition); c == nil || c.Status == metav1.ConditionUnknown {

@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -545,6 +546,18 @@ func (m *Monitor) Stop() error {
 
 // Registry is the monitor's own metrics (prometheus_*, its TSDB's).
 func (m *Monitor) Registry() prometheus.Gatherer { return m.reg }
+
+// Jobs are the jobs of the monitor's own targets (not those of a
+// --prometheus-config file), in their order.
+func (m *Monitor) Jobs() []string {
+	var jobs []string
+	for _, t := range m.targets {
+		if !slices.Contains(jobs, t.Job) {
+			jobs = append(jobs, t.Job)
+		}
+	}
+	return jobs
+}
 
 // WaitScraped waits until every target of the jobs was scraped once
 // since the monitor started, or ctx ends.
