@@ -303,7 +303,7 @@ func (a *Autoscaler) RunOnce(ctx context.Context) (acted bool, err error) {
 	if scaled {
 		mLastActivity.WithLabelValues("scaleUp").Set(float64(now.Unix()))
 		a.stamp(ctx, lastScaleUpAnnotation, now)
-		recordState(st, &cfg, plan, nil, "")
+		recordState(st, &cfg, plan, nil, "", now)
 		a.writeStatus(ctx, st, plan, nil)
 		return true, nil
 	}
@@ -323,7 +323,7 @@ func (a *Autoscaler) RunOnce(ctx context.Context) (acted bool, err error) {
 			mLastActivity.WithLabelValues("scaleDown").Set(float64(now.Unix()))
 		}
 	}
-	recordState(st, &cfg, plan, down, cool)
+	recordState(st, &cfg, plan, down, cool, now)
 	a.writeStatus(ctx, st, plan, down)
 	return scaled, nil
 }

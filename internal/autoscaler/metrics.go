@@ -33,7 +33,7 @@ var (
 	mDuration        = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "cluster_autoscaler", Name: "function_duration_seconds",
 		Help:    "Time taken by various parts of CA main loop.",
-		Buckets: prometheus.ExponentialBucketsRange(0.01, 1800, 60),
+		Buckets: prometheus.ExponentialBuckets(0.01, 1.5, 30),
 	}, []string{"function"})
 )
 
@@ -71,25 +71,49 @@ var active atomic.Bool
 // metrics are worth scraping only then (see Registry).
 func Active() bool { return active.Load() }
 
+// unregisteredMachines counts the machines of the node groups whose
+// instance exists and has no node yet: registered within
+// maxNodeProvisionTime of their creation (unregistered), or not
+// (longUnregistered), as upstream's cluster state splits them.
+func unregisteredMachines(st *clusterState, now time.Time) (unregistered, long int) {
+	for _, g := range st.groups {
+		for _, m := range g.Machines {
+			if !m.DeletionTimestamp.IsZero() || m.Status.NodeRef != nil || m.Spec.ProviderID == nil {
+				continue
+			}
+			if now.Sub(m.CreationTimestamp.Time) > st.cfg.MaxNodeProvisionTime {
+				long++
+			} else {
+				unregistered++
+			}
+		}
+	}
+	return unregistered, long
+}
+
 // observe records how long a part of the loop took, from start.
 func observe(function string, start time.Time) {
 	mDuration.WithLabelValues(function).Observe(time.Since(start).Seconds())
 }
 
 // recordState sets the gauges that describe the cluster as a loop saw it.
-func recordState(st *clusterState, cfg *Config, up *ScaleUpPlan, down *ScaleDownPlan, cooldown string) {
+func recordState(st *clusterState, cfg *Config, up *ScaleUpPlan, down *ScaleDownPlan, cooldown string, now time.Time) {
 	mSafeToAutoscale.Set(1)
 	notStarted, upcoming := st.notStartedAndUpcoming()
 	counts := countNodes(st.nodes, notStarted, upcoming)
+	// Upstream's states; a node being deleted is in none of them.
+	unregistered, long := unregisteredMachines(st, now)
 	mNodesCount.WithLabelValues("ready").Set(float64(counts.Registered.Ready))
 	mNodesCount.WithLabelValues("unready").Set(float64(counts.Registered.Unready.Total))
-	mNodesCount.WithLabelValues("deleted").Set(float64(counts.Registered.BeingDeleted))
 	mNodesCount.WithLabelValues("notStarted").Set(float64(counts.Registered.NotStarted))
+	mNodesCount.WithLabelValues("unregistered").Set(float64(unregistered))
+	mNodesCount.WithLabelValues("longUnregistered").Set(float64(long))
 	mNodeGroups.WithLabelValues("autoscaled").Set(float64(len(st.groups)))
 	// As upstream: the --max-nodes-total the operator passes
 	// (resourceLimits.maxNodesTotal), 0 without a limit.
 	mMaxNodes.Set(float64(cfg.MaxNodesTotal))
 	mUnschedulable.WithLabelValues("unschedulable").Set(float64(len(st.pending)))
+	mUnschedulable.WithLabelValues("scheduler_unprocessed").Set(float64(st.unprocessed))
 	var u Usage
 	for _, n := range st.nodes {
 		if !hasToBeDeletedTaint(n) {

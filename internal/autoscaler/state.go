@@ -5,6 +5,7 @@ import (
 
 	machinev1 "github.com/openshift/api/machine/v1beta1"
 	corev1 "k8s.io/api/core/v1"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 
 	"github.com/capstan-dev/capstan/internal/scheduler/algorithm"
 )
@@ -23,6 +24,9 @@ type clusterState struct {
 	scheduled []*corev1.Pod
 	// pending are the pods the scheduler marked Unschedulable.
 	pending []*corev1.Pod
+	// unprocessed counts the unbound pods the scheduler has not tried
+	// yet (no PodScheduled condition).
+	unprocessed int
 	// usage counts registered nodes and the upcoming ones.
 	usage Usage
 	// podInfos keeps the pods' scheduling facts from loop to loop (nil:
@@ -58,6 +62,8 @@ func newClusterState(cfg *Config, all []*corev1.Node, pods []*corev1.Pod, sets [
 			s.scheduled = append(s.scheduled, p)
 		case Unschedulable(p):
 			s.pending = append(s.pending, p)
+		case p.DeletionTimestamp.IsZero() && !scheduledTried(p):
+			s.unprocessed++
 		}
 	}
 	for _, n := range nodes {
@@ -126,4 +132,11 @@ func (s *clusterState) notStartedAndUpcoming() (notStarted, upcoming int) {
 		upcoming += g.Upcoming()
 	}
 	return notStarted, upcoming
+}
+
+// scheduledTried reports whether the scheduler has set the pod's
+// PodScheduled condition.
+func scheduledTried(p *corev1.Pod) bool {
+	_, c := podutil.GetPodCondition(&p.Status, corev1.PodScheduled)
+	return c != nil
 }
