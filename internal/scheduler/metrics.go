@@ -23,9 +23,9 @@ type schedulerMetrics struct {
 	profile  string
 }
 
-var pendingDesc = prometheus.NewDesc("scheduler_pending_pods",
-	"Number of pending pods, by the queue type. 'active' means number of pods in activeQ; 'backoff' means number of pods in backoffQ; 'unschedulable' means number of pods in unschedulablePods that the scheduler attempted to schedule and failed; 'gated' is the number of unschedulable pods that the scheduler never attempted to schedule because they are gated.",
-	[]string{"queue"}, nil)
+const pendingHelp = "Number of pending pods, by the queue type. 'active' means number of pods in activeQ; 'backoff' means number of pods in backoffQ; 'unschedulable' means number of pods in unschedulablePods that the scheduler attempted to schedule and failed; 'gated' is the number of unschedulable pods that the scheduler never attempted to schedule because they are gated."
+
+var pendingDesc = prometheus.NewDesc("scheduler_pending_pods", pendingHelp, []string{"queue"}, nil)
 
 func newSchedulerMetrics(profile string, q *schedulingQueue) *schedulerMetrics {
 	m := &schedulerMetrics{registry: prometheus.NewRegistry(), profile: profile,
@@ -55,12 +55,12 @@ func (c *pendingCollector) Describe(ch chan<- *prometheus.Desc) { ch <- pendingD
 
 func (c *pendingCollector) Collect(ch chan<- prometheus.Metric) {
 	c.q.mu.Lock()
-	active, backoff, unschedulable := len(c.q.active), len(c.q.backingOff), len(c.q.unschedulable)
+	active, backoff, unschedulable, gated := len(c.q.active), len(c.q.backingOff), len(c.q.unschedulable), len(c.q.gated)
 	c.q.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(active), "active")
 	ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(backoff), "backoff")
 	ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(unschedulable), "unschedulable")
-	ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, 0, "gated")
+	ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(gated), "gated")
 }
 
 // Metrics is the scheduler's registry: scheduler_schedule_attempts_total,

@@ -59,6 +59,9 @@ type schedulingQueue struct {
 	unschedulable map[string]*queuedPod
 	backingOff    map[string]clock.Timer
 	inFlight      map[string]*queuedPod
+	// gated are the pods held by scheduling gates, never attempted
+	// (scheduler_pending_pods{queue="gated"}).
+	gated map[string]bool
 	// cycle counts pops; moveCycle is the cycle of the last cluster
 	// event. A pod that fails after an event that happened while it was
 	// being scheduled is retried instead of parked.
@@ -68,9 +71,18 @@ type schedulingQueue struct {
 
 func newSchedulingQueue(c Clock) *schedulingQueue {
 	q := &schedulingQueue{clock: c, known: map[string]*queuedPod{}, unschedulable: map[string]*queuedPod{},
-		backingOff: map[string]clock.Timer{}, inFlight: map[string]*queuedPod{}}
+		backingOff: map[string]clock.Timer{}, inFlight: map[string]*queuedPod{}, gated: map[string]bool{}}
 	q.cond = sync.NewCond(&q.mu)
 	return q
+}
+
+// Gate records a pod held by scheduling gates: out of the queues, counted
+// as gated until it is added or deleted.
+func (q *schedulingQueue) Gate(pod *corev1.Pod) {
+	q.Delete(pod)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.gated[podKey(pod)] = true
 }
 
 func podKey(pod *corev1.Pod) string {
@@ -86,6 +98,7 @@ func (q *schedulingQueue) Add(pod *corev1.Pod, reactivate bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	key := podKey(pod)
+	delete(q.gated, key)
 	if f, ok := q.inFlight[key]; ok {
 		f.pod = pod
 		f.gone = false
@@ -119,6 +132,7 @@ func (q *schedulingQueue) Delete(pod *corev1.Pod) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	key := podKey(pod)
+	delete(q.gated, key)
 	if f, ok := q.inFlight[key]; ok && f.pod.UID == pod.UID {
 		f.gone = true
 	}

@@ -257,10 +257,12 @@ func (s *Scheduler) podChanged(old, pod *corev1.Pod) {
 			return
 		}
 		s.queue.Add(pod, old == nil || podSchedulingChanged(old, pod))
+	case pod.Spec.SchedulerName == s.cfg.Name && pod.DeletionTimestamp == nil && !terminal(pod):
+		// Held by scheduling gates (the apiserver reports it
+		// SchedulingGated; it is queued when the last gate goes).
+		s.queue.Gate(pod)
 	default:
-		// Another scheduler's, being deleted, finished, or held by
-		// scheduling gates (the apiserver reports it SchedulingGated; it
-		// is queued when the last gate goes).
+		// Another scheduler's, being deleted, or finished.
 		s.queue.Delete(pod)
 	}
 }

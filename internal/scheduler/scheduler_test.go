@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/scheduler/algorithm"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"k8s.io/client-go/util/retry"
 
@@ -203,9 +205,27 @@ func TestPodBoundElsewhereWhileInFlight(t *testing.T) {
 	}
 }
 
-// Pods with scheduling gates wait, unqueued, until the last gate goes.
+// Pods with scheduling gates wait, unqueued and counted as gated in
+// scheduler_pending_pods, until the last gate goes.
 func TestGatedPodsWaitForTheirGates(t *testing.T) {
 	s, _ := newTestScheduler(t)
+	gated := func(want int) {
+		t.Helper()
+		text := fmt.Sprintf("# HELP scheduler_pending_pods %s\n# TYPE scheduler_pending_pods gauge\n", pendingHelp)
+		for _, q := range []string{"active", "backoff", "gated", "unschedulable"} {
+			n := 0
+			switch q {
+			case "active":
+				n = s.queue.Len()
+			case "gated":
+				n = want
+			}
+			text += fmt.Sprintf("scheduler_pending_pods{queue=%q} %d\n", q, n)
+		}
+		if err := testutil.CollectAndCompare(&pendingCollector{q: s.queue}, strings.NewReader(text)); err != nil {
+			t.Error(err)
+		}
+	}
 	p := qpod("p", 0)
 	p.Spec.SchedulerName = DefaultSchedulerName
 	p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/quota"}}
@@ -213,6 +233,7 @@ func TestGatedPodsWaitForTheirGates(t *testing.T) {
 	if s.queue.Len() != 0 {
 		t.Fatal("gated pod queued")
 	}
+	gated(1)
 	open := p.DeepCopy()
 	open.Spec.SchedulingGates = nil
 	open.ResourceVersion = "2"
@@ -220,6 +241,14 @@ func TestGatedPodsWaitForTheirGates(t *testing.T) {
 	if s.queue.Len() != 1 {
 		t.Fatal("pod not queued once its gates were gone")
 	}
+	gated(0)
+	other := qpod("q", 0)
+	other.Spec.SchedulerName = DefaultSchedulerName
+	other.Spec.SchedulingGates = p.Spec.SchedulingGates
+	s.podChanged(nil, other)
+	gated(1)
+	s.podDeleted(other)
+	gated(0)
 }
 
 // apiserverPods makes the fake clientset keep pods as the apiserver does:
