@@ -191,7 +191,9 @@ func New(opts Options, targets []Target) (*Monitor, error) {
 		return nil, err
 	}
 	m := &Monitor{opts: opts, reg: prometheus.NewRegistry(), targets: targets}
-	m.reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	// No go_* or process_* here: the process is the API server's too,
+	// whose job exports them once (a sum over two jobs would count the
+	// process twice).
 
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

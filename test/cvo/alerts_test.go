@@ -107,6 +107,12 @@ func TestMetricFamilies(t *testing.T) {
 	if rows < 40 {
 		t.Errorf("docs/metrics.md: %d rows name TestMetricFamilies", rows)
 	}
+	// The components share one process: its go_* and process_* come
+	// from one job, or a sum over jobs would count the process twice.
+	dup := `count by (__name__) (group by (__name__, job) ({__name__=~"go_.+|process_.+"})) > 1`
+	if series, _, err := prom.Query(context.Background(), dup, time.Time{}); err != nil || len(series) != 0 {
+		t.Errorf("%s: %v %v", dup, series, err)
+	}
 }
 
 // failedMachine makes a MachineSet whose one machine goes Failed in a
