@@ -13,6 +13,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/nodes"
 
+	"github.com/alecthomas/units"
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -79,6 +80,7 @@ the same cluster. Stop it with Ctrl-C (SIGINT) or SIGTERM.`,
 	fs.StringVar(&o.opts.MetricsAddress, "metrics-address", "127.0.0.1:8085", "address of the metrics endpoint (/metrics: every component's) and of the embedded Prometheus's HTTP API (/api/v1/: query, query_range, series, labels, alerts, rules, targets; what the CVO evaluates update risks on); empty: none")
 	mon := &o.opts.Monitoring
 	fs.DurationVar(&mon.Retention, "metrics-retention", 15*24*time.Hour, "how long the embedded Prometheus keeps samples (DATA_DIR/prometheus)")
+	fs.Var(&bytesFlag{&mon.RetentionSize}, "metrics-retention-size", "the most bytes the embedded Prometheus's blocks may take, the oldest removed first, as Prometheus's storage.tsdb.retention.size (512MB, 10GB: powers of 2); 0: no bound")
 	fs.DurationVar(&mon.ScrapeInterval, "scrape-interval", 15*time.Second, "how often the embedded Prometheus scrapes every component")
 	fs.DurationVar(&mon.EvaluationInterval, "rule-evaluation-interval", 15*time.Second, "how often the embedded Prometheus evaluates its alerting rules")
 	fs.StringVar(&mon.ConfigFile, "prometheus-config", "", "a Prometheus configuration file: its scrape_configs (static_configs, file_sd_configs) are scraped and its rule_files evaluated beside capstan's own")
@@ -257,3 +259,32 @@ func etcdSummary(st cluster.EtcdState, took time.Duration) string {
 	}
 	return fmt.Sprintf("etcd: %d of %d voting members healthy, the bootstrap member gone: fault-tolerant after %s", st.Healthy, st.Desired, took)
 }
+
+// bytesFlag is a size in bytes written as Prometheus writes its sizes: a
+// number and a unit, B, KB, MB, GB, TB, PB or EB, in powers of 2.
+type bytesFlag struct{ v *int64 }
+
+func (f *bytesFlag) String() string {
+	if f.v == nil || *f.v == 0 {
+		return "0"
+	}
+	return units.Base2Bytes(*f.v).String()
+}
+
+func (f *bytesFlag) Set(s string) error {
+	if s == "0" {
+		*f.v = 0
+		return nil
+	}
+	b, err := units.ParseBase2Bytes(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a size such as 512MB or 10GB", s)
+	}
+	if b < 0 {
+		return fmt.Errorf("%q: a size must not be negative", s)
+	}
+	*f.v = int64(b)
+	return nil
+}
+
+func (f *bytesFlag) Type() string { return "bytes" }

@@ -18,9 +18,10 @@ import (
 
 // MonitoringOptions configure the embedded Prometheus.
 type MonitoringOptions struct {
-	// Retention, ScrapeInterval, EvaluationInterval, ConfigFile and
-	// MaxAlertFor are monitoring.Options'.
+	// Retention, RetentionSize, ScrapeInterval, EvaluationInterval,
+	// ConfigFile and MaxAlertFor are monitoring.Options'.
 	Retention          time.Duration
+	RetentionSize      int64
 	ScrapeInterval     time.Duration
 	EvaluationInterval time.Duration
 	ConfigFile         string
@@ -168,6 +169,7 @@ func (c *Cluster) startMonitoring(ctx, runCtx context.Context) error {
 	m, err := monitoring.New(monitoring.Options{
 		Dir:                c.ControlPlane.DataDir().Path(monitoringDir),
 		Retention:          mo.Retention,
+		RetentionSize:      mo.RetentionSize,
 		ScrapeInterval:     mo.ScrapeInterval,
 		EvaluationInterval: mo.EvaluationInterval,
 		ConfigFile:         mo.ConfigFile,

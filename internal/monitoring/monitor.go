@@ -34,6 +34,7 @@ import (
 	"github.com/prometheus/prometheus/rules"
 	"github.com/prometheus/prometheus/scrape"
 	"github.com/prometheus/prometheus/tsdb"
+	"github.com/prometheus/prometheus/util/compression"
 	"go.yaml.in/yaml/v2"
 )
 
@@ -64,6 +65,9 @@ type Options struct {
 	Dir string
 	// Retention is how long samples are kept (--metrics-retention).
 	Retention time.Duration
+	// RetentionSize bounds the bytes of the TSDB's blocks, the oldest
+	// going first (--metrics-retention-size); 0: no bound.
+	RetentionSize int64
 	// ScrapeInterval and EvaluationInterval: how often targets are
 	// scraped and rules evaluated.
 	ScrapeInterval     time.Duration
@@ -143,6 +147,9 @@ func (o *Options) Validate() error {
 	if o.Retention < 0 {
 		errs = append(errs, fmt.Errorf("--metrics-retention %s: must not be negative", o.Retention))
 	}
+	if o.RetentionSize < 0 {
+		errs = append(errs, fmt.Errorf("--metrics-retention-size %d: must not be negative", o.RetentionSize))
+	}
 	if o.ScrapeInterval < 0 || o.EvaluationInterval < 0 {
 		errs = append(errs, fmt.Errorf("scrape interval %s and evaluation interval %s must not be negative", o.ScrapeInterval, o.EvaluationInterval))
 	}
@@ -213,6 +220,10 @@ func New(opts Options, targets []Target) (*Monitor, error) {
 	}
 	dbOpts := tsdb.DefaultOptions()
 	dbOpts.RetentionDuration = opts.Retention.Milliseconds()
+	dbOpts.MaxBytes = opts.RetentionSize
+	dbOpts.MaxBlockDuration = maxBlockDuration(opts.Retention).Milliseconds()
+	// Prometheus's default: a WAL compressed with snappy.
+	dbOpts.WALCompression = compression.Snappy
 	db, err := tsdb.Open(opts.Dir, opts.Logger, m.reg, dbOpts, nil)
 	if err != nil {
 		l.Close()
@@ -548,6 +559,13 @@ func (m *Monitor) Stop() error {
 
 // Registry is the monitor's own metrics (prometheus_*, its TSDB's).
 func (m *Monitor) Registry() prometheus.Gatherer { return m.reg }
+
+// maxBlockDuration is how long compacted blocks may span, as Prometheus
+// sets it when not told: a tenth of the retention, at most 31 days, and
+// never under the 2h of the head's blocks.
+func maxBlockDuration(retention time.Duration) time.Duration {
+	return min(max(retention/10, 2*time.Hour), 31*24*time.Hour)
+}
 
 // Jobs are the jobs of the monitor's own targets (not those of a
 // --prometheus-config file), in their order.

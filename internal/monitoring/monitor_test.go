@@ -583,3 +583,17 @@ func TestAFloodOfQueriesIsRefused(t *testing.T) {
 	t.Logf("the flood's answers by status: %v", count)
 	waitQuery(t, base, `up{job="cluster-version-operator"}`, 1)
 }
+
+// Blocks are compacted up to a tenth of the retention, as Prometheus
+// does when not told, within 2h and 31 days.
+func TestMaxBlockDuration(t *testing.T) {
+	for _, tc := range []struct{ retention, want time.Duration }{
+		{15 * 24 * time.Hour, 36 * time.Hour},
+		{time.Hour, 2 * time.Hour},
+		{3650 * 24 * time.Hour, 31 * 24 * time.Hour},
+	} {
+		if got := maxBlockDuration(tc.retention); got != tc.want {
+			t.Errorf("retention %s: %s, want %s", tc.retention, got, tc.want)
+		}
+	}
+}

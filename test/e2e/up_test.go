@@ -67,6 +67,7 @@ func TestUpRejectsBadInputWithOneClearLine(t *testing.T) {
 		{"port in use", []string{"up", "--data-dir", filepath.Join(tmp, "ok"), "--port", busyPort}, "port " + busyPort + " on 127.0.0.1 is not available"},
 		{"bad port", []string{"up", "--data-dir", filepath.Join(tmp, "ok2"), "--port", "70000"}, "not a TCP port"},
 		{"negative retention", []string{"up", "--data-dir", filepath.Join(tmp, "unwritten"), "--metrics-retention", "-1h"}, "--metrics-retention -1h0m0s: must not be negative"},
+		{"bad retention size", []string{"up", "--data-dir", filepath.Join(tmp, "unwritten"), "--metrics-retention-size", "12XB"}, `"12XB" is not a size such as 512MB or 10GB`},
 		{"bad prometheus config", []string{"up", "--data-dir", filepath.Join(tmp, "unwritten"), "--prometheus-config", promConfig}, `not a valid duration string: "often"`},
 		{"metrics on every interface", []string{"up", "--data-dir", filepath.Join(tmp, "unwritten"), "--metrics-address", ":8085"}, "--metrics-address :8085: every interface is not loopback only"},
 	}
