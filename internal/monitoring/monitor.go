@@ -20,6 +20,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -132,6 +133,12 @@ type Monitor struct {
 	// queries holds a token for each API query evaluating now.
 	queries chan struct{}
 
+	// dbStats are the TSDB's statistics (its WAL replay's, for the API).
+	dbStats *tsdb.DBStats
+	// running is set once Run has started every manager: the API
+	// answers 503 before.
+	running atomic.Bool
+
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	stopped sync.Once
@@ -224,7 +231,8 @@ func New(opts Options, targets []Target) (*Monitor, error) {
 	dbOpts.MaxBlockDuration = maxBlockDuration(opts.Retention).Milliseconds()
 	// Prometheus's default: a WAL compressed with snappy.
 	dbOpts.WALCompression = compression.Snappy
-	db, err := tsdb.Open(opts.Dir, opts.Logger, m.reg, dbOpts, nil)
+	m.dbStats = tsdb.NewDBStats()
+	db, err := tsdb.Open(opts.Dir, opts.Logger, m.reg, dbOpts, m.dbStats)
 	if err != nil {
 		l.Close()
 		return nil, fmt.Errorf("monitoring: opening the TSDB in %s: %w", opts.Dir, err)
@@ -479,6 +487,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 	}
 	m.wg.Add(1)
 	go func() { defer m.wg.Done(); m.rules.Run() }()
+	m.running.Store(true)
 	return nil
 }
 

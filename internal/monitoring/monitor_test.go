@@ -180,12 +180,12 @@ func TestBadRequestsAreRefusedAsPrometheusRefusesThem(t *testing.T) {
 		typ    string
 		msg    string
 	}{
-		{"/api/v1/query", nil, 400, "bad_data", "query is required"},
+		{"/api/v1/query", nil, 400, "bad_data", "no expression found in input"},
 		{"/api/v1/query", url.Values{"query": {"sum(("}}, 400, "bad_data", "invalid parameter \"query\""},
 		{"/api/v1/query", url.Values{"query": {"up"}, "time": {"yesterday"}}, 400, "bad_data", "invalid parameter \"time\""},
 		{"/api/v1/query", url.Values{"query": {"up"}, "timeout": {"soon"}}, 400, "bad_data", "invalid parameter \"timeout\""},
 		{"/api/v1/query", url.Values{"query": {`label_replace(up, "x", "$1", "job", "(")`}}, 422, "execution", "invalid regular expression"},
-		{"/api/v1/query_range", url.Values{"query": {"up"}, "start": {"10"}, "end": {"20"}}, 400, "bad_data", "step is required"},
+		{"/api/v1/query_range", url.Values{"query": {"up"}, "start": {"10"}, "end": {"20"}}, 400, "bad_data", `invalid parameter "step"`},
 		{"/api/v1/query_range", url.Values{"query": {"up"}, "start": {"20"}, "end": {"10"}, "step": {"1"}}, 400, "bad_data", "end timestamp must not be before start"},
 		{"/api/v1/query_range", url.Values{"query": {"up"}, "start": {"0"}, "end": {"1000000"}, "step": {"1"}}, 400, "bad_data", "exceeded maximum resolution"},
 		{"/api/v1/query_range", url.Values{"query": {"up"}, "start": {"0"}, "end": {"10"}, "step": {"-1"}}, 400, "bad_data", "zero or negative"},
@@ -208,8 +208,11 @@ func TestBadRequestsAreRefusedAsPrometheusRefusesThem(t *testing.T) {
 	}
 }
 
+// apiAlert is an alert's state and value in /api/v1/alerts.
+type apiAlert struct{ State, Value string }
+
 // alertsNamed returns the alerts of that name in /api/v1/alerts.
-func alertsNamed(t *testing.T, base, name string) []Alert {
+func alertsNamed(t *testing.T, base, name string) []apiAlert {
 	t.Helper()
 	code, a := get(t, base, "/api/v1/alerts", nil)
 	if code != 200 {
@@ -226,10 +229,10 @@ func alertsNamed(t *testing.T, base, name string) []Alert {
 	if err := json.Unmarshal(a.Data, &d); err != nil {
 		t.Fatal(err)
 	}
-	var out []Alert
+	var out []apiAlert
 	for _, al := range d.Alerts {
 		if al.Labels["alertname"] == name {
-			out = append(out, Alert{State: al.State, Value: al.Value})
+			out = append(out, apiAlert{State: al.State, Value: al.Value})
 		}
 	}
 	return out
@@ -255,7 +258,7 @@ func TestOpenShiftsAlertsFireAndResolve(t *testing.T) {
 
 	// /api/v1/rules lists the embedded groups with their files.
 	code, a := get(t, base, "/api/v1/rules", url.Values{"type": {"alert"}})
-	if code != 200 || !strings.Contains(string(a.Data), `"file":"rules/cluster-version-operator.yaml"`) || !strings.Contains(string(a.Data), `"name":"etcdNoLeader"`) {
+	if code != 200 || !strings.Contains(string(a.Data), `"file":"capstan:rules/cluster-version-operator.yaml"`) || !strings.Contains(string(a.Data), `"name":"etcdNoLeader"`) {
 		t.Errorf("rules: %d %s", code, a.Data)
 	}
 }
@@ -595,5 +598,80 @@ func TestMaxBlockDuration(t *testing.T) {
 		if got := maxBlockDuration(tc.retention); got != tc.want {
 			t.Errorf("retention %s: %s, want %s", tc.retention, got, tc.want)
 		}
+	}
+}
+
+// The API is Prometheus's own: its build information names the embedded
+// release, its status pages, limits and rule filters answer, and before
+// Run it is unavailable as a starting Prometheus is.
+func TestTheAPIIsPrometheuss(t *testing.T) {
+	_, base, up, _ := testMonitor(t, Options{})
+	up.WithLabelValues("etcd", "AsExpected", "4.16.0").Set(1)
+	waitQuery(t, base, `cluster_operator_up`, 1)
+	check := func(path string, params url.Values, want ...string) {
+		t.Helper()
+		code, a := get(t, base, path, params)
+		if code != 200 || a.Status != "success" {
+			t.Errorf("%s %v: %d %s %s", path, params, code, a.ErrorType, a.Error)
+			return
+		}
+		for _, w := range want {
+			if !strings.Contains(string(a.Data), w) {
+				t.Errorf("%s %v: no %s in %s", path, params, w, a.Data)
+			}
+		}
+	}
+	check("/api/v1/status/buildinfo", nil, `"version":"3.16.0"`)
+	check("/api/v1/status/flags", nil, `"storage.tsdb.retention.time":"360h0m0s"`)
+	check("/api/v1/status/runtimeinfo", nil, `"storageRetention":"360h0m0s"`)
+	check("/api/v1/status/tsdb", nil, `"headStats"`)
+	check("/api/v1/status/config", nil, `job_name: cluster-version-operator`)
+	check("/api/v1/targets", url.Values{"state": {"active"}}, `"scrapePool":"cluster-version-operator"`, `"droppedTargets":[]`)
+	check("/api/v1/rules", url.Values{"rule_name[]": {"ClusterOperatorDown"}}, `"name":"ClusterOperatorDown"`)
+	code, a := get(t, base, "/api/v1/rules", url.Values{"rule_name[]": {"ClusterOperatorDown"}})
+	if code != 200 || strings.Contains(string(a.Data), `"name":"ClusterVersionOperatorDown"`) {
+		t.Errorf("rule_name[] did not filter: %s", a.Data)
+	}
+	code, a = get(t, base, "/api/v1/labels", url.Values{"limit": {"1"}})
+	var names []string
+	if err := json.Unmarshal(a.Data, &names); code != 200 || err != nil || len(names) != 1 {
+		t.Errorf("labels limit=1: %d %v %s", code, err, a.Data)
+	}
+	check("/api/v1/format_query", url.Values{"query": {"sum(up)by(job)"}}, `sum by (job) (up)`)
+	resp, err := http.Get(base + "/-/ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("/-/ready: %d", resp.StatusCode)
+	}
+
+	m, err := New(Options{Dir: t.TempDir()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Stop() })
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err = http.Get(srv.URL + "/api/v1/query?query=up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("a query before Run: %d, want 503", resp.StatusCode)
+	}
+}
+
+// The build information names the Prometheus module go.mod requires.
+func TestPrometheusModuleIsGoMods(t *testing.T) {
+	raw, err := os.ReadFile("../../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "\tgithub.com/prometheus/prometheus " + PrometheusModule + "\n"
+	if !strings.Contains(string(raw), want) {
+		t.Errorf("go.mod does not require %q: update PrometheusModule", strings.TrimSpace(want))
 	}
 }
