@@ -31,6 +31,7 @@ import (
 	_ "github.com/prometheus/prometheus/discovery/file" // file_sd_configs in a scrape config file
 	"github.com/prometheus/prometheus/discovery/targetgroup"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/rules"
 	"github.com/prometheus/prometheus/scrape"
@@ -166,8 +167,9 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// CheckConfigFile reads a Prometheus configuration file as New would, so
-// that a bad one is refused before anything starts.
+// CheckConfigFile reads a Prometheus configuration file as New would, and
+// every rule file it names as the rules manager would, so that a bad one
+// is refused before anything starts.
 func CheckConfigFile(path string) error {
 	cfg, err := config.LoadFile(path, false, slog.New(slog.DiscardHandler))
 	if err == nil {
@@ -175,6 +177,22 @@ func CheckConfigFile(path string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("monitoring: --prometheus-config %s: %w", path, err)
+	}
+	var errs []error
+	for _, pattern := range cfg.RuleFiles {
+		files, err := filepath.Glob(pattern)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("rule_files %q: %w", pattern, err))
+			continue
+		}
+		for _, f := range files {
+			if _, ferrs := rulefmt.ParseFile(f, false, model.UTF8Validation, defaultParser, slog.New(slog.DiscardHandler)); len(ferrs) > 0 {
+				errs = append(errs, ferrs...)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("monitoring: --prometheus-config %s: %w", path, errors.Join(errs...))
 	}
 	return nil
 }

@@ -401,9 +401,21 @@ scrape_configs:
 `, filepath.Join(dir, "extra-*.yaml"), strings.TrimPrefix(ext.URL, "http://"))), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if err := CheckConfigFile(cfg); err != nil {
+		t.Fatal(err)
+	}
 	_, base, _, _ := testMonitor(t, Options{ConfigFile: cfg})
 	waitQuery(t, base, `external_queue_depth{job="external",team="storage"} == 7`, 1)
 	waitAlert(t, base, "ExternalQueueDeep", "firing")
+
+	// A rule file that does not parse is refused by the check, before
+	// anything starts.
+	if err := os.WriteFile(filepath.Join(dir, "extra-bad.yaml"), []byte("groups:\n- name: bad\n  rules:\n  - alert: Broken\n    expr: sum((\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckConfigFile(cfg); err == nil || !strings.Contains(err.Error(), "extra-bad.yaml") {
+		t.Errorf("a rule file that does not parse: %v", err)
+	}
 }
 
 func TestDiscoveredTargetsComeAndGo(t *testing.T) {
