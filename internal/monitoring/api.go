@@ -37,6 +37,13 @@ import (
 // while they do: MaxConcurrentQueries at once, a query waiting
 // QueryQueueWait for one at most.
 func (m *Monitor) Handler() http.Handler {
+	// One API, however many listeners serve it: it registers metrics of
+	// its own.
+	m.apiOnce.Do(func() { m.api = m.newAPI() })
+	return m.api
+}
+
+func (m *Monitor) newAPI() http.Handler {
 	api := v1.NewAPI(m.engine, m.db, nil, m.db,
 		func(context.Context) v1.ScrapePoolsRetriever { return m.scrape },
 		func(context.Context) v1.TargetRetriever { return m.scrape },

@@ -139,6 +139,9 @@ type Monitor struct {
 	// running is set once Run has started every manager: the API
 	// answers 503 before.
 	running atomic.Bool
+	// api is the HTTP API, made once (see Handler).
+	apiOnce sync.Once
+	api     http.Handler
 
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -664,6 +665,12 @@ func TestTheAPIIsPrometheuss(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Stop() })
+	// Served by two listeners (the metrics address and the
+	// thanos-querier's), the API is made once.
+	first, second := m.Handler(), m.Handler()
+	if reflect.ValueOf(first).Pointer() != reflect.ValueOf(second).Pointer() {
+		t.Error("a second Handler made a second API")
+	}
 	srv := httptest.NewServer(m.Handler())
 	defer srv.Close()
 	resp, err = http.Get(srv.URL + "/api/v1/query?query=up")
