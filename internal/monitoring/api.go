@@ -100,6 +100,11 @@ var readsTSDB = []string{"/api/v1/query", "/api/v1/query_range", "/api/v1/query_
 // query slot while it is served, and answers 503 when none comes free.
 func (m *Monitor) admit(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !m.running.Load() {
+			// Not started, or stopped: the API answers 503 itself.
+			next.ServeHTTP(w, r)
+			return
+		}
 		for _, p := range readsTSDB {
 			if r.URL.Path == p || (strings.HasSuffix(p, "/") && strings.HasPrefix(r.URL.Path, p)) {
 				release, ok := m.admitQuery(r.Context())

@@ -565,6 +565,19 @@ func (m *Monitor) rediscover(ctx context.Context, sd map[string]discovery.Config
 func (m *Monitor) Stop() error {
 	var err error
 	m.stopped.Do(func() {
+		// The API answers 503 from now on; the queries in flight (each
+		// holds a slot) end before the TSDB they read is closed.
+		m.running.Store(false)
+		deadline := time.NewTimer(5 * time.Second)
+		defer deadline.Stop()
+	drain:
+		for range cap(m.queries) {
+			select {
+			case m.queries <- struct{}{}:
+			case <-deadline.C:
+				break drain
+			}
+		}
 		if m.rules != nil {
 			m.rules.Stop()
 		}

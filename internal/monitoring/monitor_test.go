@@ -618,7 +618,7 @@ func TestMaxBlockDuration(t *testing.T) {
 // release, its status pages, limits and rule filters answer, and before
 // Run it is unavailable as a starting Prometheus is.
 func TestTheAPIIsPrometheuss(t *testing.T) {
-	_, base, up, _ := testMonitor(t, Options{})
+	running, base, up, _ := testMonitor(t, Options{})
 	up.WithLabelValues("etcd", "AsExpected", "4.16.0").Set(1)
 	waitQuery(t, base, `cluster_operator_up`, 1)
 	check := func(path string, params url.Values, want ...string) {
@@ -680,6 +680,19 @@ func TestTheAPIIsPrometheuss(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("a query before Run: %d, want 503", resp.StatusCode)
+	}
+	// Stopped, it answers 503 again, its TSDB closed.
+	if err := running.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = http.Get(base + "/api/v1/query?query=up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || strings.Contains(string(body), "too many queries") {
+		t.Errorf("a query after Stop: %d %s, want 503 unavailable", resp.StatusCode, body)
 	}
 }
 
