@@ -106,7 +106,9 @@ runs, which the operator's new ClusterVersion then names.`,
 	fs.StringVar(&releaseImage, "release-image", "", "the release the cluster runs, when it has no ClusterVersion yet")
 	fs.StringVar(&opts.Upstream, "update-service", "", "the update service's graph URL, when the ClusterVersion's spec.upstream is empty")
 	fs.StringVar(&opts.Channel, "channel", "", "spec.channel of the ClusterVersion the operator creates")
-	fs.StringVar(&opts.PromQLURL, "promql-url", "", "Prometheus API (URL/api/v1/) that evaluates conditional updates' PromQL risks")
+	fs.StringVar(&opts.PromQLURL, "promql-url", "", "base URL of the Prometheus API that evaluates conditional updates' PromQL risks (the client asks URL/api/v1/query), such as the thanos-querier's")
+	fs.StringVar(&opts.PromQLHTTP.TLSConfig.CAFile, "promql-ca-file", "", "CA bundle that signs --promql-url's certificate (default: the system's roots)")
+	fs.StringVar(&opts.PromQLHTTP.BearerTokenFile, "promql-bearer-token-file", "", "file whose bearer token --promql-url is asked with, read at each query (a ServiceAccount token the thanos-querier accepts)")
 	fs.StringVarP(&registryConfig, "registry-config", "a", "", "Docker config (auth.json) with credentials to read releases")
 	return c
 }

@@ -2,15 +2,19 @@ package cvo
 
 import (
 	"context"
+	"encoding/pem"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	configv1 "github.com/openshift/api/config/v1"
+	promconfig "github.com/prometheus/common/config"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -220,5 +224,44 @@ func TestRecommendedReasons(t *testing.T) {
 		if c.Type != RecommendedCondition || c.Status != tc.status || c.Reason != tc.reason || c.Message != tc.message {
 			t.Errorf("%s: %s %s %q, want %s %s %q", tc.name, c.Status, c.Reason, c.Message, tc.status, tc.reason, tc.message)
 		}
+	}
+}
+
+// A thanos-querier-like endpoint: TLS with a CA of its own, and a bearer
+// token asked for. The evaluator reaches it with --promql-ca-file and
+// --promql-bearer-token-file; without them the risk cannot be evaluated.
+func TestPromQLOverTLSWithABearerToken(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer s3cret" {
+			http.Error(w, "Unauthorized", http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1658000000,"1"]}]}}`)
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	token := filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rules := []configv1.ClusterCondition{{Type: "PromQL", PromQL: &configv1.PromQLClusterCondition{PromQL: "vector(1)"}}}
+	ask := func(hc promconfig.HTTPClientConfig) (bool, error) {
+		e := &Evaluator{PromQLURL: srv.URL, HTTP: hc, Clock: clocktesting.NewFakeClock(time.Now())}
+		return e.Match(context.Background(), rules)
+	}
+	cfg := promconfig.HTTPClientConfig{BearerTokenFile: token, TLSConfig: promconfig.TLSConfig{CAFile: ca}}
+	if match, err := ask(cfg); err != nil || !match {
+		t.Errorf("with the CA and token: %v %v", match, err)
+	}
+	if _, err := ask(promconfig.HTTPClientConfig{BearerTokenFile: token}); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("without the CA: %v", err)
+	}
+	if _, err := ask(promconfig.HTTPClientConfig{TLSConfig: promconfig.TLSConfig{CAFile: ca}}); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("without the token: %v", err)
 	}
 }

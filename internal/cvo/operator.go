@@ -3,6 +3,7 @@ package cvo
 import (
 	"context"
 	"fmt"
+	promconfig "github.com/prometheus/common/config"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -39,8 +40,10 @@ type Options struct {
 	// Upstream is the update service asked when spec.upstream is unset
 	// (the CVO's --update-service).
 	Upstream string
-	// PromQLURL is where PromQL risks are evaluated.
-	PromQLURL string
+	// PromQLURL is where PromQL risks are evaluated, PromQLHTTP how it
+	// is reached (CA, bearer token).
+	PromQLURL  string
+	PromQLHTTP promconfig.HTTPClientConfig
 	// Architecture of the cluster (GOARCH).
 	Architecture string
 	// Current is the release the cluster runs: the ClusterVersion's
@@ -149,7 +152,7 @@ func New(client configclient.Interface, opts Options) *Operator {
 		opts.ApplyAttempts = def.ApplyAttempts
 	}
 	return &Operator{client: client, kube: opts.Kube, applier: opts.Applier, opts: opts, http: httpClient(),
-		eval: &Evaluator{PromQLURL: opts.PromQLURL, Clock: opts.Clock}, loaded: map[string]*release.Image{},
+		eval: &Evaluator{PromQLURL: opts.PromQLURL, HTTP: opts.PromQLHTTP, Clock: opts.Clock}, loaded: map[string]*release.Image{},
 		recorder: &record.FakeRecorder{}}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	promconfig "github.com/prometheus/common/config"
 	"regexp"
 	"strings"
 	"sync"
@@ -46,7 +47,11 @@ type Evaluator struct {
 	// PromQLURL is a Prometheus-compatible query endpoint; empty, every
 	// PromQL rule fails to evaluate.
 	PromQLURL string
-	Clock     clock.Clock
+	// HTTP is how the endpoint is reached: its CA, a bearer token (a
+	// thanos-querier asks for both), as a Prometheus scrape is
+	// configured.
+	HTTP  promconfig.HTTPClientConfig
+	Clock clock.Clock
 
 	mu        sync.Mutex
 	lastQuery time.Time
@@ -131,7 +136,11 @@ func (e *Evaluator) query(ctx context.Context, query string) (bool, error) {
 	if e.PromQLURL == "" {
 		return false, errors.New("no PromQL query endpoint is configured")
 	}
-	client, err := promapi.NewClient(promapi.Config{Address: e.PromQLURL})
+	rt, err := promconfig.NewRoundTripperFromConfig(e.HTTP, "cluster-version-operator")
+	if err != nil {
+		return false, fmt.Errorf("the PromQL endpoint's TLS or credentials: %w", err)
+	}
+	client, err := promapi.NewClient(promapi.Config{Address: e.PromQLURL, RoundTripper: rt})
 	if err != nil {
 		return false, fmt.Errorf("creating PromQL client: %w", err)
 	}
