@@ -34,6 +34,10 @@ var (
 		"Short circuit status for MachineHealthCheck (0=no, 1=yes)", []string{"name", "namespace"}, nil)
 	mhcNodesCoveredDesc = prometheus.NewDesc("mapi_machinehealthcheck_nodes_covered",
 		"Number of nodes covered by MachineHealthChecks", []string{"name", "namespace"}, nil)
+	// mhcRemediations counts, as the MachineHealthCheck controller does,
+	// the machines it remediated since the process started.
+	mhcRemediations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mapi_machinehealthcheck_remediation_success_total",
+		Help: "Number of successful remediations performed by MachineHealthChecks"}, []string{"name", "namespace"})
 )
 
 // Metrics collects the Machine API's metrics from Machines and
@@ -50,6 +54,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 		machineSetAvailableDesc, machineSetReadyDesc, collectorUpDesc, mhcShortCircuitDesc, mhcNodesCoveredDesc} {
 		ch <- d
 	}
+	mhcRemediations.Describe(ch)
 }
 
 // Collect implements prometheus.Collector. As upstream's collector, a
@@ -62,6 +67,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
+	mhcRemediations.Collect(ch)
 	up := func(kind string, err error) bool {
 		v := 1.0
 		if err != nil {

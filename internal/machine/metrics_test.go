@@ -1,6 +1,7 @@
 package machine
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 )
 
@@ -55,5 +57,25 @@ mapi_machinehealthcheck_nodes_covered{name="workers",namespace="openshift-machin
 	if err := testutil.CollectAndCompare(m, strings.NewReader(want), "mapi_machine_created_timestamp_seconds", "mapi_machine_items", "mapi_machine_set_status_replicas",
 		"mapi_machineset_created_timestamp_seconds", "mapi_mao_collector_up", "mapi_machinehealthcheck_short_circuit", "mapi_machinehealthcheck_nodes_covered"); err != nil {
 		t.Error(err)
+	}
+}
+
+// A remediation counts in mapi_machinehealthcheck_remediation_success_total
+// of its check; a machine no MachineSet owns is not remediated, nor
+// counted.
+func TestRemediationsAreCounted(t *testing.T) {
+	check := &machinev1.MachineHealthCheck{ObjectMeta: metav1.ObjectMeta{Name: "remediating", Namespace: Namespace}}
+	owned := &machinev1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "owned", Namespace: Namespace,
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: machinev1.GroupVersion.String(), Kind: "MachineSet", Name: "s", UID: "u", Controller: ptr.To(true)}}}}
+	loose := &machinev1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "loose", Namespace: Namespace}}
+	r := &mhcReconciler{client: newFakeClient(owned, loose), recorder: record.NewFakeRecorder(10)}
+	before := testutil.ToFloat64(mhcRemediations.WithLabelValues(check.Name, check.Namespace))
+	for _, m := range []*machinev1.Machine{owned, loose} {
+		if err := r.remediate(context.Background(), check, healthTarget{machine: m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := testutil.ToFloat64(mhcRemediations.WithLabelValues(check.Name, check.Namespace)) - before; got != 1 {
+		t.Errorf("%v remediations counted, want 1", got)
 	}
 }

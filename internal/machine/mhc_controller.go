@@ -151,6 +151,7 @@ func (r *mhcReconciler) remediate(ctx context.Context, mhc *machinev1.MachineHea
 		r.recorder.Eventf(m, corev1.EventTypeWarning, EventMachineDeletionFailed, "Machine %v remediation failed: unable to delete Machine object: %v", id, err)
 		return fmt.Errorf("remediating machine %s: %w", m.Name, err)
 	}
+	mhcRemediations.WithLabelValues(mhc.Name, mhc.Namespace).Inc()
 	r.recorder.Eventf(m, corev1.EventTypeNormal, EventMachineDeleted, "Machine %v has been remediated by requesting to delete Machine object", id)
 	klog.FromContext(ctx).Info("Remediated unhealthy machine by deleting it", "machine", klog.KObj(m))
 	return nil
