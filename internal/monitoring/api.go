@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-
 	"runtime"
 	"runtime/debug"
 	"strings"
