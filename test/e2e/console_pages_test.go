@@ -110,7 +110,7 @@ func TestConsoleWatchesAndPages(t *testing.T) {
 			if down {
 				rules = append(rules, &network.Conditions{URLPattern: "*://*:*" + nodesPath + "*", Offline: true, DownloadThroughput: -1, UploadThroughput: -1})
 			}
-			if _, err := testenv.Call(tab, network.EmulateNetworkConditionsByRule, network.EmulateNetworkConditionsByRuleParams{MatchedNetworkConditions: rules}); err != nil {
+			if _, err := testenv.Call(tab, emulateByRule, byRuleParams{Offline: down, MatchedNetworkConditions: rules}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -334,3 +334,14 @@ func setNodeLabels(t *testing.T, node string, set map[string]any) {
 		apply(unset)
 	})
 }
+
+// byRuleParams are Network.emulateNetworkConditionsByRule's parameters
+// for Chromium before and after offline moved into each rule (149): the
+// top-level offline, which Chromium 148 requires and applies to the
+// requests the rules match, and each rule's.
+type byRuleParams struct {
+	Offline                  bool                  `json:"offline"`
+	MatchedNetworkConditions []*network.Conditions `json:"matchedNetworkConditions"`
+}
+
+var emulateByRule = cdp.Command[byRuleParams, network.EmulateNetworkConditionsByRuleResult]{Method: network.CommandEmulateNetworkConditionsByRule}
