@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -51,9 +52,36 @@ func checkTableTests(t *testing.T, doc, header string, minRows int) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defined := definedTests(t)
+	named := regexp.MustCompile("`((?:Test|Fuzz)[A-Za-z0-9_]+)`")
+	rows := 0
+	for i, line := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, header) || strings.HasPrefix(line, "| Alert ") {
+			continue
+		}
+		rows++
+		names := named.FindAllStringSubmatch(line, -1)
+		if len(names) == 0 {
+			t.Errorf("%s:%d names no test", doc, i+1)
+		}
+		for _, n := range names {
+			if !defined[n[1]] {
+				t.Errorf("%s:%d names %s, which is not a test or fuzz target of the repository", doc, i+1, n[1])
+			}
+		}
+	}
+	if rows < minRows {
+		t.Errorf("%s has %d rows; it lost some", doc, rows)
+	}
+}
+
+// definedTests are the tests and fuzz targets of the repository, by
+// name.
+func definedTests(t *testing.T) map[string]bool {
+	t.Helper()
 	defined := map[string]bool{}
 	def := regexp.MustCompile(`(?m)^func ((?:Test|Fuzz)[A-Za-z0-9_]+)\(`)
-	err = filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -75,26 +103,7 @@ func checkTableTests(t *testing.T, doc, header string, minRows int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	named := regexp.MustCompile("`((?:Test|Fuzz)[A-Za-z0-9_]+)`")
-	rows := 0
-	for i, line := range strings.Split(string(raw), "\n") {
-		if !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, header) || strings.HasPrefix(line, "| Alert ") {
-			continue
-		}
-		rows++
-		names := named.FindAllStringSubmatch(line, -1)
-		if len(names) == 0 {
-			t.Errorf("%s:%d names no test", doc, i+1)
-		}
-		for _, n := range names {
-			if !defined[n[1]] {
-				t.Errorf("%s:%d names %s, which is not a test or fuzz target of the repository", doc, i+1, n[1])
-			}
-		}
-	}
-	if rows < minRows {
-		t.Errorf("%s has %d rows; it lost some", doc, rows)
-	}
+	return defined
 }
 
 // Every gate of the etcd document names the test that shows it.
@@ -198,5 +207,107 @@ func TestEveryLinkResolves(t *testing.T) {
 	}
 	if checked < 100 {
 		t.Errorf("only %d links checked", checked)
+	}
+}
+
+// exampleMarker precedes every example of the README and the documents:
+// the tests that run what it shows, or "illustrative" for one no test
+// runs as written (output whose names and times vary, commands for
+// another cluster).
+var exampleMarker = regexp.MustCompile(`^<!-- example: (illustrative|(?:(?:Test|Fuzz)[A-Za-z0-9_]+)(?:, (?:Test|Fuzz)[A-Za-z0-9_]+)*) -->$`)
+
+// docExample is a code block of a document: fenced, or indented after a
+// blank line.
+type docExample struct {
+	line     int    // where it starts, from 1
+	marker   string // the marker's text, or "" when none precedes it
+	unclosed bool   // a fence without its closing line (exactly ```)
+}
+
+// examples finds the code blocks of a Markdown document and the marker
+// before each (the last non-blank line before the block).
+func examples(doc string) []docExample {
+	lines := strings.Split(doc, "\n")
+	indented := func(l string) bool { return strings.HasPrefix(l, "    ") || strings.HasPrefix(l, "\t") }
+	marker := func(i int) string {
+		for j := i - 1; j >= 0; j-- {
+			if strings.TrimSpace(lines[j]) != "" {
+				return lines[j]
+			}
+		}
+		return ""
+	}
+	var found []docExample
+	for i := 0; i < len(lines); i++ {
+		switch {
+		case strings.HasPrefix(lines[i], "```"):
+			ex := docExample{line: i + 1, marker: marker(i)}
+			for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "```"; i++ {
+			}
+			ex.unclosed = i == len(lines)
+			found = append(found, ex)
+		case indented(lines[i]) && strings.TrimSpace(lines[i]) != "" && (i == 0 || strings.TrimSpace(lines[i-1]) == ""):
+			found = append(found, docExample{line: i + 1, marker: marker(i)})
+			for i < len(lines) && (indented(lines[i]) || strings.TrimSpace(lines[i]) == "") {
+				i++
+			}
+			i--
+		}
+	}
+	return found
+}
+
+// Every example of the README and the documents (not the generated CLI
+// reference) is run by a test it names, which exists, or is marked as
+// illustrative.
+func TestEveryExampleIsRunOrIllustrative(t *testing.T) {
+	docs, err := filepath.Glob("*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defined := definedTests(t)
+	total, run := 0, 0
+	for _, doc := range append([]string{"../README.md"}, docs...) {
+		raw, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ex := range examples(string(raw)) {
+			total++
+			if ex.unclosed {
+				t.Errorf("%s:%d: a fenced block never closed by a line of exactly ```", doc, ex.line)
+			}
+			m := exampleMarker.FindStringSubmatch(ex.marker)
+			if m == nil {
+				t.Errorf("%s:%d: an example without a marker before it: <!-- example: TestName[, TestName...] --> naming the tests that run it, or <!-- example: illustrative -->", doc, ex.line)
+				continue
+			}
+			if m[1] == "illustrative" {
+				continue
+			}
+			run++
+			for _, name := range strings.Split(m[1], ", ") {
+				if !defined[name] {
+					t.Errorf("%s:%d: the example names %s, which is not a test or fuzz target of the repository", doc, ex.line, name)
+				}
+			}
+		}
+	}
+	if total < 40 {
+		t.Errorf("only %d examples found in the README and docs/: the scan lost some", total)
+	}
+	t.Logf("%d examples, %d of them run by the tests they name", total, run)
+}
+
+// The scan finds fenced and indented blocks and the marker before each,
+// and nothing in a fenced block's own indented lines; a fence closed by
+// a line with more than its backquotes is not closed.
+func TestExamplesAreFound(t *testing.T) {
+	doc := "Text.\n\n<!-- example: TestA -->\n\n    cmd one\n\n    cmd two\n\nMore text.\n" +
+		"<!-- example: illustrative -->\n```\nfenced\n\n    not a block of its own\n```\n\n    unmarked\n\n```\nnever closed\n``` text\n"
+	got := examples(doc)
+	want := []docExample{{5, "<!-- example: TestA -->", false}, {11, "<!-- example: illustrative -->", false}, {17, "```", false}, {19, "    unmarked", true}}
+	if !slices.Equal(got, want) {
+		t.Errorf("examples() = %v, want %v", got, want)
 	}
 }
