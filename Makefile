@@ -3,7 +3,11 @@
 # goroutines share state (the scheduler's queue and cache, leader election,
 # the CVO and what it reads releases with) run again under the race detector
 # (not internal/monitoring: its goroutines are Prometheus's own, and building
-# Prometheus's dependencies for -race costs CI minutes). Then every fuzz
+# Prometheus's dependencies for -race costs CI minutes; none of these
+# packages' tests links the embedded control plane, whose race build alone
+# would take longer than the rest). -vet=off there and in hack/fuzz.sh:
+# the first step vetted the same code, and vet's facts are computed again
+# for every dependency of a differently instrumented build. Then every fuzz
 # target runs on 300 inputs (hack/fuzz.sh; hack/fuzz.sh 10m fuzzes each for
 # ten minutes). The console's browser tests
 # drive Debian's Chromium, installed first when it is missing. -ldflags=-w
@@ -23,7 +27,7 @@ test:
 	# The integration packages first: they are the long ones, and two
 	# slots finish sooner when they do not wait for the short ones.
 	go test -json -p 2 -ldflags=-w -timeout 60m ./test/... ./... 2>&1 | ./.testsum
-	go test -json -race -ldflags=-w -timeout 10m ./internal/scheduler/... ./internal/leader/... ./internal/component/... ./internal/chaos ./internal/etcdretry/... \
+	go test -json -race -vet=off -ldflags=-w -timeout 10m ./internal/scheduler/... ./internal/leader/... ./internal/component/... ./internal/chaos ./internal/etcdretry/... \
 		./internal/cvo/... ./internal/release/... ./internal/registry/... ./internal/updateservice/... ./internal/console/... 2>&1 | ./.testsum
 	bash hack/fuzz.sh 300x
 

@@ -4,7 +4,9 @@
 # go test -fuzz takes one target of one package at a time, so the targets
 # are found by name and run one after another. A crash fails the run and
 # leaves its input in the package's testdata/fuzz/<target>/ to keep as a
-# regression case.
+# regression case. Without vet: make test's first step vetted the same
+# code, and the fuzz build's instrumentation would have vet compute its
+# facts again for every dependency.
 #
 # A count (Nx) is what CI uses: with a duration, Go 1.26's fuzz coordinator
 # can report a bare "context deadline exceeded" failure as the time runs
@@ -35,7 +37,7 @@ while read -r pkg target; do
 	corpus="$pkg/testdata/fuzz/$target"
 	before=$(inputs "$corpus")
 	status=0
-	go test -ldflags=-w -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -parallel 1 "./$pkg" >"$log" 2>&1 || status=$?
+	go test -vet=off -ldflags=-w -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -parallel 1 "./$pkg" >"$log" 2>&1 || status=$?
 	# The last progress line says how many inputs ran.
 	grep -E '^fuzz: elapsed' "$log" | tail -n 1 || true
 	after=$(inputs "$corpus")
