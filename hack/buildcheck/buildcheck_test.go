@@ -13,8 +13,8 @@ import (
 // The capstan binary holds none of Prometheus's service discovery
 // mechanisms but the file one: capstan scrapes targets it names itself,
 // and each mechanism pulls in a cloud's SDK (Prometheus's plugins
-// package, or a discovery/<cloud> package, imported anywhere, would add
-// minutes to a cold build). The SDK parts left are those
+// package, or a discovery/<cloud> package, imported anywhere, would
+// compile those SDKs into every build). The SDK parts left are those
 // prometheus/config imports for remote write's authentication (sigv4,
 // azuread, googleiam), which no build tag removes.
 func TestTheBinaryHoldsNoServiceDiscoveryItDoesNotUse(t *testing.T) {
