@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/capstan-dev/capstan/internal/planted"
@@ -76,9 +77,17 @@ func checkTableTests(t *testing.T, doc, header string, minRows int) {
 }
 
 // definedTests are the tests and fuzz targets of the repository, by
-// name.
+// name: the repository's test files read once, whichever tests ask.
 func definedTests(t *testing.T) map[string]bool {
 	t.Helper()
+	defined, err := readDefinedTests()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return defined
+}
+
+var readDefinedTests = sync.OnceValues(func() (map[string]bool, error) {
 	defined := map[string]bool{}
 	def := regexp.MustCompile(`(?m)^func ((?:Test|Fuzz)[A-Za-z0-9_]+)\(`)
 	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
@@ -100,11 +109,8 @@ func definedTests(t *testing.T) map[string]bool {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return defined
-}
+	return defined, err
+})
 
 // Every gate of the etcd document names the test that shows it.
 func TestEtcdGatesNameRealTests(t *testing.T) {
