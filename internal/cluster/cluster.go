@@ -21,6 +21,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/nodes"
 	"github.com/capstan-dev/capstan/internal/waitfor"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -600,14 +601,11 @@ func (c *Cluster) WaitBootNodesReady(ctx context.Context, timeout time.Duration)
 // nodes an injected fault keeps from being Ready (a stopped kubelet,
 // Ready=False): those are waited for only until they exist.
 func WaitNodesReady(ctx context.Context, client kubernetes.Interface, names []string, timeout time.Duration) error {
-	err := waitfor.Poll(ctx, 200*time.Millisecond, timeout, waitfor.Simple(func(ctx context.Context) (bool, string) {
-		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-		if err != nil {
-			return false, fmt.Sprintf("listing nodes: %v", err)
-		}
+	inf := informers.NewSharedInformerFactory(client, 0).Core().V1().Nodes().Informer()
+	err := waitfor.Informed(ctx, inf, 200*time.Millisecond, timeout, func(objs []any) (bool, string) {
 		ready := map[string]bool{}
-		for i := range list.Items {
-			n := &list.Items[i]
+		for _, o := range objs {
+			n := o.(*corev1.Node)
 			ready[n.Name] = nodes.Ready(n) || sim.FaultKeepsNotReady(n)
 		}
 		var notReady []string
@@ -618,7 +616,7 @@ func WaitNodesReady(ctx context.Context, client kubernetes.Interface, names []st
 		}
 		sort.Strings(notReady)
 		return len(notReady) == 0, "not Ready: " + strings.Join(notReady, ", ")
-	}))
+	})
 	if err != nil {
 		return fmt.Errorf("waiting for nodes: %w", err)
 	}

@@ -21,8 +21,12 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/capstan-dev/capstan/internal/autoscaler"
 	"github.com/capstan-dev/capstan/internal/machine"
@@ -395,13 +399,10 @@ func (r *restorer) nodes(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = waitfor.Poll(ctx, 200*time.Millisecond, 10*time.Minute, waitfor.Simple(func(ctx context.Context) (bool, string) {
-		list, err := r.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-		if err != nil {
-			return false, err.Error()
-		}
-		return len(list.Items) >= len(names), fmt.Sprintf("%d of %d nodes registered", len(list.Items), len(names))
-	}))
+	nodeInf := informers.NewSharedInformerFactory(r.kube, 0).Core().V1().Nodes().Informer()
+	err = waitfor.Informed(ctx, nodeInf, 200*time.Millisecond, 10*time.Minute, func(objs []any) (bool, string) {
+		return len(objs) >= len(names), fmt.Sprintf("%d of %d nodes registered", len(objs), len(names))
+	})
 	if err != nil {
 		return err
 	}
@@ -566,7 +567,7 @@ func (r *restorer) machines(ctx context.Context) error {
 	setsRes, _ := resourceByKey("machine.openshift.io/v1beta1/machinesets")
 	sets := r.objects(setsRes.Key())
 	setNode := map[string]*corev1.Node{} // a node of each MachineSet, by set namespace/name
-	var machines []*unstructured.Unstructured
+	var machines []*machinev1.Machine
 	for _, u := range r.objects(machinesRes.Key()) {
 		m, err := typed[machinev1.Machine](&u)
 		if err != nil {
@@ -596,16 +597,27 @@ func (r *restorer) machines(ctx context.Context) error {
 		}
 		out.Spec.ProviderID = nil
 		out.Spec.ProviderSpec = machinev1.ProviderSpec{Value: raw}
-		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(out)
+		machines = append(machines, out)
+	}
+	// Each Machine is created as the machine controller would leave it
+	// once it has found its instance (the provider ID, the instance's
+	// labels and state, the finalizer), as the snapshot's Machine was:
+	// the controller then only writes its status, rather than patching
+	// every one of thousands of Machines twice first.
+	act := &machine.SimActuator{Cloud: r.cloud}
+	if err := parallel(ctx, machines, func(ctx context.Context, m *machinev1.Machine) error {
+		if err := act.Update(ctx, m); err != nil {
+			return fmt.Errorf("machine %s: %w", objectKey(m), err)
+		}
+		m.Status = machinev1.MachineStatus{}
+		controllerutil.AddFinalizer(m, machinev1.MachineFinalizer)
+		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(m)
 		if err != nil {
 			return err
 		}
 		u := &unstructured.Unstructured{Object: obj}
 		u.SetAPIVersion("machine.openshift.io/v1beta1")
 		u.SetKind("Machine")
-		machines = append(machines, u)
-	}
-	if err := parallel(ctx, machines, func(ctx context.Context, u *unstructured.Unstructured) error {
 		return r.create(ctx, machinesRes, u, false)
 	}); err != nil {
 		return err
@@ -614,19 +626,16 @@ func (r *restorer) machines(ctx context.Context) error {
 	// new ones, then deletes them again: the MachineSets come once the
 	// machine controller has given every Machine a phase (the controllers
 	// share one cache).
-	err := waitfor.Poll(ctx, 200*time.Millisecond, 10*time.Minute, waitfor.Simple(func(ctx context.Context) (bool, string) {
-		list, err := r.dyn.Resource(machinesRes.GVR).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-		if err != nil {
-			return false, err.Error()
-		}
+	machineInf := dynamicinformer.NewFilteredDynamicInformer(r.dyn, machinesRes.GVR, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
+	err := waitfor.Informed(ctx, machineInf, 200*time.Millisecond, 10*time.Minute, func(objs []any) (bool, string) {
 		phased := 0
-		for _, m := range list.Items {
-			if p, _, _ := unstructured.NestedString(m.Object, "status", "phase"); p != "" {
+		for _, o := range objs {
+			if p, _, _ := unstructured.NestedString(o.(*unstructured.Unstructured).Object, "status", "phase"); p != "" {
 				phased++
 			}
 		}
 		return phased >= len(machines), fmt.Sprintf("%d of %d restored Machines have a phase", phased, len(machines))
-	}))
+	})
 	if err != nil {
 		return err
 	}

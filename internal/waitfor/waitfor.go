@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
 )
 
 // Condition reports whether what is awaited holds; when it does not, why
@@ -59,4 +60,25 @@ func Simple(cond func(ctx context.Context) (bool, string)) Condition {
 		ok, why := cond(ctx)
 		return ok, why, nil
 	}
+}
+
+// Informed runs inf until it has synced, then checks cond against what
+// its cache holds every interval, as Poll does, and stops inf. Where Poll
+// with a List would fetch every object at every check, this reads the
+// objects once and then only their changes, which is what a wait over
+// thousands of nodes or machines can afford.
+func Informed(ctx context.Context, inf cache.SharedIndexInformer, interval, timeout time.Duration, cond func(objs []any) (bool, string)) error {
+	stop := make(chan struct{})
+	defer close(stop)
+	go inf.Run(stop)
+	start := time.Now()
+	synced := func(ctx context.Context) (bool, string, error) {
+		return inf.HasSynced(), "the informer has not synced", nil
+	}
+	if err := Poll(ctx, 20*time.Millisecond, timeout, synced); err != nil {
+		return err
+	}
+	return Poll(ctx, interval, max(timeout-time.Since(start), time.Millisecond), Simple(func(context.Context) (bool, string) {
+		return cond(inf.GetStore().List())
+	}))
 }
