@@ -12,6 +12,7 @@ import (
 
 func newBenchSimulateCommand() *cobra.Command {
 	o := bench.SimulateOptions{}
+	var cpuProfile string
 	c := &cobra.Command{
 		Use:   "simulate",
 		Short: "Time capstan simulate run on a zone outage of a synthetic cluster",
@@ -26,7 +27,13 @@ lost, pods evicted and placed again, pods left pending, nodes added.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			out := c.OutOrStdout()
+			stopProfile, err := bench.StartCPUProfile(cpuProfile)
+			if err != nil {
+				return err
+			}
+			defer stopProfile()
 			res, err := bench.Simulate(c.Context(), o, c.ErrOrStderr())
+			stopProfile()
 			if err != nil {
 				return err
 			}
@@ -53,5 +60,6 @@ lost, pods evicted and placed again, pods left pending, nodes added.`,
 	f.DurationVar(&o.Quiet, "quiet", 6*time.Minute, "simulated time without a change that ends the run")
 	f.DurationVar(&o.For, "for", simulate.DefaultFor, "simulated time after the outage at which the run ends, settled or not")
 	f.StringVar(&o.DataDir, "data-dir", "", "directory for the private cluster (default: a temporary one)")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process (restore and run) to this file")
 	return c
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"slices"
 	"sort"
@@ -61,14 +62,15 @@ const (
 
 // MaxSpeed is the fastest a simulation of n nodes runs: the node monitor
 // grace period (40 s) shrinks with the speed, and n kubelets renew their
-// leases four times in each.
+// leases four times in each. It is rounded down to a tenth, which is
+// how the run's speed is shown.
 func MaxSpeed(n int) float64 {
 	grace := 40 * time.Second
 	s := float64(grace) / float64(minGraceWall)
 	if n > 0 {
 		s = min(s, leaseWrites*grace.Seconds()/4/float64(n))
 	}
-	return max(s, 1)
+	return max(math.Floor(s*10)/10, 1)
 }
 
 // RunOptions configure a simulation.

@@ -269,6 +269,9 @@ func TestScalingKeepsSomeTimeOfEveryDuration(t *testing.T) {
 	if s := MaxSpeed(1000); s != 4 {
 		t.Errorf("MaxSpeed(1000) = %g, want 4 (400 lease writes a second)", s)
 	}
+	if s := MaxSpeed(2001); s != 1.9 {
+		t.Errorf("MaxSpeed(2001) = %g, want 1.9 (rounded down to a tenth)", s)
+	}
 	if s := MaxSpeed(100000); s != 1 {
 		t.Errorf("MaxSpeed(100000) = %g, want real time", s)
 	}
