@@ -32,6 +32,33 @@ type PreFilter interface {
 	PreFilter(cs *CycleState, pi *PodInfo)
 }
 
+// PreFilterExtensions is implemented by predicates whose PreFilter state
+// counts pods on nodes (inter-pod affinity, topology spread): preemption
+// takes pods off a node and nominated pods are put on one, and the state
+// must follow, one pod at a time, as upstream's AddPod and RemovePod do.
+// They change the state of a cloned cycle only.
+type PreFilterExtensions interface {
+	// AddPod accounts for other, now on ni, in the state of pi's cycle.
+	AddPod(cs *CycleState, pi, other *PodInfo, ni *NodeInfo)
+	// RemovePod forgets other, no longer on ni.
+	RemovePod(cs *CycleState, pi, other *PodInfo, ni *NodeInfo)
+}
+
+// resolvable is implemented by predicates some of whose failures removing
+// pods from the node can fix (resources, ports, anti-affinity, spread):
+// preemption tries a node only when its first failure is resolvable, as
+// upstream tries only nodes whose status is Unschedulable rather than
+// UnschedulableAndUnresolvable. A predicate without it never is.
+type resolvable interface {
+	resolvable(pi *PodInfo, ni *NodeInfo, reasons []string) bool
+}
+
+// clonable is implemented by cycle state that preemption and nominated
+// pods change: Clone returns a copy that can be changed independently.
+type clonable interface {
+	Clone() any
+}
+
 // Priority scores the feasible nodes for a pod.
 type Priority interface {
 	// Name is the priority's name in the Policy.
@@ -47,6 +74,19 @@ type Priority interface {
 type CycleState struct {
 	Snapshot *Snapshot
 	data     map[string]any
+	// rejected is the first PreFilter's verdict that the pod fits no node
+	// at all (a claim missing, an affinity term that does not parse): as
+	// upstream's PreFilter failures, it is every node's failure, before
+	// any predicate runs on a node.
+	rejected *Failure
+}
+
+// Reject records, in PreFilter, that the pod fits no node: reason is every
+// node's; unresolvable says whether preemption could change that.
+func (c *CycleState) Reject(predicate, reason string, unresolvable bool) {
+	if c.rejected == nil {
+		c.rejected = &Failure{Predicate: predicate, Reasons: []string{reason}, Unresolvable: unresolvable}
+	}
 }
 
 // NewCycleState starts a cycle on a snapshot.
@@ -60,12 +100,29 @@ func (c *CycleState) Write(key string, v any) { c.data[key] = v }
 // Read returns the state stored under key.
 func (c *CycleState) Read(key string) any { return c.data[key] }
 
+// Clone copies the cycle so that PreFilterExtensions may change it: state
+// that can change is copied, the rest shared.
+func (c *CycleState) Clone() *CycleState {
+	out := &CycleState{Snapshot: c.Snapshot, data: make(map[string]any, len(c.data)), rejected: c.rejected}
+	for k, v := range c.data {
+		if cl, ok := v.(clonable); ok {
+			v = cl.Clone()
+		}
+		out.data[k] = v
+	}
+	return out
+}
+
 // Failure records why a node was filtered out.
 type Failure struct {
 	// Predicate is the (first) predicate that rejected the node.
 	Predicate string
 	// Reasons are the predicate's reasons, e.g. "Insufficient cpu".
 	Reasons []string
+	// Unresolvable says that removing pods from the node cannot make the
+	// pod fit (upstream's UnschedulableAndUnresolvable): preemption does
+	// not try the node.
+	Unresolvable bool
 	// More holds further failing predicates when every predicate was
 	// evaluated (explanations), in evaluation order.
 	More []Failure
@@ -104,6 +161,11 @@ type Decision struct {
 	// VolumeBindings are the unbound claims of the pod and what they get
 	// on the selected node: the scheduler binds them with the pod.
 	VolumeBindings []VolumeBinding
+
+	// cycle and podInfo are the decision's, kept for a preemption that
+	// follows it.
+	cycle   *CycleState
+	podInfo *PodInfo
 }
 
 // Feasible reports whether some node fits.
@@ -113,12 +175,18 @@ func (d *Decision) Feasible() bool { return d.Selected != "" }
 // format of upstream's FailedScheduling events: "0/6 nodes are available:
 // 3 node(s) didn't match node selector, 3 node(s) had untolerated taint
 // {dedicated: groupName}."
-func (d *Decision) Summary() string {
+func (d *Decision) Summary() string { return d.summaryWith(nil) }
+
+// summaryWith is Summary with extra reasons counted in.
+func (d *Decision) summaryWith(extra map[string]int) string {
 	counts := map[string]int{}
 	for _, f := range d.Filtered {
 		for _, r := range f.Reasons {
 			counts[r]++
 		}
+	}
+	for r, n := range extra {
+		counts[r] += n
 	}
 	reasons := make([]string, 0, len(counts))
 	for r, n := range counts {

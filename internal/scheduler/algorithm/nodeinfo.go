@@ -23,7 +23,8 @@ type PodInfo struct {
 	// ParseError is set when an affinity term's selector does not parse;
 	// such a pod fits nowhere.
 	ParseError error
-	// HasClaims: the pod mounts persistent volume claims.
+	// HasClaims: the pod mounts persistent volume claims (generic
+	// ephemeral volumes included).
 	HasClaims bool
 	// nodeSelector is the pod's nodeSelector and required node affinity,
 	// compiled once; hasNodeSelector says it has either.
@@ -62,7 +63,7 @@ func NewPodInfo(pod *corev1.Pod) *PodInfo {
 	pi.nodeSelector = newRequiredNodeSelector(pod)
 	pi.hasNodeSelector = pi.nodeSelector.set != nil || pi.nodeSelector.affinity
 	for i := range pod.Spec.Volumes {
-		if pod.Spec.Volumes[i].PersistentVolumeClaim != nil {
+		if v := &pod.Spec.Volumes[i]; v.PersistentVolumeClaim != nil || v.Ephemeral != nil {
 			pi.HasClaims = true
 		}
 	}
@@ -322,10 +323,12 @@ type hostPort struct {
 // hostPorts counts the host ports in use on a node.
 type hostPorts map[hostPort]int
 
+// podHostPorts are the host ports of the pod's containers and of its
+// sidecars (restartable init containers), which run as long as it does.
 func podHostPorts(pod *corev1.Pod) []hostPort {
 	var out []hostPort
-	for i := range pod.Spec.Containers {
-		for _, p := range pod.Spec.Containers[i].Ports {
+	add := func(c *corev1.Container) {
+		for _, p := range c.Ports {
 			if p.HostPort <= 0 {
 				continue
 			}
@@ -339,6 +342,14 @@ func podHostPorts(pod *corev1.Pod) []hostPort {
 			}
 			out = append(out, hostPort{proto, ip, p.HostPort})
 		}
+	}
+	for i := range pod.Spec.InitContainers {
+		if c := &pod.Spec.InitContainers[i]; c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			add(c)
+		}
+	}
+	for i := range pod.Spec.Containers {
+		add(&pod.Spec.Containers[i])
 	}
 	return out
 }

@@ -1,19 +1,5 @@
 package algorithm
 
-import (
-	corev1 "k8s.io/api/core/v1"
-)
-
-// SystemCriticalPriority is the pod priority from which a pod is critical
-// (system-cluster-critical and system-node-critical are above it).
-const SystemCriticalPriority int32 = 2000000000
-
-// IsCriticalPod reports whether the pod is critical: the general
-// predicates' non-critical part (resources) does not apply to it.
-func IsCriticalPod(pod *corev1.Pod) bool {
-	return pod.Spec.Priority != nil && *pod.Spec.Priority >= SystemCriticalPriority
-}
-
 // podFitsResources: the node's allocatable must hold the pod's requests on
 // top of what its pods request; one more pod must fit its pod count.
 type podFitsResources struct{}
@@ -22,6 +8,27 @@ func (podFitsResources) Name() string { return "PodFitsResources" }
 
 func (podFitsResources) Filter(_ *CycleState, pi *PodInfo, ni *NodeInfo) []string {
 	return fitsResources(pi, ni)
+}
+
+// resolvable: preemption can free what the pod asks for unless it asks
+// for more of something than the node allocates at all.
+func (podFitsResources) resolvable(pi *PodInfo, ni *NodeInfo, _ []string) bool {
+	return !exceedsAllocatable(pi, ni)
+}
+
+// exceedsAllocatable reports a request no pod removed could make room for:
+// more of a resource than the node allocates.
+func exceedsAllocatable(pi *PodInfo, ni *NodeInfo) bool {
+	r := &pi.Requests
+	if r.MilliCPU > ni.Allocatable.MilliCPU || r.Memory > ni.Allocatable.Memory || r.EphemeralStorage > ni.Allocatable.EphemeralStorage {
+		return true
+	}
+	for name, q := range r.Scalar {
+		if q > ni.Allocatable.Scalar[name] {
+			return true
+		}
+	}
+	return false
 }
 
 func fitsResources(pi *PodInfo, ni *NodeInfo) []string {
@@ -55,6 +62,9 @@ func (p podFitsHostPorts) Name() string { return p.name }
 func (podFitsHostPorts) Filter(_ *CycleState, pi *PodInfo, ni *NodeInfo) []string {
 	return fitsHostPorts(pi, ni)
 }
+
+// resolvable: the pod holding the port may be a victim.
+func (podFitsHostPorts) resolvable(*PodInfo, *NodeInfo, []string) bool { return true }
 
 func fitsHostPorts(pi *PodInfo, ni *NodeInfo) []string {
 	for _, p := range pi.HostPorts {
@@ -98,20 +108,25 @@ func fitsNodeSelector(pi *PodInfo, ni *NodeInfo) []string {
 	return nil
 }
 
-// generalPredicates bundles the checks every node agent also runs: the
-// critical ones (host ports, host name, node selector) every pod must pass,
-// and the non-critical one (resources) that critical pods skip.
+// generalPredicates bundles the checks every node agent also runs:
+// resources, host ports, host name and node selector. Every pod must pass
+// all of them: upstream's NodeResourcesFit checks critical pods too (only
+// the kubelet's admission is lenient with them).
 type generalPredicates struct{}
 
 func (generalPredicates) Name() string { return "GeneralPredicates" }
 
 func (generalPredicates) Filter(_ *CycleState, pi *PodInfo, ni *NodeInfo) []string {
 	var out []string
-	if !IsCriticalPod(pi.Pod) {
-		out = append(out, fitsResources(pi, ni)...)
-	}
+	out = append(out, fitsResources(pi, ni)...)
 	out = append(out, fitsHostPorts(pi, ni)...)
 	out = append(out, fitsHostName(pi, ni)...)
 	out = append(out, fitsNodeSelector(pi, ni)...)
 	return out
+}
+
+// resolvable: only resources and ports can be freed, and only when the
+// node is the right one.
+func (generalPredicates) resolvable(pi *PodInfo, ni *NodeInfo, _ []string) bool {
+	return fitsHostName(pi, ni) == nil && fitsNodeSelector(pi, ni) == nil && !exceedsAllocatable(pi, ni)
 }

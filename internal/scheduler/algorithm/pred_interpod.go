@@ -28,10 +28,36 @@ func (c *topologyCounts) byKey(key string, create bool) map[string]int64 {
 	return m
 }
 
-func (c *topologyCounts) add(key, value string, n int64) { c.byKey(key, true)[value] += n }
+// add adds n to a domain's count; a count back at zero is forgotten, so
+// that empty says whether anything is counted at all.
+func (c *topologyCounts) add(key, value string, n int64) {
+	m := c.byKey(key, true)
+	if m[value] += n; m[value] == 0 {
+		delete(m, value)
+	}
+}
 
-// empty reports whether nothing was counted.
-func (c *topologyCounts) empty() bool { return len(c.keys) == 0 }
+// empty reports whether nothing is counted.
+func (c *topologyCounts) empty() bool {
+	for _, m := range c.counts {
+		if len(m) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// clone copies the counts.
+func (c *topologyCounts) clone() topologyCounts {
+	out := topologyCounts{keys: append([]string(nil), c.keys...), counts: make([]map[string]int64, len(c.counts))}
+	for i, m := range c.counts {
+		out.counts[i] = make(map[string]int64, len(m))
+		for k, v := range m {
+			out.counts[i][k] = v
+		}
+	}
+	return out
+}
 
 // onNode is the count of the node's domain for key; ok is false when the
 // node has no such label.
@@ -84,6 +110,10 @@ type interPodState struct {
 }
 
 func (matchInterPodAffinity) PreFilter(cs *CycleState, pi *PodInfo) {
+	if pi.ParseError != nil {
+		cs.Reject("MatchInterPodAffinity", ReasonAffinityTermParseError, true)
+		return
+	}
 	s := cs.Snapshot
 	st := &interPodState{}
 	podNSLabels := s.NamespaceLabels(pi.Pod.Namespace)
@@ -112,7 +142,60 @@ func (matchInterPodAffinity) PreFilter(cs *CycleState, pi *PodInfo) {
 			}
 		})
 	}
+	// Nothing to check: upstream skips the plugin for the cycle, so that
+	// even pods put on a node later (nominated pods, a preemption's
+	// reprieved victims) are not looked at.
+	if st.existingAnti.empty() && len(pi.RequiredAffinity) == 0 && len(pi.RequiredAntiAffinity) == 0 {
+		return
+	}
 	cs.Write(interPodKey, st)
+}
+
+// Clone copies the state for a preemption's dry run or nominated pods.
+func (st *interPodState) Clone() any {
+	out := *st
+	out.existingAnti, out.affinity, out.anti = st.existingAnti.clone(), st.affinity.clone(), st.anti.clone()
+	return &out
+}
+
+// update counts other, on ni, once more (n 1) or once less (n -1), as
+// upstream's updateWithPod does.
+func (st *interPodState) update(s *Snapshot, pi, other *PodInfo, ni *NodeInfo, n int64) {
+	podNSLabels := s.NamespaceLabels(pi.Pod.Namespace)
+	for i := range other.RequiredAntiAffinity {
+		if t := &other.RequiredAntiAffinity[i]; t.Matches(pi.Pod, podNSLabels) {
+			st.existingAnti.addNode(ni, t.TopologyKey, n)
+		}
+	}
+	otherNSLabels := s.NamespaceLabels(other.Pod.Namespace)
+	if matchesAllTerms(pi.RequiredAffinity, other.Pod, otherNSLabels) {
+		for i := range pi.RequiredAffinity {
+			st.affinity.addNode(ni, pi.RequiredAffinity[i].TopologyKey, n)
+		}
+	}
+	for i := range pi.RequiredAntiAffinity {
+		if t := &pi.RequiredAntiAffinity[i]; t.Matches(other.Pod, otherNSLabels) {
+			st.anti.addNode(ni, t.TopologyKey, n)
+		}
+	}
+}
+
+func (matchInterPodAffinity) AddPod(cs *CycleState, pi, other *PodInfo, ni *NodeInfo) {
+	if st, _ := cs.Read(interPodKey).(*interPodState); st != nil {
+		st.update(cs.Snapshot, pi, other, ni, 1)
+	}
+}
+
+func (matchInterPodAffinity) RemovePod(cs *CycleState, pi, other *PodInfo, ni *NodeInfo) {
+	if st, _ := cs.Read(interPodKey).(*interPodState); st != nil {
+		st.update(cs.Snapshot, pi, other, ni, -1)
+	}
+}
+
+// resolvable: anti-affinity with pods that may be victims is; a missing
+// affinity peer is not (upstream does not look for peers among victims).
+func (matchInterPodAffinity) resolvable(_ *PodInfo, _ *NodeInfo, reasons []string) bool {
+	return reasons[0] == ReasonPodAntiAffinityRulesNotMatch || reasons[0] == ReasonExistingPodsAntiAffinityNotOK
 }
 
 func matchesAllTerms(terms []AffinityTerm, pod *corev1.Pod, nsLabels map[string]string) bool {
@@ -135,11 +218,8 @@ func (matchInterPodAffinity) Filter(cs *CycleState, pi *PodInfo, ni *NodeInfo) [
 	if st == nil {
 		return nil
 	}
-	for i, key := range st.existingAnti.keys {
-		if v, ok := ni.Label(key); ok && st.existingAnti.counts[i][v] > 0 {
-			return []string{ReasonExistingPodsAntiAffinityNotOK}
-		}
-	}
+	// In upstream's order: the pod's affinity, its anti-affinity, then the
+	// anti-affinity of the pods already there.
 	if len(pi.RequiredAffinity) > 0 {
 		peers := true
 		for i := range pi.RequiredAffinity {
@@ -160,6 +240,11 @@ func (matchInterPodAffinity) Filter(cs *CycleState, pi *PodInfo, ni *NodeInfo) [
 	for i := range pi.RequiredAntiAffinity {
 		if n, _ := st.anti.onNode(ni, pi.RequiredAntiAffinity[i].TopologyKey); n > 0 {
 			return []string{ReasonPodAntiAffinityRulesNotMatch}
+		}
+	}
+	for i, key := range st.existingAnti.keys {
+		if v, ok := ni.Label(key); ok && st.existingAnti.counts[i][v] > 0 {
+			return []string{ReasonExistingPodsAntiAffinityNotOK}
 		}
 	}
 	return nil

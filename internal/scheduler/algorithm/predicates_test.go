@@ -73,7 +73,7 @@ func TestPredicates(t *testing.T) {
 		{"memory short", "PodFitsResources", withRequests(pod("p", nil), "1", "17Gi"), node("n", nil), nil, "Insufficient memory"},
 		{"gpu short", "PodFitsResources", gpuPod, gpuNode, nil, "Insufficient nvidia.com/gpu"},
 		{"gpu absent", "PodFitsResources", gpuPod, node("n", nil), nil, "Insufficient nvidia.com/gpu"},
-		{"critical skips resources", "GeneralPredicates", critical, node("n", nil), nil, ""},
+		{"critical pods checked too", "GeneralPredicates", critical, node("n", nil), nil, "Insufficient cpu"},
 		{"non-critical checked", "GeneralPredicates", withRequests(pod("p", nil), "8", "1Gi"), node("n", nil), nil, "Insufficient cpu"},
 		{"host port free", "PodFitsHostPorts", portPod(8080, ""), node("n", nil), []*corev1.Pod{portPod(9090, "")}, ""},
 		{"host port taken", "PodFitsHostPorts", portPod(8080, ""), node("n", nil), []*corev1.Pod{portPod(8080, "10.0.0.1")}, ReasonHostPortsNotFree},

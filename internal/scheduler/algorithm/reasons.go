@@ -13,7 +13,7 @@ const (
 	ReasonVolumeNodeAffinityConflict    = "node(s) had volume node affinity conflict"
 	ReasonVolumeBindConflict            = "node(s) didn't find available persistent volumes to bind"
 	ReasonUnboundImmediatePVC           = "pod has unbound immediate PersistentVolumeClaims"
-	ReasonPVCNotFound                   = "persistentvolumeclaim not found"
+	ReasonReadWriteOncePodConflict      = "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod"
 	ReasonPodAffinityRulesNotMatch      = "node(s) didn't match pod affinity rules"
 	ReasonPodAntiAffinityRulesNotMatch  = "node(s) didn't match pod anti-affinity rules"
 	ReasonExistingPodsAntiAffinityNotOK = "node(s) didn't satisfy existing pods anti-affinity rules"
@@ -27,6 +27,9 @@ const (
 	ReasonNetworkUnavailable            = "node(s) had unavailable network"
 	ReasonNodeUnschedulable             = "node(s) were unschedulable"
 	ReasonTooManyPods                   = "Too many pods"
+	ReasonSpreadConstraintsNotMatch     = "node(s) didn't match pod topology spread constraints"
+	ReasonSpreadMissingLabel            = ReasonSpreadConstraintsNotMatch + " (missing required label)"
+	ReasonSpreadConstraintsInvalid      = "pod topology spread constraints could not be parsed"
 )
 
 // insufficient is the reason for a resource the node lacks.

@@ -6,17 +6,21 @@ import (
 	"github.com/capstan-dev/capstan/internal/scheduler/policy"
 )
 
-// predicateOrder is the order predicates run in, cheapest and most
-// selective first, as the legacy scheduler ordered them; a node is
-// rejected by the first that fails. Configurable predicates run after the
-// static ones of their rank, in Policy order.
+// predicateOrder is the order predicates run in: that of the filter
+// plugins of upstream's default profile they became (NodeUnschedulable,
+// NodeName, TaintToleration, NodeAffinity, NodePorts, NodeResourcesFit,
+// VolumeRestrictions, NodeVolumeLimits, VolumeBinding, VolumeZone,
+// PodTopologySpread, InterPodAffinity). A node is rejected by the first
+// that fails, and whether preemption can help there is that predicate's
+// answer, as it is the first failing plugin's upstream. Configurable
+// predicates run after the static ones of their rank, in Policy order.
 var predicateOrder = []string{
-	"CheckNodeCondition", "CheckNodeUnschedulable", "GeneralPredicates", "HostName",
-	"PodFitsHostPorts", "PodFitsPorts", "MatchNodeSelector", "PodFitsResources", "NoDiskConflict",
-	"PodToleratesNodeTaints", "PodToleratesNodeNoExecuteTaints", "CheckNodeLabelPresence",
-	"checkServiceAffinity", "MaxEBSVolumeCount", "MaxGCEPDVolumeCount", "MaxAzureDiskVolumeCount",
+	"CheckNodeCondition", "CheckNodeUnschedulable", "HostName", "PodToleratesNodeTaints",
+	"PodToleratesNodeNoExecuteTaints", "MatchNodeSelector", "GeneralPredicates", "PodFitsHostPorts",
+	"PodFitsPorts", "PodFitsResources", "NoDiskConflict", "CheckNodeLabelPresence", "checkServiceAffinity",
+	"MaxEBSVolumeCount", "MaxGCEPDVolumeCount", "MaxAzureDiskVolumeCount", "MaxCSIVolumeCountPred",
 	"CheckVolumeBinding", "NoVolumeZoneConflict", "CheckNodeMemoryPressure", "CheckNodePIDPressure",
-	"CheckNodeDiskPressure", "MatchInterPodAffinity",
+	"CheckNodeDiskPressure", "EvenPodsSpread", "MatchInterPodAffinity",
 }
 
 func staticPredicate(name string) Predicate {
@@ -31,6 +35,10 @@ func staticPredicate(name string) Predicate {
 		return newMaxAzureDisk()
 	case "MatchInterPodAffinity":
 		return matchInterPodAffinity{}
+	case "EvenPodsSpread":
+		return evenPodsSpread{}
+	case "MaxCSIVolumeCountPred":
+		return maxCSIVolumeCount{}
 	case "NoDiskConflict":
 		return noDiskConflict{}
 	case "GeneralPredicates":
@@ -87,6 +95,8 @@ func staticPriority(name string) Priority {
 		return equalPriority{}
 	case "ImageLocalityPriority":
 		return imageLocality{}
+	case "EvenPodsSpreadPriority":
+		return evenPodsSpreadPriority{}
 	}
 	return nil
 }

@@ -40,6 +40,7 @@ func New(p *policy.Policy, seed uint64) (*Algorithm, error) {
 	if err != nil {
 		return nil, err
 	}
+	preds = append(preds, dynamicResources{})
 	return &Algorithm{
 		predicates:  preds,
 		priorities:  prios,
@@ -102,7 +103,26 @@ type Options struct {
 func (a *Algorithm) Schedule(ctx context.Context, pod *corev1.Pod, snap *Snapshot, opts Options) *Decision {
 	pi := NewPodInfo(pod)
 	cs := a.PreFilter(pi, snap)
-	d := &Decision{Pod: pod, NumNodes: len(snap.Nodes), Filtered: map[string]*Failure{}}
+	d := &Decision{Pod: pod, NumNodes: len(snap.Nodes), Filtered: map[string]*Failure{}, cycle: cs, podInfo: pi}
+	// The node preemption nominated the pod to is likely the only one that
+	// fits it: it is tried first, as upstream does, and taken if it fits.
+	if nn := pod.Status.NominatedNodeName; nn != "" && !opts.Explain {
+		if ni := snap.node(nn); ni != nil {
+			f := a.filterNode(cs, pi, ni, false)
+			if f == nil {
+				d.Scored, d.Evaluated, d.Selected, d.Ties = []NodeScore{{Node: nn}}, 1, nn, 1
+				if pi.HasClaims {
+					placeClaims(snap, pod, []*NodeInfo{ni}, d)
+				}
+				if d.Feasible() {
+					return d
+				}
+			} else {
+				d.Filtered[nn] = f
+			}
+			d.Scored, d.Evaluated = nil, 0
+		}
+	}
 	feasible := a.filter(ctx, cs, pi, snap.Nodes, opts, d)
 	if len(feasible) == 0 {
 		return d
@@ -206,7 +226,7 @@ func (a *Algorithm) filter(ctx context.Context, cs *CycleState, pi *PodInfo, nod
 			}
 			i := (start + int(k)) % n
 			evaluated.Add(1)
-			if f := a.runPredicates(cs, pi, nodes[i], opts.Explain); f != nil {
+			if f := a.filterNode(cs, pi, nodes[i], opts.Explain); f != nil {
 				failures[k] = f
 				continue
 			}
@@ -247,6 +267,10 @@ func (a *Algorithm) filter(ctx context.Context, cs *CycleState, pi *PodInfo, nod
 // runPredicates returns nil when the node fits, else the failure of the
 // first predicate that rejects it (of every one, when explaining).
 func (a *Algorithm) runPredicates(cs *CycleState, pi *PodInfo, ni *NodeInfo, all bool) *Failure {
+	if r := cs.rejected; r != nil {
+		f := *r
+		return &f
+	}
 	var first *Failure
 	for _, p := range a.predicates {
 		reasons := p.Filter(cs, pi, ni)
@@ -254,7 +278,7 @@ func (a *Algorithm) runPredicates(cs *CycleState, pi *PodInfo, ni *NodeInfo, all
 			continue
 		}
 		if first == nil {
-			first = &Failure{Predicate: p.Name(), Reasons: reasons}
+			first = &Failure{Predicate: p.Name(), Reasons: reasons, Unresolvable: !isResolvable(p, pi, ni, reasons)}
 			if !all {
 				return first
 			}
@@ -263,6 +287,13 @@ func (a *Algorithm) runPredicates(cs *CycleState, pi *PodInfo, ni *NodeInfo, all
 		first.More = append(first.More, Failure{Predicate: p.Name(), Reasons: reasons})
 	}
 	return first
+}
+
+// isResolvable reports whether removing pods from the node could fix a
+// predicate's failure there.
+func isResolvable(p Predicate, pi *PodInfo, ni *NodeInfo, reasons []string) bool {
+	r, ok := p.(resolvable)
+	return ok && r.resolvable(pi, ni, reasons)
 }
 
 // filterBuffers hold one decision's per-node results.

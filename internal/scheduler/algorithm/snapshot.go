@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/informers"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 )
@@ -25,6 +26,11 @@ type Listers struct {
 	PersistentVolumes      corelisters.PersistentVolumeLister
 	StorageClasses         storagelisters.StorageClassLister
 	Namespaces             corelisters.NamespaceLister
+	// PodDisruptionBudgets are the budgets preemption tries not to
+	// violate.
+	PodDisruptionBudgets policylisters.PodDisruptionBudgetLister
+	// CSINodes give each node's attach limit per CSI driver.
+	CSINodes storagelisters.CSINodeLister
 }
 
 // Snapshot is an immutable view of the cluster that one scheduling
@@ -37,7 +43,15 @@ type Snapshot struct {
 	// name to claim namespace/name) that the API does not show bound yet:
 	// no other claim gets them.
 	AssumedVolumes map[string]string
+	// Nominated are the pods waiting for room preemption makes for them,
+	// by the node they are nominated to (status.nominatedNodeName).
+	Nominated map[string][]*PodInfo
 	Listers
+
+	// byName indexes Nodes, built on first use; usedClaims are the claims
+	// its pods mount, also built on first use.
+	byName     map[string]*NodeInfo
+	usedClaims map[string]bool
 
 	nsMu     sync.Mutex
 	nsLabels map[string]labelsSet
@@ -155,6 +169,8 @@ func ListersFrom(f informers.SharedInformerFactory) (Listers, []cache.InformerSy
 		PersistentVolumes:      f.Core().V1().PersistentVolumes().Lister(),
 		StorageClasses:         f.Storage().V1().StorageClasses().Lister(),
 		Namespaces:             f.Core().V1().Namespaces().Lister(),
+		PodDisruptionBudgets:   f.Policy().V1().PodDisruptionBudgets().Lister(),
+		CSINodes:               f.Storage().V1().CSINodes().Lister(),
 	}
 	var synced []cache.InformerSynced
 	for _, inf := range []cache.SharedIndexInformer{
@@ -162,8 +178,29 @@ func ListersFrom(f informers.SharedInformerFactory) (Listers, []cache.InformerSy
 		f.Apps().V1().ReplicaSets().Informer(), f.Apps().V1().StatefulSets().Informer(),
 		f.Core().V1().PersistentVolumeClaims().Informer(), f.Core().V1().PersistentVolumes().Informer(),
 		f.Storage().V1().StorageClasses().Informer(), f.Core().V1().Namespaces().Informer(),
+		f.Policy().V1().PodDisruptionBudgets().Informer(), f.Storage().V1().CSINodes().Informer(),
 	} {
 		synced = append(synced, inf.HasSynced)
 	}
 	return l, synced
+}
+
+// claimInUse reports whether a pod on a node of the snapshot mounts the
+// claim ns/name (ReadWriteOncePod lets only one do so).
+func (s *Snapshot) claimInUse(ns, name string) bool {
+	s.nsMu.Lock()
+	defer s.nsMu.Unlock()
+	if s.usedClaims == nil {
+		s.usedClaims = map[string]bool{}
+		for _, ni := range s.Nodes {
+			for _, p := range ni.Pods {
+				for i := range p.Pod.Spec.Volumes {
+					if c := p.Pod.Spec.Volumes[i].PersistentVolumeClaim; c != nil {
+						s.usedClaims[p.Pod.Namespace+"/"+c.ClaimName] = true
+					}
+				}
+			}
+		}
+	}
+	return s.usedClaims[ns+"/"+name]
 }

@@ -43,10 +43,10 @@ func ClaimKey(pvc *corev1.PersistentVolumeClaim) string { return pvc.Namespace +
 func bindClaims(s *Snapshot, pod *corev1.Pod, node *corev1.Node) (bindings []VolumeBinding, reason string) {
 	var taken map[string]bool
 	for i := range pod.Spec.Volumes {
-		pvc, pv, found := claimedVolume(s, pod.Namespace, &pod.Spec.Volumes[i])
+		pvc, pv, why := claimedVolume(s, pod, &pod.Spec.Volumes[i])
 		switch {
-		case !found:
-			return nil, ReasonPVCNotFound
+		case why != "":
+			return nil, why
 		case pvc == nil:
 			continue
 		case pv != nil:

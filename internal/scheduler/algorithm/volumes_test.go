@@ -101,7 +101,7 @@ func TestCheckVolumeBinding(t *testing.T) {
 		t.Errorf("unbound Immediate claim: %+v", d.Filtered)
 	}
 	d = a.Schedule(t.Context(), withClaim(pod("p4", nil), "missing"), snapshot(nodes, nil, l), explain)
-	if d.Feasible() || d.Filtered["a"].Reasons[0] != ReasonPVCNotFound {
+	if d.Feasible() || d.Filtered["a"].Reasons[0] != `persistentvolumeclaim "missing" not found` {
 		t.Errorf("missing claim: %+v", d.Filtered)
 	}
 }

@@ -124,23 +124,53 @@ func Parse(raw []byte) (*Policy, error) {
 	return p, nil
 }
 
-// Default is the default policy of the scheduling documentation (14.2.4).
+// Default is the default policy of the scheduling documentation (14.2.4),
+// brought to what OpenShift 4's scheduler runs: pod topology spread (the
+// pods' constraints and the cluster defaults) as a predicate and a
+// priority, volume binding and the cordon as filters, and attach limits
+// from each node's CSINode rather than the fixed in-tree counts upstream
+// has removed. Preemption is not a Policy entry: every scheduler preempts
+// unless told not to (Config.DisablePreemption).
 func Default() *Policy {
 	return &Policy{
 		Kind: "Policy", APIVersion: "v1",
 		Predicates: []PredicatePolicy{
-			{Name: "NoVolumeZoneConflict"}, {Name: "MaxEBSVolumeCount"}, {Name: "MaxGCEPDVolumeCount"},
-			{Name: "MaxAzureDiskVolumeCount"}, {Name: "MatchInterPodAffinity"}, {Name: "NoDiskConflict"},
-			{Name: "GeneralPredicates"}, {Name: "PodToleratesNodeTaints"}, {Name: "CheckNodeMemoryPressure"},
-			{Name: "CheckNodeDiskPressure"},
+			{Name: "NoVolumeZoneConflict"}, {Name: "MaxCSIVolumeCountPred"}, {Name: "MatchInterPodAffinity"},
+			{Name: "NoDiskConflict"}, {Name: "GeneralPredicates"}, {Name: "PodToleratesNodeTaints"},
+			{Name: "CheckNodeMemoryPressure"}, {Name: "CheckNodeDiskPressure"}, {Name: "CheckNodeUnschedulable"},
+			{Name: "CheckVolumeBinding"}, {Name: "EvenPodsSpread"},
 			{Name: "Region", Argument: &PredicateArgument{ServiceAffinity: &ServiceAffinity{Labels: []string{"region"}}}},
 		},
 		Priorities: []PriorityPolicy{
 			{Name: "SelectorSpreadPriority", Weight: 1}, {Name: "InterPodAffinityPriority", Weight: 1},
 			{Name: "LeastRequestedPriority", Weight: 1}, {Name: "BalancedResourceAllocation", Weight: 1},
 			{Name: "NodePreferAvoidPodsPriority", Weight: 10000}, {Name: "NodeAffinityPriority", Weight: 1},
-			{Name: "TaintTolerationPriority", Weight: 1},
+			{Name: "TaintTolerationPriority", Weight: 1}, {Name: "EvenPodsSpreadPriority", Weight: 2},
 			{Name: "Zone", Weight: 2, Argument: &PriorityArgument{ServiceAntiAffinity: &ServiceAntiAffinity{Label: "zone"}}},
+		},
+	}
+}
+
+// UpstreamDefault is the default profile of kube-scheduler (v1.36) as a
+// Policy: its filter plugins by their legacy predicate names, in its
+// order, and its scoring plugins with its weights (NodeResourcesFit's
+// LeastAllocated strategy is LeastRequestedPriority). It is what the
+// differential tests hold capstan's predicates to, and what a simulation
+// of a cluster that is not capstan's runs.
+func UpstreamDefault() *Policy {
+	return &Policy{
+		Kind: "Policy", APIVersion: "v1",
+		Predicates: []PredicatePolicy{
+			{Name: "CheckNodeUnschedulable"}, {Name: "HostName"}, {Name: "PodToleratesNodeTaints"},
+			{Name: "MatchNodeSelector"}, {Name: "PodFitsHostPorts"}, {Name: "PodFitsResources"},
+			{Name: "NoDiskConflict"}, {Name: "MaxCSIVolumeCountPred"}, {Name: "CheckVolumeBinding"},
+			{Name: "NoVolumeZoneConflict"}, {Name: "EvenPodsSpread"}, {Name: "MatchInterPodAffinity"},
+		},
+		Priorities: []PriorityPolicy{
+			{Name: "TaintTolerationPriority", Weight: 3}, {Name: "NodeAffinityPriority", Weight: 2},
+			{Name: "LeastRequestedPriority", Weight: 1}, {Name: "EvenPodsSpreadPriority", Weight: 2},
+			{Name: "InterPodAffinityPriority", Weight: 2}, {Name: "BalancedResourceAllocation", Weight: 1},
+			{Name: "ImageLocalityPriority", Weight: 1},
 		},
 	}
 }

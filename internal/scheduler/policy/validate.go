@@ -15,6 +15,7 @@ var StaticPredicates = []string{
 	"CheckNodeMemoryPressure", "CheckNodeDiskPressure", "CheckNodePIDPressure", "CheckVolumeBinding",
 	"CheckNodeCondition", "CheckNodeUnschedulable", "PodToleratesNodeNoExecuteTaints",
 	"PodFitsResources", "PodFitsHostPorts", "PodFitsPorts", "HostName", "MatchNodeSelector",
+	"EvenPodsSpread", "MaxCSIVolumeCountPred",
 }
 
 // ConfigurablePredicates are the predicate names that stand for a
@@ -29,7 +30,7 @@ var StaticPriorities = []string{
 	"SelectorSpreadPriority", "InterPodAffinityPriority", "LeastRequestedPriority",
 	"BalancedResourceAllocation", "NodePreferAvoidPodsPriority", "NodeAffinityPriority",
 	"TaintTolerationPriority", "EqualPriority", "MostRequestedPriority", "ImageLocalityPriority",
-	"ServiceSpreadingPriority",
+	"ServiceSpreadingPriority", "EvenPodsSpreadPriority",
 }
 
 // ValidationError lists everything wrong with a Policy.
