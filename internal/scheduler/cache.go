@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 
 	"github.com/capstan-dev/capstan/internal/scheduler/algorithm"
 )
@@ -36,6 +37,10 @@ type nodeCache struct {
 	// claim namespace/name) until the API shows them bound: the next
 	// decisions never give them to another claim.
 	volumes map[string]string
+	// nominated are the pending pods preemption made room for, by the node
+	// they wait for; nominatedOn says where each is.
+	nominated   map[string]map[types.UID]*algorithm.PodInfo
+	nominatedOn map[types.UID]string
 }
 
 // assumedPodExpiry is how long after its binding finished an assumed pod
@@ -64,7 +69,56 @@ func newNodeCache(labelKeys []string) *nodeCache {
 		pods:      algorithm.NewPodIndex(),
 		assumed:   map[types.UID]*assumption{},
 		volumes:   map[string]string{},
+
+		nominated:   map[string]map[types.UID]*algorithm.PodInfo{},
+		nominatedOn: map[types.UID]string{},
 	}
+}
+
+// nominate records that pod waits for room on node (status
+// .nominatedNodeName, or the scheduler's own preemption before the API
+// shows it); an empty node forgets any nomination.
+func (c *nodeCache) nominate(pod *corev1.Pod, node string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nominateLocked(pod, node)
+}
+
+func (c *nodeCache) nominateLocked(pod *corev1.Pod, node string) {
+	if old, ok := c.nominatedOn[pod.UID]; ok {
+		if old == node {
+			// Same node: keep the newer object.
+			c.nominated[node][pod.UID] = algorithm.NewPodInfo(pod)
+			return
+		}
+		delete(c.nominated[old], pod.UID)
+		if len(c.nominated[old]) == 0 {
+			delete(c.nominated, old)
+		}
+		delete(c.nominatedOn, pod.UID)
+	}
+	if node == "" {
+		return
+	}
+	if c.nominated[node] == nil {
+		c.nominated[node] = map[types.UID]*algorithm.PodInfo{}
+	}
+	c.nominated[node][pod.UID] = algorithm.NewPodInfo(pod)
+	c.nominatedOn[pod.UID] = node
+}
+
+// nominatedBelow returns the pods nominated to node with a priority below
+// prio: a preemption there takes the room they counted on.
+func (c *nodeCache) nominatedBelow(node string, prio int32) []*corev1.Pod {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*corev1.Pod
+	for _, pi := range c.nominated[node] {
+		if corev1helpers.PodPriority(pi.Pod) < prio {
+			out = append(out, pi.Pod)
+		}
+	}
+	return out
 }
 
 func (c *nodeCache) info(name string) *algorithm.NodeInfo {
@@ -182,6 +236,9 @@ func (c *nodeCache) removeLocked(pod *corev1.Pod) {
 // the binding is confirmed, so the next decision already sees it. The
 // caller holds the lock (it is still in its decision).
 func (c *nodeCache) assumeLocked(pod *corev1.Pod, nodeName string, bindings []algorithm.VolumeBinding) {
+	// Placed: its nomination, if any, is over (the API clears it on
+	// binding).
+	c.nominateLocked(pod, "")
 	assumed := pod.DeepCopy()
 	assumed.Spec.NodeName = nodeName
 	c.removeLocked(assumed)
@@ -250,5 +307,13 @@ func (c *nodeCache) expireAssumed(now time.Time) []*corev1.Pod {
 func (c *nodeCache) snapshotLocked(l algorithm.Listers) *algorithm.Snapshot {
 	snap := algorithm.NewSharedSnapshot(c.list, c.pods, l)
 	snap.AssumedVolumes = c.volumes
+	if len(c.nominated) > 0 {
+		snap.Nominated = make(map[string][]*algorithm.PodInfo, len(c.nominated))
+		for node, pods := range c.nominated {
+			for _, pi := range pods {
+				snap.Nominated[node] = append(snap.Nominated[node], pi)
+			}
+		}
+	}
 	return snap
 }

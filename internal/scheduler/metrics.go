@@ -21,6 +21,9 @@ type schedulerMetrics struct {
 	duration *prometheus.HistogramVec
 	tries    prometheus.Histogram
 	profile  string
+
+	preemptionAttempts prometheus.Counter
+	preemptionVictims  prometheus.Histogram
 }
 
 const pendingHelp = "Number of pending pods, by the queue type. 'active' means number of pods in activeQ; 'backoff' means number of pods in backoffQ; 'unschedulable' means number of pods in unschedulablePods that the scheduler attempted to schedule and failed; 'gated' is the number of unschedulable pods that the scheduler never attempted to schedule because they are gated."
@@ -38,7 +41,11 @@ func newSchedulerMetrics(profile string, q *schedulingQueue) *schedulerMetrics {
 		tries: prometheus.NewHistogram(prometheus.HistogramOpts{Subsystem: "scheduler", Name: "pod_scheduling_attempts",
 			Help: "Number of attempts to successfully schedule a pod.", Buckets: prometheus.ExponentialBuckets(1, 2, 5)}),
 	}
-	m.registry.MustRegister(m.attempts, m.duration, m.tries, &pendingCollector{q: q})
+	m.preemptionAttempts = prometheus.NewCounter(prometheus.CounterOpts{Subsystem: "scheduler", Name: "preemption_attempts_total",
+		Help: "Total preemption attempts in the cluster till now"})
+	m.preemptionVictims = prometheus.NewHistogram(prometheus.HistogramOpts{Subsystem: "scheduler", Name: "preemption_victims",
+		Help: "Number of selected preemption victims", Buckets: prometheus.ExponentialBuckets(1, 2, 7)})
+	m.registry.MustRegister(m.attempts, m.duration, m.tries, m.preemptionAttempts, m.preemptionVictims, &pendingCollector{q: q})
 	return m
 }
 
@@ -65,5 +72,6 @@ func (c *pendingCollector) Collect(ch chan<- prometheus.Metric) {
 
 // Metrics is the scheduler's registry: scheduler_schedule_attempts_total,
 // scheduler_scheduling_attempt_duration_seconds,
-// scheduler_pod_scheduling_attempts and scheduler_pending_pods.
+// scheduler_pod_scheduling_attempts, scheduler_pending_pods,
+// scheduler_preemption_attempts_total and scheduler_preemption_victims.
 func (s *Scheduler) Metrics() prometheus.Gatherer { return s.metrics.registry }

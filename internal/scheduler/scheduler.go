@@ -7,6 +7,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -53,6 +55,10 @@ type Config struct {
 	VolumeBindTimeout time.Duration
 	// Clock is the real clock unless a test injects one.
 	Clock Clock
+	// DisablePreemption keeps the scheduler from evicting pods of lower
+	// priority to make room, as kube-scheduler's disablePreemption did;
+	// by default it preempts, as upstream's DefaultPreemption does.
+	DisablePreemption bool
 	// Informers, when set, is a factory shared with other components of
 	// the same process, as kube-controller-manager's controllers share
 	// one: the scheduler reads through it, starts what it asks of it,
@@ -80,6 +86,14 @@ type Scheduler struct {
 	// cachesSynced is closed once Run's informers have synced.
 	cachesSynced chan struct{}
 	metrics      *schedulerMetrics
+	// offsets draws where each preemption's search starts, as upstream
+	// draws it at random; guarded by the cache lock.
+	offsets *rand.Rand
+	// preempting are the pods whose victims are being deleted: they are
+	// not tried again until that is done (upstream's PreEnqueue check).
+	preemptingMu sync.Mutex
+	preempting   map[types.UID]bool
+	preemptions  sync.WaitGroup
 }
 
 type bindRequest struct {
@@ -123,6 +137,8 @@ func New(client kubernetes.Interface, cfg Config) (*Scheduler, error) {
 		binds:     make(chan bindRequest, 1024),
 
 		cachesSynced: make(chan struct{}),
+		offsets:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5bd1e995)),
+		preempting:   map[types.UID]bool{},
 	}
 	if s.factory == nil {
 		s.factory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(crcache.TransformStripManagedFields()))
@@ -242,6 +258,15 @@ func terminal(p *corev1.Pod) bool {
 }
 
 func (s *Scheduler) podChanged(old, pod *corev1.Pod) {
+	// A pending pod of this scheduler waits where it was nominated;
+	// every other pod holds no nomination.
+	nominated := ""
+	if pod.Spec.NodeName == "" && pod.Spec.SchedulerName == s.cfg.Name && pod.DeletionTimestamp == nil && !terminal(pod) {
+		nominated = pod.Status.NominatedNodeName
+	}
+	if nominated != "" || (old != nil && old.Status.NominatedNodeName != "") {
+		s.cache.nominate(pod, nominated)
+	}
 	switch {
 	case pod.Spec.NodeName != "":
 		s.queue.Delete(pod)
@@ -271,6 +296,7 @@ func (s *Scheduler) podChanged(old, pod *corev1.Pod) {
 // holding a place in the cache (observed bound or only assumed).
 func (s *Scheduler) podDeleted(pod *corev1.Pod) {
 	s.queue.Delete(pod)
+	s.cache.nominate(pod, "")
 	if s.cache.forgetPod(pod) {
 		// Freed resources, ports or affinity may let a waiting pod in.
 		s.queue.MoveAllToActive()
@@ -322,11 +348,18 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		if !ok {
 			break
 		}
+		if s.isPreempting(pod.UID) {
+			// Its victims are still being deleted: it waits for that
+			// (preemptVictims moves it on when done).
+			s.queue.Requeue(qp, cycle, true)
+			continue
+		}
 		s.scheduleOne(ctx, qp, pod, cycle)
 	}
 	close(s.binds)
 	wg.Wait()
 	s.volumeBinds.Wait()
+	s.preemptions.Wait()
 	return nil
 }
 
@@ -351,14 +384,36 @@ func (s *Scheduler) housekeeping(logger klog.Logger) {
 func (s *Scheduler) scheduleOne(ctx context.Context, qp *queuedPod, pod *corev1.Pod, cycle int64) {
 	start := s.cfg.Clock.Now()
 	s.cache.mu.Lock()
-	d := s.algorithm.Schedule(ctx, pod, s.cache.snapshotLocked(s.listers), algorithm.Options{})
-	if d.Feasible() {
+	snap := s.cache.snapshotLocked(s.listers)
+	d := s.algorithm.Schedule(ctx, pod, snap, algorithm.Options{})
+	var pre *algorithm.Preemption
+	switch {
+	case d.Feasible():
 		s.cache.assumeLocked(pod, d.Selected, d.VolumeBindings)
+	case !s.cfg.DisablePreemption:
+		pre = s.algorithm.Preempt(ctx, d, snap, s.offsets.IntN(max(len(snap.Nodes), 1)))
+		if pre.Node != "" {
+			s.cache.nominateLocked(pod, pre.Node)
+		}
 	}
 	s.cache.mu.Unlock()
 	if !d.Feasible() {
 		s.metrics.attempt(resultUnschedulable, start, s.cfg.Clock.Now())
-		s.unschedulable(ctx, qp, pod, cycle, d.Summary())
+		msg, nomination := d.Summary(), keepNomination
+		if pre != nil {
+			s.metrics.preemptionAttempts.Inc()
+			switch {
+			case pre.Node != "":
+				nomination = pre.Node
+				s.startPreemption(ctx, pod, pre)
+			case pre.ClearNomination:
+				nomination = ""
+			}
+			if pre.Message != "" {
+				msg += " " + pre.Message
+			}
+		}
+		s.unschedulable(ctx, qp, pod, cycle, msg, nomination)
 		return
 	}
 	req := bindRequest{qp: qp, pod: pod, cycle: cycle, node: d.Selected, volumes: d.VolumeBindings, start: start}
@@ -435,23 +490,34 @@ func (s *Scheduler) bind(ctx context.Context, req bindRequest) {
 
 // unschedulable parks the pod until the cluster changes and records why no
 // node fits; a pod deleted or bound elsewhere meanwhile is just dropped.
-func (s *Scheduler) unschedulable(ctx context.Context, qp *queuedPod, pod *corev1.Pod, cycle int64, msg string) {
+func (s *Scheduler) unschedulable(ctx context.Context, qp *queuedPod, pod *corev1.Pod, cycle int64, msg, nomination string) {
 	if !s.queue.Requeue(qp, cycle, true) {
 		return
 	}
-	if err := s.setUnschedulableCondition(ctx, pod, msg); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+	if err := s.setUnschedulableCondition(ctx, pod, msg, nomination); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		klog.FromContext(ctx).V(2).Info("Updating PodScheduled condition failed", "pod", klog.KObj(pod), "err", err)
 	}
 	s.recorder.Event(pod, corev1.EventTypeWarning, ReasonFailedScheduling, msg)
 }
 
-func (s *Scheduler) setUnschedulableCondition(ctx context.Context, pod *corev1.Pod, msg string) error {
+// keepNomination leaves a pod's status.nominatedNodeName as it is.
+const keepNomination = "\x00keep"
+
+// setUnschedulableCondition records why the pod fits nowhere and, in the
+// same write as upstream, where it is nominated to (nomination: a node, ""
+// to clear it, or keepNomination).
+func (s *Scheduler) setUnschedulableCondition(ctx context.Context, pod *corev1.Pod, msg, nomination string) error {
+	if nomination == keepNomination {
+		nomination = pod.Status.NominatedNodeName
+	}
 	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable && c.Message == msg {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable && c.Message == msg &&
+			pod.Status.NominatedNodeName == nomination {
 			return nil
 		}
 	}
 	updated := pod.DeepCopy()
+	updated.Status.NominatedNodeName = nomination
 	cond := corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
 		Reason: corev1.PodReasonUnschedulable, Message: msg, LastTransitionTime: metav1.NewTime(s.cfg.Clock.Now())}
 	replaced := false

@@ -58,6 +58,8 @@ type Preemption struct {
 	// ClearNomination: the pod's earlier nomination no longer holds and
 	// must be cleared (upstream clears it when no node can be found).
 	ClearNomination bool
+	// Failed says, for each node preemption tried in vain, why.
+	Failed map[string]*Failure
 	// Candidates are every node where preemption would have helped, in
 	// the order they were found, the chosen one among them.
 	Candidates []PreemptionCandidate
@@ -95,9 +97,9 @@ func (a *Algorithm) Preempt(ctx context.Context, d *Decision, snap *Snapshot, of
 		candidates = a.dryRun(ctx, d, potential, pdbs, offset, failed)
 	}
 	if len(candidates) == 0 {
-		return &Preemption{ClearNomination: true, Message: "preemption: " + preemptionSummary(len(snap.Nodes), failed)}
+		return &Preemption{ClearNomination: true, Failed: failed, Message: "preemption: " + preemptionSummary(len(snap.Nodes), failed)}
 	}
-	out := &Preemption{Candidates: make([]PreemptionCandidate, len(candidates))}
+	out := &Preemption{Failed: failed, Candidates: make([]PreemptionCandidate, len(candidates))}
 	for i, c := range candidates {
 		out.Candidates[i] = PreemptionCandidate{Node: c.node, Victims: c.victims, PDBViolations: c.pdbViolations}
 	}

@@ -39,8 +39,14 @@ func volumeListers(pvcs []*corev1.PersistentVolumeClaim, pvs []*corev1.Persisten
 	}
 }
 
+// pvc is a claim, bound to volume (as the volume controller leaves a
+// claim it bound) unless volume is empty.
 func pvc(name, volume, class string) *corev1.PersistentVolumeClaim {
-	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+	var ann map[string]string
+	if volume != "" {
+		ann = map[string]string{annBindCompleted: "yes"}
+	}
+	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: ann},
 		Spec: corev1.PersistentVolumeClaimSpec{VolumeName: volume, StorageClassName: ptr.To(class),
 			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}

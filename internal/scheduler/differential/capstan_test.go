@@ -115,6 +115,9 @@ func capstanRun(ctx context.Context, c *Case) (*verdict, error) {
 	}
 	v.chosen = p.Node
 	v.message = p.Message
+	for n, f := range p.Failed {
+		v.reasons["preemption "+n] = f.Predicate + ": " + strings.Join(f.Reasons, ", ")
+	}
 	return v, nil
 }
 
@@ -186,4 +189,3 @@ func taintsLine(ts []corev1.Taint) string {
 	}
 	return "[" + strings.Join(parts, ",") + "]"
 }
-

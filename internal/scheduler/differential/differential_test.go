@@ -18,7 +18,7 @@ import (
 )
 
 var (
-	cases = flag.Int("differential.cases", 1500, "how many generated cases TestAgreesWithKubeScheduler decides")
+	cases = flag.Int("differential.cases", 2000, "how many generated cases TestAgreesWithKubeScheduler decides")
 	first = flag.Uint64("differential.seed", 1, "the seed of the first case")
 )
 

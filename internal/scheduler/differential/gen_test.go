@@ -327,6 +327,13 @@ func (g *gen) pod(name string) *corev1.Pod {
 func (g *gen) existingPod() {
 	p := g.pod(fmt.Sprintf("running-%d", len(g.c.Pods)))
 	p.Spec.NodeName = pick(g, g.c.Nodes).Name
+	// The kubelet admits no two pods binding one host port: a node's
+	// pods never share one.
+	for _, q := range g.c.Pods {
+		if q.Spec.NodeName == p.Spec.NodeName && len(hostPorts(q)) > 0 && len(hostPorts(p)) > 0 && hostPorts(q)[0] == hostPorts(p)[0] {
+			p.Spec.Containers[0].Ports, p.Spec.InitContainers = nil, nil
+		}
+	}
 	p.Status.Phase = corev1.PodRunning
 	p.Status.StartTime = &metav1.Time{Time: epoch.Add(time.Duration(g.r.IntN(100)) * time.Second)}
 	if g.chance(0.05) {
@@ -467,4 +474,19 @@ func (g *gen) spread(p *corev1.Pod) corev1.TopologySpreadConstraint {
 		c.LabelSelector = &metav1.LabelSelector{}
 	}
 	return c
+}
+
+// hostPorts lists a pod's host ports, sidecars' included.
+func hostPorts(p *corev1.Pod) []int32 {
+	var out []int32
+	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for _, c := range cs {
+			for _, port := range c.Ports {
+				if port.HostPort > 0 {
+					out = append(out, port.HostPort)
+				}
+			}
+		}
+	}
+	return out
 }

@@ -10,8 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	resourceslicetracker "k8s.io/dynamic-resource-allocation/resourceslice/tracker"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
@@ -24,11 +26,9 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/nodevolumelimits"
 	"k8s.io/kubernetes/pkg/scheduler/framework/preemption"
-	"k8s.io/kubernetes/pkg/scheduler/metrics"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	"k8s.io/kubernetes/pkg/scheduler/metrics"
 	"k8s.io/kubernetes/pkg/scheduler/util/assumecache"
-	resourceslicetracker "k8s.io/dynamic-resource-allocation/resourceslice/tracker"
-	utilfeature "k8s.io/apiserver/pkg/util/feature"
 )
 
 // The upstream side: kube-scheduler's own framework, built from the default
@@ -65,8 +65,8 @@ type nominator struct {
 
 func (n *nominator) AddNominatedPod(klog.Logger, fwk.PodInfo, *fwk.NominatingInfo) {}
 func (n *nominator) DeleteNominatedPodIfExists(*corev1.Pod)                        {}
-func (n *nominator) UpdateNominatedPod(klog.Logger, *corev1.Pod, fwk.PodInfo)     {}
-func (n *nominator) NominatedPodsForNode(node string) []fwk.PodInfo             { return n.byNode[node] }
+func (n *nominator) UpdateNominatedPod(klog.Logger, *corev1.Pod, fwk.PodInfo)      {}
+func (n *nominator) NominatedPodsForNode(node string) []fwk.PodInfo                { return n.byNode[node] }
 
 var (
 	draOnce    sync.Once
@@ -308,4 +308,3 @@ func sortedKeys(m map[string]bool) []string {
 	sort.Strings(out)
 	return out
 }
-
