@@ -393,7 +393,7 @@ func (a *Autoscaler) planScaleUp(ctx context.Context, st *clusterState) (*ScaleU
 		return nil, err
 	}
 	return PlanScaleUp(&ScaleUpInput{
-		Config: st.cfg, Algorithm: a.alg, Snapshot: st.snapshot(a.alg, a.listers),
+		Config: st.cfg, Algorithm: a.alg, Snapshot: st.snapshot(a.alg, a.listers), Expendable: st.expendableOn(),
 		Groups: st.groups, Usage: st.usage, Pending: youngPodsLeftOut(st.pending, st.cfg.NewPodScaleUpDelay, now),
 		BackedOff:  func(id string) (bool, string) { return a.backoff.backedOff(id, now) },
 		Expander:   exp,

@@ -37,6 +37,10 @@ type ScaleUpInput struct {
 	DaemonSets []*appsv1.DaemonSet
 	// PodInfos caches the pods' requests from loop to loop (nil: none).
 	PodInfos *algorithm.PodInfos
+	// Expendable are the pods below the cutoff on each node, which the
+	// Snapshot leaves out: a pod that fits only without them fits by
+	// preemption, and its verdict says so.
+	Expendable map[string][]*algorithm.PodInfo
 
 	// daemonPods caches, per node group, the daemon pods of its new nodes.
 	daemonPods map[*NodeGroup][]*algorithm.PodInfo
@@ -256,9 +260,25 @@ func (in *ScaleUpInput) filterSchedulable(pods []*podEntry, plan *ScaleUpPlan) [
 		}
 		in.Snapshot.Place(p.pi, fit)
 		plan.Verdicts[p.pod.UID] = &PodVerdict{Pod: p.pod, Verdict: VerdictFits, Node: fit.Name,
-			Message: "pod fits on node " + fit.Name}
+			Message: in.fitMessage(cs, p.pi, fit)}
 	}
 	return remaining
+}
+
+// fitMessage says where a pod fits, and whether only once the expendable
+// pods there give way: the scheduler then preempts them and no node is
+// added, as the chapter's priority cutoff intends.
+func (in *ScaleUpInput) fitMessage(cs *algorithm.CycleState, pi *algorithm.PodInfo, fit *algorithm.NodeInfo) string {
+	if exp := in.Expendable[fit.Name]; len(exp) > 0 {
+		with := fit.Clone()
+		for _, e := range exp {
+			with.AddPod(e)
+		}
+		if in.Algorithm.Fits(cs, pi, with) != nil {
+			return fmt.Sprintf("pod fits on node %s once pods below the priority cutoff %d there are preempted", fit.Name, in.Config.PriorityCutoff)
+		}
+	}
+	return "pod fits on node " + fit.Name
 }
 
 // classKey is the class of a controlled pod, "" for one without a

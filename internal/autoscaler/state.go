@@ -24,6 +24,9 @@ type clusterState struct {
 	scheduled []*corev1.Pod
 	// pending are the pods the scheduler marked Unschedulable.
 	pending []*corev1.Pod
+	// nominated are the pending pods preemption made room for: they wait
+	// on their nominated node, whose room is theirs.
+	nominated []*corev1.Pod
 	// unprocessed counts the unbound pods the scheduler has not tried
 	// yet (no PodScheduled condition).
 	unprocessed int
@@ -62,6 +65,8 @@ func newClusterState(cfg *Config, all []*corev1.Node, pods []*corev1.Pod, sets [
 			s.scheduled = append(s.scheduled, p)
 		case Unschedulable(p):
 			s.pending = append(s.pending, p)
+		case p.Status.NominatedNodeName != "" && p.DeletionTimestamp.IsZero():
+			s.nominated = append(s.nominated, p)
 		case p.DeletionTimestamp.IsZero() && !scheduledTried(p):
 			s.unprocessed++
 		}
@@ -112,7 +117,29 @@ func (s *clusterState) snapshot(alg *algorithm.Algorithm, l algorithm.Listers, e
 			ni.AddPod(s.podInfos.Get(p))
 		}
 	}
+	// A pod waiting for the victims of its preemption to go counts on its
+	// nominated node, as upstream's autoscaler puts it there: other
+	// pending pods cannot count on that room.
+	for _, p := range s.nominated {
+		if ni := byName[p.Status.NominatedNodeName]; ni != nil && !s.expendable(p) {
+			placed := p.DeepCopy()
+			placed.Spec.NodeName = ni.Name
+			ni.AddPod(algorithm.NewPodInfo(placed))
+		}
+	}
 	return algorithm.NewSnapshot(infos, l)
+}
+
+// expendableOn are the infos of the expendable pods of each node: the
+// room a pod may take from them by preemption.
+func (s *clusterState) expendableOn() map[string][]*algorithm.PodInfo {
+	out := map[string][]*algorithm.PodInfo{}
+	for _, p := range s.scheduled {
+		if s.expendable(p) {
+			out[p.Spec.NodeName] = append(out[p.Spec.NodeName], s.podInfos.Get(p))
+		}
+	}
+	return out
 }
 
 // podsByNode groups the scheduled pods, and extra, by their node.

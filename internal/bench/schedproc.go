@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
@@ -30,8 +32,30 @@ type SchedulerProcessOptions struct {
 }
 
 // syncedPrefix starts the line a scheduler process prints once its caches
-// have synced: the benchmark's clock starts then.
-const syncedPrefix = "SYNCED "
+// have synced: the benchmark's clock starts then. cpuPrefix starts the
+// line it prints on SIGUSR1: the CPU it has used so far, which a workload
+// with init pods reads before its measured pods come.
+const (
+	syncedPrefix = "SYNCED "
+	cpuPrefix    = "CPU "
+)
+
+// answerCPU prints the process's CPU on every SIGUSR1 until ctx ends.
+func answerCPU(ctx context.Context, out io.Writer) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGUSR1)
+	go func() {
+		defer signal.Stop(sig)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-sig:
+				fmt.Fprintf(out, "%s%g\n", cpuPrefix, selfCPUSeconds())
+			}
+		}
+	}()
+}
 
 // syncReport is what the scheduler process says when it is ready: the
 // rate limit its client really has and the CPU it used to get there.
@@ -46,6 +70,7 @@ type syncReport struct {
 // RunSchedulerProcess runs the chosen scheduler against the cluster of
 // Kubeconfig until ctx ends, printing the sync report to out once ready.
 func RunSchedulerProcess(ctx context.Context, o SchedulerProcessOptions, out io.Writer) error {
+	answerCPU(ctx, out)
 	qps := o.QPS
 	if qps <= 0 {
 		qps = -1 // client-go: no rate limiter

@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/nodes"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
@@ -83,6 +83,7 @@ type SchedulerResult struct {
 	ControlPlaneCPUSeconds float64 `json:"controlPlaneCPUSeconds"`
 	MachineBusy            float64 `json:"machineBusy"`
 	Quality
+	Outcome
 }
 
 // RunScheduler starts a fresh control plane with Nodes simulated nodes and
@@ -134,16 +135,47 @@ func RunScheduler(ctx context.Context, o SchedulerOptions, log io.Writer) (*Sche
 		return nil, err
 	}
 
-	var bound atomic.Int64
-	boundSet := sync.Map{}
-	done := make(chan struct{})
-	var once sync.Once
+	if o.Workload == "preemption" {
+		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: benchHighPriorityClass}, Value: benchHighPriority}
+		if _, err := client.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	initPods := benchInitPods(o.Workload, o.Nodes)
+	// The measured pods are done when every one is settled: bound, or
+	// found unschedulable with no node nominated for it. A pod can leave
+	// that state (nominated by a preemption), so each one's is kept.
+	var mu sync.Mutex
+	settledPods := map[string]bool{}
+	nSettled, initBound := 0, map[string]bool{}
+	done, initDone := make(chan struct{}), make(chan struct{})
+	var once, initOnce sync.Once
 	onPod := func(obj any) {
 		p, ok := obj.(*corev1.Pod)
-		if !ok || p.Spec.NodeName == "" {
+		if !ok {
 			return
 		}
-		if _, loaded := boundSet.LoadOrStore(p.Name, true); !loaded && bound.Add(1) == int64(o.Pods) {
+		mu.Lock()
+		defer mu.Unlock()
+		if p.Labels["init"] == "true" {
+			if p.Spec.NodeName != "" {
+				initBound[p.Name] = true
+				if len(initBound) == len(initPods) {
+					initOnce.Do(func() { close(initDone) })
+				}
+			}
+			return
+		}
+		now := settled(p)
+		if now != settledPods[p.Name] {
+			settledPods[p.Name] = now
+			if now {
+				nSettled++
+			} else {
+				nSettled--
+			}
+		}
+		if nSettled == o.Pods {
 			once.Do(func() { close(done) })
 		}
 	}
@@ -164,6 +196,29 @@ func RunScheduler(ctx context.Context, o SchedulerOptions, log io.Writer) (*Sche
 	ready, err := proc.waitSynced(o.Timeout)
 	if err != nil {
 		return nil, err
+	}
+	baselineCPU := ready.StartupCPUSeconds
+	if len(initPods) > 0 {
+		// scheduler_perf's init pods, placed by the scheduler under test
+		// before the measured ones; the CPU they took is not counted.
+		fmt.Fprintf(log, "[%s/%s] creating %d init pods ...\n", o.Scheduler, o.Workload, len(initPods))
+		err = parallel(ctx, len(initPods), o.Parallelism, func(i int) error {
+			_, err := client.CoreV1().Pods("bench").Create(ctx, initPods[i], metav1.CreateOptions{})
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case <-initDone:
+		case err := <-proc.exited:
+			return nil, fmt.Errorf("%s stopped: %v", o.Scheduler, err)
+		case <-time.After(o.Timeout):
+			return nil, fmt.Errorf("%s did not bind the %d init pods within %s", o.Scheduler, len(initPods), o.Timeout)
+		}
+		if baselineCPU, err = proc.cpuSeconds(o.Timeout); err != nil {
+			return nil, err
+		}
 	}
 
 	fmt.Fprintf(log, "[%s/%s] creating %d pods ...\n", o.Scheduler, o.Workload, o.Pods)
@@ -192,7 +247,10 @@ func RunScheduler(ctx context.Context, o SchedulerOptions, log io.Writer) (*Sche
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-time.After(o.Timeout):
-		return nil, fmt.Errorf("%s bound %d/%d pods within %s", o.Scheduler, bound.Load(), o.Pods, o.Timeout)
+		mu.Lock()
+		n := nSettled
+		mu.Unlock()
+		return nil, fmt.Errorf("%s settled %d/%d pods within %s", o.Scheduler, n, o.Pods, o.Timeout)
 	}
 	elapsed := time.Since(start)
 	controlPlaneCPU := selfCPUSeconds() - controlPlaneStart
@@ -201,7 +259,7 @@ func RunScheduler(ctx context.Context, o SchedulerOptions, log io.Writer) (*Sche
 	if err != nil {
 		return nil, err
 	}
-	cpu := rusageCPUSeconds(usage) - ready.StartupCPUSeconds
+	cpu := rusageCPUSeconds(usage) - baselineCPU
 	res := &SchedulerResult{Scheduler: o.Scheduler, Workload: o.Workload, Nodes: o.Nodes, Pods: o.Pods,
 		Seconds: elapsed.Seconds(), PodsPerSecond: float64(o.Pods) / elapsed.Seconds(),
 		CPUSeconds: cpu, CPUPer1000Pods: cpu * 1000 / float64(o.Pods),
@@ -220,7 +278,14 @@ func RunScheduler(ctx context.Context, o SchedulerOptions, log io.Writer) (*Sche
 	for i := range nodes.Items {
 		nodePtrs[i] = &nodes.Items[i]
 	}
-	res.Quality = placementQuality(nodePtrs, pods)
+	var measured []*corev1.Pod
+	for _, p := range pods {
+		if p.Labels["init"] != "true" {
+			measured = append(measured, p)
+		}
+	}
+	res.Quality = placementQuality(nodePtrs, measured)
+	res.Outcome = outcomeOf(nodePtrs, pods, len(initPods))
 	return res, nil
 }
 
@@ -228,6 +293,7 @@ func RunScheduler(ctx context.Context, o SchedulerOptions, log io.Writer) (*Sche
 type schedulerProcess struct {
 	cmd    *exec.Cmd
 	synced chan syncReport
+	cpu    chan float64
 	exited chan error
 }
 
@@ -249,10 +315,16 @@ func startSchedulerProcess(ctx context.Context, o SchedulerOptions, kubeconfig s
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting the %s process: %w", o.Scheduler, err)
 	}
-	p := &schedulerProcess{cmd: cmd, synced: make(chan syncReport, 1), exited: make(chan error, 1)}
+	p := &schedulerProcess{cmd: cmd, synced: make(chan syncReport, 1), cpu: make(chan float64, 1), exited: make(chan error, 1)}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
+			if raw, ok := strings.CutPrefix(sc.Text(), cpuPrefix); ok {
+				if c, err := strconv.ParseFloat(raw, 64); err == nil {
+					p.cpu <- c
+				}
+				continue
+			}
 			if raw, ok := strings.CutPrefix(sc.Text(), syncedPrefix); ok {
 				var r syncReport
 				if json.Unmarshal([]byte(raw), &r) == nil {
@@ -275,6 +347,22 @@ func (p *schedulerProcess) waitSynced(timeout time.Duration) (syncReport, error)
 		return syncReport{}, fmt.Errorf("scheduler process exited before it synced: %v", err)
 	case <-time.After(timeout):
 		return syncReport{}, fmt.Errorf("scheduler process not synced within %s", timeout)
+	}
+}
+
+// cpuSeconds asks the process for the CPU it has used so far (SIGUSR1;
+// it answers with a line of its own).
+func (p *schedulerProcess) cpuSeconds(timeout time.Duration) (float64, error) {
+	if err := p.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		return 0, fmt.Errorf("asking the scheduler process for its CPU: %w", err)
+	}
+	select {
+	case c := <-p.cpu:
+		return c, nil
+	case err := <-p.exited:
+		return 0, fmt.Errorf("scheduler process exited: %v", err)
+	case <-time.After(timeout):
+		return 0, fmt.Errorf("scheduler process did not say its CPU within %s", timeout)
 	}
 }
 

@@ -17,8 +17,21 @@ import (
 	"github.com/capstan-dev/capstan/internal/sim"
 )
 
-// Workloads of the scheduler benchmark.
-var Workloads = []string{"basic", "node-affinity", "pod-anti-affinity", "preferred-pod-affinity", "taints"}
+// Workloads of the scheduler benchmark. topology-spread and preemption
+// are scheduler_perf's TopologySpreading and PreemptionBasic.
+var Workloads = []string{"basic", "node-affinity", "pod-anti-affinity", "preferred-pod-affinity", "taints", "topology-spread", "preemption"}
+
+// The preemption workload's priorities and sizes, scheduler_perf's
+// PreemptionBasic: 4-CPU nodes holding four 900m pods of priority 0 each,
+// then pods of priority 10 asking 3 CPUs, each of which takes three of
+// them. Every tenth measured pod has preemptionPolicy Never and stays
+// Pending.
+const (
+	benchHighPriorityClass = "bench-high"
+	benchHighPriority      = 10
+	lowPodsPerNode         = 4
+	neverPreemptEvery      = 10
+)
 
 // groupSize is how many pods share an (anti-)affinity group.
 const groupSize = 50
@@ -31,6 +44,8 @@ func benchNodeSpec(workload string, i int) sim.InstanceSpec {
 		Labels: map[string]string{},
 	}
 	switch workload {
+	case "preemption":
+		spec.CPU, spec.Memory = resource.MustParse("4"), resource.MustParse("16Gi")
 	case "node-affinity":
 		if i%2 == 0 {
 			spec.Labels["tier"] = "gold"
@@ -82,9 +97,122 @@ func benchWorkloadPod(workload string, i int) *corev1.Pod {
 		if i%2 == 0 {
 			p.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "infra", Effect: corev1.TaintEffectNoSchedule}}
 		}
+	case "topology-spread":
+		// Each group spreads over the zones with maxSkew 1: the skew each
+		// ends with is fixed by its size, so both schedulers must reach
+		// it.
+		p.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelTopologyZone,
+			WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"group": group}}}}
+	case "preemption":
+		p.Spec.PriorityClassName = benchHighPriorityClass
+		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3"), corev1.ResourceMemory: resource.MustParse("500Mi")}
+		if i%neverPreemptEvery == neverPreemptEvery-1 {
+			p.Spec.PreemptionPolicy = ptr.To(corev1.PreemptNever)
+		}
 	}
 	return p
 }
+
+// benchInitPods are the pods a workload's cluster holds before the
+// measured ones come: scheduler_perf's init pods, placed by the scheduler
+// under test.
+func benchInitPods(workload string, nodes int) []*corev1.Pod {
+	var n int
+	var requests corev1.ResourceList
+	switch workload {
+	case "preemption":
+		n, requests = lowPodsPerNode*nodes, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("900m"), corev1.ResourceMemory: resource.MustParse("500Mi")}
+	case "topology-spread":
+		n, requests = 2*nodes, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")}
+	default:
+		return nil
+	}
+	out := make([]*corev1.Pod, n)
+	for i := range out {
+		out[i] = &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("init-%05d", i), Labels: map[string]string{"init": "true"}},
+			Spec: corev1.PodSpec{AutomountServiceAccountToken: ptr.To(false), TerminationGracePeriodSeconds: ptr.To[int64](0),
+				Containers: []corev1.Container{{Name: "app", Image: "registry.example/bench:1", Resources: corev1.ResourceRequirements{Requests: requests}}}},
+		}
+	}
+	return out
+}
+
+// Outcome is what a run decided, which both schedulers must decide alike:
+// how many measured pods were bound and how many stayed Pending, how many
+// pods preemption took, and the largest zone skew of a spread group.
+type Outcome struct {
+	Bound        int `json:"bound"`
+	Pending      int `json:"pending"`
+	Preempted    int `json:"preempted"`
+	MaxGroupSkew int `json:"maxGroupSkew"`
+}
+
+// outcomeOf reads a run's outcome off the nodes and the pods left: the
+// measured ones, and the init pods preemption did not take.
+func outcomeOf(nodes []*corev1.Node, pods []*corev1.Pod, initPods int) Outcome {
+	var o Outcome
+	zoneOf := map[string]string{}
+	zones := map[string]bool{}
+	for _, n := range nodes {
+		zoneOf[n.Name] = n.Labels[corev1.LabelTopologyZone]
+		zones[n.Labels[corev1.LabelTopologyZone]] = true
+	}
+	perGroup := map[string]map[string]int{}
+	initLeft := 0
+	for _, p := range pods {
+		if p.Labels["init"] == "true" {
+			if p.DeletionTimestamp == nil {
+				initLeft++
+			}
+			continue
+		}
+		if p.Spec.NodeName == "" {
+			o.Pending++
+			continue
+		}
+		o.Bound++
+		if len(p.Spec.TopologySpreadConstraints) > 0 {
+			g := p.Labels["group"]
+			if perGroup[g] == nil {
+				perGroup[g] = map[string]int{}
+			}
+			perGroup[g][zoneOf[p.Spec.NodeName]]++
+		}
+	}
+	o.Preempted = initPods - initLeft
+	for _, counts := range perGroup {
+		lo, hi := -1, 0
+		for z := range zones {
+			c := counts[z]
+			if lo < 0 || c < lo {
+				lo = c
+			}
+			hi = max(hi, c)
+		}
+		o.MaxGroupSkew = max(o.MaxGroupSkew, hi-lo)
+	}
+	return o
+}
+
+// settled reports whether a measured pod is decided: bound, or found
+// unschedulable with no node nominated for it (a pod preemption made room
+// for is not decided until it binds).
+func settled(p *corev1.Pod) bool {
+	if p.Spec.NodeName != "" {
+		return true
+	}
+	if p.Status.NominatedNodeName != "" {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled {
+			return c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable
+		}
+	}
+	return false
+}
+
 
 // Quality is how well pods were placed.
 type Quality struct {

@@ -129,7 +129,7 @@ func explainPodScaleUp(ctx context.Context, out io.Writer, cfg *rest.Config, cli
 		}
 		return nil
 	}
-	fmt.Fprintln(out, "Autoscaler: the pod is not marked Unschedulable by the scheduler (yet): it does not count for a scale-up")
+	fmt.Fprintln(out, "Autoscaler: "+notCounted(ctx, client, ns, name))
 	return nil
 }
 
@@ -184,7 +184,43 @@ func explainPod(ctx context.Context, out io.Writer, client kubernetes.Interface,
 		return false, err
 	}
 	printDecision(out, d.Pod, d.Algorithm, d.Decision)
+	printSpread(out, d.Decision)
+	if w := d.Waiting(); w != "" {
+		fmt.Fprintf(out, "Preemption: %s\n", w)
+	} else if p := d.Preempting(); p != "" {
+		fmt.Fprintf(out, "Preemption: %s\n", p)
+	}
 	return d.Pending(), nil
+}
+
+// printSpread prints each node's verdict by the pod's hard topology spread
+// constraints: its domain, the matching pods there, the global minimum
+// and the skew the pod would make.
+func printSpread(out io.Writer, d *algorithm.Decision) {
+	names := make([]string, 0, len(d.Scored)+len(d.Filtered))
+	for _, s := range d.Scored {
+		names = append(names, s.Node)
+	}
+	for n := range d.Filtered {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	header := false
+	for _, n := range names {
+		verdicts := d.SpreadVerdicts(n)
+		if len(verdicts) == 0 {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(out, "Topology spread (DoNotSchedule):")
+			header = true
+		}
+		parts := make([]string, len(verdicts))
+		for i, v := range verdicts {
+			parts[i] = v.String()
+		}
+		fmt.Fprintf(out, "  %s: %s\n", n, strings.Join(parts, "; "))
+	}
 }
 
 func printDecision(out io.Writer, pod *corev1.Pod, alg *algorithm.Algorithm, d *algorithm.Decision) {
@@ -260,4 +296,14 @@ func printDecision(out io.Writer, pod *corev1.Pod, alg *algorithm.Algorithm, d *
 		}
 		fmt.Fprintf(out, "Scheduling gates: %s (the scheduler leaves the pod alone until they are removed)\n", strings.Join(names, ", "))
 	}
+}
+
+// notCounted says why the autoscaler leaves a pending pod out of its
+// scale-up: preemption made room for it, or the scheduler has not marked
+// it Unschedulable yet.
+func notCounted(ctx context.Context, client kubernetes.Interface, ns, name string) string {
+	if p, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{}); err == nil && p.Status.NominatedNodeName != "" {
+		return explain.NominatedNotCounted(p.Status.NominatedNodeName)
+	}
+	return explain.NotMarkedUnschedulable
 }

@@ -20,6 +20,7 @@ func newSchedulerCommand() *cobra.Command {
 	var (
 		policyFile, name string
 		seed             uint64
+		noPreemption     bool
 	)
 	c := &cobra.Command{
 		Use:   "scheduler",
@@ -27,7 +28,9 @@ func newSchedulerCommand() *cobra.Command {
 		Long: `Runs capstan's Policy scheduler: predicates filter nodes, weighted priorities
 score them, the best total wins. Without --policy it uses the default policy
 of the scheduling documentation; a policy file replaces it entirely. Pods
-choose a scheduler by spec.schedulerName, so several run side by side.`,
+choose a scheduler by spec.schedulerName, so several run side by side. A pod
+that fits nowhere preempts pods of lower priority, as kube-scheduler's
+DefaultPreemption does, unless --disable-preemption.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			p, err := loadPolicy(policyFile)
@@ -38,7 +41,7 @@ choose a scheduler by spec.schedulerName, so several run side by side.`,
 			if err != nil {
 				return err
 			}
-			s, err := scheduler.New(client, scheduler.Config{Name: name, Policy: p, Seed: seed})
+			s, err := scheduler.New(client, scheduler.Config{Name: name, Policy: p, Seed: seed, DisablePreemption: noPreemption})
 			if err != nil {
 				return err
 			}
@@ -51,6 +54,7 @@ choose a scheduler by spec.schedulerName, so several run side by side.`,
 	c.Flags().StringVar(&name, "scheduler-name", scheduler.DefaultSchedulerName, "the spec.schedulerName this scheduler serves")
 	rf.add(c.Flags(), "kube-system/<scheduler-name>", ":10259")
 	c.Flags().Uint64Var(&seed, "seed", 0, "seed of the random tie-breaking between equally good nodes")
+	c.Flags().BoolVar(&noPreemption, "disable-preemption", false, "never evict pods of lower priority to make room for a pod that fits nowhere (kube-scheduler's disablePreemption)")
 	c.AddCommand(&cobra.Command{
 		Use:   "validate-policy FILE",
 		Short: "Check a scheduler Policy file without running a scheduler",

@@ -67,6 +67,9 @@ type podExplanationJSON struct {
 	// why there is none (not configured, not allowed to read it).
 	Autoscaler      *scaleUpJSON `json:"autoscaler,omitempty"`
 	AutoscalerError string       `json:"autoscalerError,omitempty"`
+	// Preemption says what preemption does for a pending pod that fits
+	// nowhere, or where an earlier one nominated it.
+	Preemption string `json:"preemption,omitempty"`
 }
 
 type scaleUpJSON struct {
@@ -149,6 +152,11 @@ func podJSON(d *explain.PodDecision, e *autoscaler.Explanation, aerr error) podE
 	if !d.Decision.Feasible() {
 		out.Summary = d.Decision.Summary()
 	}
+	if w := d.Waiting(); w != "" {
+		out.Preemption = w
+	} else {
+		out.Preemption = d.Preempting()
+	}
 	if d.Pod.Spec.NodeName == "" {
 		for _, g := range d.Pod.Spec.SchedulingGates {
 			out.Gates = append(out.Gates, g.Name)
@@ -161,10 +169,13 @@ func podJSON(d *explain.PodDecision, e *autoscaler.Explanation, aerr error) podE
 		case e == nil || !e.Configured:
 			out.AutoscalerError = "not configured (no ClusterAutoscaler default)"
 		default:
-			if v := explain.ScaleUp(e, d.Pod.Namespace, d.Pod.Name); v != nil {
+			switch v := explain.ScaleUp(e, d.Pod.Namespace, d.Pod.Name); {
+			case v != nil:
 				out.Autoscaler = &scaleUpJSON{Message: v.Message, Groups: v.Groups}
-			} else {
-				out.AutoscalerError = "the pod is not marked Unschedulable by the scheduler (yet): it does not count for a scale-up"
+			case d.Pod.Status.NominatedNodeName != "":
+				out.AutoscalerError = explain.NominatedNotCounted(d.Pod.Status.NominatedNodeName)
+			default:
+				out.AutoscalerError = explain.NotMarkedUnschedulable
 			}
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +30,51 @@ type PodDecision struct {
 	Pod       *corev1.Pod
 	Algorithm *algorithm.Algorithm
 	Decision  *algorithm.Decision
+	// Preemption is what the scheduler's preemption concludes for a
+	// pending pod that fits nowhere (nil otherwise).
+	Preemption *algorithm.Preemption
+}
+
+// Preempting says in a line what preemption does for the pod: where it
+// makes room and whom it takes, or why it does not help.
+func (d *PodDecision) Preempting() string {
+	p := d.Preemption
+	switch {
+	case p == nil:
+		return ""
+	case p.Node == "":
+		return p.Message
+	}
+	victims := make([]string, len(p.Victims))
+	for i, v := range p.Victims {
+		victims[i] = v.Namespace + "/" + v.Name
+	}
+	msg := fmt.Sprintf("room on node %s by preempting %s", p.Node, strings.Join(victims, ", "))
+	if p.PDBViolations > 0 {
+		msg += fmt.Sprintf(" (%d against their disruption budget)", p.PDBViolations)
+	}
+	return msg
+}
+
+// Waiting says where a pod nominated by an earlier preemption waits, ""
+// when it is not.
+func (d *PodDecision) Waiting() string {
+	if n := d.Pod.Status.NominatedNodeName; n != "" && d.Pod.Spec.NodeName == "" {
+		return "nominated to node " + n + ": it waits there for the pods preempted for it to go"
+	}
+	return ""
+}
+
+// decide runs the decision, and preemption for a pending pod that fits
+// nowhere, as the scheduler would.
+func decide(ctx context.Context, alg *algorithm.Algorithm, pod *corev1.Pod, snap *algorithm.Snapshot) *PodDecision {
+	candidate := pod.DeepCopy()
+	candidate.Spec.NodeName = ""
+	d := &PodDecision{Pod: pod, Algorithm: alg, Decision: alg.Schedule(ctx, candidate, snap, algorithm.Options{Explain: true})}
+	if pod.Spec.NodeName == "" && !d.Decision.Feasible() {
+		d.Preemption = alg.Preempt(ctx, d.Decision, snap, 0)
+	}
+	return d
 }
 
 // Pending says whether the pod waits for a node that does not exist.
@@ -50,10 +96,7 @@ func Pod(ctx context.Context, client kubernetes.Interface, p *policy.Policy, ns,
 	if err != nil {
 		return nil, err
 	}
-	candidate := pod.DeepCopy()
-	candidate.Spec.NodeName = ""
-	d := alg.Schedule(ctx, candidate, snap, algorithm.Options{Explain: true})
-	return &PodDecision{Pod: pod, Algorithm: alg, Decision: d}, nil
+	return decide(ctx, alg, pod, snap), nil
 }
 
 // Pending is the scheduler's decision for each pending pod, the oldest
@@ -90,9 +133,7 @@ func Pending(ctx context.Context, client kubernetes.Interface, p *policy.Policy,
 		return nil, 0, err
 	}
 	for i := range pods {
-		pod := &pods[i]
-		d := alg.Schedule(ctx, pod.DeepCopy(), snap, algorithm.Options{Explain: true})
-		decisions = append(decisions, &PodDecision{Pod: pod, Algorithm: alg, Decision: d})
+		decisions = append(decisions, decide(ctx, alg, &pods[i], snap))
 	}
 	return decisions, total, nil
 }
@@ -126,15 +167,25 @@ func Snapshot(ctx context.Context, client kubernetes.Interface, skip *corev1.Pod
 	if err != nil {
 		return nil, err
 	}
+	nominated := map[string][]*algorithm.PodInfo{}
 	for _, p := range pods {
-		if (skip != nil && p.UID == skip.UID) || p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if (skip != nil && p.UID == skip.UID) || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if p.Spec.NodeName == "" {
+			// Waiting for room preemption made: the scheduler keeps it.
+			if n := p.Status.NominatedNodeName; n != "" && p.DeletionTimestamp == nil {
+				nominated[n] = append(nominated[n], algorithm.NewPodInfo(p))
+			}
 			continue
 		}
 		if ni := byName[p.Spec.NodeName]; ni != nil {
 			ni.AddPod(algorithm.NewPodInfo(p))
 		}
 	}
-	return algorithm.NewSnapshot(infos, l), nil
+	snap := algorithm.NewSnapshot(infos, l)
+	snap.Nominated = nominated
+	return snap, nil
 }
 
 // Autoscaler runs the cluster autoscaler's scale-up and scale-down
@@ -143,6 +194,17 @@ func Autoscaler(ctx context.Context, cfg *rest.Config, client kubernetes.Interfa
 	opts := autoscaler.DefaultOptions()
 	opts.Policy = p
 	return autoscaler.Explain(ctx, cfg, client, opts)
+}
+
+// NotMarkedUnschedulable is why the autoscaler does not count a pending
+// pod the scheduler has not found unschedulable yet.
+const NotMarkedUnschedulable = "the pod is not marked Unschedulable by the scheduler (yet): it does not count for a scale-up"
+
+// NominatedNotCounted is why the autoscaler does not count a pod that
+// preemption made room for: it waits on its nominated node, as upstream's
+// autoscaler leaves it.
+func NominatedNotCounted(node string) string {
+	return "the pod waits for the pods preempted for it on node " + node + ": it adds no node"
 }
 
 // ScaleUp is the autoscaler's verdict on a pending pod, nil when the pod

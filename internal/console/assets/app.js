@@ -744,6 +744,7 @@ function explanation(e) {
   const names = (r) => r.nodes.join(", ") + (r.count > r.nodes.length ? ` and ${r.count - r.nodes.length} more` : "");
   return [
     e.summary ? h("p", {}, h("strong", {}, "Why: "), e.summary) : null,
+    e.preemption ? h("p", {}, h("strong", {}, "Preemption: "), e.preemption) : null,
     e.gates?.length ? h("p", {}, "Scheduling gates: " + e.gates.join(", ")) : null,
     rejected.length ? h("div", { class: "scroll", tabindex: 0, role: "region", "aria-label": "Nodes rejected, by reason" },
       table("Nodes rejected, by reason", ["Reason", { title: "Nodes", num: true }, "Which"],

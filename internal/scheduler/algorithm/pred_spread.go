@@ -415,8 +415,12 @@ func (v SkewVerdict) String() string {
 
 // SpreadVerdicts returns, for a decision, the hard spread constraints'
 // verdict on a node (nil when the pod has none).
-func (d *Decision) SpreadVerdicts(ni *NodeInfo) []SkewVerdict {
+func (d *Decision) SpreadVerdicts(node string) []SkewVerdict {
 	if d.cycle == nil {
+		return nil
+	}
+	ni := d.cycle.Snapshot.node(node)
+	if ni == nil {
 		return nil
 	}
 	st, _ := d.cycle.Read(spreadKey).(*spreadState)
