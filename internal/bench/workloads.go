@@ -213,7 +213,6 @@ func settled(p *corev1.Pod) bool {
 	return false
 }
 
-
 // Quality is how well pods were placed.
 type Quality struct {
 	// Violations counts pods placed against a hard constraint: required
