@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/internal/cluster"
 )
@@ -136,9 +137,13 @@ func RunScheduler(ctx context.Context, o SchedulerOptions, log io.Writer) (*Sche
 	}
 
 	if o.Workload == "preemption" {
-		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: benchHighPriorityClass}, Value: benchHighPriority}
-		if _, err := client.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
-			return nil, err
+		for _, pc := range []*schedulingv1.PriorityClass{
+			{ObjectMeta: metav1.ObjectMeta{Name: benchHighPriorityClass}, Value: benchHighPriority},
+			{ObjectMeta: metav1.ObjectMeta{Name: benchNeverPriorityClass}, Value: benchHighPriority, PreemptionPolicy: ptr.To(corev1.PreemptNever)},
+		} {
+			if _, err := client.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
+				return nil, err
+			}
 		}
 	}
 	initPods := benchInitPods(o.Workload, o.Nodes)

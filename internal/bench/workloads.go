@@ -28,9 +28,12 @@ var Workloads = []string{"basic", "node-affinity", "pod-anti-affinity", "preferr
 // Pending.
 const (
 	benchHighPriorityClass = "bench-high"
-	benchHighPriority      = 10
-	lowPodsPerNode         = 4
-	neverPreemptEvery      = 10
+	// benchNeverPriorityClass has the same value and preemptionPolicy
+	// Never (the priority admission sets a pod's policy from its class).
+	benchNeverPriorityClass = "bench-high-never"
+	benchHighPriority       = 10
+	lowPodsPerNode          = 4
+	neverPreemptEvery       = 10
 )
 
 // groupSize is how many pods share an (anti-)affinity group.
@@ -107,7 +110,7 @@ func benchWorkloadPod(workload string, i int) *corev1.Pod {
 		p.Spec.PriorityClassName = benchHighPriorityClass
 		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3"), corev1.ResourceMemory: resource.MustParse("500Mi")}
 		if i%neverPreemptEvery == neverPreemptEvery-1 {
-			p.Spec.PreemptionPolicy = ptr.To(corev1.PreemptNever)
+			p.Spec.PriorityClassName = benchNeverPriorityClass
 		}
 	}
 	return p

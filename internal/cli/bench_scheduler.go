@@ -40,7 +40,9 @@ seconds its process used per 1,000 pods, its peak memory, the rate limit its
 client really had, how busy the machine was over the window (the scheduler
 and the rest of the run together, as a share of every core: near 100%, the
 machine rather than the scheduler set the pace), constraint violations and
-the spread of pods per node.
+the spread of pods per node. Each run's outcome (pods bound and left Pending,
+pods preempted, the largest zone skew of a spread group) must be
+kube-scheduler's: a difference fails the command.
 --with-kube-scheduler-defaults adds a row for kube-scheduler at its own
 default client limit (QPS 50, burst 100). Workloads: ` + strings.Join(bench.Workloads, ", ") + `, or all.`,
 		Args: cobra.NoArgs,
@@ -88,7 +90,7 @@ default client limit (QPS 50, burst 100). Workloads: ` + strings.Join(bench.Work
 				}
 			}
 			printSchedulerResults(c.OutOrStdout(), o, rows)
-			return nil
+			return compareOutcomes(rows)
 		},
 	}
 	f := c.Flags()
@@ -232,6 +234,16 @@ func printSchedulerResults(out io.Writer, o bench.SchedulerOptions, rows []sched
 			res.PodsPerSecond, res.CPUPer1000Pods, bench.MiB(res.PeakRSSBytes), 100*res.MachineBusy, res.Violations, res.MinPerNode, res.MaxPerNode, res.StdDev)
 	}
 	tw.Flush()
+	fmt.Fprintln(out, "\nOutcomes (each workload's must be the same for both schedulers):")
+	tw = tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "WORKLOAD\tSCHEDULER\tBOUND\tPENDING\tPREEMPTED\tMAX GROUP SKEW")
+	for _, r := range rows {
+		if !r.kubeDefault {
+			res := r.res
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\n", res.Workload, res.Scheduler, res.Bound, res.Pending, res.Preempted, res.MaxGroupSkew)
+		}
+	}
+	tw.Flush()
 	fmt.Fprintln(out, "\nRatios, capstan / kube-scheduler at the same client limit (pods/s: higher is better; CPU per pod: kube-scheduler's over capstan's):")
 	tw = tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "WORKLOAD\tPODS/S\tCPU PER POD")
@@ -244,4 +256,28 @@ func printSchedulerResults(out io.Writer, o bench.SchedulerOptions, rows []sched
 		}
 	}
 	tw.Flush()
+}
+
+// compareOutcomes fails when capstan decided a workload otherwise than
+// kube-scheduler at the same client limit: a difference is a bug.
+func compareOutcomes(rows []schedulerRow) error {
+	byWorkload := map[string]*bench.SchedulerResult{}
+	var diffs []string
+	for _, r := range rows {
+		if r.kubeDefault {
+			continue
+		}
+		other, ok := byWorkload[r.res.Workload]
+		if !ok {
+			byWorkload[r.res.Workload] = r.res
+			continue
+		}
+		if other.Outcome != r.res.Outcome {
+			diffs = append(diffs, fmt.Sprintf("%s: %s %+v, %s %+v", r.res.Workload, other.Scheduler, other.Outcome, r.res.Scheduler, r.res.Outcome))
+		}
+	}
+	if len(diffs) > 0 {
+		return fmt.Errorf("capstan's outcome differs from kube-scheduler's:\n  %s", strings.Join(diffs, "\n  "))
+	}
+	return nil
 }

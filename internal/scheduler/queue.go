@@ -32,11 +32,14 @@ type Clock interface {
 // guarded by the queue's mutex: the scheduler works on the pod Pop
 // returned, never on this struct.
 type queuedPod struct {
-	pod       *corev1.Pod
-	key       string
-	attempts  int
-	enqueued  time.Time
-	parkedAt  time.Time
+	pod      *corev1.Pod
+	key      string
+	attempts int
+	enqueued time.Time
+	parkedAt time.Time
+	// failedAt is when its last attempt failed: its backoff runs from
+	// then, as upstream's does, not from when a cluster event moves it.
+	failedAt  time.Time
 	heapIndex int
 	// While the pod is in flight (popped, not yet Done or Requeued):
 	// gone says it was deleted or bound by someone else meanwhile, and
@@ -204,6 +207,7 @@ func (q *schedulingQueue) Requeue(qp *queuedPod, cycle int64, unschedulable bool
 		return false
 	}
 	qp.attempts++
+	qp.failedAt = q.clock.Now()
 	q.known[qp.key] = qp
 	if unschedulable && q.moveCycle < cycle && !qp.changed {
 		qp.parkedAt = q.clock.Now()
@@ -227,8 +231,20 @@ func (q *schedulingQueue) backoffLocked(qp *queuedPod) {
 	key := qp.key
 	if t := q.backingOff[key]; t != nil {
 		t.Stop()
+		delete(q.backingOff, key)
 	}
-	q.backingOff[key] = q.clock.AfterFunc(backoff(qp.attempts), func() {
+	wait := backoff(qp.attempts)
+	if !qp.failedAt.IsZero() {
+		wait -= q.clock.Since(qp.failedAt)
+	}
+	if wait <= 0 {
+		// Backed off long enough already (parked past its backoff).
+		if qp.heapIndex < 0 {
+			q.pushLocked(qp)
+		}
+		return
+	}
+	q.backingOff[key] = q.clock.AfterFunc(wait, func() {
 		q.mu.Lock()
 		defer q.mu.Unlock()
 		delete(q.backingOff, key)

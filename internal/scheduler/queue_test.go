@@ -228,3 +228,30 @@ func TestPoppedPodIsNotChangedByAdd(t *testing.T) {
 		t.Fatalf("requeued with priority %d, want the latest object", *latest.Spec.Priority)
 	}
 }
+
+// A pod's backoff runs from its failed attempt, as upstream's does: an
+// event after it has waited its backoff makes it active at once, one
+// sooner waits only the rest of it.
+func TestBackoffRunsFromTheFailedAttempt(t *testing.T) {
+	q, c := newTestQueue()
+	defer q.Close()
+	q.Add(qpod("p", 0), true)
+	qp, _, cycle := pop(t, q)
+	q.Requeue(qp, cycle, true)
+	c.Step(backoff(1) + time.Millisecond)
+	q.MoveAllToActive()
+	if n := activeLen(q); n != 1 {
+		t.Fatalf("%d active after an event past the backoff, want 1", n)
+	}
+	qp, _, cycle = pop(t, q)
+	q.Requeue(qp, cycle, true)
+	c.Step(time.Second)
+	q.MoveAllToActive()
+	if n := activeLen(q); n != 0 {
+		t.Fatalf("%d active 1s into a %s backoff", n, backoff(2))
+	}
+	c.Step(backoff(2) - time.Second)
+	if n := activeLen(q); n != 1 {
+		t.Fatalf("%d active once the backoff ran out, want 1", n)
+	}
+}
