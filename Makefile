@@ -5,7 +5,9 @@
 # (not internal/monitoring: its goroutines are Prometheus's own, and building
 # Prometheus's dependencies for -race costs CI minutes; none of these
 # packages' tests links the embedded control plane, whose race build alone
-# would take longer than the rest). -vet=off there and in hack/fuzz.sh:
+# would take longer than the rest; nor internal/scheduler/differential,
+# which runs kube-scheduler's framework on one goroutine and would build
+# it again for -race). -vet=off there and in hack/fuzz.sh:
 # the first step vetted the same code, and vet's facts are computed again
 # for every dependency of a differently instrumented build. Then every fuzz
 # target runs on 300 inputs (hack/fuzz.sh; hack/fuzz.sh 10m fuzzes each for
@@ -27,7 +29,7 @@ test:
 	# The integration packages first: they are the long ones, and two
 	# slots finish sooner when they do not wait for the short ones.
 	go test -json -p 2 -ldflags=-w -timeout 60m ./test/... ./... 2>&1 | ./.testsum
-	go test -json -race -vet=off -ldflags=-w -timeout 10m ./internal/scheduler/... ./internal/leader/... ./internal/component/... ./internal/chaos ./internal/etcdretry/... \
+	go test -json -race -vet=off -ldflags=-w -timeout 10m ./internal/scheduler ./internal/scheduler/algorithm ./internal/scheduler/policy ./internal/leader/... ./internal/component/... ./internal/chaos ./internal/etcdretry/... \
 		./internal/cvo/... ./internal/release/... ./internal/registry/... ./internal/updateservice/... ./internal/console/... 2>&1 | ./.testsum
 	bash hack/fuzz.sh 300x
 

@@ -63,6 +63,8 @@ type fixture struct {
 	// scheduled are the pods on each node.
 	scheduled map[string][]*corev1.Pod
 	pending   []*corev1.Pod
+	// nominated are pending pods preemption made room for.
+	nominated []*corev1.Pod
 	backoff   map[string]string
 	// daemonSets run on every node that takes them.
 	daemonSets []*appsv1.DaemonSet
@@ -106,7 +108,7 @@ func (f *fixture) state() *clusterState {
 			all = append(all, p)
 		}
 	}
-	st := newClusterState(&f.cfg, f.nodes, all, f.sets, f.machines, fixtureNow)
+	st := newClusterState(&f.cfg, f.nodes, append(all, f.nominated...), f.sets, f.machines, fixtureNow)
 	st.pending = f.pending
 	return st
 }
@@ -122,7 +124,7 @@ func (f *fixture) plan(t *testing.T) *ScaleUpPlan {
 		t.Fatalf("bad groups: %v", st.bad)
 	}
 	in := &ScaleUpInput{
-		Config: &f.cfg, Algorithm: alg, Snapshot: st.snapshot(alg, algorithm.Listers{}),
+		Config: &f.cfg, Algorithm: alg, Snapshot: st.snapshot(alg, algorithm.Listers{}), Expendable: st.expendableOn(),
 		Groups: st.groups, Usage: st.usage, Pending: st.pending,
 		BackedOff:  func(id string) (bool, string) { why, ok := f.backoff[id]; return ok, why },
 		Expander:   &Expander{Names: f.cfg.Expanders, Rand: rand.New(rand.NewPCG(1, 2))},
@@ -451,5 +453,49 @@ func TestBalanceSimilarNodeGroupsAcrossZones(t *testing.T) {
 	want := "{MachineSet/openshift-machine-api/workers-a 0->2 (max: 10)} {MachineSet/openshift-machine-api/workers-b 0->2 (max: 10)} {MachineSet/openshift-machine-api/workers-c 0->1 (max: 10)}"
 	if got := increases(p); got != want {
 		t.Fatalf("increases\n%s, want 5 nodes spread over the zones\n%s", got, want)
+	}
+}
+
+// The chapter's priority cutoff beside preemption: a pod at or above the
+// cutoff that fits once the expendable pods of a node give way adds no
+// node, and says it fits by preemption.
+func TestPodThatFitsByPreemptionAddsNoNode(t *testing.T) {
+	f := &fixture{cfg: DefaultConfig()}
+	ms := machineSet("workers", "capstan.large", "", 1, 1, 3)
+	f.sets = []*machinev1.MachineSet{ms}
+	f.registerFull(t, ms)
+	f.scheduled["workers-0"] = pods(3, "batch", "1", -100)
+	f.pending = []*corev1.Pod{pod("important", "2", 1000, "")}
+	p := f.plan(t)
+	if len(p.Increases) != 0 {
+		t.Fatalf("scaled up for a pod preemption makes room for: %s", increases(p))
+	}
+	want := "pod fits on node workers-0 once pods below the priority cutoff -10 there are preempted"
+	if v := p.Verdicts["important"]; v == nil || v.Message != want {
+		t.Fatalf("verdict %+v, want %q", v, want)
+	}
+	// Without expendable pods in the way, it just fits.
+	f.scheduled["workers-0"] = pods(1, "web", "1", 0)
+	if v := f.plan(t).Verdicts["important"]; v == nil || v.Message != "pod fits on node workers-0" {
+		t.Fatalf("verdict %+v", v)
+	}
+}
+
+// A pod nominated to a node by preemption keeps its room there: another
+// pending pod that would need it makes the group grow, as upstream's
+// autoscaler puts nominated pods on their node.
+func TestNominatedPodsKeepTheirRoom(t *testing.T) {
+	f := &fixture{cfg: DefaultConfig()}
+	ms := machineSet("workers", "capstan.large", "", 1, 1, 3)
+	f.sets = []*machinev1.MachineSet{ms}
+	f.registerFull(t, ms)
+	f.scheduled["workers-0"] = pods(1, "web", "2", 0)
+	waiting := pod("waiting", "2", 1000, "")
+	waiting.Status.NominatedNodeName = "workers-0"
+	f.nominated = []*corev1.Pod{waiting}
+	f.pending = []*corev1.Pod{pod("another", "2", 0, "")}
+	p := f.plan(t)
+	if increases(p) != "{MachineSet/openshift-machine-api/workers 1->2 (max: 3)}" {
+		t.Fatalf("increases %q: the nominated pod's room was counted as free", increases(p))
 	}
 }

@@ -43,7 +43,7 @@ func (d *PodDecision) Preempting() string {
 	case p == nil:
 		return ""
 	case p.Node == "":
-		return p.Message
+		return strings.TrimPrefix(p.Message, "preemption: ")
 	}
 	victims := make([]string, len(p.Victims))
 	for i, v := range p.Victims {

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
@@ -435,5 +436,122 @@ func TestBindingConflictFromEtcdIsTriedAgain(t *testing.T) {
 	got, err := client.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
 	if err != nil || got.Spec.NodeName != "n" {
 		t.Fatalf("pod after the second attempt: node %q, err %v", got.Spec.NodeName, err)
+	}
+}
+
+// Nominations follow the pod: set, moved, dropped when it is placed, and
+// seen by the snapshots decisions read.
+func TestCacheKeepsNominations(t *testing.T) {
+	c := newNodeCache(nil)
+	c.setNode(testNode("a"))
+	c.setNode(testNode("b"))
+	p := qpod("waiting", 100)
+	nominated := func() map[string]int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		out := map[string]int{}
+		for node, pods := range c.snapshotLocked(algorithm.Listers{}).Nominated {
+			out[node] = len(pods)
+		}
+		return out
+	}
+	c.nominate(p, "a")
+	if got := nominated(); !maps.Equal(got, map[string]int{"a": 1}) {
+		t.Fatalf("nominated %v, want a:1", got)
+	}
+	c.nominate(p, "b")
+	if got := nominated(); !maps.Equal(got, map[string]int{"b": 1}) {
+		t.Fatalf("after moving: nominated %v, want b:1", got)
+	}
+	if low := c.nominatedBelow("b", 1000); len(low) != 1 || c.nominatedBelow("b", 100) != nil {
+		t.Fatalf("nominatedBelow: %d below 1000, %d below 100", len(low), len(c.nominatedBelow("b", 100)))
+	}
+	assume(c, p, "b")
+	if got := nominated(); len(got) != 0 {
+		t.Fatalf("after placing it: nominated %v", got)
+	}
+}
+
+// A pod that fits nowhere preempts: run with -race, the preemption's
+// goroutine, the loop and the informers share the cache and queue safely.
+// The fewest victims go (two of four 1-CPU pods for 2 CPUs on a 4-CPU
+// node), each marked DisruptionTarget before it is deleted, and the
+// preemptor binds where it was nominated.
+func TestPreemptionMakesRoomAndBinds(t *testing.T) {
+	client := fake.NewClientset(testNode("small"))
+	apiserverPods(client)
+	s, err := New(client, Config{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if !cache.WaitForCacheSync(ctx.Done(), s.synced...) {
+		t.Fatal("caches did not sync")
+	}
+	pods := client.CoreV1().Pods("ns")
+	request := func(p *corev1.Pod, cpu string) *corev1.Pod {
+		p.UID = types.UID("uid-" + p.Name)
+		p.Spec.SchedulerName = DefaultSchedulerName
+		p.Spec.Containers = []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}}
+		return p
+	}
+	for i := range 4 {
+		p := request(qpod(fmt.Sprintf("low-%d", i), -10), "1")
+		p.Spec.NodeName = "small"
+		p.Status.StartTime = &metav1.Time{Time: time.Date(2026, 1, 1, 0, i, 0, 0, time.UTC)}
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var marked sync.Map
+	client.PrependReactor("delete", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		name := action.(k8stesting.DeleteAction).GetName()
+		p, err := client.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), "ns", name)
+		if err == nil {
+			for _, c := range p.(*corev1.Pod).Status.Conditions {
+				if c.Type == corev1.DisruptionTarget && c.Reason == corev1.PodReasonPreemptionByScheduler {
+					marked.Store(name, true)
+				}
+			}
+		}
+		return false, nil, nil
+	})
+	if _, err := pods.Create(ctx, request(qpod("high", 100), "2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = waitfor.Poll(ctx, 20*time.Millisecond, 30*time.Second, waitfor.Simple(func(ctx context.Context) (bool, string) {
+		high, err := pods.Get(ctx, "high", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return high.Spec.NodeName == "small", fmt.Sprintf("high on %q, nominated %q", high.Spec.NodeName, high.Status.NominatedNodeName)
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := pods.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, p := range list.Items {
+		left = append(left, p.Name)
+	}
+	// The oldest are the most important of equal priority: the two
+	// youngest go.
+	if strings.Join(left, ",") != "high,low-0,low-1" {
+		t.Errorf("pods left %v, want high, low-0, low-1", left)
+	}
+	for _, victim := range []string{"low-2", "low-3"} {
+		if _, ok := marked.Load(victim); !ok {
+			t.Errorf("%s was deleted without the DisruptionTarget condition", victim)
+		}
+	}
+	if got := testutil.ToFloat64(s.metrics.preemptionAttempts); got < 1 {
+		t.Errorf("scheduler_preemption_attempts_total %g", got)
 	}
 }

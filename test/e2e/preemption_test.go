@@ -185,6 +185,16 @@ func TestHardZoneSpreadCountsAFullZone(t *testing.T) {
 			t.Errorf("FailedScheduling %q lacks %q", msg, want)
 		}
 	}
+	// capstan explain pod gives each node's skew, and what preemption
+	// would do.
+	out := capstanOK(t, "explain", "pod", ns+"/"+pending[0].Name, "--kubeconfig", env.Kubeconfig)
+	for _, want := range []string{"Topology spread (DoNotSchedule):",
+		"  " + nodes[0] + ": topology.kubernetes.io/zone=" + zones[0] + ": 1 matching, min 0, skew 2 > maxSkew 1",
+		"Preemption: 0/"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("explain pod lacks %q:\n%s", want, out)
+		}
+	}
 }
 
 func zoneOf(nodes, zones []string, node string) string {
