@@ -314,8 +314,10 @@ func apiserverPods(client *fake.Clientset) {
 // are being scheduled, and deleted: run with -race, this proves the queue
 // and cache are shared safely; every surviving pod ends up bound, and no
 // deleted pod stays queued.
-func TestSchedulerLoopUnderConcurrentChanges(t *testing.T) {
-	client := fake.NewClientset(testNode("small"))
+// runScheduler runs a scheduler on client until the test ends, once its
+// caches have synced.
+func runScheduler(t *testing.T, client *fake.Clientset) (*Scheduler, context.Context) {
+	t.Helper()
 	apiserverPods(client)
 	s, err := New(client, Config{Seed: 1})
 	if err != nil {
@@ -324,10 +326,16 @@ func TestSchedulerLoopUnderConcurrentChanges(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	t.Cleanup(func() { cancel(); <-done })
 	if !cache.WaitForCacheSync(ctx.Done(), s.synced...) {
 		t.Fatal("caches did not sync")
 	}
+	return s, ctx
+}
+
+func TestSchedulerLoopUnderConcurrentChanges(t *testing.T) {
+	client := fake.NewClientset(testNode("small"))
+	s, ctx := runScheduler(t, client)
 	const n, changes = 24, 3
 	pods := client.CoreV1().Pods("ns")
 	var wg sync.WaitGroup
@@ -372,7 +380,7 @@ func TestSchedulerLoopUnderConcurrentChanges(t *testing.T) {
 	if _, err := client.CoreV1().Nodes().Create(ctx, big, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err = waitfor.Poll(ctx, 20*time.Millisecond, 30*time.Second, waitfor.Simple(func(ctx context.Context) (bool, string) {
+	err := waitfor.Poll(ctx, 20*time.Millisecond, 30*time.Second, waitfor.Simple(func(ctx context.Context) (bool, string) {
 		list, err := pods.List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -479,18 +487,7 @@ func TestCacheKeepsNominations(t *testing.T) {
 // preemptor binds where it was nominated.
 func TestPreemptionMakesRoomAndBinds(t *testing.T) {
 	client := fake.NewClientset(testNode("small"))
-	apiserverPods(client)
-	s, err := New(client, Config{Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	if !cache.WaitForCacheSync(ctx.Done(), s.synced...) {
-		t.Fatal("caches did not sync")
-	}
+	s, ctx := runScheduler(t, client)
 	pods := client.CoreV1().Pods("ns")
 	request := func(p *corev1.Pod, cpu string) *corev1.Pod {
 		p.UID = types.UID("uid-" + p.Name)
@@ -523,7 +520,7 @@ func TestPreemptionMakesRoomAndBinds(t *testing.T) {
 	if _, err := pods.Create(ctx, request(qpod("high", 100), "2"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err = waitfor.Poll(ctx, 20*time.Millisecond, 30*time.Second, waitfor.Simple(func(ctx context.Context) (bool, string) {
+	err := waitfor.Poll(ctx, 20*time.Millisecond, 30*time.Second, waitfor.Simple(func(ctx context.Context) (bool, string) {
 		high, err := pods.Get(ctx, "high", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()

@@ -25,50 +25,17 @@ func capstanRun(ctx context.Context, c *Case) (*verdict, error) {
 	// events.
 	f := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
 	listers, _ := algorithm.ListersFrom(f)
-	stores := map[string]cache.Store{
-		"ns": f.Core().V1().Namespaces().Informer().GetStore(), "pdb": f.Policy().V1().PodDisruptionBudgets().Informer().GetStore(),
-		"pvc": f.Core().V1().PersistentVolumeClaims().Informer().GetStore(), "pv": f.Core().V1().PersistentVolumes().Informer().GetStore(),
-		"sc": f.Storage().V1().StorageClasses().Informer().GetStore(), "csinode": f.Storage().V1().CSINodes().Informer().GetStore(),
-		"svc": f.Core().V1().Services().Informer().GetStore(), "rs": f.Apps().V1().ReplicaSets().Informer().GetStore(),
-	}
-	add := func(kind string, obj any) error { return stores[kind].Add(obj) }
-	for _, o := range c.Namespaces {
-		if err := add("ns", o); err != nil {
-			return nil, err
-		}
-	}
-	for _, o := range c.PDBs {
-		if err := add("pdb", o); err != nil {
-			return nil, err
-		}
-	}
-	for _, o := range c.Claims {
-		if err := add("pvc", o); err != nil {
-			return nil, err
-		}
-	}
-	for _, o := range c.Volumes {
-		if err := add("pv", o); err != nil {
-			return nil, err
-		}
-	}
-	for _, o := range c.Classes {
-		if err := add("sc", o); err != nil {
-			return nil, err
-		}
-	}
-	for _, o := range c.CSINodes {
-		if err := add("csinode", o); err != nil {
-			return nil, err
-		}
-	}
-	for _, o := range c.Services {
-		if err := add("svc", o); err != nil {
-			return nil, err
-		}
-	}
-	for _, o := range c.ReplicaSets {
-		if err := add("rs", o); err != nil {
+	for _, err := range []error{
+		fill(f.Core().V1().Namespaces().Informer().GetStore(), c.Namespaces),
+		fill(f.Policy().V1().PodDisruptionBudgets().Informer().GetStore(), c.PDBs),
+		fill(f.Core().V1().PersistentVolumeClaims().Informer().GetStore(), c.Claims),
+		fill(f.Core().V1().PersistentVolumes().Informer().GetStore(), c.Volumes),
+		fill(f.Storage().V1().StorageClasses().Informer().GetStore(), c.Classes),
+		fill(f.Storage().V1().CSINodes().Informer().GetStore(), c.CSINodes),
+		fill(f.Core().V1().Services().Informer().GetStore(), c.Services),
+		fill(f.Apps().V1().ReplicaSets().Informer().GetStore(), c.ReplicaSets),
+	} {
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -119,6 +86,16 @@ func capstanRun(ctx context.Context, c *Case) (*verdict, error) {
 		v.reasons["preemption "+n] = f.Predicate + ": " + strings.Join(f.Reasons, ", ")
 	}
 	return v, nil
+}
+
+// fill adds objects to a lister's store.
+func fill[T any](store cache.Store, objs []T) error {
+	for _, o := range objs {
+		if err := store.Add(o); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // describe prints a case's pod and cluster for a failure message.

@@ -36,40 +36,25 @@ type Case struct {
 
 func (c *Case) objects() []runtime.Object {
 	var out []runtime.Object
-	for _, o := range c.Namespaces {
-		out = append(out, o)
-	}
-	for _, o := range c.Nodes {
-		out = append(out, o)
-	}
-	for _, o := range c.Pods {
-		out = append(out, o)
-	}
-	for _, o := range c.Nominated {
-		out = append(out, o)
-	}
-	for _, o := range c.PDBs {
-		out = append(out, o)
-	}
-	for _, o := range c.Claims {
-		out = append(out, o)
-	}
-	for _, o := range c.Volumes {
-		out = append(out, o)
-	}
-	for _, o := range c.Classes {
-		out = append(out, o)
-	}
-	for _, o := range c.CSINodes {
-		out = append(out, o)
-	}
-	for _, o := range c.Services {
-		out = append(out, o)
-	}
-	for _, o := range c.ReplicaSets {
-		out = append(out, o)
-	}
+	out = appendObjects(out, c.Namespaces)
+	out = appendObjects(out, c.Nodes)
+	out = appendObjects(out, c.Pods)
+	out = appendObjects(out, c.Nominated)
+	out = appendObjects(out, c.PDBs)
+	out = appendObjects(out, c.Claims)
+	out = appendObjects(out, c.Volumes)
+	out = appendObjects(out, c.Classes)
+	out = appendObjects(out, c.CSINodes)
+	out = appendObjects(out, c.Services)
+	out = appendObjects(out, c.ReplicaSets)
 	return append(out, c.Pod)
+}
+
+func appendObjects[T runtime.Object](out []runtime.Object, objs []T) []runtime.Object {
+	for _, o := range objs {
+		out = append(out, o)
+	}
+	return out
 }
 
 // gen draws cases from a seed.
