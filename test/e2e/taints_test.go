@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/scheduler/algorithm"
 	"github.com/capstan-dev/capstan/internal/taints"
 	"github.com/capstan-dev/capstan/internal/testenv"
 
@@ -272,7 +273,7 @@ func TestSchedulerAvoidsNodesTaintedByCondition(t *testing.T) {
 		schedulerSees(t, ns, "cond-bad", true, "")
 	}
 	capstanOK(t, "kubectl", "--kubeconfig", env.Kubeconfig, "cordon", "cond-bad")
-	schedulerSees(t, ns, "cond-bad", false, "untolerated taint {node.kubernetes.io/unschedulable: }")
+	schedulerSees(t, ns, "cond-bad", false, algorithm.ReasonNodeUnschedulable)
 	p := simplePod("cordoned", nil)
 	p.Spec.NodeSelector = map[string]string{"e2e": "bycond"}
 	env.CreatePod(t, ns, p)
