@@ -92,11 +92,17 @@ func TestHighPriorityPodPreemptsBesideThePriorityCutoff(t *testing.T) {
 	if strings.Contains(fs, "preemption:") {
 		t.Errorf("FailedScheduling of a pod preemption made room for says preemption failed: %q", fs)
 	}
-	// The expendable pods that lost their place neither get it back nor
-	// add a node: the autoscaler says why.
-	eventMessage(t, ns, "batch-0", autoscaler.ReasonNotTriggerScaleUp, "priority -100 below cutoff -10")
+	// An expendable pod that finds no room adds no node either (and
+	// preempts nobody of higher priority): the autoscaler says why.
+	late := autoscaledPod("batch-late", set, "1")
+	late.Spec.PriorityClassName = "e2e-expendable"
+	env.CreatePod(t, ns, late)
+	eventMessage(t, ns, "batch-late", autoscaler.ReasonNotTriggerScaleUp, "priority -100 below cutoff -10")
 	if r := replicas(t, set); r != 1 {
-		t.Errorf("%s grew to %d replicas for expendable pods", set, r)
+		t.Errorf("%s grew to %d replicas for an expendable pod", set, r)
+	}
+	if p := env.GetPod(t, ns, "important"); p == nil || p.DeletionTimestamp != nil {
+		t.Errorf("the important pod was preempted by a pod of lower priority")
 	}
 	_ = ctx
 }
