@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -38,8 +39,9 @@ type nodeCache struct {
 	// decisions never give them to another claim.
 	volumes map[string]string
 	// nominated are the pending pods preemption made room for, by the node
-	// they wait for; nominatedOn says where each is.
-	nominated   map[string]map[types.UID]*algorithm.PodInfo
+	// they wait for, as decisions read them; nominatedOn says where each
+	// is.
+	nominated   map[string][]*algorithm.PodInfo
 	nominatedOn map[types.UID]string
 }
 
@@ -70,7 +72,7 @@ func newNodeCache(labelKeys []string) *nodeCache {
 		assumed:   map[types.UID]*assumption{},
 		volumes:   map[string]string{},
 
-		nominated:   map[string]map[types.UID]*algorithm.PodInfo{},
+		nominated:   map[string][]*algorithm.PodInfo{},
 		nominatedOn: map[types.UID]string{},
 	}
 }
@@ -86,24 +88,18 @@ func (c *nodeCache) nominate(pod *corev1.Pod, node string) {
 
 func (c *nodeCache) nominateLocked(pod *corev1.Pod, node string) {
 	if old, ok := c.nominatedOn[pod.UID]; ok {
-		if old == node {
-			// Same node: keep the newer object.
-			c.nominated[node][pod.UID] = algorithm.NewPodInfo(pod)
-			return
-		}
-		delete(c.nominated[old], pod.UID)
-		if len(c.nominated[old]) == 0 {
+		pods := slices.DeleteFunc(c.nominated[old], func(pi *algorithm.PodInfo) bool { return pi.Pod.UID == pod.UID })
+		if len(pods) == 0 {
 			delete(c.nominated, old)
+		} else {
+			c.nominated[old] = pods
 		}
 		delete(c.nominatedOn, pod.UID)
 	}
 	if node == "" {
 		return
 	}
-	if c.nominated[node] == nil {
-		c.nominated[node] = map[types.UID]*algorithm.PodInfo{}
-	}
-	c.nominated[node][pod.UID] = algorithm.NewPodInfo(pod)
+	c.nominated[node] = append(c.nominated[node], algorithm.NewPodInfo(pod))
 	c.nominatedOn[pod.UID] = node
 }
 
@@ -307,13 +303,7 @@ func (c *nodeCache) expireAssumed(now time.Time) []*corev1.Pod {
 func (c *nodeCache) snapshotLocked(l algorithm.Listers) *algorithm.Snapshot {
 	snap := algorithm.NewSharedSnapshot(c.list, c.pods, l)
 	snap.AssumedVolumes = c.volumes
-	if len(c.nominated) > 0 {
-		snap.Nominated = make(map[string][]*algorithm.PodInfo, len(c.nominated))
-		for node, pods := range c.nominated {
-			for _, pi := range pods {
-				snap.Nominated[node] = append(snap.Nominated[node], pi)
-			}
-		}
-	}
+	snap.Nominated = c.nominated
+	snap.UseNodeIndex(c.index)
 	return snap
 }

@@ -350,7 +350,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		}
 		if s.isPreempting(pod.UID) {
 			// Its victims are still being deleted: it waits for that
-			// (preemptVictims moves it on when done).
+			// (startPreemption moves it on when done).
 			s.queue.Requeue(qp, cycle, true)
 			continue
 		}

@@ -1,7 +1,8 @@
 package algorithm
 
 import (
-	corev1 "k8s.io/api/core/v1"
+	"maps"
+
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 )
 
@@ -65,6 +66,14 @@ func (a *Algorithm) removePod(cs *CycleState, pi, other *PodInfo, ni *NodeInfo) 
 	}
 }
 
+// UseNodeIndex gives the snapshot its nodes by name, a cache's own index
+// that holds as long as the nodes do: node() then builds none.
+func (s *Snapshot) UseNodeIndex(byName map[string]*NodeInfo) {
+	s.nsMu.Lock()
+	defer s.nsMu.Unlock()
+	s.byName = byName
+}
+
 // node returns the snapshot's node of that name, nil when there is none.
 func (s *Snapshot) node(name string) *NodeInfo {
 	s.nsMu.Lock()
@@ -88,24 +97,13 @@ func (ni *NodeInfo) Clone() *NodeInfo {
 	out.PodsWithRequiredAntiAffinity = append([]*PodInfo(nil), ni.PodsWithRequiredAntiAffinity...)
 	out.Requested = ni.Requested.clone()
 	out.NonZeroRequested = ni.NonZeroRequested.clone()
-	out.UsedPorts = nil
-	for p, n := range ni.UsedPorts {
-		if out.UsedPorts == nil {
-			out.UsedPorts = make(hostPorts, len(ni.UsedPorts))
-		}
-		out.UsedPorts[p] = n
-	}
+	out.UsedPorts = maps.Clone(ni.UsedPorts)
 	return &out
 }
 
 // clone copies r, scalars included.
 func (r Resource) clone() Resource {
 	out := r
-	if r.Scalar != nil {
-		out.Scalar = make(map[corev1.ResourceName]int64, len(r.Scalar))
-		for k, v := range r.Scalar {
-			out.Scalar[k] = v
-		}
-	}
+	out.Scalar = maps.Clone(r.Scalar)
 	return out
 }

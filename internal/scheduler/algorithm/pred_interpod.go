@@ -1,6 +1,9 @@
 package algorithm
 
 import (
+	"maps"
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -49,12 +52,9 @@ func (c *topologyCounts) empty() bool {
 
 // clone copies the counts.
 func (c *topologyCounts) clone() topologyCounts {
-	out := topologyCounts{keys: append([]string(nil), c.keys...), counts: make([]map[string]int64, len(c.counts))}
+	out := topologyCounts{keys: slices.Clone(c.keys), counts: make([]map[string]int64, len(c.counts))}
 	for i, m := range c.counts {
-		out.counts[i] = make(map[string]int64, len(m))
-		for k, v := range m {
-			out.counts[i][k] = v
-		}
+		out.counts[i] = maps.Clone(m)
 	}
 	return out
 }

@@ -2,7 +2,9 @@ package algorithm
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -236,7 +238,6 @@ type spreadState struct {
 	constraints []spreadConstraint
 	counts      []map[string]int
 	paths       []criticalPaths
-	err         error
 }
 
 func (evenPodsSpread) PreFilter(cs *CycleState, pi *PodInfo) {
@@ -303,12 +304,9 @@ func (st *spreadState) countDomains(s *Snapshot, pi *PodInfo) {
 
 // Clone copies the counts for a preemption's dry run or nominated pods.
 func (st *spreadState) Clone() any {
-	out := &spreadState{constraints: st.constraints, counts: make([]map[string]int, len(st.counts)), paths: append([]criticalPaths(nil), st.paths...), err: st.err}
+	out := &spreadState{constraints: st.constraints, counts: make([]map[string]int, len(st.counts)), paths: slices.Clone(st.paths)}
 	for i, m := range st.counts {
-		out.counts[i] = make(map[string]int, len(m))
-		for k, v := range m {
-			out.counts[i][k] = v
-		}
+		out.counts[i] = maps.Clone(m)
 	}
 	return out
 }
@@ -332,13 +330,13 @@ func (st *spreadState) update(pi, other *PodInfo, ni *NodeInfo, delta int) {
 }
 
 func (evenPodsSpread) AddPod(cs *CycleState, pi, other *PodInfo, ni *NodeInfo) {
-	if st, _ := cs.Read(spreadKey).(*spreadState); st != nil && st.err == nil {
+	if st, _ := cs.Read(spreadKey).(*spreadState); st != nil {
 		st.update(pi, other, ni, 1)
 	}
 }
 
 func (evenPodsSpread) RemovePod(cs *CycleState, pi, other *PodInfo, ni *NodeInfo) {
-	if st, _ := cs.Read(spreadKey).(*spreadState); st != nil && st.err == nil {
+	if st, _ := cs.Read(spreadKey).(*spreadState); st != nil {
 		st.update(pi, other, ni, -1)
 	}
 }
@@ -365,9 +363,6 @@ func (evenPodsSpread) Filter(cs *CycleState, pi *PodInfo, ni *NodeInfo) []string
 	st, _ := cs.Read(spreadKey).(*spreadState)
 	if st == nil {
 		return nil
-	}
-	if st.err != nil {
-		return []string{ReasonSpreadConstraintsInvalid}
 	}
 	for i := range st.constraints {
 		v, ok := ni.Label(st.constraints[i].topologyKey)
@@ -424,7 +419,7 @@ func (d *Decision) SpreadVerdicts(node string) []SkewVerdict {
 		return nil
 	}
 	st, _ := d.cycle.Read(spreadKey).(*spreadState)
-	if st == nil || st.err != nil {
+	if st == nil {
 		return nil
 	}
 	out := make([]SkewVerdict, len(st.constraints))

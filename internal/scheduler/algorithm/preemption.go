@@ -94,7 +94,7 @@ func (a *Algorithm) Preempt(ctx context.Context, d *Decision, snap *Snapshot, of
 		if snap.PodDisruptionBudgets != nil {
 			pdbs, _ = snap.PodDisruptionBudgets.List(labels.Everything())
 		}
-		candidates = a.dryRun(ctx, d, potential, pdbs, offset, failed)
+		candidates = a.dryRun(ctx, d, potential, parseBudgets(pdbs), offset, failed)
 	}
 	if len(candidates) == 0 {
 		return &Preemption{ClearNomination: true, Failed: failed, Message: "preemption: " + preemptionSummary(len(snap.Nodes), failed)}
@@ -167,7 +167,7 @@ func numCandidates(n int) int {
 // dryRun tries the potential nodes from offset, in turn, until enough
 // candidates are found (at least one that violates no budget), as
 // upstream's DryRunPreemption; failed gets why the others were not.
-func (a *Algorithm) dryRun(ctx context.Context, d *Decision, potential []*NodeInfo, pdbs []*policyv1.PodDisruptionBudget, offset int, failed map[string]*Failure) []*candidate {
+func (a *Algorithm) dryRun(ctx context.Context, d *Decision, potential []*NodeInfo, pdbs []budget, offset int, failed map[string]*Failure) []*candidate {
 	want := numCandidates(len(potential))
 	var clean, violating []*candidate
 	for i := range potential {
@@ -200,7 +200,7 @@ func (a *Algorithm) dryRun(ctx context.Context, d *Decision, potential []*NodeIn
 // put back one by one, most important first, those whose budget forbids
 // their eviction first, each kept if the pod still fits. The rest are the
 // victims.
-func (a *Algorithm) selectVictims(d *Decision, orig *NodeInfo, pdbs []*policyv1.PodDisruptionBudget) ([]*corev1.Pod, int, *Failure) {
+func (a *Algorithm) selectVictims(d *Decision, orig *NodeInfo, pdbs []budget) ([]*corev1.Pod, int, *Failure) {
 	pi := d.podInfo
 	prio := corev1helpers.PodPriority(pi.Pod)
 	ni := orig.Clone()
@@ -274,28 +274,41 @@ func moreImportant(p1, p2 *corev1.Pod, now time.Time) bool {
 	return startTime(p1, now).Before(startTime(p2, now))
 }
 
+// budget is a PodDisruptionBudget with its selector parsed once per
+// preemption (nil: it matches nothing).
+type budget struct {
+	pdb      *policyv1.PodDisruptionBudget
+	selector labels.Selector
+}
+
+func parseBudgets(pdbs []*policyv1.PodDisruptionBudget) []budget {
+	out := make([]budget, len(pdbs))
+	for i, pdb := range pdbs {
+		out[i].pdb = pdb
+		if sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector); err == nil && !sel.Empty() {
+			out[i].selector = sel
+		}
+	}
+	return out
+}
+
 // splitByPDB sorts the pods (keeping their order) into those whose
 // eviction would take a budget below zero and the others, counting down
 // each budget's allowed disruptions as upstream's
 // filterPodsWithPDBViolation does.
-func splitByPDB(pods []*PodInfo, pdbs []*policyv1.PodDisruptionBudget) (violating, clean []*PodInfo) {
+func splitByPDB(pods []*PodInfo, pdbs []budget) (violating, clean []*PodInfo) {
 	allowed := make([]int32, len(pdbs))
-	selectors := make([]labels.Selector, len(pdbs))
-	for i, pdb := range pdbs {
-		allowed[i] = pdb.Status.DisruptionsAllowed
-		if sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector); err == nil {
-			selectors[i] = sel
-		}
+	for i, b := range pdbs {
+		allowed[i] = b.pdb.Status.DisruptionsAllowed
 	}
 	for _, p := range pods {
 		violated := false
 		if len(p.Pod.Labels) > 0 {
-			for i, pdb := range pdbs {
-				sel := selectors[i]
-				if pdb.Namespace != p.Pod.Namespace || sel == nil || sel.Empty() || !sel.Matches(labels.Set(p.Pod.Labels)) {
+			for i, b := range pdbs {
+				if b.pdb.Namespace != p.Pod.Namespace || b.selector == nil || !b.selector.Matches(labels.Set(p.Pod.Labels)) {
 					continue
 				}
-				if _, disrupted := pdb.Status.DisruptedPods[p.Pod.Name]; disrupted {
+				if _, disrupted := b.pdb.Status.DisruptedPods[p.Pod.Name]; disrupted {
 					continue
 				}
 				if allowed[i]--; allowed[i] < 0 {
