@@ -411,6 +411,9 @@ func TestConsole(t *testing.T) {
 				t.Errorf("the pending pod's verdicts leave out node %s:\n%s", n, got)
 			}
 		}
+		// What preemption would do: nothing, more than any node has.
+		tab.WaitText(`section[data-pod="default/console-too-big"]`, "Preemption: 0/", time.Minute)
+		tab.WaitText(`section[data-pod="default/console-too-big"]`, "Preemption is not helpful for scheduling", time.Minute)
 		tab.A11y("pending pods")
 		tab.Screenshot("pending")
 	})
