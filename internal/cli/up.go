@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/capstan-dev/capstan/internal/cluster"
+	"github.com/capstan-dev/capstan/internal/cvo"
 	"github.com/capstan-dev/capstan/internal/etcd"
 	"github.com/capstan-dev/capstan/internal/machine/hooks"
 	"github.com/capstan-dev/capstan/internal/sim"
@@ -34,6 +35,8 @@ type upOptions struct {
 	hooks                   []string
 	hookFlags               hookFlags
 	bare, noAuditLog        bool
+	baselineCapabilities    string
+	additionalCapabilities  []string
 }
 
 func newUpCommand() *cobra.Command {
@@ -98,6 +101,8 @@ the same cluster. Stop it with Ctrl-C (SIGINT) or SIGTERM.`,
 	fs.StringSliceVar(&o.hooks, "hooks", nil, "example hook controllers to run: "+strings.Join(hooks.ExampleNames(), ", "))
 	fs.BoolVar(&cp.EtcdPartitionable, "etcd-partitionable", false, "serve each etcd member's peer port through a proxy that DATA_DIR/"+etcd.PartitionFile+" (member names, one a line) cuts from the others: capstan chaos partitions members with it")
 	_ = fs.MarkHidden("etcd-partitionable")
+	fs.StringVar(&o.baselineCapabilities, "baseline-capability-set", "", "a new cluster's ClusterVersion spec.capabilities.baselineCapabilitySet, as the install configuration's (None, v4.11 ... vCurrent; default: vCurrent); manifests of the release that need a capability left out are not applied")
+	fs.StringSliceVar(&o.additionalCapabilities, "additional-enabled-capabilities", nil, "a new cluster's spec.capabilities.additionalEnabledCapabilities (comma-separated, e.g. MachineAPI,Console)")
 	o.hookFlags.add(fs)
 	return c
 }
@@ -147,6 +152,9 @@ func (o *upOptions) run(c *cobra.Command) error {
 		if o.opts.Hooks, err = o.hookFlags.build(o.hooks); err != nil {
 			return fmt.Errorf("--hooks: %w", err)
 		}
+	}
+	if o.opts.Releases.CVO.Capabilities, err = cvo.ParseCapabilities(o.baselineCapabilities, o.additionalCapabilities); err != nil {
+		return fmt.Errorf("--baseline-capability-set or --additional-enabled-capabilities: %w", err)
 	}
 	if err := loadSchedulerPolicy(o.schedulerPolicy, &o.opts); err != nil {
 		return err

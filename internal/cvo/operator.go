@@ -51,6 +51,9 @@ type Options struct {
 	Current configv1.Release
 	// Channel is spec.channel of a ClusterVersion the operator creates.
 	Channel string
+	// Capabilities is spec.capabilities of a ClusterVersion the operator
+	// creates (the install configuration's); nil is the default, vCurrent.
+	Capabilities *configv1.ClusterVersionCapabilitiesSpec
 	// MinimumUpdateCheckInterval is drawn anew for each check: the CVO
 	// asks the update service every [2m, 4m) unless something changed.
 	MinimumUpdateCheckInterval func() time.Duration
@@ -221,7 +224,7 @@ func (o *Operator) ensure(ctx context.Context) error {
 		}
 		cv = &configv1.ClusterVersion{
 			ObjectMeta: metav1.ObjectMeta{Name: Name},
-			Spec:       configv1.ClusterVersionSpec{ClusterID: configv1.ClusterID(uuid.NewString()), Channel: o.opts.Channel},
+			Spec:       configv1.ClusterVersionSpec{ClusterID: configv1.ClusterID(uuid.NewString()), Channel: o.opts.Channel, Capabilities: o.opts.Capabilities.DeepCopy()},
 		}
 		created, err := cvs.Create(ctx, cv, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {

@@ -265,12 +265,24 @@ func (w *worker) syncOnce(ctx context.Context) error {
 	if err != nil {
 		return w.prog.fail(&payload.UpdateError{Effect: payload.EffectFail, Reason: "UpdatePayloadIntegrity", Message: "The content of the update is invalid: " + err.Error(), Nested: err})
 	}
+	// The capabilities enabled, as the status says them, pick the
+	// manifests with the cluster's profile and feature set.
+	caps := CapabilitiesOf(cv)
+	if err := o.updateStatus(ctx, func(cv *configv1.ClusterVersion, now metav1.Time) {
+		cv.Status.Capabilities = caps.Status()
+		SetCondition(&cv.Status.Conditions, caps.Condition(), now)
+	}); err != nil {
+		return err
+	}
+	filter := o.opts.Filter
+	filter.Capabilities = caps.Set()
 	var manifests []*payload.Manifest
 	for _, m := range all {
-		if o.opts.Filter.Include(m) == nil {
+		if filter.Include(m) == nil {
 			manifests = append(manifests, m)
 		}
 	}
+	overrides := cv.Spec.Overrides
 	var g *payload.Graph
 	workers := 16
 	switch mode {
@@ -291,7 +303,15 @@ func (w *worker) syncOnce(ctx context.Context) error {
 		w.o.opts.Timeline.started(version, g.Tasks())
 	}
 	w.prog.changed()
-	err = payload.Run(ctx, g, workers, func(ctx context.Context, m *payload.Manifest) error { return w.apply(ctx, m, mode, version) })
+	err = payload.Run(ctx, g, workers, func(ctx context.Context, m *payload.Manifest) error {
+		if Unmanaged(overrides, m) {
+			// The admin took the object out of the CVO's hands: it is
+			// neither applied nor waited for.
+			w.prog.taskDone()
+			return nil
+		}
+		return w.apply(ctx, m, mode, version)
+	})
 	if err != nil {
 		if errors.Is(err, errHandover) {
 			return errHandover

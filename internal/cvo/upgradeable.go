@@ -11,21 +11,63 @@ import (
 )
 
 // syncUpgradeable sets the ClusterVersion's Upgradeable condition from
-// the cluster operators that say they must not be updated to another
-// minor version; it is absent while none does.
+// its checks: the cluster operators that say they must not be updated to
+// another minor version, and the ClusterVersion's unmanaged overrides. It
+// is absent while none fails.
 func (o *Operator) syncUpgradeable(ctx context.Context) error {
 	list, err := o.client.ConfigV1().ClusterOperators().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
 	}
-	cond := Upgradeable(list.Items)
 	return o.updateStatus(ctx, func(cv *configv1.ClusterVersion, now metav1.Time) {
+		cond := CombineUpgradeable(Upgradeable(list.Items), OverridesUpgradeable(cv.Spec.Overrides))
 		if cond == nil {
 			removeCondition(&cv.Status.Conditions, configv1.OperatorUpgradeable)
 			return
 		}
 		SetCondition(&cv.Status.Conditions, *cond, now)
 	})
+}
+
+// OverridesUpgradeable is the CVO's overrides check: an object taken out
+// of its hands (an unmanaged override) blocks minor updates. nil without
+// one.
+func OverridesUpgradeable(overrides []configv1.ComponentOverride) *configv1.ClusterOperatorStatusCondition {
+	for _, ov := range overrides {
+		if ov.Unmanaged {
+			return &configv1.ClusterOperatorStatusCondition{Type: configv1.OperatorUpgradeable, Status: configv1.ConditionFalse,
+				Reason:  "ClusterVersionOverridesSet",
+				Message: "Disabling ownership via cluster version overrides prevents upgrades. Please remove overrides before continuing."}
+		}
+	}
+	return nil
+}
+
+// CombineUpgradeable folds the failed Upgradeable checks (nil entries
+// passed) as the CVO does: one gives its reason and message; several give
+// MultipleReasons, their reasons listed and a message line each.
+func CombineUpgradeable(checks ...*configv1.ClusterOperatorStatusCondition) *configv1.ClusterOperatorStatusCondition {
+	var failed []*configv1.ClusterOperatorStatusCondition
+	for _, c := range checks {
+		if c != nil {
+			failed = append(failed, c)
+		}
+	}
+	switch len(failed) {
+	case 0:
+		return nil
+	case 1:
+		return failed[0]
+	}
+	reasons := make([]string, len(failed))
+	lines := make([]string, len(failed))
+	for i, c := range failed {
+		reasons[i] = c.Reason
+		lines[i] = "* " + c.Message
+	}
+	return &configv1.ClusterOperatorStatusCondition{Type: configv1.OperatorUpgradeable, Status: configv1.ConditionFalse, Reason: "MultipleReasons",
+		Message: fmt.Sprintf("Cluster should not be upgraded between minor or major versions for multiple reasons: %s\n%s",
+			strings.Join(reasons, ","), strings.Join(lines, "\n"))}
 }
 
 // Upgradeable words the operators' Upgradeable=False as the CVO does:

@@ -17,9 +17,13 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/testenv"
 
+	configv1 "github.com/openshift/api/config/v1"
+	configclient "github.com/openshift/client-go/config/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/capstan-dev/capstan/internal/cluster"
 )
@@ -98,8 +102,11 @@ func TestUpRejectsBadInputWithOneClearLine(t *testing.T) {
 func TestUpStopsCleanlyAndResumesTheSameCluster(t *testing.T) {
 	dir := t.TempDir()
 	port := strconv.Itoa(testenv.FreePort(t))
+	// Installed, as an install configuration can, without the Console
+	// capability: v4.11's set and Ingress.
 	args := []string{"--data-dir", dir, "--port", port, "--nodes", "2", "--control-plane-nodes", "1",
-		"--node-monitor-grace-period", "5s", "--node-monitor-period", "1s", "--console-address", "127.0.0.1:0"}
+		"--node-monitor-grace-period", "5s", "--node-monitor-period", "1s", "--console-address", "127.0.0.1:0",
+		"--baseline-capability-set", "v4.11", "--additional-enabled-capabilities", "Ingress"}
 	up := testenv.StartUp(t, args...)
 	up.WaitLine(t, "export KUBECONFIG="+filepath.Join(dir, "kubeconfig"), 3*time.Minute)
 	summary := up.WaitLine(t, "capstan is up", 10*time.Second)
@@ -163,6 +170,7 @@ func TestUpStopsCleanlyAndResumesTheSameCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPodRunning(t, client, "default", "kept")
+	installedWithoutConsole(t, cfg)
 	up.Stop(t)
 
 	up = testenv.StartUp(t, args...)
@@ -186,6 +194,38 @@ func TestUpStopsCleanlyAndResumesTheSameCluster(t *testing.T) {
 	waitPodRunning(t, client, "default", "kept")
 	up.Stop(t)
 	webhooksServedFirst(t, filepath.Join(dir, "logs", "capstan.log"), 2)
+}
+
+// installedWithoutConsole checks a cluster installed with the
+// capabilities v4.11 and Ingress: the release's console operator, which
+// needs Console, is not applied while the ingress and Machine API
+// operators are, and the ClusterVersion lists what is enabled.
+func installedWithoutConsole(t *testing.T, cfg *rest.Config) {
+	t.Helper()
+	ctx := context.Background()
+	client := kubernetes.NewForConfigOrDie(cfg)
+	config := configclient.NewForConfigOrDie(cfg)
+	var cv *configv1.ClusterVersion
+	testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
+		var err error
+		if cv, err = config.ConfigV1().ClusterVersions().Get(ctx, "version", metav1.GetOptions{}); err != nil {
+			return false, err.Error()
+		}
+		h := cv.Status.History
+		return len(h) == 1 && h[0].State == configv1.CompletedUpdate, fmt.Sprintf("the install is not complete: %+v", h)
+	})
+	if got := fmt.Sprint(cv.Status.Capabilities.EnabledCapabilities); got != "[Ingress MachineAPI baremetal marketplace openshift-samples]" {
+		t.Errorf("enabled capabilities %s", got)
+	}
+	for ns, want := range map[string]bool{"openshift-console-operator": false, "openshift-ingress-operator": true, "openshift-dns-operator": true} {
+		_, err := client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		if got := err == nil; got != want {
+			t.Errorf("namespace %s there: %v, want %v (%v)", ns, got, want, err)
+		}
+	}
+	if _, err := config.ConfigV1().ClusterOperators().Get(ctx, "console", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the ClusterOperator console of a disabled capability: %v", err)
+	}
 }
 
 // webhooksServedFirst checks, in the log of a data dir, that each of the

@@ -17,6 +17,10 @@ import (
 // Deployment, which reports the ClusterOperator Name.
 type Operator struct {
 	RunLevel, Component, Name, Namespace, Deployment string
+	// Capability, when set, is the optional capability the operator
+	// belongs to (capability.openshift.io/name on each of its manifests,
+	// as OpenShift's are): a cluster without it does not install it.
+	Capability string
 	// Extra ConfigMaps the operator ships (for payloads of a real
 	// release's size).
 	Extra int
@@ -29,10 +33,10 @@ var Operators = []Operator{
 	{RunLevel: "20", Component: "kube-apiserver-operator", Name: "kube-apiserver", Namespace: "openshift-kube-apiserver-operator", Deployment: "kube-apiserver-operator"},
 	{RunLevel: "25", Component: "kube-controller-manager-operator", Name: "kube-controller-manager", Namespace: "openshift-kube-controller-manager-operator", Deployment: "kube-controller-manager-operator"},
 	{RunLevel: "25", Component: "kube-scheduler-operator", Name: "kube-scheduler", Namespace: "openshift-kube-scheduler-operator", Deployment: "openshift-kube-scheduler-operator"},
-	{RunLevel: "30", Component: "machine-api-operator", Name: "machine-api", Namespace: "openshift-machine-api", Deployment: "machine-api-operator"},
-	{RunLevel: "50", Component: "cluster-autoscaler-operator", Name: "cluster-autoscaler", Namespace: "openshift-machine-api", Deployment: "cluster-autoscaler-operator"},
-	{RunLevel: "50", Component: "console-operator", Name: "console", Namespace: "openshift-console-operator", Deployment: "console-operator"},
-	{RunLevel: "50", Component: "cluster-ingress-operator", Name: "ingress", Namespace: "openshift-ingress-operator", Deployment: "ingress-operator"},
+	{RunLevel: "30", Component: "machine-api-operator", Name: "machine-api", Namespace: "openshift-machine-api", Deployment: "machine-api-operator", Capability: "MachineAPI"},
+	{RunLevel: "50", Component: "cluster-autoscaler-operator", Name: "cluster-autoscaler", Namespace: "openshift-machine-api", Deployment: "cluster-autoscaler-operator", Capability: "MachineAPI"},
+	{RunLevel: "50", Component: "console-operator", Name: "console", Namespace: "openshift-console-operator", Deployment: "console-operator", Capability: "Console"},
+	{RunLevel: "50", Component: "cluster-ingress-operator", Name: "ingress", Namespace: "openshift-ingress-operator", Deployment: "ingress-operator", Capability: "Ingress"},
 	{RunLevel: "70", Component: "dns-operator", Name: "dns", Namespace: "openshift-dns-operator", Deployment: "dns-operator"},
 	{RunLevel: "80", Component: "machine-config-operator", Name: "machine-config", Namespace: "openshift-machine-config-operator", Deployment: "machine-config-operator"},
 }
@@ -79,15 +83,19 @@ func WriteSource(dir, version string, ops []Operator, v *Verification) error {
 		}
 		files[VerificationFile] = string(raw)
 	}
-	files["manifests/0000_00_cluster-version-operator_00_namespace.yaml"] = namespace(CVONamespace)
-	files["manifests/0000_00_cluster-version-operator_03_deployment.yaml"] = deployment(CVONamespace, CVODeployment, "", componentImage("cluster-version-operator", version), version)
+	files["manifests/0000_00_cluster-version-operator_00_namespace.yaml"] = namespace(CVONamespace, include)
+	files["manifests/0000_00_cluster-version-operator_03_deployment.yaml"] = deployment(CVONamespace, CVODeployment, "", componentImage("cluster-version-operator", version), version, include)
 	files["0000_03_config-operator_01_releasenote.crd.yaml"] = releaseNoteCRD
 	images := []string{"cluster-version-operator"}
 	for _, op := range ops {
 		prefix := fmt.Sprintf("0000_%s_%s_", op.RunLevel, op.Component)
-		files[prefix+"00_namespace.yaml"] = namespace(op.Namespace)
+		ann := include
+		if op.Capability != "" {
+			ann += fmt.Sprintf("    capability.openshift.io/name: %s\n", op.Capability)
+		}
+		files[prefix+"00_namespace.yaml"] = namespace(op.Namespace, ann)
 		for i := range op.Extra {
-			files[fmt.Sprintf("%s01_config-%03d.yaml", prefix, i)] = configMap(op.Namespace, fmt.Sprintf("%s-config-%03d", op.Component, i), version)
+			files[fmt.Sprintf("%s01_config-%03d.yaml", prefix, i)] = configMap(op.Namespace, fmt.Sprintf("%s-config-%03d", op.Component, i), version, ann)
 		}
 		if op.Component == "config-operator" {
 			files[prefix+"02_releasenote.yaml"] = fmt.Sprintf("apiVersion: demo.capstan.dev/v1\nkind: ReleaseNote\nmetadata:\n  name: cluster\n  annotations:\n%sspec:\n  version: %q\n", include, version)
@@ -101,8 +109,8 @@ func WriteSource(dir, version string, ops []Operator, v *Verification) error {
 			}
 			files[prefix+"03_osimageurl.yaml"] = string(raw)
 		}
-		files[prefix+"05_deployment.yaml"] = deployment(op.Namespace, op.Deployment, op.Name, componentImage(op.Component, version), version)
-		files[prefix+"10_clusteroperator.yaml"] = fmt.Sprintf("apiVersion: config.openshift.io/v1\nkind: ClusterOperator\nmetadata:\n  name: %s\n  annotations:\n%sstatus:\n  versions:\n  - name: operator\n    version: %q\n", op.Name, include, version)
+		files[prefix+"05_deployment.yaml"] = deployment(op.Namespace, op.Deployment, op.Name, componentImage(op.Component, version), version, ann)
+		files[prefix+"10_clusteroperator.yaml"] = fmt.Sprintf("apiVersion: config.openshift.io/v1\nkind: ClusterOperator\nmetadata:\n  name: %s\n  annotations:\n%sstatus:\n  versions:\n  - name: operator\n    version: %q\n", op.Name, ann, version)
 		images = append(images, op.Component)
 	}
 	var refs strings.Builder
@@ -151,17 +159,17 @@ func machineOSVersion(version string) string {
 	return fmt.Sprintf("%s%s.92.202207%s0000-0", parts[0], parts[1], parts[2])
 }
 
-func namespace(name string) string {
-	return fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n  annotations:\n%s    openshift.io/node-selector: \"\"\n  labels:\n    openshift.io/cluster-monitoring: \"true\"\n", name, include)
+func namespace(name, ann string) string {
+	return fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n  annotations:\n%s    openshift.io/node-selector: \"\"\n  labels:\n    openshift.io/cluster-monitoring: \"true\"\n", name, ann)
 }
 
-func configMap(ns, name, version string) string {
-	return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\n  namespace: %s\n  annotations:\n%sdata:\n  version: %q\n", name, ns, include, version)
+func configMap(ns, name, version, ann string) string {
+	return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\n  namespace: %s\n  annotations:\n%sdata:\n  version: %q\n", name, ns, ann, version)
 }
 
 // deployment is an operator's workload: one replica on the control plane,
 // tolerating its taint, with the release version in its environment.
-func deployment(ns, name, clusterOperator, image, version string) string {
+func deployment(ns, name, clusterOperator, image, version, ann string) string {
 	label := ""
 	if clusterOperator != "" {
 		label = fmt.Sprintf("  labels:\n    %s: %s\n", OperatorLabel, clusterOperator)
@@ -211,7 +219,7 @@ metadata:
           requests:
             cpu: 10m
             memory: 50Mi
-`, ns, name, label, image, version, include, VersionEnv)
+`, ns, name, label, image, version, ann, VersionEnv)
 }
 
 const releaseNoteCRD = `apiVersion: apiextensions.k8s.io/v1
