@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$(go list -m -f '{{.Dir}}' github.com/openshift/api)
 dst=deploy/crds
-rm -f "$dst"/*.yaml
+find "$dst" -maxdepth 1 -name '*.yaml' ! -name kustomization.yaml -delete
 while read -r f; do
   [ -n "$f" ] && cp "$src/$f" "$dst/$(basename "$f")"
 done < "$dst/SOURCES"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 
 	"github.com/spf13/pflag"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/kubernetes/cmd/kube-apiserver/app"
 	"k8s.io/kubernetes/cmd/kube-apiserver/app/options"
 
+	"github.com/capstan-dev/capstan/internal/admission"
 	"github.com/capstan-dev/capstan/internal/datadir"
 )
 
@@ -47,7 +49,7 @@ func (cp *ControlPlane) apiserverFlags(etcdURL string) []string {
 		// The kubernetes Service cannot point at a loopback address, and
 		// there is no pod network to reach it from anyway.
 		"--endpoint-reconciler-type=none",
-		"--enable-admission-plugins=NodeRestriction,PodNodeSelector,PodTolerationRestriction",
+		"--enable-admission-plugins=" + cp.admissionPlugins(),
 		"--admission-control-config-file=" + d.Path("admission", admissionConfigFile),
 		"--default-not-ready-toleration-seconds=" + strconv.FormatInt(cp.cfg.DefaultNotReadyTolerationSeconds, 10),
 		"--default-unreachable-toleration-seconds=" + strconv.FormatInt(cp.cfg.DefaultUnreachableTolerationSeconds, 10),
@@ -74,10 +76,28 @@ func (cp *ControlPlane) apiserverFlags(etcdURL string) []string {
 	return append(flags, cp.cfg.ExtraAPIServerFlags...)
 }
 
+// admissionPlugins are the admission plugins enabled beside the defaults:
+// OpenShift's project node selector too, where OpenShift's APIs are
+// served.
+func (cp *ControlPlane) admissionPlugins() string {
+	plugins := "NodeRestriction,PodNodeSelector,PodTolerationRestriction"
+	if !cp.cfg.KubernetesOnly {
+		plugins += "," + admission.PodNodeEnvironmentPluginName
+	}
+	return plugins
+}
+
 // runAPIServer builds the kube-apiserver from its own options and runs it
 // until ctx ends. listener, when set, is the already-bound secure port.
 func (cp *ControlPlane) runAPIServer(ctx context.Context, etcdURL string, listener net.Listener) (<-chan error, error) {
 	s := options.NewServerRunOptions()
+	if !cp.cfg.KubernetesOnly {
+		// OpenShift's project node selector, right after upstream's.
+		a := s.Admission.GenericAdmission
+		admission.RegisterPodNodeEnvironment(a.Plugins)
+		i := slices.Index(a.RecommendedPluginOrder, "PodNodeSelector")
+		a.RecommendedPluginOrder = slices.Insert(a.RecommendedPluginOrder, i+1, admission.PodNodeEnvironmentPluginName)
+	}
 	fs := pflag.NewFlagSet("kube-apiserver", pflag.ContinueOnError)
 	for _, f := range s.Flags().FlagSets {
 		fs.AddFlagSet(f)

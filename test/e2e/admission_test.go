@@ -5,11 +5,15 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/capstan-dev/capstan/internal/cluster"
+	"github.com/capstan-dev/capstan/internal/testenv"
 )
 
 const (
@@ -173,5 +177,70 @@ func TestSpecialHardwareRecipe(t *testing.T) {
 		if n := waitScheduled(t, ns, name); n != "plain-1" {
 			t.Errorf("%s on %s despite PreferNoSchedule", name, n)
 		}
+	}
+}
+
+// OpenShift's project node selector (openshift.io/node-selector, merged
+// by scheduling.openshift.io/OriginPodNodeEnvironment) beside upstream's:
+// a project's selector is merged into its pods, a conflicting pod is
+// forbidden, a project without one takes the Scheduler configuration's
+// defaultNodeSelector, and an empty one opts out of it.
+func TestOpenShiftProjectNodeSelector(t *testing.T) {
+	ctx := context.Background()
+	addNode(t, "project-node", map[string]string{"e2e-project": "blue"})
+	ns := namespaceWith(t, "os-project-blue", map[string]string{"openshift.io/node-selector": "e2e-project=blue"})
+	created, err := env.Client.CoreV1().Pods(ns).Create(ctx, simplePod("in-blue", nil), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(created.Spec.NodeSelector) != "map[e2e-project:blue]" {
+		t.Errorf("nodeSelector %v, want the project's", created.Spec.NodeSelector)
+	}
+	if n := waitScheduled(t, ns, "in-blue"); n != "project-node" {
+		t.Errorf("in-blue on %s", n)
+	}
+	bad := simplePod("in-red", nil)
+	bad.Spec.NodeSelector = map[string]string{"e2e-project": "red"}
+	_, err = env.Client.CoreV1().Pods(ns).Create(ctx, bad, metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), `pods "in-red" is forbidden: pod node label selector conflicts with its project node label selector`) {
+		t.Errorf("conflicting pod: %v", err)
+	}
+	broken := namespaceWith(t, "os-project-broken", map[string]string{"openshift.io/node-selector": "e2e-project"})
+	if _, err = env.Client.CoreV1().Pods(broken).Create(ctx, simplePod("x", nil), metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), `annotation openshift.io/node-selector: "e2e-project": "e2e-project" is not key=value`) {
+		t.Errorf("pod in a project with a broken selector: %v", err)
+	}
+
+	// The cluster's default, for projects that set none.
+	schedulers := env.Dynamic.Resource(schema.GroupVersionResource{Group: "config.openshift.io", Version: "v1", Resource: "schedulers"})
+	cfg := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "config.openshift.io/v1", "kind": "Scheduler",
+		"metadata": map[string]any{"name": "cluster"}, "spec": map[string]any{"defaultNodeSelector": "e2e-project=blue"}}}
+	if _, err := schedulers.Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	plain := namespaceWith(t, "os-project-default", nil)
+	optOut := namespaceWith(t, "os-project-anywhere", map[string]string{"openshift.io/node-selector": ""})
+	// The default is read again within seconds of a change.
+	defaultIs := func(want string) {
+		t.Helper()
+		testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+			probe := simplePod("", nil)
+			probe.GenerateName = "probe-"
+			p, err := env.Client.CoreV1().Pods(plain).Create(ctx, probe, metav1.CreateOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			_ = env.Client.CoreV1().Pods(plain).Delete(ctx, p.Name, metav1.DeleteOptions{})
+			return fmt.Sprint(p.Spec.NodeSelector) == want, fmt.Sprintf("a pod of a project without a selector got %v, want %s", p.Spec.NodeSelector, want)
+		})
+	}
+	t.Cleanup(func() {
+		_ = schedulers.Delete(context.Background(), "cluster", metav1.DeleteOptions{})
+		// The tests after this one see no default.
+		defaultIs("map[]")
+	})
+	defaultIs("map[e2e-project:blue]")
+	p, err := env.Client.CoreV1().Pods(optOut).Create(ctx, simplePod("anywhere", nil), metav1.CreateOptions{})
+	if err != nil || len(p.Spec.NodeSelector) != 0 {
+		t.Errorf("a pod of a project whose selector is empty: %v %v", p, err)
 	}
 }
