@@ -41,8 +41,8 @@ func TestCRDsMatchModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(crds) != n+2 || n != 11 {
-		t.Errorf("%d CRDs embedded, %d sources, want 11 sources and 2 of capstan's own", len(crds), n)
+	if len(crds) != n+4 || n != 11 {
+		t.Errorf("%d CRDs embedded, %d sources, want 11 sources and 4 of capstan's own", len(crds), n)
 	}
 	names := map[string]bool{}
 	for _, c := range crds {

@@ -10,6 +10,7 @@ import (
 	machinev1 "github.com/openshift/api/machine/v1beta1"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -48,19 +49,23 @@ type Options struct {
 	InstancePollInterval time.Duration
 	// Concurrency is how many machines each controller works on at once.
 	Concurrency int
+	// RemediationRebootDuration is how long the simulated remediator keeps
+	// a node it power-cycles down.
+	RemediationRebootDuration time.Duration
 }
 
 // DefaultOptions are OpenShift's timings: 20s drain attempts backing off
 // from 5s to 1000s.
 func DefaultOptions() Options {
 	return Options{
-		Namespace:               Namespace,
-		LeaderElectionNamespace: Namespace,
-		DrainTimeout:            20 * time.Second,
-		DrainBackoffBase:        5 * time.Second,
-		DrainBackoffMax:         1000 * time.Second,
-		InstancePollInterval:    5 * time.Second,
-		Concurrency:             20,
+		Namespace:                 Namespace,
+		LeaderElectionNamespace:   Namespace,
+		DrainTimeout:              20 * time.Second,
+		DrainBackoffBase:          5 * time.Second,
+		DrainBackoffMax:           1000 * time.Second,
+		InstancePollInterval:      5 * time.Second,
+		Concurrency:               20,
+		RemediationRebootDuration: 5 * time.Second,
 	}
 }
 
@@ -98,6 +103,8 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 	// The controllers' own writes are what the Machine API is made of:
 	// no client-side throttling.
 	cfg.QPS, cfg.Burst = -1, 0
+	remediations := &unstructured.Unstructured{}
+	remediations.SetGroupVersionKind(RebootRemediationKind)
 	mgr, err := manager.New(cfg, manager.Options{
 		Scheme:                  Scheme(),
 		Metrics:                 metricsserver.Options{BindAddress: "0"},
@@ -116,6 +123,7 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 				&machinev1.MachineSet{}:          {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
 				&machinev1.MachineHealthCheck{}:  {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
 				&cpmsv1.ControlPlaneMachineSet{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
+				remediations:                     {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
 			}},
 	})
 	if err != nil {
@@ -188,6 +196,15 @@ func addControllers(mgr manager.Manager, cfg *rest.Config, opts *Options) error 
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(cpms.cpmsOfNode)).
 		Complete(cpms); err != nil {
 		return err
+	}
+	// The simulated remediator, where its API is served.
+	if _, err := mgr.GetRESTMapper().RESTMapping(RebootRemediationKind.GroupKind(), RebootRemediationKind.Version); err == nil {
+		rr := &unstructured.Unstructured{}
+		rr.SetGroupVersionKind(RebootRemediationKind)
+		rem := &remediator{client: c, kube: kube, recorder: mgr.GetEventRecorderFor("reboot-remediator"), down: opts.RemediationRebootDuration}
+		if err := ctrl.NewControllerManagedBy(mgr).Named("reboot-remediator").For(rr).Complete(rem); err != nil {
+			return err
+		}
 	}
 	checks := &mhcReconciler{client: c, recorder: mgr.GetEventRecorderFor("machinehealthcheck-controller")}
 	return ctrl.NewControllerManagedBy(mgr).Named("machinehealthcheck-controller").For(&machinev1.MachineHealthCheck{}).

@@ -68,7 +68,7 @@ func (r *mhcReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 		timeout = mhc.Spec.NodeStartupTimeout.Duration
 	}
 	now := timeNow()
-	var healthy int
+	var healthy []healthTarget
 	var unhealthy []healthTarget
 	var nextCheck time.Duration
 	for _, t := range targets {
@@ -84,16 +84,16 @@ func (r *mhcReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 				nextCheck = next
 			}
 		case t.machine.DeletionTimestamp.IsZero() && t.node != nil:
-			healthy++
+			healthy = append(healthy, t)
 		}
 	}
-	total := len(targets)
-	mhc.Status.ExpectedMachines, mhc.Status.CurrentHealthy = &total, &healthy
+	total, healthyCount := len(targets), len(healthy)
+	mhc.Status.ExpectedMachines, mhc.Status.CurrentHealthy = &total, &healthyCount
 	maxUnhealthy, err := maxUnhealthyOf(mhc, total)
 	if err != nil {
 		log.Error(err, "Remediation is not allowed")
 	}
-	unhealthyCount := total - healthy
+	unhealthyCount := total - healthyCount
 	mhc.Status.RemediationsAllowed = int32(max(0, maxUnhealthy-unhealthyCount))
 	cnow := metav1.NewTime(now)
 	if err != nil || unhealthyCount > maxUnhealthy {
@@ -115,9 +115,13 @@ func (r *mhcReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 		return reconcile.Result{}, err
 	}
 	var errs []error
+	base = mhc.DeepCopy()
 	for _, t := range unhealthy {
 		errs = append(errs, r.remediate(ctx, mhc, t))
 	}
+	r.cleanExternalRemediation(ctx, mhc, healthy)
+	// External remediation's conditions, when it failed.
+	errs = append(errs, r.patchStatus(ctx, base, mhc))
 	if err := errors.Join(errs...); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -134,11 +138,19 @@ func (r *mhcReconciler) patchStatus(ctx context.Context, base, mhc *machinev1.Ma
 	return nil
 }
 
-// remediate deletes an unhealthy machine that a MachineSet owns (and so
-// replaces); the deletion goes through hooks and drain like any other.
+// remediate hands an unhealthy machine to external remediation when the
+// check asks for it (see mhc_external.go); else it deletes the machine
+// if a MachineSet owns (and so replaces) it, the deletion going through
+// hooks and drain like any other.
 func (r *mhcReconciler) remediate(ctx context.Context, mhc *machinev1.MachineHealthCheck, t healthTarget) error {
 	m := t.machine
 	id := fmt.Sprintf("%s/%s/%s/%s", mhc.Namespace, mhc.Name, m.Name, nodeName(t))
+	if mhc.Spec.RemediationTemplate != nil {
+		return r.externalRemediation(ctx, mhc, t)
+	}
+	if phaseOf(m) != machinev1.PhaseFailed && mhc.Annotations[RemediationStrategyAnnotation] == RemediationStrategyExternal {
+		return r.annotateForExternal(ctx, id, m)
+	}
 	owner := metav1.GetControllerOf(m)
 	if owner == nil || owner.Kind != machineSetKind.Kind {
 		r.recorder.Eventf(m, corev1.EventTypeNormal, EventSkippedNoController, "Machine %v has no controller owner, skipping remediation", id)

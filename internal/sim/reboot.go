@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -72,4 +73,21 @@ func containerID(pod *corev1.Pod, container string, boot int) string {
 		id += "/" + strconv.Itoa(boot)
 	}
 	return id
+}
+
+// PowerCycle starts a hard reboot of a node's machine, as a remediator
+// that fences a host does: a hung kubelet and the conditions injected as
+// faults are gone when it comes back (FinishReboot).
+func PowerCycle(ctx context.Context, client kubernetes.Interface, name string) error {
+	node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading node %s: %w", name, err)
+	}
+	ann := map[string]*string{RebootingAnnotation: strPtr("true"), StoppedAnnotation: nil}
+	for k := range node.Annotations {
+		if strings.HasPrefix(k, ConditionAnnotationPrefix) {
+			ann[k] = nil
+		}
+	}
+	return annotateNode(ctx, client, name, ann)
 }
