@@ -66,11 +66,14 @@ type Options struct {
 	// that is not ready is taken to be starting: a simulation running
 	// faster than real time divides it by its speed.
 	MaxNodeStartupTime time.Duration
+	// Drain times the drains of nodes whose pods must move (upstream's
+	// when zero).
+	Drain DrainOptions
 }
 
 // DefaultOptions are upstream's: a loop every 10 seconds.
 func DefaultOptions() Options {
-	return Options{Namespace: machine.Namespace, ScanInterval: 10 * time.Second}
+	return Options{Namespace: machine.Namespace, ScanInterval: 10 * time.Second, Drain: DefaultDrainOptions()}
 }
 
 // ClusterAutoscalerResource is the ClusterAutoscaler's API resource.
@@ -115,6 +118,8 @@ type Autoscaler struct {
 	// podInfos keeps each pod's scheduling facts between loops, so that a
 	// loop computes them only for the pods that changed.
 	podInfos *algorithm.PodInfos
+	// drains are the nodes being drained for removal.
+	drains drains
 }
 
 // New sets up an autoscaler on cfg; Run runs it.
@@ -127,6 +132,9 @@ func New(cfg *rest.Config, client kubernetes.Interface, opts Options) (*Autoscal
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
+	}
+	if opts.Drain == (DrainOptions{}) {
+		opts.Drain = DefaultDrainOptions()
 	}
 	p := opts.Policy
 	if p == nil {
@@ -152,6 +160,7 @@ func New(cfg *rest.Config, client kubernetes.Interface, opts Options) (*Autoscal
 		rand:     rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 		backoff:  newBackoff(),
 		written:  map[string]int32{},
+		drains:   drains{nodes: map[string]*drainState{}},
 		podInfos: algorithm.NewPodInfos(),
 		podNotes: newNotes(5 * time.Minute),
 		cfgNotes: newNotes(5 * time.Minute),
@@ -286,6 +295,9 @@ func (a *Autoscaler) RunOnce(ctx context.Context) (acted bool, err error) {
 		a.cleanedUp = true
 	} else {
 		a.cleanUpStaleDeletions(ctx, st, staleDeletionAge)
+	}
+	if a.finishDrains(ctx, st, status) {
+		return true, nil
 	}
 	settled, err := a.settleProvisioning(ctx, st, status)
 	if err != nil || settled {

@@ -19,11 +19,15 @@ type Config struct {
 	// GPUs bound the totals per GPU type.
 	GPUs []GPURange
 
-	ScaleDownEnabled     bool
-	DelayAfterAdd        time.Duration
-	DelayAfterDelete     time.Duration
-	DelayAfterFailure    time.Duration
-	UnneededTime         time.Duration
+	ScaleDownEnabled  bool
+	DelayAfterAdd     time.Duration
+	DelayAfterDelete  time.Duration
+	DelayAfterFailure time.Duration
+	UnneededTime      time.Duration
+	// UnreadyTime is how long an unready node must be unneeded before it
+	// is removed (upstream's --scale-down-unready-time; OpenShift's
+	// ClusterAutoscaler does not set it).
+	UnreadyTime          time.Duration
 	UtilizationThreshold float64
 	CordonBeforeDelete   bool
 
@@ -70,6 +74,7 @@ func DefaultConfig() Config {
 		DelayAfterDelete:          10 * time.Second,
 		DelayAfterFailure:         3 * time.Minute,
 		UnneededTime:              10 * time.Minute,
+		UnreadyTime:               20 * time.Minute,
 		UtilizationThreshold:      0.5,
 		CordonBeforeDelete:        true,
 		MaxPodGracePeriod:         600 * time.Second,

@@ -55,6 +55,29 @@ type NodeGroup struct {
 	// be known, with TemplateErr saying why.
 	Template    *corev1.Node
 	TemplateErr error
+	// UnneededTime and UnreadyTime, when set, replace the cluster's for
+	// this group (the MachineSet's autoscaling-options annotations).
+	UnneededTime, UnreadyTime *time.Duration
+}
+
+// The per-group options of the Cluster API provider: annotations of a
+// MachineSet that replace the cluster-wide settings for its nodes.
+const (
+	UnneededTimeAnnotation = "machine.openshift.io/autoscaling-options-scaledownunneededtime"
+	UnreadyTimeAnnotation  = "machine.openshift.io/autoscaling-options-scaledownunreadytime"
+)
+
+// groupDuration reads a per-group duration option (nil: unset).
+func groupDuration(ms *machinev1.MachineSet, key string) (*time.Duration, error) {
+	v, ok := ms.Annotations[key]
+	if !ok {
+		return nil, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return nil, fmt.Errorf("annotation %s=%q is not a duration such as 20m", key, v)
+	}
+	return &d, nil
 }
 
 // Upcoming is how many nodes the group is to have that have not started
@@ -134,6 +157,15 @@ func NodeGroups(sets []*machinev1.MachineSet, machines []*machinev1.Machine, all
 			continue
 		}
 		g.Min, g.Max = minV, maxV
+		var err error
+		if g.UnneededTime, err = groupDuration(ms, UnneededTimeAnnotation); err != nil {
+			bad = append(bad, BadGroup{g.ID, err})
+			continue
+		}
+		if g.UnreadyTime, err = groupDuration(ms, UnreadyTimeAnnotation); err != nil {
+			bad = append(bad, BadGroup{g.ID, err})
+			continue
+		}
 		g.Template, g.TemplateErr = templateNode(ms)
 		groups = append(groups, g)
 		byUID[string(ms.UID)] = g

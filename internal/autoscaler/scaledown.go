@@ -57,6 +57,9 @@ type NodeVerdict struct {
 	// elsewhere. Since is when they were first found so.
 	Unneeded bool
 	Since    time.Time
+	// Unready nodes go after the unready time instead of the unneeded
+	// time, whatever their utilization.
+	Unready bool
 	// Remove is set on the nodes this loop removes.
 	Remove bool
 	// Empty nodes have no pod to move.
@@ -153,8 +156,10 @@ func PlanScaleDown(in *ScaleDownInput) *ScaleDownPlan {
 			v.Reason, v.Code = "node is being deleted", "CurrentlyBeingDeleted"
 			continue
 		case !nodes.Ready(node):
-			v.Reason, v.Code = "node is not Ready", "ScaleDownUnreadyDisabled"
-			continue
+			// An unready node is not checked for utilization: it goes
+			// once unneeded for the unready time (upstream's
+			// --scale-down-unready-enabled).
+			v.Unready = true
 		case v.Utilization > in.Config.UtilizationThreshold:
 			v.Reason, v.Code = fmt.Sprintf("utilization %.2f above the threshold %g", v.Utilization, in.Config.UtilizationThreshold), "NotUnderutilized"
 			continue
@@ -199,8 +204,13 @@ func PlanScaleDown(in *ScaleDownInput) *ScaleDownPlan {
 		if s, ok := in.UnneededSince[ni.Name]; ok && !s.After(in.Now) {
 			v.Since = s
 		}
-		if d := in.Now.Sub(v.Since); d < in.Config.UnneededTime {
-			v.Reason, v.Code = fmt.Sprintf("unneeded for %s of %s", shortDuration(d), shortDuration(in.Config.UnneededTime)), "NotUnneededLongEnough"
+		if wait, unready := in.unneededTime(v); in.Now.Sub(v.Since) < wait {
+			d := in.Now.Sub(v.Since)
+			if unready {
+				v.Reason, v.Code = fmt.Sprintf("unready and unneeded for %s of %s", shortDuration(d), shortDuration(wait)), "NotUnreadyLongEnough"
+			} else {
+				v.Reason, v.Code = fmt.Sprintf("unneeded for %s of %s", shortDuration(d), shortDuration(wait)), "NotUnneededLongEnough"
+			}
 			continue
 		}
 		if in.Cooldown != "" {
@@ -228,11 +238,31 @@ func PlanScaleDown(in *ScaleDownInput) *ScaleDownPlan {
 		drained = drained || !v.Empty
 		v.Remove = true
 		v.Reason = "removable: unneeded for " + shortDuration(in.Now.Sub(v.Since))
+		if v.Unready {
+			v.Reason = "removable: unready and unneeded for " + shortDuration(in.Now.Sub(v.Since))
+		}
 		removedPerGroup[g]++
 		usage.Add(node, -1)
 		plan.Remove = append(plan.Remove, v)
 	}
 	return plan
+}
+
+// unneededTime is how long a node must be unneeded before it goes, and
+// whether that is the unready time: the group's option, else the
+// cluster's.
+func (in *ScaleDownInput) unneededTime(v *NodeVerdict) (time.Duration, bool) {
+	g := v.Group
+	if v.Unready {
+		if g.UnreadyTime != nil {
+			return *g.UnreadyTime, true
+		}
+		return in.Config.UnreadyTime, true
+	}
+	if g.UnneededTime != nil {
+		return *g.UnneededTime, false
+	}
+	return in.Config.UnneededTime, false
 }
 
 // maxScaleDownParallelism bounds the nodes being removed at once, those

@@ -184,9 +184,11 @@ func (a *Autoscaler) recordNodeVerdicts(ctx context.Context, st *clusterState, p
 }
 
 // executeScaleDown removes the plan's nodes: each is tainted
-// ToBeDeletedByClusterAutoscaler, its Machine marked for deletion, and its
-// MachineSet's replicas lowered, so that the Machine API drains it, runs
-// its lifecycle hooks and deletes it. It reports whether it removed any.
+// ToBeDeletedByClusterAutoscaler; an empty node's Machine is marked for
+// deletion and its MachineSet's replicas lowered at once, so that the
+// Machine API runs its lifecycle hooks and deletes it; a node whose pods
+// must move is drained first (drain.go). It reports whether it lowered a
+// MachineSet.
 func (a *Autoscaler) executeScaleDown(ctx context.Context, st *clusterState, plan *ScaleDownPlan, status *corev1.ObjectReference) bool {
 	now := a.opts.Clock.Now()
 	byGroup := map[*NodeGroup][]*NodeVerdict{}
@@ -212,8 +214,18 @@ func (a *Autoscaler) executeScaleDown(ctx context.Context, st *clusterState, pla
 				errs = append(errs, fmt.Errorf("node %s has no machine in %s", v.Node, g.ID))
 				continue
 			}
+			if a.drains.active(v.Node) {
+				continue
+			}
 			if err := a.taintToBeDeleted(ctx, v.Node, now); err != nil {
 				errs = append(errs, err)
+				continue
+			}
+			if !v.Empty {
+				// Its pods must move: drained first, then removed by a
+				// later loop (finishDrains); a failed drain keeps it.
+				a.startDrain(ctx, v, st.cfg.MaxPodGracePeriod)
+				a.announceRemoval(ctx, nodesByName[v.Node], v, g, status)
 				continue
 			}
 			if err := a.markForDeletion(ctx, m); err != nil {
@@ -244,18 +256,7 @@ func (a *Autoscaler) executeScaleDown(ctx context.Context, st *clusterState, pla
 			}
 		}
 		for _, v := range marked {
-			a.recorder.Event(nodesByName[v.Node], corev1.EventTypeNormal, ReasonScaleDown, "marked the node as toBeDeleted/unschedulable")
-			reason := "underutilized"
-			if v.Empty {
-				reason = "empty"
-			}
-			mScaledDown.WithLabelValues(reason).Inc()
-			if v.Empty {
-				a.recorder.Eventf(status, corev1.EventTypeNormal, ReasonScaleDownEmpty, "Scale-down: removing empty node %q", v.Node)
-			} else {
-				a.recorder.Eventf(status, corev1.EventTypeNormal, ReasonScaleDown, "Scale-down: removing node %s, utilization: %.2f, pods to reschedule: %s", v.Node, v.Utilization, podNames(v.PodsToMove))
-			}
-			klog.FromContext(ctx).Info("Scaling down", "node", v.Node, "group", g.ID, "empty", v.Empty, "utilization", v.Utilization)
+			a.announceRemoval(ctx, nodesByName[v.Node], v, g, status)
 			removed = true
 		}
 		if err := errors.Join(errs...); err != nil && !errors.Is(err, errSizeChanged) {
@@ -267,6 +268,26 @@ func (a *Autoscaler) executeScaleDown(ctx context.Context, st *clusterState, pla
 		a.stamp(ctx, lastScaleDownAnnotation, now)
 	}
 	return removed
+}
+
+// announceRemoval says that a node goes: events on it and on the status
+// ConfigMap, the metric, the log.
+func (a *Autoscaler) announceRemoval(ctx context.Context, n *corev1.Node, v *NodeVerdict, g *NodeGroup, status *corev1.ObjectReference) {
+	a.recorder.Event(n, corev1.EventTypeNormal, ReasonScaleDown, "marked the node as toBeDeleted/unschedulable")
+	reason := "underutilized"
+	switch {
+	case v.Unready:
+		reason = "unready"
+	case v.Empty:
+		reason = "empty"
+	}
+	mScaledDown.WithLabelValues(reason).Inc()
+	if v.Empty {
+		a.recorder.Eventf(status, corev1.EventTypeNormal, ReasonScaleDownEmpty, "Scale-down: removing empty node %q", v.Node)
+	} else {
+		a.recorder.Eventf(status, corev1.EventTypeNormal, ReasonScaleDown, "Scale-down: removing node %s, utilization: %.2f, pods to reschedule: %s", v.Node, v.Utilization, podNames(v.PodsToMove))
+	}
+	klog.FromContext(ctx).Info("Scaling down", "node", v.Node, "group", g.ID, "empty", v.Empty, "unready", v.Unready, "utilization", v.Utilization)
 }
 
 func podNames(pods []*corev1.Pod) string {
@@ -355,7 +376,7 @@ const staleDeletionAge = time.Minute
 func (a *Autoscaler) cleanUpStaleDeletions(ctx context.Context, st *clusterState, minAge time.Duration) {
 	now := a.opts.Clock.Now()
 	for _, n := range st.nodes {
-		if !hasToBeDeletedTaint(n) {
+		if !hasToBeDeletedTaint(n) || a.drains.active(n.Name) {
 			continue
 		}
 		if minAge > 0 {

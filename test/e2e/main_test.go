@@ -7,13 +7,19 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
+	"github.com/capstan-dev/capstan/internal/autoscaler"
 	"github.com/capstan-dev/capstan/internal/cli"
 	"github.com/capstan-dev/capstan/internal/cluster"
 	"github.com/capstan-dev/capstan/internal/testenv"
 )
 
 var env *testenv.Env
+
+// e2eNodeStartupTime is how long the test cluster's autoscaler takes a
+// node that is not ready to be starting.
+const e2eNodeStartupTime = 20 * time.Second
 
 func TestMain(m *testing.M) {
 	if os.Getenv(testenv.CLIEnv) == "1" {
@@ -26,6 +32,11 @@ func TestMain(m *testing.M) {
 		// nodes) are tested in test/cvo, on a cluster of their own.
 		o.Releases = nil
 		o.MachineConfig = nil
+		// The autoscaler's drains at test speed.
+		o.Autoscaler.Drain = autoscaler.DrainOptions{MaxPodEvictionTime: 10 * time.Second, EvictionRetryTime: time.Second, PodEvictionHeadroom: 5 * time.Second}
+		// Nodes boot at once here: one not ready after this long has
+		// started (upstream's 15 minutes).
+		o.Autoscaler.MaxNodeStartupTime = e2eNodeStartupTime
 	}})
 	if err != nil {
 		// stdout: stderr may already point at the cluster's log file.
