@@ -10,6 +10,7 @@ import (
 	configclient "github.com/openshift/client-go/config/clientset/versioned"
 	machineclient "github.com/openshift/client-go/machine/clientset/versioned"
 	mcfgclient "github.com/openshift/client-go/machineconfiguration/clientset/versioned"
+	operatorclient "github.com/openshift/client-go/operator/clientset/versioned"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
@@ -141,6 +142,11 @@ machineconfiguration.openshift.io CRDs installed, its pools made), with
 				return err
 			}
 			ctrl := mco.New(client, mcfg, opts)
+			op, err := operatorclient.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			ctrl.SetOperatorClient(op)
 			lease := leader.Config{Namespace: mco.Namespace, Name: MCOLease}
 			return rf.run(c, "mco", client, lease, []prometheus.Gatherer{gathererOf(ctrl.Metrics(), ctrl.ControllerMetrics())}, ctrl.Run)
 		},

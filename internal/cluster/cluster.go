@@ -6,6 +6,7 @@ package cluster
 
 import (
 	mcfgclient "github.com/openshift/client-go/machineconfiguration/clientset/versioned"
+	operatorclient "github.com/openshift/client-go/operator/clientset/versioned"
 
 	"context"
 	"errors"
@@ -480,6 +481,11 @@ func (c *Cluster) startMachineConfig(ctx, runCtx context.Context) error {
 	// With a release, the machine OS comes from it, as in OpenShift.
 	o.FromRelease = o.FromRelease || c.opts.Releases != nil
 	ctrl := mco.New(id.kube, mcfg, o)
+	op, err := operatorclient.NewForConfig(id.cfg)
+	if err != nil {
+		return err
+	}
+	ctrl.SetOperatorClient(op)
 	c.machineConfig = ctrl
 	c.addMetrics(JobMachineConfig, ctrl.Metrics())
 	c.addMetrics(JobMachineConfigCtrl, ctrl.ControllerMetrics())

@@ -16,6 +16,7 @@ import (
 	mcfgscheme "github.com/openshift/client-go/machineconfiguration/clientset/versioned/scheme"
 	mcfginformers "github.com/openshift/client-go/machineconfiguration/informers/externalversions"
 	mcfglisters "github.com/openshift/client-go/machineconfiguration/listers/machineconfiguration/v1"
+	operatorclient "github.com/openshift/client-go/operator/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -96,6 +97,9 @@ type Options struct {
 type Controller struct {
 	kube kubernetes.Interface
 	mcfg mcfgclient.Interface
+	// operator reads the MachineConfiguration cluster (the node
+	// disruption policy); nil: the MCO's default policies.
+	operator operatorclient.Interface
 	// reverted: the pools whose maxUnavailable a planted bug set back.
 	reverted sync.Map
 	opts     Options
@@ -118,6 +122,11 @@ func New(kube kubernetes.Interface, mcfg mcfgclient.Interface, opts Options) *Co
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "machineconfigpools"})}
 }
+
+// SetOperatorClient lets the daemon read the cluster's node disruption
+// policy (MachineConfiguration cluster), and record the merged policies
+// in its status.
+func (c *Controller) SetOperatorClient(op operatorclient.Interface) { c.operator = op }
 
 // Run runs until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
@@ -152,6 +161,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.metrics.nodes = c.nodes
 	c.metrics.mu.Unlock()
 	c.daemon = newDaemon(ctx, c.kube, c.nodes, c.opts.Daemon, c.recorder, c.metrics)
+	c.daemon.configs, c.daemon.operator = c.configs, c.operator
 	if _, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onNode(nil, obj) },
 		UpdateFunc: func(old, n any) { c.onNode(old, n) },

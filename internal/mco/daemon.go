@@ -9,6 +9,9 @@ import (
 	"sync"
 	"time"
 
+	opv1 "github.com/openshift/api/operator/v1"
+	mcfglisters "github.com/openshift/client-go/machineconfiguration/listers/machineconfiguration/v1"
+	operatorclient "github.com/openshift/client-go/operator/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -70,6 +73,10 @@ type daemon struct {
 	recorder record.EventRecorder
 
 	metrics *daemonMetrics
+	// configs are the rendered configurations an update goes between;
+	// operator reads the node disruption policy (nil: the defaults).
+	configs  mcfglisters.MachineConfigLister
+	operator operatorclient.Interface
 
 	mu      sync.Mutex
 	running map[string]bool
@@ -152,19 +159,31 @@ func (d *daemon) update(n *corev1.Node) error {
 	want, from := n.Annotations[DesiredConfigAnnotation], n.Annotations[CurrentConfigAnnotation]
 	log := klog.FromContext(ctx).WithValues("node", name)
 	rebooting := n.Annotations[PostConfigActionAnnotation] == "Rebooting"
+	drained := true
 	if !rebooting {
-		if err := d.annotate(ctx, name, map[string]any{StateAnnotation: StateWorking, ReasonAnnotation: nil, DesiredDrainAnnotation: "drain-" + want}); err != nil {
+		if err := d.annotate(ctx, name, map[string]any{StateAnnotation: StateWorking, ReasonAnnotation: nil}); err != nil {
 			return err
 		}
 		if reason := n.Annotations[FailAnnotation]; reason != "" {
 			return d.annotate(ctx, name, map[string]any{StateAnnotation: StateDegraded, ReasonAnnotation: reason})
 		}
-		log.Info("Starting update", "from", from, "to", want)
-		if err := d.drain(ctx, n); err != nil {
+		actions, diff, err := d.plan(ctx, from, want)
+		if err != nil {
 			return err
 		}
-		if err := d.annotate(ctx, name, map[string]any{LastAppliedDrainAnnotation: "drain-" + want, ReasonAnnotation: nil}); err != nil {
-			return err
+		reboot := actions[0].Type == opv1.RebootStatusAction
+		drained = reboot || DrainRequired(actions, diff)
+		log.Info("Starting update", "from", from, "to", want, "actions", actionNames(actions), "drain", drained)
+		if drained {
+			if err := d.annotate(ctx, name, map[string]any{DesiredDrainAnnotation: "drain-" + want}); err != nil {
+				return err
+			}
+			if err := d.drain(ctx, n); err != nil {
+				return err
+			}
+			if err := d.annotate(ctx, name, map[string]any{LastAppliedDrainAnnotation: "drain-" + want, ReasonAnnotation: nil}); err != nil {
+				return err
+			}
 		}
 		failpoint.Hit(failpoint.MCDMidApply)
 		if err := sleep(ctx, d.opts.ApplyDuration); err != nil {
@@ -173,18 +192,22 @@ func (d *daemon) update(n *corev1.Node) error {
 		if err := d.failAt(ctx, name, FailAtPivot); err != nil {
 			return err
 		}
-		if err := d.failAt(ctx, name, FailAtReboot); err != nil {
-			return err
+		if !reboot {
+			d.postConfigActions(n, actions, want)
+		} else {
+			if err := d.failAt(ctx, name, FailAtReboot); err != nil {
+				return err
+			}
+			log.Info("Initiating reboot: Node will reboot into config " + want)
+			// The post-config action and the machine going down are one
+			// write: a daemon killed on either side of it neither skips the
+			// reboot nor reboots the node twice.
+			if err := d.annotate(ctx, name, map[string]any{PostConfigActionAnnotation: "Rebooting", sim.RebootingAnnotation: "true"}); err != nil {
+				return err
+			}
+			d.recorder.Eventf(&corev1.ObjectReference{Kind: "Node", Name: name, UID: n.UID}, corev1.EventTypeNormal, "Reboot", "Node will reboot into config %s", want)
+			rebooting = true
 		}
-		log.Info("Initiating reboot: Node will reboot into config " + want)
-		// The post-config action and the machine going down are one
-		// write: a daemon killed on either side of it neither skips the
-		// reboot nor reboots the node twice.
-		if err := d.annotate(ctx, name, map[string]any{PostConfigActionAnnotation: "Rebooting", sim.RebootingAnnotation: "true"}); err != nil {
-			return err
-		}
-		d.recorder.Eventf(&corev1.ObjectReference{Kind: "Node", Name: name, UID: n.UID}, corev1.EventTypeNormal, "Reboot", "Node will reboot into config %s", want)
-		rebooting = true
 	} else {
 		// A daemon that was stopped in the reboot picks it up where the
 		// node is: still down, or already up in its next boot.
@@ -205,6 +228,11 @@ func (d *daemon) update(n *corev1.Node) error {
 	if err := d.waitReady(ctx, name); err != nil {
 		return err
 	}
+	if !drained {
+		log.Info("Update completed for config " + want + " without a reboot or a drain")
+		d.metrics.updated(name)
+		return d.annotate(ctx, name, map[string]any{CurrentConfigAnnotation: want, StateAnnotation: StateDone, ReasonAnnotation: nil, PostConfigActionAnnotation: nil})
+	}
 	// Back up: uncordon first, then say Done, as the daemon completes an
 	// update (a node is not done while it is cordoned).
 	if err := d.annotate(ctx, name, map[string]any{DesiredDrainAnnotation: "uncordon-" + want}); err != nil {
@@ -223,6 +251,65 @@ func (d *daemon) update(n *corev1.Node) error {
 	log.Info("Update completed for config " + want + " and node has been successfully uncordoned")
 	d.metrics.updated(name)
 	return d.annotate(ctx, name, map[string]any{CurrentConfigAnnotation: want, StateAnnotation: StateDone, ReasonAnnotation: nil, PostConfigActionAnnotation: nil})
+}
+
+// plan works out what taking the node from one rendered configuration to
+// another needs: the node disruption policy's actions for what changed,
+// a reboot when either configuration cannot be read.
+func (d *daemon) plan(ctx context.Context, from, want string) ([]opv1.NodeDisruptionPolicyStatusAction, *ConfigDiff, error) {
+	reboot := []opv1.NodeDisruptionPolicyStatusAction{{Type: opv1.RebootStatusAction}}
+	if d.configs == nil {
+		return reboot, &ConfigDiff{}, nil
+	}
+	old, err1 := d.configs.Get(from)
+	next, err2 := d.configs.Get(want)
+	if err1 != nil || err2 != nil {
+		return reboot, &ConfigDiff{}, nil
+	}
+	diff, err := DiffConfigs(old, next)
+	if err != nil {
+		return reboot, &ConfigDiff{}, nil
+	}
+	policies, err := d.disruptionPolicies(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return DisruptionActions(diff, policies), diff, nil
+}
+
+// postConfigActions runs the actions of an update that needs no reboot,
+// with the daemon's events.
+func (d *daemon) postConfigActions(n *corev1.Node, actions []opv1.NodeDisruptionPolicyStatusAction, want string) {
+	ref := &corev1.ObjectReference{Kind: "Node", Name: n.Name, UID: n.UID}
+	for _, a := range actions {
+		switch a.Type {
+		case opv1.NoneStatusAction:
+			d.recorder.Event(ref, corev1.EventTypeNormal, "SkipReboot", "Config changes do not require reboot.")
+		case opv1.ReloadStatusAction:
+			d.recorder.Eventf(ref, corev1.EventTypeNormal, "ServiceReload", "Config changes do not require reboot. Service %s was reloaded.", a.Reload.ServiceName)
+		case opv1.SpecialStatusAction:
+			d.recorder.Event(ref, corev1.EventTypeNormal, "ServiceReload", "Config changes do not require reboot. Service crio.service was reloaded.")
+		case opv1.DaemonReloadStatusAction:
+			d.recorder.Event(ref, corev1.EventTypeNormal, "ServiceReload", "Config changes do not require reboot. Service daemon-reload was reloaded.")
+		case opv1.RestartStatusAction:
+			d.recorder.Eventf(ref, corev1.EventTypeNormal, "ServiceRestart", "Config changes do not require reboot. Service %s was restarted.", a.Restart.ServiceName)
+		}
+	}
+	klog.FromContext(d.ctx).Info("Node has Desired Config "+want+", skipping reboot", "node", n.Name)
+}
+
+func actionNames(actions []opv1.NodeDisruptionPolicyStatusAction) []string {
+	out := make([]string, len(actions))
+	for i, a := range actions {
+		out[i] = string(a.Type)
+		switch {
+		case a.Reload != nil:
+			out[i] += " " + string(a.Reload.ServiceName)
+		case a.Restart != nil:
+			out[i] += " " + string(a.Restart.ServiceName)
+		}
+	}
+	return out
 }
 
 // drain cordons the node and evicts its pods, retrying until it is done;
