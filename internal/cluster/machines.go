@@ -12,6 +12,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/nodes"
 	"github.com/capstan-dev/capstan/internal/waitfor"
 
+	configv1 "github.com/openshift/api/config/v1"
 	cpmsv1 "github.com/openshift/api/machine/v1"
 	machinev1 "github.com/openshift/api/machine/v1beta1"
 	machineclient "github.com/openshift/client-go/machine/clientset/versioned"
@@ -268,7 +269,10 @@ func (c *Cluster) ensureControlPlaneMachineSet(ctx context.Context, machines []m
 				MachineType: cpmsv1.OpenShiftMachineV1Beta1MachineType,
 				OpenShiftMachineV1Beta1Machine: &cpmsv1.OpenShiftMachineV1Beta1MachineTemplate{
 					ObjectMeta: cpmsv1.ControlPlaneMachineSetTemplateObjectMeta{Labels: sel},
-					Spec:       machinev1.MachineSpec{ProviderSpec: machinev1.ProviderSpec{Value: machine.RawProviderSpec(*ps)}, Taints: master.Spec.Taints},
+					// One failure domain per zone of the simulated cloud, as
+					// the installer writes them.
+					FailureDomains: simFailureDomains(),
+					Spec:           machinev1.MachineSpec{ProviderSpec: machinev1.ProviderSpec{Value: machine.RawProviderSpec(*ps)}, Taints: master.Spec.Taints},
 				},
 			},
 		},
@@ -277,6 +281,16 @@ func (c *Cluster) ensureControlPlaneMachineSet(ctx context.Context, machines []m
 		return fmt.Errorf("creating controlplanemachineset %s: %w", cpms.Name, err)
 	}
 	return nil
+}
+
+// simFailureDomains are the simulated cloud's zones as failure domains, in
+// the AWS shape (the simulated provider's machines are placed by zone).
+func simFailureDomains() *cpmsv1.FailureDomains {
+	var fds []cpmsv1.AWSFailureDomain
+	for _, z := range sim.DefaultZones {
+		fds = append(fds, cpmsv1.AWSFailureDomain{Placement: cpmsv1.AWSFailureDomainPlacement{AvailabilityZone: z}})
+	}
+	return &cpmsv1.FailureDomains{Platform: configv1.AWSPlatformType, AWS: &fds}
 }
 
 // providerSpecFor asks for spec's size: by instance type when one of the

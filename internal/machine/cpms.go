@@ -249,6 +249,20 @@ func (r *cpmsReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	if err := r.reader.List(ctx, list, client.InNamespace(cpms.Namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing control-plane machines: %w", err)
 	}
+	current := map[int]string{}
+	for i := range list.Items {
+		m := &list.Items[i]
+		if index := MachineIndex(m.Name); index >= 0 && m.DeletionTimestamp.IsZero() {
+			if ps, err := ParseProviderSpec(m.Spec.ProviderSpec); err == nil {
+				current[index] = ps.Zone
+			}
+		}
+	}
+	zones, err := FailureDomainZones(cpms.Spec.Template.OpenShiftMachineV1Beta1Machine.FailureDomains, replicas, current)
+	if err != nil {
+		r.recorder.Eventf(cpms, corev1.EventTypeWarning, "InvalidFailureDomains", "%v", err)
+		return reconcile.Result{}, fmt.Errorf("controlplanemachineset %s: %w", cpms.Name, err)
+	}
 	var machines []CPMSMachine
 	for i := range list.Items {
 		m := &list.Items[i]
@@ -263,7 +277,7 @@ func (r *cpmsReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 				info.Ready = nodes.Ready(n)
 			}
 		}
-		info.NeedsUpdate = needsUpdate(m, tmpl, index)
+		info.NeedsUpdate = needsUpdate(m, tmpl, zones[index], index)
 		machines = append(machines, info)
 	}
 	slices.SortFunc(machines, func(a, b CPMSMachine) int { return strings.Compare(a.Name, b.Name) })
@@ -271,7 +285,7 @@ func (r *cpmsReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	if cpms.Spec.State == cpmsv1.ControlPlaneMachineSetStateActive {
 		plan := PlanControlPlane(replicas, cpms.Spec.Strategy.Type, machines)
 		for _, index := range plan.Create {
-			name, err := r.createMachine(ctx, cpms, tmpl, index)
+			name, err := r.createMachine(ctx, cpms, tmpl, zones[index], index)
 			if err != nil {
 				r.recorder.Eventf(cpms, corev1.EventTypeWarning, "FailedCreate", "Failed to create machine for index %d: %v", index, err)
 				return reconcile.Result{}, err
@@ -303,33 +317,81 @@ func (r *cpmsReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 }
 
 // needsUpdate reports whether a machine's spec differs from what the
-// template gives its index.
-func needsUpdate(m *machinev1.Machine, tmpl *cpmsv1.OpenShiftMachineV1Beta1MachineTemplate, index int) bool {
+// template gives its index (in zone).
+func needsUpdate(m *machinev1.Machine, tmpl *cpmsv1.OpenShiftMachineV1Beta1MachineTemplate, zone string, index int) bool {
 	have, err := ParseProviderSpec(m.Spec.ProviderSpec)
 	if err != nil {
 		return true
 	}
-	want, err := ParseProviderSpec(machinev1.ProviderSpec{Value: providerSpecForIndex(tmpl.Spec.ProviderSpec, index)})
+	want, err := ParseProviderSpec(machinev1.ProviderSpec{Value: providerSpecForIndex(tmpl.Spec.ProviderSpec, zone, index)})
 	if err != nil {
 		return false
 	}
 	return !equality.Semantic.DeepEqual(have, want)
 }
 
-// providerSpecForIndex is the template's providerSpec with the zone of
-// index's failure domain.
-func providerSpecForIndex(ps machinev1.ProviderSpec, index int) *runtime.RawExtension {
+// providerSpecForIndex is the template's providerSpec in the zone of
+// index's failure domain; without failure domains, in the template's
+// zone, or when it names none, in the simulated cloud's zones by index.
+func providerSpecForIndex(ps machinev1.ProviderSpec, zone string, index int) *runtime.RawExtension {
 	spec, err := ParseProviderSpec(ps)
 	if err != nil {
 		return ps.Value
 	}
-	spec.Zone = sim.DefaultZones[index%len(sim.DefaultZones)]
+	switch {
+	case zone != "":
+		spec.Zone = zone
+	case spec.Zone == "":
+		spec.Zone = sim.DefaultZones[index%len(sim.DefaultZones)]
+	}
 	return RawProviderSpec(*spec)
+}
+
+// FailureDomainZones maps the indexes of a control plane to the zones of
+// its failure domains, as the ControlPlaneMachineSet operator does: the
+// failure domains sorted, index i taking the (i mod n)th, except that an
+// index whose machine is in one of them already keeps it. The simulated
+// provider places machines by zone: the AWS, Azure and GCP failure
+// domains name one; those of other platforms are refused. nil without
+// failure domains.
+func FailureDomainZones(fd *cpmsv1.FailureDomains, replicas int, current map[int]string) (map[int]string, error) {
+	if fd == nil || fd.Platform == "" {
+		return nil, nil
+	}
+	var zones []string
+	switch {
+	case fd.AWS != nil:
+		for _, d := range *fd.AWS {
+			zones = append(zones, d.Placement.AvailabilityZone)
+		}
+	case fd.Azure != nil:
+		for _, d := range *fd.Azure {
+			zones = append(zones, d.Zone)
+		}
+	case fd.GCP != nil:
+		for _, d := range *fd.GCP {
+			zones = append(zones, d.Zone)
+		}
+	default:
+		return nil, fmt.Errorf("spec.template.machines_v1beta1_machine_openshift_io.failureDomains: platform %s: the simulated provider places machines by zone and takes the AWS, Azure or GCP failure domains only", fd.Platform)
+	}
+	zones = slices.Compact(slices.Sorted(slices.Values(slices.DeleteFunc(zones, func(z string) bool { return z == "" }))))
+	if len(zones) == 0 {
+		return nil, nil
+	}
+	out := make(map[int]string, replicas)
+	for i := range replicas {
+		out[i] = zones[i%len(zones)]
+		if z, ok := current[i]; ok && slices.Contains(zones, z) {
+			out[i] = z
+		}
+	}
+	return out, nil
 }
 
 // createMachine creates the machine of index from the template, under a
 // name drawn once and kept across attempts whose outcome is unknown.
-func (r *cpmsReconciler) createMachine(ctx context.Context, cpms *cpmsv1.ControlPlaneMachineSet, tmpl *cpmsv1.OpenShiftMachineV1Beta1MachineTemplate, index int) (string, error) {
+func (r *cpmsReconciler) createMachine(ctx context.Context, cpms *cpmsv1.ControlPlaneMachineSet, tmpl *cpmsv1.OpenShiftMachineV1Beta1MachineTemplate, zone string, index int) (string, error) {
 	prefix := cpms.Spec.MachineNamePrefix
 	if prefix == "" {
 		prefix = tmpl.ObjectMeta.Labels[ClusterIDLabel] + "-master"
@@ -343,7 +405,7 @@ func (r *cpmsReconciler) createMachine(ctx context.Context, cpms *cpmsv1.Control
 		},
 		Spec: *tmpl.Spec.DeepCopy(),
 	}
-	m.Spec.ProviderSpec.Value = providerSpecForIndex(tmpl.Spec.ProviderSpec, index)
+	m.Spec.ProviderSpec.Value = providerSpecForIndex(tmpl.Spec.ProviderSpec, zone, index)
 	var err error
 	for attempt := 1; attempt <= 5; attempt++ {
 		err = r.client.Create(ctx, m.DeepCopy())

@@ -1,7 +1,9 @@
 package machine
 
 import (
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,6 +143,38 @@ func TestMachineIndex(t *testing.T) {
 	} {
 		if got := MachineIndex(name); got != want {
 			t.Errorf("MachineIndex(%q) = %d, want %d", name, got, want)
+		}
+	}
+}
+
+func TestFailureDomainZones(t *testing.T) {
+	aws := func(zones ...string) *cpmsv1.FailureDomains {
+		var fds []cpmsv1.AWSFailureDomain
+		for _, z := range zones {
+			fds = append(fds, cpmsv1.AWSFailureDomain{Placement: cpmsv1.AWSFailureDomainPlacement{AvailabilityZone: z}})
+		}
+		return &cpmsv1.FailureDomains{Platform: "AWS", AWS: &fds}
+	}
+	for _, tc := range []struct {
+		name    string
+		fd      *cpmsv1.FailureDomains
+		current map[int]string
+		want    string
+	}{
+		{"none", nil, nil, "map[]"},
+		{"three zones, sorted", aws("c", "a", "b"), nil, "map[0:a 1:b 2:c]"},
+		{"two zones wrap", aws("b", "a"), nil, "map[0:a 1:b 2:a]"},
+		{"machines in a domain keep it", aws("a", "b"), map[int]string{0: "b", 1: "a", 2: "c"}, "map[0:b 1:a 2:a]"},
+		{"gcp", &cpmsv1.FailureDomains{Platform: "GCP", GCP: &[]cpmsv1.GCPFailureDomain{{Zone: "z1"}}}, nil, "map[0:z1 1:z1 2:z1]"},
+		{"openstack is refused", &cpmsv1.FailureDomains{Platform: "OpenStack", OpenStack: []cpmsv1.OpenStackFailureDomain{{AvailabilityZone: "x"}}}, nil, "platform OpenStack: the simulated provider"},
+	} {
+		got, err := FailureDomainZones(tc.fd, 3, tc.current)
+		s := fmt.Sprint(got)
+		if err != nil {
+			s = err.Error()
+		}
+		if !strings.Contains(s, tc.want) {
+			t.Errorf("%s: %s, want %s", tc.name, s, tc.want)
 		}
 	}
 }

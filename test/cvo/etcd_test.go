@@ -21,6 +21,7 @@ import (
 	machineclient "github.com/openshift/client-go/machine/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -351,6 +352,43 @@ func TestControlPlaneMachineReplacement(t *testing.T) {
 			return slices.ContainsFunc(events.Items, func(e corev1.Event) bool { return strings.Contains(e.Message, replacement) }),
 				fmt.Sprintf("no SuccessfulCreate event of the ControlPlaneMachineSet for %s", replacement)
 		})
+		c.checkControlPlaneMachineSet(t)
+	}) {
+		return
+	}
+
+	// Each step starts from where the last left the cluster.
+	if !t.Run("failure domains of two zones: the machine of the third is moved", func(t *testing.T) {
+		ctx := context.Background()
+		cpmsAPI := c.machines.MachineV1().ControlPlaneMachineSets(machine.Namespace)
+		patch := `{"spec":{"template":{"machines_v1beta1_machine_openshift_io":{"failureDomains":{"platform":"AWS","aws":[` +
+			`{"placement":{"availabilityZone":"sim-zone-b"}},{"placement":{"availabilityZone":"sim-zone-a"}}]}}}}}`
+		if _, err := cpmsAPI.Patch(ctx, machine.ControlPlaneMachineSetName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		zones := map[int]string{}
+		testenv.Eventually(t, 4*time.Minute, func() (bool, string) {
+			after, deleting := c.masters(t)
+			if len(deleting) > 0 {
+				return false, fmt.Sprintf("machines %v being deleted", deleting)
+			}
+			clear(zones)
+			for _, n := range after {
+				m, err := c.machines.MachineV1beta1().Machines(machine.Namespace).Get(ctx, n, metav1.GetOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				ps, err := machine.ParseProviderSpec(m.Spec.ProviderSpec)
+				if err != nil {
+					return false, err.Error()
+				}
+				zones[machine.MachineIndex(n)] = ps.Zone
+			}
+			// Indexes 0 and 1 are in failure domains already and stay;
+			// index 2 takes the first of the sorted two.
+			return len(after) == 3 && zones[0] == "sim-zone-a" && zones[1] == "sim-zone-b" && zones[2] == "sim-zone-a", fmt.Sprintf("zones by index %v", zones)
+		})
+		c.waitSettled(t, 3*time.Minute)
 		c.checkControlPlaneMachineSet(t)
 	}) {
 		return
