@@ -37,6 +37,7 @@ import (
 	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	autoscalingv1 "github.com/capstan-dev/capstan/internal/autoscaler/apis/v1"
+	"github.com/capstan-dev/capstan/internal/compat"
 	"github.com/capstan-dev/capstan/internal/machine"
 	"github.com/capstan-dev/capstan/internal/scheduler/algorithm"
 	"github.com/capstan-dev/capstan/internal/scheduler/policy"
@@ -120,6 +121,9 @@ type Autoscaler struct {
 	podInfos *algorithm.PodInfos
 	// drains are the nodes being drained for removal.
 	drains drains
+	// unhonoured reports the fields of the ClusterAutoscaler capstan does
+	// not act on.
+	unhonoured compat.Reporter
 }
 
 // New sets up an autoscaler on cfg; Run runs it.
@@ -274,6 +278,7 @@ func (a *Autoscaler) RunOnce(ctx context.Context) (acted bool, err error) {
 	if err != nil || ca == nil {
 		return false, err
 	}
+	a.unhonoured.Report(a.recorder, "ClusterAutoscaler", ca, ca.UID, ca.Generation)
 	cfg, err := ConfigFrom(ca)
 	if a.opts.MaxNodeStartupTime > 0 {
 		cfg.MaxNodeStartupTime = a.opts.MaxNodeStartupTime

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/capstan-dev/capstan/internal/compat"
 	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/nodes"
 	"github.com/capstan-dev/capstan/internal/seeded"
@@ -224,6 +225,8 @@ type cpmsReconciler struct {
 	reader   client.Reader
 	recorder record.EventRecorder
 	opts     *Options
+	// unhonoured reports the fields capstan does not act on.
+	unhonoured compat.Reporter
 }
 
 func (r *cpmsReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -242,6 +245,9 @@ func (r *cpmsReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	if tmpl == nil {
 		return reconcile.Result{}, fmt.Errorf("controlplanemachineset %s: spec.template has no %s", cpms.Name, cpmsv1.OpenShiftMachineV1Beta1MachineType)
 	}
+	reported := cpms.DeepCopy()
+	reported.APIVersion, reported.Kind = cpmsv1.GroupVersion.String(), "ControlPlaneMachineSet"
+	r.unhonoured.Report(r.recorder, "ControlPlaneMachineSet", reported, cpms.UID, cpms.Generation)
 	replicas := int(ptr.Deref(cpms.Spec.Replicas, 0))
 	// Read past the cache: the few control-plane machines as they are
 	// now, so that a machine the cache has not seen yet never gets a twin.

@@ -37,6 +37,7 @@ import (
 	"k8s.io/utils/ptr"
 	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
+	"github.com/capstan-dev/capstan/internal/compat"
 	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/planted"
 	"github.com/capstan-dev/capstan/internal/sim"
@@ -114,6 +115,8 @@ type Controller struct {
 	metrics    *daemonMetrics
 	// synced is set once the listers above are filled.
 	synced atomic.Bool
+	// unhonoured reports the fields capstan does not act on.
+	unhonoured compat.Reporter
 }
 
 // New returns the MCO's controllers.
@@ -325,6 +328,9 @@ func (c *Controller) syncPool(ctx context.Context, name string) error {
 		return err
 	}
 	pool := cached.DeepCopy()
+	reported := pool.DeepCopy()
+	reported.APIVersion, reported.Kind = mcfgv1.SchemeGroupVersion.String(), "MachineConfigPool"
+	c.unhonoured.Report(c.recorder, "MachineConfigPool", reported, pool.UID, pool.Generation)
 	if planted.On(planted.RevertUserEdit) && pool.Spec.MaxUnavailable != nil {
 		if _, loaded := c.reverted.LoadOrStore(name, true); !loaded {
 			patch := []byte(`{"spec":{"maxUnavailable":null}}`)

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/capstan-dev/capstan/internal/compat"
 	"github.com/capstan-dev/capstan/internal/drain"
 	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/sim"
@@ -77,6 +78,9 @@ type daemon struct {
 	// operator reads the node disruption policy (nil: the defaults).
 	configs  mcfglisters.MachineConfigLister
 	operator operatorclient.Interface
+	// unhonoured reports the MachineConfiguration's fields capstan does
+	// not act on.
+	unhonoured compat.Reporter
 
 	mu      sync.Mutex
 	running map[string]bool

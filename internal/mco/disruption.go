@@ -283,6 +283,9 @@ func (d *daemon) disruptionPolicies(ctx context.Context) (opv1.NodeDisruptionPol
 	if err != nil {
 		return opv1.NodeDisruptionPolicyClusterStatus{}, fmt.Errorf("reading MachineConfiguration %s: %w", MachineConfigurationName, err)
 	}
+	reported := mc.DeepCopy()
+	reported.APIVersion, reported.Kind = opv1.GroupVersion.String(), "MachineConfiguration"
+	d.unhonoured.Report(d.recorder, "MachineConfiguration", reported, mc.UID, mc.Generation)
 	merged := MergeDisruptionPolicies(mc.Spec.NodeDisruptionPolicy)
 	if !reflect.DeepEqual(mc.Status.NodeDisruptionPolicyStatus.ClusterPolicies, merged) {
 		mc.Status.NodeDisruptionPolicyStatus.ClusterPolicies = merged
