@@ -67,6 +67,9 @@ type Options struct {
 	// that is not ready is taken to be starting: a simulation running
 	// faster than real time divides it by its speed.
 	MaxNodeStartupTime time.Duration
+	// UnreadyTime, when set, replaces upstream's 20 minutes an unready
+	// node must be unneeded before it goes (--scale-down-unready-time).
+	UnreadyTime time.Duration
 	// Drain times the drains of nodes whose pods must move (upstream's
 	// when zero).
 	Drain DrainOptions
@@ -136,6 +139,12 @@ func New(cfg *rest.Config, client kubernetes.Interface, opts Options) (*Autoscal
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
+	}
+	for name, d := range map[string]time.Duration{"max node startup time": opts.MaxNodeStartupTime, "scale-down unready time": opts.UnreadyTime,
+		"max pod eviction time": opts.Drain.MaxPodEvictionTime, "eviction retry time": opts.Drain.EvictionRetryTime, "pod eviction headroom": opts.Drain.PodEvictionHeadroom} {
+		if d < 0 {
+			return nil, fmt.Errorf("autoscaler: %s must not be negative, got %s", name, d)
+		}
 	}
 	if opts.Drain == (DrainOptions{}) {
 		opts.Drain = DefaultDrainOptions()
@@ -282,6 +291,9 @@ func (a *Autoscaler) RunOnce(ctx context.Context) (acted bool, err error) {
 	cfg, err := ConfigFrom(ca)
 	if a.opts.MaxNodeStartupTime > 0 {
 		cfg.MaxNodeStartupTime = a.opts.MaxNodeStartupTime
+	}
+	if a.opts.UnreadyTime > 0 {
+		cfg.UnreadyTime = a.opts.UnreadyTime
 	}
 	if err != nil {
 		if a.cfgNotes.changed("config", err.Error(), a.opts.Clock.Now()) {

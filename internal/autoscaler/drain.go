@@ -184,7 +184,7 @@ func (a *Autoscaler) finishDrains(ctx context.Context, st *clusterState, status 
 			err = a.removeDrained(ctx, st, v.Node)
 		}
 		if err != nil {
-			_ = a.untaintToBeDeleted(ctx, v.Node)
+			_ = a.untaintToBeDeleted(ctx, v.Node, st.cfg.CordonBeforeDelete)
 			a.recorder.Eventf(status, corev1.EventTypeWarning, ReasonScaleDownFailed, "Scale-down: couldn't delete node %q, error: %v", v.Node, err)
 			klog.FromContext(ctx).Info("Scale-down failed: the node stays", "node", v.Node, "err", err)
 			a.stamp(ctx, lastScaleDownFailAnnotaton, now)

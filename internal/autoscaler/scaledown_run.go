@@ -217,7 +217,7 @@ func (a *Autoscaler) executeScaleDown(ctx context.Context, st *clusterState, pla
 			if a.drains.active(v.Node) {
 				continue
 			}
-			if err := a.taintToBeDeleted(ctx, v.Node, now); err != nil {
+			if err := a.taintToBeDeleted(ctx, v.Node, now, st.cfg.CordonBeforeDelete); err != nil {
 				errs = append(errs, err)
 				continue
 			}
@@ -230,7 +230,7 @@ func (a *Autoscaler) executeScaleDown(ctx context.Context, st *clusterState, pla
 			}
 			if err := a.markForDeletion(ctx, m); err != nil {
 				errs = append(errs, err)
-				_ = a.untaintToBeDeleted(ctx, v.Node)
+				_ = a.untaintToBeDeleted(ctx, v.Node, st.cfg.CordonBeforeDelete)
 				continue
 			}
 			marked, machines = append(marked, v), append(machines, m)
@@ -249,7 +249,7 @@ func (a *Autoscaler) executeScaleDown(ctx context.Context, st *clusterState, pla
 			default:
 				errs = append(errs, err)
 				for i, v := range marked {
-					_ = a.untaintToBeDeleted(ctx, v.Node)
+					_ = a.untaintToBeDeleted(ctx, v.Node, st.cfg.CordonBeforeDelete)
 					_ = a.unmarkForDeletion(ctx, machines[i])
 				}
 				marked = nil
@@ -308,9 +308,10 @@ func machineOfNode(g *NodeGroup, node string) *machinev1.Machine {
 }
 
 // taintToBeDeleted adds the ToBeDeletedByClusterAutoscaler taint (value:
-// the Unix time), keeping the scheduler off the node.
-func (a *Autoscaler) taintToBeDeleted(ctx context.Context, name string, now time.Time) error {
-	return a.updateTaints(ctx, name, func(ts []corev1.Taint) []corev1.Taint {
+// the Unix time), keeping the scheduler off the node, and cordons it
+// when cordon (cordonNodeBeforeTerminating, on by default as upstream's).
+func (a *Autoscaler) taintToBeDeleted(ctx context.Context, name string, now time.Time, cordon bool) error {
+	return a.updateTaints(ctx, name, cordon, func(ts []corev1.Taint) []corev1.Taint {
 		for _, t := range ts {
 			if t.Key == ToBeDeletedTaint {
 				return ts
@@ -320,8 +321,10 @@ func (a *Autoscaler) taintToBeDeleted(ctx context.Context, name string, now time
 	})
 }
 
-func (a *Autoscaler) untaintToBeDeleted(ctx context.Context, name string) error {
-	return a.updateTaints(ctx, name, func(ts []corev1.Taint) []corev1.Taint {
+// untaintToBeDeleted gives a node back: the taint off, and uncordoned
+// when it was cordoned for the removal.
+func (a *Autoscaler) untaintToBeDeleted(ctx context.Context, name string, uncordon bool) error {
+	return a.updateTaints(ctx, name, uncordon, func(ts []corev1.Taint) []corev1.Taint {
 		var out []corev1.Taint
 		for _, t := range ts {
 			if t.Key != ToBeDeletedTaint {
@@ -332,14 +335,18 @@ func (a *Autoscaler) untaintToBeDeleted(ctx context.Context, name string) error 
 	})
 }
 
-// updateTaints rewrites a node's taints, read fresh, retrying on conflict.
-func (a *Autoscaler) updateTaints(ctx context.Context, name string, change func([]corev1.Taint) []corev1.Taint) error {
+// updateTaints rewrites a node's taints, read fresh, retrying on conflict;
+// with cordon, spec.unschedulable follows the ToBeDeleted taint.
+func (a *Autoscaler) updateTaints(ctx context.Context, name string, cordon bool, change func([]corev1.Taint) []corev1.Taint) error {
 	for range 5 {
 		n, err := a.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("reading node %s: %w", name, err)
 		}
 		n.Spec.Taints = change(n.Spec.Taints)
+		if cordon {
+			n.Spec.Unschedulable = hasToBeDeletedTaint(n)
+		}
 		_, err = a.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 		if !apierrors.IsConflict(err) {
 			if err != nil {
@@ -408,7 +415,7 @@ func (a *Autoscaler) cleanUpStaleDeletions(ctx context.Context, st *clusterState
 				continue
 			}
 		}
-		if err := a.untaintToBeDeleted(ctx, n.Name); err != nil {
+		if err := a.untaintToBeDeleted(ctx, n.Name, st.cfg.CordonBeforeDelete); err != nil {
 			klog.FromContext(ctx).Error(err, "Cleaning up a stale ToBeDeleted taint", "node", n.Name)
 			continue
 		}

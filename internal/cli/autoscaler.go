@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"github.com/spf13/pflag"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -52,8 +53,17 @@ onto its MachineSet. capstan up runs both itself.`,
 	fs.StringVar(&policyFile, "policy", "", "the scheduler Policy file the cluster's scheduler runs (default: the default policy)")
 	rf.add(fs, "NAMESPACE/"+autoscaler.LeaderElectionID, ":8085")
 	fs.Uint64Var(&opts.Seed, "seed", 0, "seed of the random expander")
+	addAutoscalerTimingFlags(fs, &opts, "")
 	// Its old name, before every component served health beside metrics.
 	fs.StringVar(&rf.healthAddress, "metrics-address", ":8085", "")
 	_ = fs.MarkDeprecated("metrics-address", "use --health-address")
 	return c
+}
+
+// addAutoscalerTimingFlags adds upstream's timing flags the
+// ClusterAutoscaler does not set, under upstream's names (with prefix).
+func addAutoscalerTimingFlags(fs *pflag.FlagSet, opts *autoscaler.Options, prefix string) {
+	fs.DurationVar(&opts.MaxNodeStartupTime, prefix+"max-node-startup-time", opts.MaxNodeStartupTime, "how long a registered node that is not ready is taken to be starting (default 15m, upstream's)")
+	fs.DurationVar(&opts.UnreadyTime, prefix+"scale-down-unready-time", opts.UnreadyTime, "how long an unready node must be unneeded before it is removed (default 20m, upstream's)")
+	fs.DurationVar(&opts.Drain.MaxPodEvictionTime, prefix+"max-pod-eviction-time", opts.Drain.MaxPodEvictionTime, "how long refused evictions of a pod are tried again before a scale-down's drain fails")
 }

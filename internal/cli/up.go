@@ -77,6 +77,7 @@ the same cluster. Stop it with Ctrl-C (SIGINT) or SIGTERM.`,
 	fs.StringVar(&o.clusterNodeSelector, "cluster-default-node-selector", "", "PodNodeSelector: node selector of namespaces without one (overrides admission/podnodeselector.yaml)")
 	fs.StringArrayVar(&o.projectNodeSelectors, "project-node-selector", nil, "PodNodeSelector: NAMESPACE=SELECTOR whitelist of a namespace (repeatable; added to admission/podnodeselector.yaml)")
 	fs.DurationVar(&o.opts.Autoscaler.ScanInterval, "autoscaler-scan-interval", o.opts.Autoscaler.ScanInterval, "time between cluster autoscaler loops when no pod becomes unschedulable")
+	addAutoscalerTimingFlags(fs, o.opts.Autoscaler, "autoscaler-")
 	fs.StringVar(&o.opts.Releases.Address, "release-address", o.opts.Releases.Address, "address of the release registry (/v2/), update service (/api/upgrades_info/v1/graph) and signature store (/signatures/)")
 	fs.StringVar(&o.opts.Releases.PromQLURL, "promql-url", "", "Prometheus-compatible query endpoint the cluster version operator evaluates PromQL update risks on")
 	fs.BoolVar(&o.opts.EtcdOperator, "etcd-operator", o.opts.EtcdOperator, "run etcd's operator: a member per control-plane machine, guarded by the EtcdQuorumOperator hook (false: the bootstrap member serves alone)")

@@ -25,7 +25,6 @@ const (
 var Fields = []NotHonoured{
 	{"ClusterAutoscaler", "spec.enforceNodeGroupMinSize", notBuilt + "a MachineSet below its MachineAutoscaler's minimum is not scaled up to it unless pods need the nodes", true},
 	{"ClusterAutoscaler", "spec.logVerbosity", "capstan's autoscaler logs at capstan's own verbosity (-v)", true},
-	{"ClusterAutoscaler", "spec.scaleDown.cordonNodeBeforeTerminating", notBuilt + "a node being removed is tainted ToBeDeletedByClusterAutoscaler (NoSchedule) and cordoned by the Machine API's drain, whatever the setting", true},
 	{"ControlPlaneMachineSet", "spec.template.machines_v1beta1_machine_openshift_io.failureDomains.aws[].subnet", notSimulated + "machines are placed by zone only", true},
 	{"ControlPlaneMachineSet", "spec.template.machines_v1beta1_machine_openshift_io.failureDomains.azure[].subnet", notSimulated + "machines are placed by zone only", true},
 	{"ControlPlaneMachineSet", "spec.template.machines_v1beta1_machine_openshift_io.failureDomains.nutanix", notSimulated + "refused with an InvalidFailureDomains event; the machines are not changed", false},
