@@ -154,8 +154,14 @@ func (o *upOptions) run(c *cobra.Command) error {
 			return fmt.Errorf("--hooks: %w", err)
 		}
 	}
-	if o.opts.Releases.CVO.Capabilities, err = cvo.ParseCapabilities(o.baselineCapabilities, o.additionalCapabilities); err != nil {
+	caps, err := cvo.ParseCapabilities(o.baselineCapabilities, o.additionalCapabilities)
+	switch {
+	case err != nil:
 		return fmt.Errorf("--baseline-capability-set or --additional-enabled-capabilities: %w", err)
+	case caps != nil && o.opts.Releases == nil:
+		return errors.New("--baseline-capability-set and --additional-enabled-capabilities choose what the CVO installs, and --bare runs no CVO")
+	case o.opts.Releases != nil:
+		o.opts.Releases.CVO.Capabilities = caps
 	}
 	if err := loadSchedulerPolicy(o.schedulerPolicy, &o.opts); err != nil {
 		return err

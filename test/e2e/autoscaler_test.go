@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -337,12 +338,18 @@ func deployment(t *testing.T, ns, name, set, cpu string, replicas int32) {
 
 func scaleDeployment(t *testing.T, ns, name string, replicas int32) {
 	t.Helper()
-	s, err := env.Client.AppsV1().Deployments(ns).GetScale(context.Background(), name, metav1.GetOptions{})
+	// The deployment controller writes the status meanwhile: read again
+	// on a conflict.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s, err := env.Client.AppsV1().Deployments(ns).GetScale(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		s.Spec.Replicas = replicas
+		_, err = env.Client.AppsV1().Deployments(ns).UpdateScale(context.Background(), name, s, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	s.Spec.Replicas = replicas
-	if _, err := env.Client.AppsV1().Deployments(ns).UpdateScale(context.Background(), name, s, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -46,7 +46,7 @@ func TestMachineHealthCheckExternalRemediation(t *testing.T) {
 		mhc := &machinev1.MachineHealthCheck{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
 			Spec: machinev1.MachineHealthCheckSpec{
-				Selector:            metav1.LabelSelector{MatchLabels: map[string]string{machine.MachineSetLabel: ms.Name}},
+				Selector: metav1.LabelSelector{MatchLabels: map[string]string{machine.MachineSetLabel: ms.Name}},
 				// As OpenShift's documented checks: a node that stops
 				// reporting soon, one NotReady (rebooting) only later.
 				UnhealthyConditions: []machinev1.UnhealthyCondition{
