@@ -112,7 +112,10 @@ func ensureAutoscaling(ctx context.Context, r *Run, set string) error {
 	ca := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "autoscaling.openshift.io/v1", "kind": "ClusterAutoscaler",
 		"metadata": map[string]any{"name": "default"},
-		"spec":     map[string]any{"scaleDown": map[string]any{"enabled": true, "delayAfterAdd": "0s", "delayAfterDelete": "0s", "unneededTime": "15s"}},
+		// The autoscaler does not cordon the nodes it removes, so that a
+		// cordon is the Machine API's drain, which the hooks must hold.
+		"spec": map[string]any{"scaleDown": map[string]any{"enabled": true, "delayAfterAdd": "0s", "delayAfterDelete": "0s", "unneededTime": "15s",
+			"cordonNodeBeforeTerminating": "Disabled"}},
 	}}
 	if _, err := r.Dynamic.Resource(autoscaler.ClusterAutoscalerResource).Create(ctx, ca, metav1.CreateOptions{}); created(err) != nil {
 		return fmt.Errorf("creating ClusterAutoscaler default: %w", err)
