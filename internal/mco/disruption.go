@@ -140,48 +140,40 @@ func DiffConfigs(old, new *mcfgv1.MachineConfig) (*ConfigDiff, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", new.Name, err)
 	}
-	files := func(c igntypes.Config) map[string]igntypes.File {
-		m := map[string]igntypes.File{}
-		for _, f := range c.Storage.Files {
-			m[f.Path] = f
-		}
-		return m
-	}
-	of, nf := files(oi), files(ni)
-	for p, f := range nf {
-		if o, ok := of[p]; !ok || !reflect.DeepEqual(o, f) {
-			d.Files = append(d.Files, p)
-		}
-	}
-	for p := range of {
-		if _, ok := nf[p]; !ok {
-			d.Files = append(d.Files, p)
-		}
-	}
-	slices.Sort(d.Files)
-	units := func(c igntypes.Config) map[string]igntypes.Unit {
-		m := map[string]igntypes.Unit{}
-		for _, u := range c.Systemd.Units {
-			m[u.Name] = u
-		}
-		return m
-	}
-	ou, nu := units(oi), units(ni)
-	for n, u := range nu {
-		if o, ok := ou[n]; !ok || !reflect.DeepEqual(o, u) {
-			d.Units = append(d.Units, n)
-		}
-	}
-	for n := range ou {
-		if _, ok := nu[n]; !ok {
-			d.Units = append(d.Units, n)
-		}
-	}
-	slices.Sort(d.Units)
+	of, nf := byKey(oi.Storage.Files, func(f igntypes.File) string { return f.Path }), byKey(ni.Storage.Files, func(f igntypes.File) string { return f.Path })
+	d.Files = changedKeys(of, nf)
+	d.Units = changedKeys(byKey(oi.Systemd.Units, func(u igntypes.Unit) string { return u.Name }), byKey(ni.Systemd.Units, func(u igntypes.Unit) string { return u.Name }))
 	d.SSH = !reflect.DeepEqual(oi.Passwd, ni.Passwd)
 	const registries = "/etc/containers/registries.conf"
 	d.oldRegistries, d.newRegistries = fileContents(of[registries]), fileContents(nf[registries])
 	return d, nil
+}
+
+// byKey indexes items by key.
+func byKey[T any](items []T, key func(T) string) map[string]T {
+	m := make(map[string]T, len(items))
+	for _, it := range items {
+		m[key(it)] = it
+	}
+	return m
+}
+
+// changedKeys are the keys, sorted, added, removed or changed between two
+// indexes.
+func changedKeys[T any](old, new map[string]T) []string {
+	var out []string
+	for k, v := range new {
+		if o, ok := old[k]; !ok || !reflect.DeepEqual(o, v) {
+			out = append(out, k)
+		}
+	}
+	for k := range old {
+		if _, ok := new[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func fileContents(f igntypes.File) []byte {
