@@ -107,9 +107,10 @@ func humanBytes(n int64) string {
 
 func newEtcdRestoreCommand() *cobra.Command {
 	var dataDir, from, member string
+	var quorum bool
 	c := &cobra.Command{
-		Use:   "restore --from FILE",
-		Short: "Restore a cluster whose etcd lost its quorum from a snapshot",
+		Use:   "restore (--from FILE | --quorum)",
+		Short: "Restore a cluster whose etcd lost its quorum from a snapshot, or from a surviving member",
 		Long: `Restores the etcd of a stopped cluster from a snapshot, as OpenShift's
 cluster-restore.sh does on its recovery host: every member's data is moved
 aside (to DATA_DIR/etcd-backup-TIME), one member (--member, by default the
@@ -118,11 +119,30 @@ own, its revision moved on by a billion and marked compacted so that no
 client takes the restored state for an older one, and the member registry
 lists it alone. The next capstan up serves from it, and the etcd operator
 adds the other control-plane machines' members one at a time. What was
-written after the snapshot is lost; nothing from before it is.`,
+written after the snapshot is lost; nothing from before it is.
+
+With --quorum, as OpenShift's quorum-restore.sh, no snapshot is needed: a
+member that kept its data (--member, by default the first control-plane
+machine's with data) becomes a cluster of its own with everything it
+committed (etcd's --force-new-cluster), the other members' data is moved
+aside, and the operator adds their machines' members again.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			if from == "" {
-				return errors.New("--from: the snapshot to restore is required (capstan etcd snapshot save FILE makes one)")
+			switch {
+			case quorum && from != "":
+				return errors.New("--from and --quorum: a restore is from a snapshot or from a surviving member, not both")
+			case quorum:
+				res, err := controlplane.QuorumRestoreEtcd(c.Context(), dataDir, member)
+				if err != nil {
+					return err
+				}
+				out := c.OutOrStdout()
+				fmt.Fprintf(out, "Made etcd member %s of %s a cluster of its own from its own data\n", res.Member, dataDir)
+				fmt.Fprintf(out, "The former data of the other members is in %s\n", res.Aside)
+				fmt.Fprintf(out, "Run capstan up --data-dir %s: %s serves alone, and the etcd operator adds the other control-plane machines' members\n", dataDir, res.Member)
+				return nil
+			case from == "":
+				return errors.New("--from: the snapshot to restore is required (capstan etcd snapshot save FILE makes one), or --quorum to restore from a member that kept its data")
 			}
 			res, err := controlplane.RestoreEtcd(dataDir, from, member)
 			if err != nil {
@@ -139,5 +159,6 @@ written after the snapshot is lost; nothing from before it is.`,
 	c.Flags().StringVar(&dataDir, "data-dir", defaultDataDir(), "data dir of the stopped cluster")
 	c.Flags().StringVar(&from, "from", "", "the snapshot to restore (capstan etcd snapshot save FILE)")
 	c.Flags().StringVar(&member, "member", "", "the member to restore into (default: the first control-plane machine's)")
+	c.Flags().BoolVar(&quorum, "quorum", false, "restore from a surviving member's own data instead of a snapshot (quorum-restore.sh)")
 	return c
 }

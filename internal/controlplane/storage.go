@@ -24,6 +24,23 @@ func SaveEtcdSnapshot(ctx context.Context, dataDir, path string) (etcd.SnapshotS
 // OpenShift's cluster-restore.sh does (see etcd.Restore). It holds the
 // data dir's lock meanwhile, and refuses while capstan runs on it.
 func RestoreEtcd(dataDir, from, member string) (etcd.RestoreResult, error) {
+	return withStoppedEtcd(dataDir, func(d *datadir.DataDir) (etcd.RestoreResult, error) {
+		return etcd.Restore(d.Root, from, member)
+	})
+}
+
+// QuorumRestoreEtcd makes the etcd of dataDir a cluster of one surviving
+// member from its own data, as OpenShift's quorum-restore.sh does (see
+// etcd.QuorumRestore), holding the data dir's lock meanwhile.
+func QuorumRestoreEtcd(ctx context.Context, dataDir, member string) (etcd.RestoreResult, error) {
+	return withStoppedEtcd(dataDir, func(d *datadir.DataDir) (etcd.RestoreResult, error) {
+		return etcd.QuorumRestore(ctx, d.Root, datadir.EtcdTLSFiles(d.PKIDir()), member)
+	})
+}
+
+// withStoppedEtcd runs restore on dataDir with its lock held: capstan
+// must not run on it.
+func withStoppedEtcd(dataDir string, restore func(*datadir.DataDir) (etcd.RestoreResult, error)) (etcd.RestoreResult, error) {
 	if _, err := os.Stat(filepath.Join(dataDir, "etcd-members.json")); err != nil {
 		return etcd.RestoreResult{}, fmt.Errorf("%s is not the data dir of a started capstan cluster: %w", dataDir, err)
 	}
@@ -32,5 +49,5 @@ func RestoreEtcd(dataDir, from, member string) (etcd.RestoreResult, error) {
 		return etcd.RestoreResult{}, fmt.Errorf("stop capstan before restoring its etcd: %w", err)
 	}
 	defer d.Close()
-	return etcd.Restore(d.Root, from, member)
+	return restore(d)
 }

@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/uuid"
 )
 
 // Backup and restore, as OpenShift documents them: cluster-backup.sh
@@ -26,8 +27,13 @@ import (
 // that no client mistakes the restored state for an older one), and lets
 // the etcd operator add the other members again.
 
-// clusterToken is the token members of a new cluster start with.
-const clusterToken = "capstan"
+// NewClusterToken is the initial cluster token of a new cluster, or of
+// a restored one: etcd derives the cluster's and its members' IDs from it
+// and the peer URLs, so it is new each time (upstream's restore uses
+// openshift-etcd-<UUID>), and two restores of one data dir never make
+// clusters with the same IDs, whose members could take each other's
+// messages as their own cluster's.
+func NewClusterToken() string { return "capstan-etcd-" + string(uuid.NewUUID()) }
 
 // SnapshotStatus describes a saved snapshot, as etcdutl snapshot status.
 type SnapshotStatus struct {
@@ -163,6 +169,9 @@ func Restore(dataDir, from, member string) (RestoreResult, error) {
 	if err != nil {
 		return RestoreResult{}, err
 	}
+	if err := waitForNoMembers(context.Background(), dataDir, othersMembersTimeout); err != nil {
+		return RestoreResult{}, err
+	}
 	aside := filepath.Join(dataDir, "etcd-backup-"+time.Now().UTC().Format("20060102T150405"))
 	if err := os.MkdirAll(aside, 0o700); err != nil {
 		return RestoreResult{}, err
@@ -183,7 +192,7 @@ func Restore(dataDir, from, member string) (RestoreResult, error) {
 		OutputDataDir:       filepath.Join(dataDir, target.Dir),
 		PeerURLs:            []string{target.PeerURL()},
 		InitialCluster:      target.Name + "=" + target.PeerURL(),
-		InitialClusterToken: clusterToken,
+		InitialClusterToken: NewClusterToken(),
 		RevisionBump:        RevisionBump,
 		MarkCompacted:       true,
 	})
@@ -226,4 +235,78 @@ func restoreTarget(specs []MemberSpec, member string) (MemberSpec, error) {
 		return a.Name < b.Name
 	})
 	return sorted[0], nil
+}
+
+// QuorumRestore makes the etcd of dataDir a cluster of one member from
+// that member's own data, as OpenShift's quorum-restore.sh does when a
+// quorum of members is lost but one survives: nothing it committed is
+// lost, where a snapshot loses what was written after it. The other
+// members' data is moved aside, under etcd-backup-<time>; the member
+// (member, or by default the first control-plane machine's that has its
+// data) runs once with --force-new-cluster, which rewrites the
+// membership to itself alone, and the registry lists it alone. capstan
+// must not run on dataDir. At the next start the member serves alone and
+// the etcd operator adds the other machines' members.
+func QuorumRestore(ctx context.Context, dataDir string, tls TLSFiles, member string) (RestoreResult, error) {
+	specs, err := ReadRegistry(dataDir)
+	if err != nil {
+		return RestoreResult{}, fmt.Errorf("reading the etcd members of %s: %w", dataDir, err)
+	}
+	var survivors []MemberSpec
+	for _, s := range specs {
+		if _, err := os.Stat(filepath.Join(dataDir, s.Dir, "member")); err == nil && !s.Adding {
+			survivors = append(survivors, s)
+		}
+	}
+	if len(survivors) == 0 {
+		return RestoreResult{}, fmt.Errorf("no etcd member of %s has its data: restore a snapshot with --from FILE", dataDir)
+	}
+	target, err := restoreTarget(survivors, member)
+	if err != nil {
+		if member != "" {
+			return RestoreResult{}, fmt.Errorf("--member %s has no data to restore from (members with data: %s)", member, names(survivors))
+		}
+		return RestoreResult{}, err
+	}
+	if err := waitForNoMembers(ctx, dataDir, othersMembersTimeout); err != nil {
+		return RestoreResult{}, err
+	}
+	aside := filepath.Join(dataDir, "etcd-backup-"+time.Now().UTC().Format("20060102T150405"))
+	if err := os.MkdirAll(aside, 0o700); err != nil {
+		return RestoreResult{}, err
+	}
+	for _, s := range specs {
+		dir := filepath.Join(dataDir, s.Dir)
+		if _, err := os.Stat(dir); s.Name == target.Name || errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err := os.Rename(dir, filepath.Join(aside, s.Name)); err != nil {
+			return RestoreResult{}, fmt.Errorf("moving the data of member %s aside: %w", s.Name, err)
+		}
+	}
+	m, err := startMember(memberConfig{spec: target, dir: filepath.Join(dataDir, target.Dir), tls: tls,
+		logFile: filepath.Join(dataDir, "etcd-quorum-restore.log"), state: "existing", forceNewCluster: true})
+	if err != nil {
+		return RestoreResult{}, fmt.Errorf("starting member %s as a new cluster: %w (the other members' data is in %s)", target.Name, err, aside)
+	}
+	err = m.waitReady(ctx, 2*time.Minute, filepath.Join(dataDir, "etcd-quorum-restore.log"))
+	m.Halt()
+	if err != nil {
+		return RestoreResult{}, fmt.Errorf("member %s as a new cluster: %w (the other members' data is in %s)", target.Name, err, aside)
+	}
+	target.Adding, target.Removing, target.Stopped, target.Added, target.Voting = false, false, false, time.Time{}, true
+	c := &Cluster{cfg: Config{DataDir: dataDir, Bootstrap: MemberSpec{Dir: target.Dir}}, registry: []MemberSpec{target}}
+	if err := c.writeRegistryLocked(); err != nil {
+		return RestoreResult{}, err
+	}
+	return RestoreResult{Member: target.Name, Aside: aside}, nil
+}
+
+func names(specs []MemberSpec) string {
+	var out []string
+	for _, s := range specs {
+		out = append(out, s.Name)
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
 }

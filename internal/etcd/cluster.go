@@ -126,6 +126,14 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			state = "new"
 		}
 	}
+	if err := c.quorumPossible(); err != nil {
+		return nil, err
+	}
+	if state == "existing" {
+		if err := c.refuseAmnesiacs(); err != nil {
+			return nil, err
+		}
+	}
 	// A member being removed starts too: the removal may not have
 	// happened, and then the quorum needs it until settle finishes the
 	// removal. If it did happen, the member's process ends on finding
@@ -145,9 +153,6 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if len(voting) == 0 {
 		return nil, fmt.Errorf("%s lists no member to start", c.registryPath())
 	}
-	if err := c.quorumPossible(); err != nil {
-		return nil, err
-	}
 	if len(serving) == 0 {
 		serving = voting
 	}
@@ -158,7 +163,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	// registry does not show yet) is left out: waitQuorum decides.
 	var startErrs []error
 	for _, s := range voting {
-		if c.stopped[s.Name] {
+		if c.stopped[s.Name] || (state == "existing" && c.amnesiac(s)) {
 			continue
 		}
 		m, err := c.start(s, initialCluster(voting), state)
@@ -170,7 +175,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		c.running[s.Name] = m
 	}
 	if len(c.running) == 0 {
-		return nil, errors.Join(startErrs...)
+		return nil, fmt.Errorf("no etcd member of %s started: %w", c.registryPath(), errors.Join(startErrs...))
 	}
 	if c.proxy, err = NewProxy("127.0.0.1:0"); err != nil {
 		c.Stop()
@@ -224,6 +229,44 @@ func (c *Cluster) quorumPossible() error {
 		len(lost), len(voting), strings.Join(lost, ", "), c.cfg.DataDir)
 }
 
+// amnesiac is a member of an existing cluster whose data dir is gone
+// (deleted by hand, or lost with its disk): started under its old ID with
+// an empty log, it would have forgotten its votes and the entries it
+// acknowledged, and could help elect a leader that lacks committed
+// writes. etcd's own start refuses it ("member dataDir has been destroyed
+// and must be removed from the cluster", as OpenShift's
+// discover-etcd-initial-cluster says); so does capstan.
+func (c *Cluster) amnesiac(s MemberSpec) bool {
+	if s.Adding {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(c.cfg.DataDir, s.Dir, "member"))
+	return errors.Is(err, os.ErrNotExist)
+}
+
+// refuseAmnesiacs writes every amnesiac member down as being removed,
+// before anything starts: it is never started, and once a quorum serves,
+// settle removes it from the cluster and forgets it, so that the operator
+// adds its machine's member again, as a learner with a new ID and the
+// leader's data (etcd's documented replacement of a member whose data is
+// lost). quorumPossible has refused a cluster that lost a quorum's data.
+func (c *Cluster) refuseAmnesiacs() error {
+	var lost []string
+	for i, s := range c.registry {
+		if c.amnesiac(s) && !s.Removing {
+			c.registry[i].Removing = true
+			lost = append(lost, s.Name)
+		}
+	}
+	if len(lost) == 0 {
+		return nil
+	}
+	w := fmt.Sprintf("the data of etcd members %s is gone: they are removed from the cluster and join again as new members", strings.Join(lost, ", "))
+	klog.Warning(w)
+	c.Warnings = append(c.Warnings, w)
+	return c.writeRegistryLocked()
+}
+
 // relocate gives a member whose recorded port another program took while
 // capstan was down new ports, written down before the member starts on
 // them; fixPeerURLs then points the membership at its new peer URL.
@@ -266,13 +309,22 @@ func (c *Cluster) relocate() error {
 // every member starts, as a cluster's machines are all powered on to
 // recover it.
 func (c *Cluster) powerOnAtStart(voting []MemberSpec) error {
+	// The quorum is of the voters: learners (started, non-Adding entries
+	// too) count for nothing in it.
 	var stopped []string
+	voters, stoppedVoters := 0, 0
 	for _, s := range voting {
+		if s.Voting {
+			voters++
+		}
 		if s.Stopped && !c.powerOnPending(s.Name) {
 			stopped = append(stopped, s.Name)
+			if s.Voting {
+				stoppedVoters++
+			}
 		}
 	}
-	if len(voting)-len(stopped) < len(voting)/2+1 {
+	if voters-stoppedVoters < voters/2+1 {
 		if len(stopped) > 0 {
 			klog.InfoS("The etcd members of stopped machines start with capstan: the others are no quorum", "members", stopped)
 		}
@@ -373,7 +425,7 @@ func (c *Cluster) waitQuorum(ctx context.Context, timeout time.Duration) error {
 		klog.InfoS("Forgetting an etcd member the cluster removed while capstan was stopped", "member", name)
 		c.forget(name)
 	}
-	voting, ready := 0, 0
+	voting := 0
 	c.mu.Lock()
 	var waits []*Member
 	for _, m := range list.Members {
@@ -391,10 +443,25 @@ func (c *Cluster) waitQuorum(ctx context.Context, timeout time.Duration) error {
 		}
 	}
 	c.mu.Unlock()
+	return waitReadyQuorum(ctx, waits, voting, timeout, c.cfg.LogFile)
+}
+
+// waitReadyQuorum waits for the members in parallel and returns as soon
+// as a quorum of voting is ready: a member that is cut off, or hung, must
+// not hold the start while the others serve (the operator's health
+// checks report it).
+func waitReadyQuorum(ctx context.Context, waits []*Member, voting int, timeout time.Duration, logFile string) error {
 	quorum := voting/2 + 1
-	var errs []error
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	results := make(chan error, len(waits))
 	for _, m := range waits {
-		if err := m.waitReady(ctx, timeout, c.cfg.LogFile); err != nil {
+		go func() { results <- m.waitReady(ctx, timeout, logFile) }()
+	}
+	ready := 0
+	var errs []error
+	for range waits {
+		if err := <-results; err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -402,7 +469,7 @@ func (c *Cluster) waitQuorum(ctx context.Context, timeout time.Duration) error {
 			return nil
 		}
 	}
-	err = fmt.Errorf("%d of %d voting etcd members ready, a quorum is %d", ready, voting, quorum)
+	err := fmt.Errorf("%d of %d voting etcd members ready, a quorum is %d", ready, voting, quorum)
 	if len(errs) > 0 {
 		err = fmt.Errorf("%w: %w", err, errors.Join(errs...))
 	}
@@ -430,20 +497,7 @@ func (c *Cluster) settle(ctx context.Context) error {
 	for _, s := range removing {
 		if m := byPeerURL(list.Members, s.PeerURL()); m != nil {
 			klog.InfoS("Finishing the removal of an etcd member that capstan stopped in the middle of", "member", s.Name)
-			// etcd refuses membership changes until its leader has
-			// heard from a quorum for a while ("unhealthy cluster"),
-			// which a cluster that just started has not.
-			err := waitfor.Poll(ctx, 200*time.Millisecond, time.Minute, func(ctx context.Context) (bool, string, error) {
-				_, err := c.client.MemberRemove(ctx, m.ID)
-				switch {
-				case err == nil || strings.Contains(err.Error(), "member not found"):
-					return true, "", nil
-				case errors.Is(err, rpctypes.ErrUnhealthy) || strings.Contains(err.Error(), rpctypes.ErrUnhealthy.Error()):
-					return false, err.Error(), nil
-				}
-				return false, "", err
-			})
-			if err != nil {
+			if err := c.removeOnceHealthy(ctx, m.ID); err != nil {
 				return fmt.Errorf("finishing the removal of member %s: %w", s.Name, err)
 			}
 			failpoint.Hit(failpoint.EtcdMemberRemoved)
@@ -451,6 +505,13 @@ func (c *Cluster) settle(ctx context.Context) error {
 		c.forget(s.Name)
 	}
 	if len(removing) > 0 {
+		if list, err = c.client.MemberList(ctx); err != nil {
+			return err
+		}
+	}
+	if removed, err := c.removeUnregistered(ctx, list.Members); err != nil {
+		return err
+	} else if removed {
 		if list, err = c.client.MemberList(ctx); err != nil {
 			return err
 		}
@@ -477,6 +538,50 @@ func (c *Cluster) settle(ctx context.Context) error {
 	}
 	c.registry = keep
 	return c.syncLocked(list.Members)
+}
+
+// removeOnceHealthy removes a member from the cluster. etcd refuses
+// membership changes until its leader has heard from a quorum for a while
+// ("unhealthy cluster"), which a cluster that just started has not: the
+// removal is tried again for a minute.
+func (c *Cluster) removeOnceHealthy(ctx context.Context, id uint64) error {
+	return waitfor.Poll(ctx, 200*time.Millisecond, time.Minute, func(ctx context.Context) (bool, string, error) {
+		_, err := c.client.MemberRemove(ctx, id)
+		switch {
+		case err == nil || strings.Contains(err.Error(), "member not found"):
+			return true, "", nil
+		case errors.Is(err, rpctypes.ErrUnhealthy) || strings.Contains(err.Error(), rpctypes.ErrUnhealthy.Error()):
+			return false, err.Error(), nil
+		}
+		return false, "", err
+	})
+}
+
+// removeUnregistered removes from the cluster every member the registry
+// does not name (repairRegistry left its damaged entry out): capstan
+// never starts it again, and every member started later is given an
+// initial cluster built from the registry, which etcd refuses when it
+// names fewer members than the cluster has ("member count is unequal").
+// Removed, the member's machine gets a new member from the operator, as
+// a learner. It says whether it removed any.
+func (c *Cluster) removeUnregistered(ctx context.Context, members []*etcdserverpb.Member) (bool, error) {
+	c.mu.Lock()
+	var strays []*etcdserverpb.Member
+	for _, m := range members {
+		if !slices.ContainsFunc(c.registry, func(s MemberSpec) bool { return s.Name == m.Name || slices.Contains(m.PeerURLs, s.PeerURL()) }) {
+			strays = append(strays, m)
+		}
+	}
+	c.mu.Unlock()
+	for _, m := range strays {
+		w := fmt.Sprintf("etcd member %s (%x, %v) is not in the registry %s: it is removed from the cluster, and its machine's member joins again", m.Name, m.ID, m.PeerURLs, c.registryPath())
+		klog.Warning(w)
+		c.Warnings = append(c.Warnings, w)
+		if err := c.removeOnceHealthy(ctx, m.ID); err != nil {
+			return false, fmt.Errorf("removing member %s, which the registry does not list: %w", m.Name, err)
+		}
+	}
+	return len(strays) > 0, nil
 }
 
 // syncLocked writes the registry and points the proxy and the client at

@@ -738,6 +738,10 @@ func TestASnapshotRestoresAClusterThatLostItsQuorum(t *testing.T) {
 	if _, err := proxyClient(t, cfg, c).Put(ctx, "/registry/after", "lost"); err != nil {
 		t.Fatal(err)
 	}
+	// Not while members run: they would write into the data moved aside.
+	if _, err := etcd.Restore(cfg.DataDir, snap, ""); err == nil || !strings.Contains(err.Error(), "member processes") {
+		t.Fatalf("a restore with the members running: %v, want it refused naming them", err)
+	}
 	c.Stop()
 	specs, err := etcd.ReadRegistry(cfg.DataDir)
 	if err != nil {
@@ -787,6 +791,21 @@ func TestASnapshotRestoresAClusterThatLostItsQuorum(t *testing.T) {
 	}
 	if got := voting(t, c); len(got) != 1 || !got["master-0"] {
 		t.Fatalf("voting members %v after the restore, want master-0 alone", got)
+	}
+	// A second restore of the same snapshot into the same member makes
+	// another cluster: its ID derives from a token new with each restore.
+	first := resp.Header.ClusterId
+	c.Stop()
+	if _, err := etcd.Restore(cfg.DataDir, snap, ""); err != nil {
+		t.Fatal(err)
+	}
+	c = start(t, cfg, "the start after the second restore")
+	cl = proxyClient(t, cfg, c)
+	if resp, err = cl.Get(ctx, "/registry/before"); err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("after the second restore the key reads %v, %v", resp, err)
+	}
+	if resp.Header.ClusterId == first {
+		t.Errorf("two restores made clusters of the same ID %x", first)
 	}
 	// The operator's way back to three: learners added and promoted.
 	join(t, c, "master-1")

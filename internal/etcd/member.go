@@ -127,6 +127,12 @@ type memberConfig struct {
 	// initialCluster is name=peerURL,... and state "new" or "existing";
 	// a member with data ignores both.
 	initialCluster, state string
+	// token is the initial cluster token of a new cluster, from which
+	// etcd derives the cluster's and the members' IDs (NewClusterToken).
+	token string
+	// forceNewCluster starts the member as a cluster of its own from its
+	// own data (QuorumRestore).
+	forceNewCluster bool
 	// partitionFile, when set, has the member serve its peer port through
 	// a proxy a fault campaign partitions it with (see servePeers).
 	partitionFile string

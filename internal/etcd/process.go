@@ -73,6 +73,12 @@ func (c memberConfig) memberArgs() []string {
 	if c.initialCluster != "" {
 		args = append(args, "--initial-cluster", c.initialCluster, "--initial-cluster-state", c.state)
 	}
+	if c.forceNewCluster {
+		args = append(args, "--force-new-cluster")
+	}
+	if c.token != "" {
+		args = append(args, "--initial-cluster-token", c.token)
+	}
 	if c.noFsync {
 		args = append(args, "--unsafe-no-fsync")
 	}
@@ -109,6 +115,8 @@ func MemberMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.logFile, "log-file", "", "where the member logs (default: standard error)")
 	fs.StringVar(&initialCluster, "initial-cluster", "", "name=peerURL,... of a member without data")
 	fs.StringVar(&state, "initial-cluster-state", "existing", "new or existing, for a member without data")
+	fs.BoolVar(&c.forceNewCluster, "force-new-cluster", false, "make the member a cluster of its own, from its own data (capstan etcd restore --quorum)")
+	fs.StringVar(&c.token, "initial-cluster-token", "", "the token a new cluster's IDs derive from (default: a new one)")
 	fs.BoolVar(&c.noFsync, "unsafe-no-fsync", false, "skip fsync (tests only)")
 	fs.StringVar(&c.partitionFile, "partition-file", "", "serve the peer port through a proxy that cuts the members this file lists from the others (fault campaigns)")
 	fs.BoolVar(&exitWithParent, "exit-with-parent", false, "exit at once when standard input ends (the parent died)")
@@ -249,7 +257,11 @@ func (c memberConfig) embedConfig() *embed.Config {
 	cfg.PeerTLSInfo = c.tls.peer()
 	cfg.InitialCluster = c.initialCluster
 	cfg.ClusterState = c.state
-	cfg.InitialClusterToken = "capstan"
+	cfg.ForceNewCluster = c.forceNewCluster
+	cfg.InitialClusterToken = c.token
+	if cfg.InitialClusterToken == "" {
+		cfg.InitialClusterToken = NewClusterToken()
+	}
 	cfg.LogLevel = "warn"
 	if c.logFile != "" {
 		cfg.LogOutputs = []string{c.logFile}

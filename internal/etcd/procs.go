@@ -71,6 +71,28 @@ func memberOf(args []string) (name, dir string, ok bool) {
 // process holds, so one still running after timeout is named in the
 // error, not killed.
 func waitForOthersMembers(ctx context.Context, dataDir string, timeout time.Duration) error {
+	left, err := waitForMemberProcesses(ctx, dataDir, timeout, func(pid int) bool { return parentOf(pid) != os.Getpid() })
+	if err != nil {
+		return fmt.Errorf("etcd member processes of %s that this capstan did not start still run: %s; stop them: %w", dataDir, strings.Join(left, ", "), err)
+	}
+	return nil
+}
+
+// waitForNoMembers waits until no member process of dataDir runs at all,
+// as upstream's cluster-restore.sh waits for the etcd containers to stop
+// before it moves their data: a member still running would write into
+// the data moved aside, or serve the old cluster beside the restored one.
+func waitForNoMembers(ctx context.Context, dataDir string, timeout time.Duration) error {
+	left, err := waitForMemberProcesses(ctx, dataDir, timeout, func(int) bool { return true })
+	if err != nil {
+		return fmt.Errorf("etcd member processes of %s still run: %s; stop capstan (or them) first: %w", dataDir, strings.Join(left, ", "), err)
+	}
+	return nil
+}
+
+// waitForMemberProcesses waits until no member process of dataDir that
+// counts runs, and returns those that still did ("NAME (PID n)").
+func waitForMemberProcesses(ctx context.Context, dataDir string, timeout time.Duration, counts func(pid int) bool) ([]string, error) {
 	var left []string
 	err := waitfor.Poll(ctx, 50*time.Millisecond, timeout, waitfor.Simple(func(context.Context) (bool, string) {
 		procs, err := MemberProcesses(dataDir)
@@ -79,17 +101,14 @@ func waitForOthersMembers(ctx context.Context, dataDir string, timeout time.Dura
 		}
 		left = left[:0]
 		for name, pid := range procs {
-			if parentOf(pid) != os.Getpid() {
+			if counts(pid) {
 				left = append(left, fmt.Sprintf("%s (PID %d)", name, pid))
 			}
 		}
 		slices.Sort(left)
-		return len(left) == 0, "member processes of an earlier capstan still run: " + strings.Join(left, ", ")
+		return len(left) == 0, "etcd member processes still run: " + strings.Join(left, ", ")
 	}))
-	if err != nil {
-		return fmt.Errorf("etcd member processes of %s that this capstan did not start still run: %s; stop them: %w", dataDir, strings.Join(left, ", "), err)
-	}
-	return nil
+	return left, err
 }
 
 // parentOf is the PID of a process's parent, 0 when it cannot be read
