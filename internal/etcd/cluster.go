@@ -40,6 +40,10 @@ type Config struct {
 	TLS     TLSFiles
 	LogFile string
 	NoFsync bool
+	// QuotaBackendBytes is each member's database quota (default
+	// DefaultQuotaBackendBytes): past it etcd raises a NOSPACE alarm and
+	// takes no write until the alarm is disarmed.
+	QuotaBackendBytes int64
 	// Partitionable has every member serve its peer port through a proxy
 	// that the data dir's partition file controls (fault campaigns).
 	Partitionable bool
@@ -348,7 +352,7 @@ func (c *Cluster) powerOnAtStart(voting []MemberSpec) error {
 
 func (c *Cluster) start(s MemberSpec, cluster, state string) (*Member, error) {
 	mc := memberConfig{spec: s, dir: filepath.Join(c.cfg.DataDir, s.Dir), tls: c.cfg.TLS, logFile: c.cfg.LogFile,
-		noFsync: c.cfg.NoFsync, initialCluster: cluster, state: state}
+		noFsync: c.cfg.NoFsync, initialCluster: cluster, state: state, quota: c.cfg.QuotaBackendBytes}
 	if c.cfg.Partitionable {
 		mc.partitionFile = filepath.Join(c.cfg.DataDir, PartitionFile)
 	}
@@ -667,6 +671,14 @@ func membersAsSpecs(members []*etcdserverpb.Member, registry []MemberSpec) []Mem
 // URL is the address kube-apiserver uses: the proxy in front of the
 // voting members.
 func (c *Cluster) URL() string { return "https://" + c.proxy.Addr() }
+
+// Quota is the members' database quota.
+func (c *Cluster) Quota() int64 {
+	if c.cfg.QuotaBackendBytes > 0 {
+		return c.cfg.QuotaBackendBytes
+	}
+	return DefaultQuotaBackendBytes
+}
 
 // Client is a client of the voting members.
 func (c *Cluster) Client() *clientv3.Client { return c.client }

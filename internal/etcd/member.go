@@ -133,6 +133,8 @@ type memberConfig struct {
 	// forceNewCluster starts the member as a cluster of its own from its
 	// own data (QuorumRestore).
 	forceNewCluster bool
+	// quota is the database quota (0: DefaultQuotaBackendBytes).
+	quota int64
 	// partitionFile, when set, has the member serve its peer port through
 	// a proxy a fault campaign partitions it with (see servePeers).
 	partitionFile string

@@ -87,6 +87,13 @@ type Operator struct {
 	// members' readiness; a remote etcd's hosts have their own guard).
 	KeepQuorumGuard bool
 
+	// DefragInterval is how often the members are looked at for
+	// defragmentation (default DefaultDefragInterval); DefragSettle how
+	// long the cluster is given after each member's (default
+	// DefaultDefragSettle).
+	DefragInterval time.Duration
+	DefragSettle   time.Duration
+
 	firstSeen map[uint64]time.Time
 	progress  map[uint64]learnerProgress
 	lastHold  string
@@ -161,6 +168,7 @@ func (o *Operator) Run(ctx context.Context) error {
 	if o.Cluster != nil {
 		go o.servePowerOn(ctx)
 	}
+	go o.defragmentEvery(ctx)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -791,4 +799,51 @@ func memberMessage(available, unhealthy, unstarted []string, total int) string {
 		parts = append(parts, n+" has not started")
 	}
 	return strings.Join(parts, ", ")
+}
+
+// defragmentEvery runs the defragmentation every DefragInterval, apart
+// from the reconcile: a pass waits DefragSettle after each member.
+func (o *Operator) defragmentEvery(ctx context.Context) {
+	interval := cmp.Or(o.DefragInterval, DefaultDefragInterval)
+	quota := DefaultQuotaBackendBytes
+	if o.Cluster != nil {
+		quota = o.Cluster.Quota()
+	}
+	d := &Defragger{Client: o.membership().Client(), Members: o.membership().Members, Event: o.event, Quota: quota,
+		MinBytes: DefaultDefragMinBytes, MaxFragmentedPercent: DefaultDefragMaxFragmentedPercent,
+		Settle: cmp.Or(o.DefragSettle, DefaultDefragSettle)}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := o.defragment(ctx, d); err != nil && ctx.Err() == nil {
+			klog.FromContext(ctx).Info("Defragmenting etcd", "err", err)
+		}
+	}
+}
+
+// defragment makes a pass unless an admin turned it off (the ConfigMap
+// etcd-disable-defrag in openshift-etcd-operator) or the control plane is
+// not highly available (a single member's defragmentation stops the
+// cluster), as upstream.
+func (o *Operator) defragment(ctx context.Context, d *Defragger) error {
+	_, err := o.Kube.CoreV1().ConfigMaps(EventNamespace).Get(ctx, DefragDisableConfigMap, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return nil
+	case !apierrors.IsNotFound(err):
+		return err
+	}
+	desired, err := o.desired(ctx)
+	if err != nil {
+		return err
+	}
+	if desired < 3 {
+		return nil
+	}
+	return d.Run(ctx)
 }

@@ -73,6 +73,9 @@ func (c memberConfig) memberArgs() []string {
 	if c.initialCluster != "" {
 		args = append(args, "--initial-cluster", c.initialCluster, "--initial-cluster-state", c.state)
 	}
+	if c.quota > 0 {
+		args = append(args, "--quota-backend-bytes", strconv.FormatInt(c.quota, 10))
+	}
 	if c.forceNewCluster {
 		args = append(args, "--force-new-cluster")
 	}
@@ -115,6 +118,7 @@ func MemberMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.logFile, "log-file", "", "where the member logs (default: standard error)")
 	fs.StringVar(&initialCluster, "initial-cluster", "", "name=peerURL,... of a member without data")
 	fs.StringVar(&state, "initial-cluster-state", "existing", "new or existing, for a member without data")
+	fs.Int64Var(&c.quota, "quota-backend-bytes", 0, "the database quota, past which etcd raises a NOSPACE alarm (default 8 GiB)")
 	fs.BoolVar(&c.forceNewCluster, "force-new-cluster", false, "make the member a cluster of its own, from its own data (capstan etcd restore --quorum)")
 	fs.StringVar(&c.token, "initial-cluster-token", "", "the token a new cluster's IDs derive from (default: a new one)")
 	fs.BoolVar(&c.noFsync, "unsafe-no-fsync", false, "skip fsync (tests only)")
@@ -241,6 +245,10 @@ func stop(e *embed.Etcd, sig os.Signal) {
 	}
 }
 
+// DefaultQuotaBackendBytes is a member's database quota: etcd's largest
+// recommended, room for large simulated clusters.
+const DefaultQuotaBackendBytes int64 = 8 << 30
+
 // haltDrain is how long a halted member waits for its client
 // connections to close before it exits with them open.
 const haltDrain = time.Second
@@ -270,7 +278,10 @@ func (c memberConfig) embedConfig() *embed.Config {
 	}
 	// Room for large simulated clusters; the apiserver compacts history
 	// every five minutes itself.
-	cfg.QuotaBackendBytes = 8 << 30
+	cfg.QuotaBackendBytes = DefaultQuotaBackendBytes
+	if c.quota > 0 {
+		cfg.QuotaBackendBytes = c.quota
+	}
 	cfg.UnsafeNoFsync = c.noFsync
 	cfg.MaxTxnOps = 10000
 	// Elections on one machine's loopback: a dead leader is noticed in

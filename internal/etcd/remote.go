@@ -31,6 +31,9 @@ type Membership interface {
 	Remove(ctx context.Context, name string) error
 	// RemoveID removes a member the cluster lists without a name.
 	RemoveID(ctx context.Context, id uint64) error
+	// Client is a client of the members (maintenance: status,
+	// defragmentation, alarms).
+	Client() *clientv3.Client
 }
 
 var _ Membership = (*Cluster)(nil)
@@ -107,6 +110,9 @@ func DialRemote(cfg RemoteConfig) (*Remote, error) {
 	}
 	return &Remote{client: client, health: newHealthChecker(cc.TLS)}, nil
 }
+
+// Client is a client of the members.
+func (r *Remote) Client() *clientv3.Client { return r.client }
 
 // Close closes the client.
 func (r *Remote) Close() error {
