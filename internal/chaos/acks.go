@@ -41,7 +41,13 @@ type acks struct {
 	// namespace is gone: the API serves, and no write can be
 	// acknowledged until something makes it again.
 	goneAt time.Time
+	// refused are the writes the API refused while one capstan process
+	// was up from before the write to after it.
+	refused []span
 }
+
+// span is a write's invocation and answer.
+type span struct{ start, end time.Time }
 
 type ack struct {
 	name string
@@ -90,6 +96,8 @@ func (a *acks) wrote(name string, ok bool, start, end time.Time, before, after *
 	defer a.mu.Unlock()
 	if ok {
 		a.acked = append(a.acked, ack{name: name, at: end})
+	} else if before != nil && before == after {
+		a.refused = append(a.refused, span{start, end})
 	}
 	switch {
 	case before == nil || before != after:
@@ -102,6 +110,19 @@ func (a *acks) wrote(name string, ok bool, start, end time.Time, before, after *
 	case a.failingSince.IsZero() || a.failingProc != before:
 		a.failingSince, a.failingProc = start, before
 	}
+}
+
+// refusedBetween tells whether a write the API refused, capstan up
+// throughout, overlapped the instants from and to.
+func (a *acks) refusedBetween(from, to time.Time) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, w := range a.refused {
+		if w.start.Before(to) && w.end.After(from) {
+			return true
+		}
+	}
+	return false
 }
 
 // longestOutage is the longest the API refused writes while capstan was

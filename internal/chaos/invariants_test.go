@@ -458,60 +458,83 @@ mco seed 8: reboots: node w1 booted 2 times
 }
 
 // The quorum check counts samples from the formation on, and only those
-// taken while capstan was up; each limit is caught.
+// taken while capstan was up; each limit is caught, a loss as short as
+// three samples (half a second) included.
 func TestCheckQuorum(t *testing.T) {
 	at := time.Unix(0, 0)
 	s := func(up bool, healthy int, voting ...string) memberSample {
-		at = at.Add(time.Second)
+		at = at.Add(sampleInterval)
 		return memberSample{At: at, Up: up, Voting: voting, Healthy: healthy}
 	}
 	failed := func(up bool) memberSample {
-		at = at.Add(time.Second)
+		at = at.Add(sampleInterval)
 		return memberSample{At: at, Up: up, Failed: true}
+	}
+	times := func(n int, f func() memberSample) []memberSample {
+		out := make([]memberSample, n)
+		for i := range out {
+			out[i] = f()
+		}
+		return out
 	}
 	boot := s(true, 1, etcd.BootstrapName)
 	formed := s(true, 3, "m0", "m1", "m2")
+	three := func(healthy int, voting ...string) []memberSample {
+		return times(3, func() memberSample { return s(true, healthy, voting...) })
+	}
+	cat := func(parts ...[]memberSample) []memberSample { return slices.Concat(parts...) }
+	one := func(samples ...memberSample) []memberSample { return samples }
 	cases := map[string]struct {
-		samples    []memberSample
-		want       []string
-		maxVoting  int
-		minHealthy int
+		samples      []memberSample
+		want         []string
+		maxVoting    int
+		minHealthy   int
+		writesFailed bool
 	}{
-		"a replacement as it should go": {[]memberSample{boot, formed, s(true, 2, "m0", "m1", "m2"), s(true, 2, "m1", "m2"),
-			s(true, 3, "m1", "m2", "m3")}, nil, 3, 0},
-		"before the formation and while down do not count": {[]memberSample{s(true, 1, "x", "y", "z", "w"), formed,
-			s(false, 0, "m0", "m1", "m2"), s(false, 1, "m0", "m1", "m2", "m3")}, nil, 3, 0},
-		"four voting": {[]memberSample{formed, s(true, 4, "m0", "m1", "m2", "m3")}, []string{"etcd members: 4 voting members"}, 3, 0},
-		"one healthy": {[]memberSample{formed, s(true, 1, "m0", "m1", "m2"), s(true, 1, "m0", "m1", "m2")}, []string{"etcd quorum: 1 healthy voting members of 3"}, 3, 0},
-		"one slow answer": {[]memberSample{formed, s(true, 1, "m0", "m1", "m2"), s(true, 3, "m0", "m1", "m2"), s(true, 1, "m0", "m1", "m2"),
-			s(false, 0, "m0", "m1", "m2")}, nil, 3, 0},
-		"never formed": {[]memberSample{boot}, []string{"etcd members: the members never formed"}, 3, 0},
-		"both, at once": {[]memberSample{formed, s(true, 1, "m0", "m1", "m2", "m3"), s(true, 0, "m0", "m1", "m2", "m3")},
-			[]string{"etcd members: 4 voting", "etcd quorum: 0 healthy"}, 3, 0},
-		"four voting allowed, their quorum kept": {[]memberSample{formed, s(true, 3, "m0", "m1", "m2", "m3"), s(true, 3, "m0", "m1", "m2", "m3"),
-			s(true, 3, "m1", "m2", "m3")}, nil, 4, 0},
-		"four voting, two healthy: no quorum": {[]memberSample{formed, s(true, 2, "m0", "m1", "m2", "m3"), s(true, 2, "m0", "m1", "m2", "m3")},
-			[]string{"etcd quorum: 2 healthy voting members of 4"}, 4, 0},
+		"a replacement as it should go": {one(boot, formed, s(true, 2, "m0", "m1", "m2"), s(true, 2, "m1", "m2"),
+			s(true, 3, "m1", "m2", "m3")), nil, 3, 0, false},
+		"before the formation and while down do not count": {one(s(true, 1, "x", "y", "z", "w"), formed,
+			s(false, 0, "m0", "m1", "m2"), s(false, 1, "m0", "m1", "m2", "m3")), nil, 3, 0, false},
+		"four voting":                              {one(formed, s(true, 4, "m0", "m1", "m2", "m3")), []string{"etcd members: 4 voting members"}, 3, 0, false},
+		"one healthy for half a second":            {cat(one(formed), three(1, "m0", "m1", "m2")), []string{"etcd quorum: 1 healthy voting members of 3"}, 3, 0, false},
+		"one healthy for two samples: an election": {one(formed, s(true, 1, "m0", "m1", "m2"), s(true, 1, "m0", "m1", "m2"), formed), nil, 3, 0, false},
+		"one slow answer": {one(formed, s(true, 1, "m0", "m1", "m2"), s(true, 3, "m0", "m1", "m2"), s(true, 1, "m0", "m1", "m2"),
+			s(false, 0, "m0", "m1", "m2")), nil, 3, 0, false},
+		"never formed": {one(boot), []string{"etcd members: the members never formed"}, 3, 0, false},
+		"both, at once": {cat(one(formed, s(true, 1, "m0", "m1", "m2", "m3")), three(0, "m0", "m1", "m2", "m3")),
+			[]string{"etcd members: 4 voting", "etcd quorum: 0 healthy"}, 3, 0, false},
+		"four voting allowed, their quorum kept": {one(formed, s(true, 3, "m0", "m1", "m2", "m3"), s(true, 3, "m0", "m1", "m2", "m3"),
+			s(true, 3, "m1", "m2", "m3")), nil, 4, 0, false},
+		"four voting, two healthy: no quorum": {cat(one(formed), three(2, "m0", "m1", "m2", "m3")),
+			[]string{"etcd quorum: 2 healthy voting members of 4"}, 4, 0, false},
 		// S3 of the chaos review: a cluster shrunk to one member has a
 		// quorum of itself, and no fault tolerance.
-		"shrunk to one voter": {[]memberSample{formed, s(true, 2, "m1", "m2"), s(true, 1, "m2"), s(true, 1, "m2")},
-			[]string{"etcd quorum: 1 healthy voting members of 1"}, 3, 0},
-		"the bootstrap member voting while up": {[]memberSample{formed, s(true, 4, etcd.BootstrapName, "m0", "m1", "m2")},
-			[]string{"etcd members: 4 voting", "etcd members: the bootstrap member voted"}, 3, 0},
-		"a member down where none should be": {[]memberSample{formed, s(true, 2, "m0", "m1", "m2"), s(true, 2, "m0", "m1", "m2"), s(true, 2, "m0", "m1", "m2")},
-			[]string{"etcd members healthy: 2 healthy voting members of 3"}, 3, 3},
-		"a member slow twice where none should be down": {[]memberSample{formed, s(true, 2, "m0", "m1", "m2"), s(true, 2, "m0", "m1", "m2"), formed},
-			nil, 3, 3},
+		"shrunk to one voter": {cat(one(formed, s(true, 2, "m1", "m2")), three(1, "m2")),
+			[]string{"etcd quorum: 1 healthy voting members of 1"}, 3, 0, false},
+		"the bootstrap member voting while up": {one(formed, s(true, 4, etcd.BootstrapName, "m0", "m1", "m2")),
+			[]string{"etcd members: 4 voting", "etcd members: the bootstrap member voted"}, 3, 0, false},
+		"a member down where none should be": {cat(one(formed), three(2, "m0", "m1", "m2"), three(2, "m0", "m1", "m2")),
+			[]string{"etcd members healthy: 2 healthy voting members of 3"}, 3, 3, false},
+		"a member slow a few times where none should be down": {cat(one(formed), three(2, "m0", "m1", "m2"), one(formed)),
+			nil, 3, 3, false},
 		// H3: samples that failed while up are etcd not answering, not
 		// samples to drop.
-		"etcd silent while up": {[]memberSample{formed, failed(true), failed(true), failed(true), failed(true), failed(true), failed(true), s(true, 3, "m0", "m1", "m2")},
-			[]string{"etcd quorum: etcd gave no member list for 6.0s"}, 3, 0},
-		"etcd silent a moment, or while down": {[]memberSample{formed, failed(true), failed(true), s(true, 3, "m0", "m1", "m2"), failed(false), failed(false),
-			failed(false), failed(false), failed(false), failed(false), failed(false)}, nil, 3, 0},
+		"etcd silent while up": {cat(one(formed), times(24, func() memberSample { return failed(true) }), one(s(true, 3, "m0", "m1", "m2"))),
+			[]string{"etcd quorum: etcd gave no member list for 6.0s"}, 3, 0, false},
+		"etcd silent a moment, or while down": {cat(one(formed, failed(true), failed(true), s(true, 3, "m0", "m1", "m2")),
+			times(30, func() memberSample { return failed(false) })), nil, 3, 0, false},
+		// N1 of the second review: no member answering while the API
+		// refuses writes is a quorum lost, however short.
+		"no member answers while writes fail": {cat(one(formed), times(3, func() memberSample { return failed(true) }), one(formed)),
+			[]string{"etcd quorum: no quorum for 0.50s"}, 3, 0, true},
+		"no member answers, writes taken": {cat(one(formed), times(3, func() memberSample { return failed(true) }), one(formed)),
+			nil, 3, 0, false},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got := checkQuorum(tc.samples, quorumCheck{formed: formedWithoutBootstrap, maxVoting: tc.maxVoting, desired: 3, minHealthy: tc.minHealthy})
+			q := quorumCheck{formed: formedWithoutBootstrap, maxVoting: tc.maxVoting, desired: 3, minHealthy: tc.minHealthy,
+				writesFailed: func(time.Time, time.Time) bool { return tc.writesFailed }}
+			got := checkQuorum(tc.samples, q)
 			if len(got) != len(tc.want) {
 				t.Fatalf("violations %v, want %d", got, len(tc.want))
 			}

@@ -47,6 +47,8 @@ type Run struct {
 	// Members samples the etcd membership, for scenarios that ask
 	// (SampleMembers).
 	Members *memberSampler
+	// writes are the run's acknowledged and refused writes.
+	writes *acks
 	// Capstan runs a short-lived capstan command against the cluster
 	// (`capstan adm upgrade ...`) and returns its output.
 	Capstan func(ctx context.Context, args ...string) (string, error)
@@ -241,6 +243,7 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 		return res, nil
 	}
 	writes := newAcks(r.rawKube, r.upProcess)
+	r.writes = writes
 	go writes.run(rctx)
 	if s.SampleMembers {
 		r.Members = sampleMembers(rctx, dir, r.alive)

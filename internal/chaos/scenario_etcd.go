@@ -52,6 +52,7 @@ func etcdScenario(name, doc string, progress func(context.Context, *Run) (bool, 
 		MaxOutage:     leaderElection,
 		Progress:      progress,
 		Check: func(ctx context.Context, r *Run) []Violation {
+			q.writesFailed = r.writes.refusedBetween
 			out := checkQuorum(r.Members.all(), q)
 			if made := mastersOf(r.History); len(made) != etcdMasters+replacements {
 				out = append(out, Violation{"nothing twice", fmt.Sprintf("%d control-plane machines ever made (%v), want %d and %d replacements",
