@@ -242,6 +242,8 @@ type RunResult struct {
 	Violations []Violation
 	// Changes counts the changes of stored objects the invariants read.
 	Changes int
+	// Operations counts the linearizability clients' operations checked.
+	Operations int
 	// Completed is when, from the run's start, the operation was seen
 	// complete; Operation is the operation's time then (from its start,
 	// capstan's downtime left out).
@@ -311,8 +313,8 @@ func Campaign(ctx context.Context, opts Options) (*Report, error) {
 			if n := len(res.Violations); n > 0 {
 				status = fmt.Sprintf("%d VIOLATIONS (data in %s)", n, res.DataDir)
 			}
-			fmt.Fprintf(opts.Log, "%s run %d/%d seed %d: %s; recovered in %s; longest API outage while up %.1fs; complete at %.0fs, the operation's %.0fs; %d changes checked; %.0fs\n", s.Name, i+1, opts.Runs, seed,
-				status, durations(res.Recoveries), res.Outage.Seconds(), res.Completed.Seconds(), res.Operation.Seconds(), res.Changes, res.Duration.Seconds())
+			fmt.Fprintf(opts.Log, "%s run %d/%d seed %d: %s; recovered in %s; longest API outage while up %.1fs; complete at %.0fs, the operation's %.0fs; %d changes and %d client operations checked; %.0fs\n", s.Name, i+1, opts.Runs, seed,
+				status, durations(res.Recoveries), res.Outage.Seconds(), res.Completed.Seconds(), res.Operation.Seconds(), res.Changes, res.Operations, res.Duration.Seconds())
 			for i, k := range res.Kills {
 				fmt.Fprintf(opts.Log, "  kill %d %s\n", i+1, k)
 			}

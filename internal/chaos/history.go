@@ -20,6 +20,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/capstan-dev/capstan/internal/datadir"
+	"github.com/capstan-dev/capstan/internal/planted"
 )
 
 // The keys the API server stores the objects the invariants read under.
@@ -33,10 +34,12 @@ const (
 	operatorsKey    = "/registry/config.openshift.io/clusteroperators/"
 	poolsKey        = "/registry/machineconfiguration.openshift.io/machineconfigpools/"
 	jobsKey         = "/registry/jobs/openshift-cluster-version/"
+	// linKeyPrefix: the objects of the linearizability clients, whose
+	// watch events are checked too.
 )
 
 // recorded are the prefixes a history keeps.
-var recorded = []string{machinesKey, machineSetsKey, nodesKey, podsKey, instancesKey, clusterVersions, operatorsKey, poolsKey, jobsKey}
+var recorded = []string{machinesKey, machineSetsKey, nodesKey, podsKey, instancesKey, clusterVersions, operatorsKey, poolsKey, jobsKey, linKeyPrefix}
 
 // Event is one change of a stored object.
 type Event struct {
@@ -162,7 +165,16 @@ func (h *History) follow(ctx context.Context) error {
 			}
 		}
 	}()
-	for resp := range client.Watch(wctx, "/registry/", clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithPrevKV()) {
+	// The watch is resumed every resumeEvery, as etcd's robustness tests
+	// open watches from past revisions: a resumption that loses or
+	// repeats an event is then seen by the watch checks, kills or not.
+	resume := time.AfterFunc(resumeEvery, cancel)
+	defer resume.Stop()
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithRev(from)}
+	if planted.On(planted.WatchResumesAtHead) && from > 1 {
+		opts = opts[:2]
+	}
+	for resp := range client.Watch(wctx, "/registry/", opts...) {
 		if err := resp.Err(); err != nil {
 			return err
 		}
@@ -195,6 +207,9 @@ func (h *History) follow(ctx context.Context) error {
 	}
 	return ctx.Err()
 }
+
+// resumeEvery is how often the history resumes its watch.
+const resumeEvery = 2 * time.Second
 
 // reconnect makes the history connect again, to the members the data dir
 // lists now: the cluster was started again, perhaps with other members
@@ -260,6 +275,21 @@ func (h *History) Events(prefix string) []Event {
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Rev < out[j].Rev })
+	return out
+}
+
+// Received returns the changes under prefix in the order the watch
+// delivered them, across its reconnections: the order the watch checks
+// hold to etcd's guarantees.
+func (h *History) Received(prefix string) []Event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []Event
+	for _, e := range h.events {
+		if strings.HasPrefix(e.Key, prefix) {
+			out = append(out, e)
+		}
+	}
 	return out
 }
 

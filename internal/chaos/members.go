@@ -167,9 +167,10 @@ func (s *memberSampler) last() memberSample {
 	// A failed sample says nothing of the members: the last that
 	// answered does (samples end out of order: the latest taken).
 	var last memberSample
+	found := false
 	for _, sample := range s.samples {
-		if !sample.Failed && sample.At.After(last.At) {
-			last = sample
+		if !sample.Failed && (!found || !sample.At.Before(last.At)) {
+			last, found = sample, true
 		}
 	}
 	return last

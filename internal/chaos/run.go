@@ -245,6 +245,14 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 	writes := newAcks(r.rawKube, r.upProcess)
 	r.writes = writes
 	go writes.run(rctx)
+	lin := newLinClients(r.rawKube, r.upProcess)
+	linCtx, stopLin := context.WithCancel(rctx)
+	defer stopLin()
+	linDone := make(chan struct{})
+	go func() {
+		defer close(linDone)
+		lin.run(linCtx, seed)
+	}()
 	if s.SampleMembers {
 		r.Members = sampleMembers(rctx, dir, r.alive)
 	}
@@ -356,7 +364,10 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 	}
 	// The invariants are checked on what the cluster did, whether the
 	// operation completed or not: a duplicate explains a run that never
-	// completes.
+	// completes. The clients stop first, so that the history holds all
+	// they wrote.
+	stopLin()
+	<-linDone
 	if err := r.History.catchUp(ctx, time.Minute); err != nil {
 		violate("history", "%v", err)
 		return res, nil
@@ -374,6 +385,10 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 		violate("API outage", "the API refused writes for %.1fs while capstan was up, more than the %s allowed", res.Outage.Seconds(), res.MaxOutage)
 	}
 	res.Violations = append(res.Violations, s.Check(ctx, r)...)
+	ops := lin.history()
+	res.Operations = len(ops)
+	res.Violations = append(res.Violations, checkLinearizable(ops, filepath.Join(dir, "linearizability.html"))...)
+	res.Violations = append(res.Violations, checkWatch(r.History.Received(linKeyPrefix), ops)...)
 	if err := p.stop(2 * time.Minute); err != nil {
 		violate("stops", "%v", err)
 	}

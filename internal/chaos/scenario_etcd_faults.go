@@ -24,16 +24,9 @@ import (
 // partitioned:<member>:<unix nanoseconds> and healed:<member>:<unix
 // nanoseconds>. The partition is the run's data dir's partition file,
 // which the members' peer proxies read: the campaign controls it, with
-// capstan up killed or not.
+// capstan up killed or not, and a kill leaves it in place (a start
+// returns once a quorum serves, the member cut off aside).
 func etcdPartitionProgress(ctx context.Context, r *Run) (bool, string, error) {
-	if !r.alive() {
-		// The partition lasts only while capstan is up: a start with a
-		// member cut off takes minutes to serve again (found by this
-		// scenario's recovery bound), a fault of its own, not this one.
-		if err := etcd.WritePartition(r.DataDir); err != nil {
-			return false, "", err
-		}
-	}
 	ph, err := phase(ctx, r)
 	if err != nil {
 		return false, "", err

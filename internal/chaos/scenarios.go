@@ -21,7 +21,7 @@ import (
 // Scenarios are the campaign's scenarios, in the order `all` runs them.
 func Scenarios() []*Scenario {
 	return []*Scenario{updateScenario(), autoscalerScenario(), machineSetScenario(), machineSetCloudScenario(), machineSetPauseScenario(), mcoScenario(), mcoPauseScenario(), evictionScenario(),
-		etcdDeadScenario(), etcdTwoScenario(), etcdFailedScenario(), etcdMemberScenario(), etcdPauseScenario(), etcdPartitionScenario(), etcdAPIServerCutScenario(), etcdRelabelScenario(), etcdDiskFullScenario()}
+		etcdDeadScenario(), etcdTwoScenario(), etcdFailedScenario(), etcdMemberScenario(), etcdPauseScenario(), etcdPartitionScenario(), etcdBridgeScenario(), etcdMinorityScenario(), etcdAPIServerCutScenario(), etcdRelabelScenario(), etcdDiskFullScenario()}
 }
 
 // created treats AlreadyExists as success: each write of a scenario may
@@ -50,7 +50,11 @@ func phase(ctx context.Context, r *Run) (string, error) {
 }
 
 // setPhase moves the scenario to its next step.
-func setPhase(ctx context.Context, r *Run, p string) error {
+func setPhase(ctx context.Context, r *Run, p string) error { return setPhaseAs(ctx, r, p, p) }
+
+// setPhaseAs moves the scenario to its next step, kept as p and named
+// name (a typed phase is kept as JSON).
+func setPhaseAs(ctx context.Context, r *Run, p, name string) error {
 	patch := fmt.Sprintf(`{"data":{"phase":%q}}`, p)
 	_, err := r.Kube.CoreV1().ConfigMaps(ackNamespace).Patch(ctx, "chaos-phase", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	if apierrors.IsNotFound(err) {
@@ -58,7 +62,7 @@ func setPhase(ctx context.Context, r *Run, p string) error {
 		_, err = r.Kube.CoreV1().ConfigMaps(ackNamespace).Create(ctx, cm, metav1.CreateOptions{})
 	}
 	if err == nil {
-		r.op.enter(p)
+		r.op.enter(name)
 	}
 	return err
 }

@@ -21,6 +21,10 @@ const ClientFaultFile = "etcd-client-faults"
 type ClientFault struct {
 	Cut   bool
 	Delay time.Duration
+	// Only is the one member's client address (host:port) the apiserver
+	// still reaches: cut from the others, as a network partition that
+	// leaves it beside one member (a minority one, say) would.
+	Only string
 }
 
 func (f ClientFault) String() string {
@@ -29,6 +33,8 @@ func (f ClientFault) String() string {
 		return "cut"
 	case f.Delay > 0:
 		return "delay " + f.Delay.String()
+	case f.Only != "":
+		return "only " + f.Only
 	}
 	return ""
 }
@@ -47,8 +53,14 @@ func ParseClientFault(s string) (ClientFault, error) {
 			return ClientFault{}, fmt.Errorf("%q: the delay must be a positive duration", s)
 		}
 		return ClientFault{Delay: d}, nil
+	case strings.HasPrefix(s, "only "):
+		addr := strings.TrimSpace(strings.TrimPrefix(s, "only "))
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return ClientFault{}, fmt.Errorf("%q: only takes a member's client address, HOST:PORT: %w", s, err)
+		}
+		return ClientFault{Only: addr}, nil
 	}
-	return ClientFault{}, fmt.Errorf(`%q is not "cut", "delay DURATION" or empty`, s)
+	return ClientFault{}, fmt.Errorf(`%q is not "cut", "delay DURATION", "only HOST:PORT" or empty`, s)
 }
 
 // WriteClientFault sets the fault of dataDir's proxy; the file is
@@ -94,13 +106,13 @@ func (p *Proxy) SetFault(f ClientFault) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.fault = f
-	if f.Cut {
-		for _, conns := range p.conns {
+	for b, conns := range p.conns {
+		if f.Cut || (f.Only != "" && b != f.Only) {
 			for c := range conns {
 				c.Close()
 			}
+			delete(p.conns, b)
 		}
-		p.conns = map[string]map[net.Conn]struct{}{}
 	}
 }
 

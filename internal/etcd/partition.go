@@ -52,6 +52,18 @@ func WritePeerDelay(dataDir string, d time.Duration, names ...string) error {
 	return WritePartition(dataDir, lines...)
 }
 
+// WriteLinkCuts cuts the links between the pairs of members of dataDir's
+// cluster, both ways, and only those: a member cut from one peer still
+// reaches the others (Jepsen's bridge: the leader reaches both followers,
+// they not each other). The file is replaced whole.
+func WriteLinkCuts(dataDir string, pairs ...[2]string) error {
+	lines := make([]string, len(pairs))
+	for i, p := range pairs {
+		lines[i] = p[0] + " cut " + p[1]
+	}
+	return WritePartition(dataDir, lines...)
+}
+
 // WritePartition partitions the named members of dataDir's cluster from
 // the others (none: heals every partition). The file is replaced whole.
 func WritePartition(dataDir string, names ...string) error {
@@ -71,6 +83,7 @@ type peerProxy struct {
 
 	mu          sync.Mutex
 	partitioned []string
+	links       map[[2]string]bool
 	delayed     map[string]time.Duration
 	streams     map[*stream]bool
 }
@@ -188,7 +201,15 @@ func (p *peerProxy) cut(from string) bool {
 	if from == p.self {
 		return false
 	}
-	return slices.Contains(p.partitioned, p.self) || (from != "" && slices.Contains(p.partitioned, from))
+	return slices.Contains(p.partitioned, p.self) || (from != "" && slices.Contains(p.partitioned, from)) || p.links[link(p.self, from)]
+}
+
+// link is the pair of two members, in either order.
+func link(a, b string) [2]string {
+	if a > b {
+		a, b = b, a
+	}
+	return [2]string{a, b}
 }
 
 // delay is how late messages between this member and the member from
@@ -202,22 +223,25 @@ func (p *peerProxy) delay(from string) time.Duration {
 	return max(p.delayed[p.self], p.delayed[from])
 }
 
-// parsePeerFaults reads the partition file's lines: NAME (cut) or NAME
-// delay DURATION. A line it cannot read cuts nothing and delays nothing.
-func parsePeerFaults(raw string) (cut []string, delayed map[string]time.Duration) {
-	delayed = map[string]time.Duration{}
+// parsePeerFaults reads the partition file's lines: NAME (cut from every
+// other), NAME cut OTHER (the link between the two cut) or NAME delay
+// DURATION. A line it cannot read cuts nothing and delays nothing.
+func parsePeerFaults(raw string) (cut []string, links map[[2]string]bool, delayed map[string]time.Duration) {
+	delayed, links = map[string]time.Duration{}, map[[2]string]bool{}
 	for _, l := range strings.Split(raw, "\n") {
 		f := strings.Fields(l)
 		switch {
 		case len(f) == 1:
 			cut = append(cut, f[0])
+		case len(f) == 3 && f[1] == "cut" && f[0] != f[2]:
+			links[link(f[0], f[2])] = true
 		case len(f) == 3 && f[1] == "delay":
 			if d, err := time.ParseDuration(f[2]); err == nil && d > 0 {
 				delayed[f[0]] = d
 			}
 		}
 	}
-	return cut, delayed
+	return cut, links, delayed
 }
 
 // delayedWriter holds each chunk an answer writes for d before it goes
@@ -285,25 +309,27 @@ func (p *peerProxy) follow(ctx context.Context) {
 	defer t.Stop()
 	for {
 		var names []string
-		delayed := map[string]time.Duration{}
+		delayed, links := map[string]time.Duration{}, map[[2]string]bool{}
 		if raw, err := os.ReadFile(p.file); err == nil {
-			names, delayed = parsePeerFaults(string(raw))
+			names, links, delayed = parsePeerFaults(string(raw))
 		}
 		p.mu.Lock()
 		changed := !slices.Equal(names, p.partitioned)
+		before := p.links
+		newlyCut := func(from string) bool { return links[link(p.self, from)] && !before[link(p.self, from)] }
 		// A delay that starts or ends restarts the streams it concerns:
 		// a stream takes the delay of its start.
-		before := p.delayed
+		delayedBefore := p.delayed
 		redelay := func(name string) bool {
-			return name != "" && delayed[name] != before[name]
+			return name != "" && delayed[name] != delayedBefore[name]
 		}
-		p.partitioned, p.delayed = names, delayed
+		p.partitioned, p.delayed, p.links = names, delayed, links
 		var cut []*stream
 		for s := range p.streams {
 			if s.from == p.self {
 				continue
 			}
-			if (changed && (slices.Contains(names, p.self) || slices.Contains(names, s.from))) || redelay(p.self) || redelay(s.from) {
+			if (changed && (slices.Contains(names, p.self) || slices.Contains(names, s.from))) || newlyCut(s.from) || redelay(p.self) || redelay(s.from) {
 				cut = append(cut, s)
 			}
 		}

@@ -101,12 +101,18 @@ func (p *Proxy) serve() {
 // forward connects a client to the first backend that answers, starting
 // after the one the previous connection took.
 func (p *Proxy) forward(client net.Conn) {
-	if p.currentFault().Cut {
+	fault := p.currentFault()
+	if fault.Cut {
 		client.Close()
 		return
 	}
 	p.mu.Lock()
 	backends := append([]string(nil), p.backends...)
+	if fault.Only != "" {
+		// Whether or not the membership sends clients there: the
+		// network leaves no other way.
+		backends = []string{fault.Only}
+	}
 	start := p.next
 	p.next++
 	p.mu.Unlock()
@@ -162,7 +168,7 @@ func (p *Proxy) track(backend string, conns ...net.Conn) bool {
 	if p.closed {
 		return false
 	}
-	found := false
+	found := p.fault.Only == backend
 	for _, b := range p.backends {
 		found = found || b == backend
 	}

@@ -21,7 +21,9 @@ func TestProxyClientFaults(t *testing.T) {
 		{in: "cut\n", want: ClientFault{Cut: true}},
 		{in: "delay 50ms", want: ClientFault{Delay: 50 * time.Millisecond}},
 		{in: "delay -1s", wantErr: "the delay must be a positive duration"},
-		{in: "drop", wantErr: `"drop" is not "cut", "delay DURATION" or empty`},
+		{in: "only 127.0.0.1:2379", want: ClientFault{Only: "127.0.0.1:2379"}},
+		{in: "only master-0", wantErr: "only takes a member's client address"},
+		{in: "drop", wantErr: `"drop" is not "cut", "delay DURATION", "only HOST:PORT" or empty`},
 	} {
 		got, err := ParseClientFault(tc.in)
 		if tc.wantErr != "" {
@@ -103,5 +105,48 @@ func TestProxyClientFaults(t *testing.T) {
 	p.SetFault(ClientFault{})
 	if _, err := roundTrip(); err != nil {
 		t.Errorf("healed: %v", err)
+	}
+
+	// Only one member reachable: the connections to the others close,
+	// new ones go to it alone, even a member the membership left out.
+	other, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	accepted := make(chan struct{}, 16)
+	go func() {
+		for {
+			c, err := other.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- struct{}{}
+			go func() { _, _ = io.Copy(c, c); c.Close() }()
+		}
+	}()
+	open2, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open2.Close()
+	if _, err := open2.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(open2, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	p.SetFault(ClientFault{Only: other.Addr().String()})
+	_ = open2.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := open2.Read(make([]byte, 1)); err == nil {
+		t.Error("a connection to a member cut off still reads")
+	}
+	if _, err := roundTrip(); err != nil {
+		t.Fatalf("only %s: %v", other.Addr(), err)
+	}
+	select {
+	case <-accepted:
+	default:
+		t.Error("a connection with only one member reachable did not go to it")
 	}
 }

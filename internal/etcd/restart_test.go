@@ -253,3 +253,63 @@ func TestAQuorumRestoreKeepsWhatTheSurvivorCommitted(t *testing.T) {
 		t.Fatalf("voting members %v, want three again", got)
 	}
 }
+
+// A bridge, as Jepsen makes one: the two followers cut from each other,
+// each still reaching the leader. The cluster keeps serving, every
+// member healthy. The cut is real: with the leader then cut off too, the
+// followers cannot elect one of their own.
+func TestABridgeKeepsServingAndCutsTheFollowersApart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := testConfig(t)
+	cfg.Partitionable = true
+	c, _ := threeVoters(t, cfg)
+	leader := leaderName(t, c)
+	var followers []string
+	for _, n := range []string{"master-0", "master-1", "master-2"} {
+		if n != leader {
+			followers = append(followers, n)
+		}
+	}
+	if leader == "" || len(followers) != 2 {
+		t.Fatalf("leader %q, followers %v", leader, followers)
+	}
+	bridge := [2]string{followers[0], followers[1]}
+	if err := etcd.WriteLinkCuts(cfg.DataDir, bridge); err != nil {
+		t.Fatal(err)
+	}
+	cl := proxyClient(t, cfg, c)
+	// Writes for three election timeouts: nobody campaigns, the leader
+	// stays, each write is taken.
+	for i, began := 0, time.Now(); time.Since(began) < 3*time.Second; i++ {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := cl.Put(wctx, fmt.Sprintf("/registry/bridge-%d", i), "taken")
+		cancel()
+		if err != nil {
+			t.Fatalf("write %d across the bridge: %v", i, err)
+		}
+	}
+	if v := voting(t, c); len(v) != 3 || !v["master-0"] || !v["master-1"] || !v["master-2"] {
+		t.Errorf("voting members' health %v across the bridge, want all healthy", v)
+	}
+	if now := leaderName(t, c); now != leader {
+		t.Errorf("the leader moved from %s to %s across the bridge", leader, now)
+	}
+	// The leader cut off too: no two members reach each other.
+	if err := etcd.WritePartition(cfg.DataDir, followers[0]+" cut "+followers[1], leader); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, func() (bool, string) {
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := cl.Put(wctx, "/registry/bridge-down", "refused")
+		return err != nil, "a write was taken with no two members reaching each other"
+	})
+	if err := etcd.WritePartition(cfg.DataDir); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, func() (bool, string) {
+		v := voting(t, c)
+		return len(v) == 3 && v["master-0"] && v["master-1"] && v["master-2"], fmt.Sprintf("voting members' health %v after the heal", v)
+	})
+}

@@ -30,6 +30,10 @@ type Bug struct {
 	Doc       string
 	Scenario  string
 	Invariant string
+	// InCampaign: the bug is in the campaign's own checks (its clients,
+	// its history of the storage), planted in the process that runs the
+	// campaign rather than in capstan up.
+	InCampaign bool
 }
 
 // The bugs.
@@ -42,44 +46,53 @@ const (
 	UpdateTwice         = "cvo/update-applied-twice"
 	RevertUserEdit      = "mco/revert-max-unavailable"
 	RestoreOnStart      = "etcd/restore-on-start"
+	StaleReads          = "chaos/stale-reads"
+	WatchResumesAtHead  = "chaos/watch-resumes-at-head"
 )
 
 // Bugs are every bug that can be planted.
 var Bugs = []Bug{
 	{ScaleUpTwice, "the autoscaler forgets the nodes it is waiting for (upcoming nodes) and scales up again for the same pending pods",
-		"autoscaler", "replicas"},
+		"autoscaler", "replicas", false},
 	{CreateNotIdempotent, "the machine actuator launches an instance without its client token, so a create retried after its answer was lost launches a second instance",
-		"machineset-cloud", "instances"},
+		"machineset-cloud", "instances", false},
 	{OneMoreUnavailable, "the MCO's node controller takes one node more out of service than maxUnavailable allows",
-		"mco", "maxUnavailable"},
+		"mco", "maxUnavailable", false},
 	{RemoveBeforeAdd, "the etcd operator removes a deleting master's healthy member before its replacement votes",
-		"etcd-two", "etcd members healthy"},
+		"etcd-two", "etcd members healthy", false},
 	{IgnorePreDrainHook, "the machine controller drains and terminates a machine while a preDrain hook holds it",
-		"autoscaler", "hooks"},
+		"autoscaler", "hooks", false},
 	{UpdateTwice, "the CVO, started again in the middle of an update, records the update a second time in the history",
-		"update", "history"},
+		"update", "history", false},
 	{RevertUserEdit, "the MCO sets a pool's maxUnavailable back to its default, once, after the user set it",
-		"mco", "user intent"},
+		"mco", "user intent", false},
 	{RestoreOnStart, "capstan up, started again, restores etcd from the snapshot it saved when it was last up, dropping every write acknowledged since",
-		"machineset", "acknowledged writes"},
+		"machineset", "acknowledged writes", false},
+	{StaleReads, "the campaign's clients answer a read from their last read of the object within a second, a read cache that their writes never invalidate",
+		"machineset", "linearizable", true},
+	{WatchResumesAtHead, "the campaign's storage history resumes its watch from the storage's current revision, not from the one after the last it read, as a watch that forgets its revision when it reconnects",
+		"machineset", "watch", true},
 }
 
 var (
 	allowed atomic.Bool
-	planted = map[string]bool{}
+	// planted is read without a lock: Plant replaces the set whole.
+	planted atomic.Pointer[map[string]bool]
 )
 
 func init() {
+	set := map[string]bool{}
 	for _, name := range strings.Split(os.Getenv(Env), ",") {
 		if name = strings.TrimSpace(name); name != "" {
-			planted[name] = true
+			set[name] = true
 		}
 	}
+	planted.Store(&set)
 }
 
 // Allow has this binary honour Env: only test builds call it.
 func Allow() error {
-	for name := range planted {
+	for name := range *planted.Load() {
 		if !Known(name) {
 			return fmt.Errorf("%s: %q is not a bug that can be planted (known: %s)", Env, name, strings.Join(names(), ", "))
 		}
@@ -88,9 +101,29 @@ func Allow() error {
 	return nil
 }
 
+// Plant plants a bug in this process, for a test of a campaign whose own
+// checks carry it (Bug.InCampaign); the returned func takes it out. Only
+// a test binary calls it: it allows planted bugs in this process.
+func Plant(name string) (func(), error) {
+	if !Known(name) {
+		return nil, fmt.Errorf("%q is not a bug that can be planted (known: %s)", name, strings.Join(names(), ", "))
+	}
+	before := planted.Load()
+	set := map[string]bool{name: true}
+	for n := range *before {
+		set[n] = true
+	}
+	planted.Store(&set)
+	wasAllowed := allowed.Swap(true)
+	return func() {
+		planted.Store(before)
+		allowed.Store(wasAllowed)
+	}, nil
+}
+
 // On reports whether bug name is planted in this process.
 func On(name string) bool {
-	return allowed.Load() && planted[name]
+	return allowed.Load() && (*planted.Load())[name]
 }
 
 // Known reports whether name is a bug that can be planted.

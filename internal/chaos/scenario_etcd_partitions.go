@@ -1,0 +1,233 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/capstan-dev/capstan/internal/etcd"
+)
+
+// Partitions as Jepsen makes them, beside etcd-partition's (the leader cut
+// from both followers): a bridge, where the followers are cut from each
+// other and each still reaches the leader; and kube-apiserver cut from the
+// majority while it still reaches the one member cut from the others, a
+// minority that must serve no read and take no write. The linearizability
+// clients run through both: a read served from that member would be
+// stale, and is caught.
+
+// faultStep is where a partition scenario is.
+type faultStep string
+
+const (
+	faultNone   faultStep = ""
+	faultCut    faultStep = "cut"
+	faultHealed faultStep = "healed"
+)
+
+// faultPhase is a partition scenario's phase, kept as JSON in the phase
+// ConfigMap (a kill of capstan loses none of it).
+type faultPhase struct {
+	Step faultStep `json:"step"`
+	// Leader is the leader when the fault began; Cut the members it cut
+	// off (the bridge: the two cut from each other; the minority: the
+	// one member).
+	Leader string    `json:"leader,omitempty"`
+	Cut    []string  `json:"cut,omitempty"`
+	At     time.Time `json:"at"`
+}
+
+// readFaultPhase reads the phase (the zero phase before the operation).
+func readFaultPhase(ctx context.Context, r *Run) (faultPhase, error) {
+	cm, err := r.Kube.CoreV1().ConfigMaps(ackNamespace).Get(ctx, "chaos-phase", metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return faultPhase{}, nil
+	}
+	if err != nil {
+		return faultPhase{}, err
+	}
+	var p faultPhase
+	if raw := cm.Data["phase"]; raw != "" {
+		if err := json.Unmarshal([]byte(raw), &p); err != nil {
+			return faultPhase{}, fmt.Errorf("the phase %q: %w", raw, err)
+		}
+	}
+	r.op.enter(string(p.Step))
+	return p, nil
+}
+
+func writeFaultPhase(ctx context.Context, r *Run, p faultPhase) error {
+	raw, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	return setPhaseAs(ctx, r, string(raw), string(p.Step))
+}
+
+// etcdBridgeScenario cuts the two followers from each other.
+func etcdBridgeScenario() *Scenario {
+	s := etcdScenario("etcd-bridge",
+		fmt.Sprintf("a bridge (Jepsen's): the two followers' members cut from each other, both ways, each still reaching the leader, "+
+			"for %s, then healed: the API keeps taking writes throughout (a kill meanwhile restarts capstan with the bridge in place), "+
+			"no member removed and no machine made, never fewer healthy than a quorum of the 3 desired", partitionFor),
+		etcdBridgeProgress, quorumCheck{maxVoting: etcdMasters}, 0)
+	s.Args = append(s.Args, "--etcd-partitionable")
+	s.Points = nil
+	s.Span = partitionFor + 2*time.Second
+	return s
+}
+
+func etcdBridgeProgress(ctx context.Context, r *Run) (bool, string, error) {
+	p, err := readFaultPhase(ctx, r)
+	if err != nil {
+		return false, "", err
+	}
+	s := r.Members.last()
+	switch p.Step {
+	case faultNone:
+		if err := etcd.WritePartition(r.DataDir); err != nil {
+			return false, "", err
+		}
+		if masters, why, err := formed(ctx, r); masters == nil {
+			return false, why, err
+		}
+		if s.Leader == "" || !r.alive() {
+			return false, "waiting for a leader, capstan up", nil
+		}
+		var followers []string
+		for _, v := range s.Voting {
+			if v != s.Leader {
+				followers = append(followers, v)
+			}
+		}
+		if len(followers) != 2 {
+			return false, fmt.Sprintf("waiting for two followers of %s: voting %v", s.Leader, s.Voting), nil
+		}
+		// The phase first, the cut on the next tick, as etcd-partition.
+		return false, fmt.Sprintf("cutting %s from %s, both still reaching %s", followers[0], followers[1], s.Leader),
+			writeFaultPhase(ctx, r, faultPhase{Step: faultCut, Leader: s.Leader, Cut: followers, At: time.Now()})
+	case faultCut:
+		// Kept through kills: a start with the bridge in place serves.
+		if err := etcd.WriteLinkCuts(r.DataDir, [2]string{p.Cut[0], p.Cut[1]}); err != nil {
+			return false, "", err
+		}
+		if since := time.Since(p.At); since < partitionFor {
+			return false, fmt.Sprintf("%s and %s cut from each other for %.0fs", p.Cut[0], p.Cut[1], since.Seconds()), nil
+		}
+		if err := etcd.WritePartition(r.DataDir); err != nil {
+			return false, "", err
+		}
+		return false, "healed the bridge", writeFaultPhase(ctx, r, faultPhase{Step: faultHealed, At: time.Now()})
+	case faultHealed:
+		if err := etcd.WritePartition(r.DataDir); err != nil {
+			return false, "", err
+		}
+		return settledSince(ctx, r, s, "the bridge healed", p.At)
+	}
+	return false, "", fmt.Errorf("unknown step %q", p.Step)
+}
+
+// etcdMinorityScenario cuts a follower's member from the others and
+// leaves kube-apiserver only that member to reach.
+func etcdMinorityScenario() *Scenario {
+	s := etcdScenario("etcd-minority",
+		fmt.Sprintf("a follower's member cut from the other two (peer traffic both ways) and kube-apiserver cut from those two, "+
+			"reaching only the member cut off, for %s, then healed: a minority of one serves no read and takes no write (the "+
+			"linearizability clients would see a stale read), the API takes writes again within %s of the heal, no acknowledged write "+
+			"lost, no member removed and no machine made, never fewer healthy than a quorum of the 3 desired", partitionFor, leaderElection),
+		etcdMinorityProgress, quorumCheck{maxVoting: etcdMasters}, 0)
+	s.Args = append(s.Args, "--etcd-partitionable")
+	s.Points = nil
+	s.Span = partitionFor + 2*time.Second
+	s.MaxOutage = partitionFor + leaderElection
+	return s
+}
+
+// etcdMinorityProgress makes the cut in one step: while it lasts, the
+// API (where the phase is kept) serves nothing, so the step waits out
+// the cut and heals it before it writes the next phase.
+func etcdMinorityProgress(ctx context.Context, r *Run) (bool, string, error) {
+	p, err := readFaultPhase(ctx, r)
+	if err != nil {
+		return false, "", err
+	}
+	s := r.Members.last()
+	switch p.Step {
+	case faultNone:
+		if masters, why, err := formed(ctx, r); masters == nil {
+			return false, why, err
+		}
+		if s.Leader == "" || !r.alive() {
+			return false, "waiting for a leader, capstan up", nil
+		}
+		minority := ""
+		for _, v := range s.Voting {
+			if v != s.Leader {
+				minority = v
+				break
+			}
+		}
+		addr, err := memberClientAddr(r.DataDir, minority)
+		if err != nil {
+			return false, "", err
+		}
+		r.op.enter(string(faultCut))
+		if err := etcd.WritePartition(r.DataDir, minority); err != nil {
+			return false, "", err
+		}
+		if err := etcd.WriteClientFault(r.DataDir, etcd.ClientFault{Only: addr}); err != nil {
+			return false, "", err
+		}
+		select {
+		case <-ctx.Done():
+			return false, "", ctx.Err()
+		case <-time.After(partitionFor):
+		}
+		if err := etcd.WriteClientFault(r.DataDir, etcd.ClientFault{}); err != nil {
+			return false, "", err
+		}
+		if err := etcd.WritePartition(r.DataDir); err != nil {
+			return false, "", err
+		}
+		// Written once the API serves again (written "" again, the step
+		// would cut once more).
+		healed := faultPhase{Step: faultHealed, Cut: []string{minority}, At: time.Now()}
+		for writeFaultPhase(ctx, r, healed) != nil {
+			select {
+			case <-ctx.Done():
+				return false, "", ctx.Err()
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+		return false, "healed the cut of " + minority, nil
+	case faultHealed:
+		if err := etcd.WriteClientFault(r.DataDir, etcd.ClientFault{}); err != nil {
+			return false, "", err
+		}
+		if err := etcd.WritePartition(r.DataDir); err != nil {
+			return false, "", err
+		}
+		return settledSince(ctx, r, s, "the minority healed", p.At)
+	}
+	return false, "", fmt.Errorf("unknown step %q", p.Step)
+}
+
+// memberClientAddr is the client address of a member of dataDir's etcd.
+func memberClientAddr(dataDir, name string) (string, error) {
+	specs, err := etcd.ReadRegistry(dataDir)
+	if err != nil {
+		return "", err
+	}
+	i := slices.IndexFunc(specs, func(s etcd.MemberSpec) bool { return s.Name == name })
+	if i < 0 {
+		return "", fmt.Errorf("etcd member %s is not in the registry of %s", name, dataDir)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(specs[i].ClientPort)), nil
+}
