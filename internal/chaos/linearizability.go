@@ -116,7 +116,9 @@ var linModel = porcupine.NondeterministicModel{
 		return out
 	},
 	Init: func() []any { return []any{linState{}} },
-	Step: func(state, input, output any) []any { return linStep(state.(linState), input.(linInput), output.(linOutput)) },
+	Step: func(state, input, output any) []any {
+		return linStep(state.(linState), input.(linInput), output.(linOutput))
+	},
 	DescribeOperation: func(input, output any) string {
 		in, out := input.(linInput), output.(linOutput)
 		return fmt.Sprintf("%s(%s %s %s) -> %s %s %s", in.Op, in.Key, in.Value, in.RV, out.Result, out.Value, out.RV)
