@@ -113,6 +113,7 @@ func (a *Autoscaler) executeScaleUp(ctx context.Context, st *clusterState, plan 
 			continue
 		}
 		log.Info("Scaled up", "group", g.ID, "from", inc.From, "to", inc.To, "max", g.Max)
+		a.rememberScaleUp(g.ID, inc.To)
 		mScaledUp.Add(float64(inc.To - inc.From))
 		a.recorder.Eventf(status, corev1.EventTypeNormal, ReasonScaledUpGroup, "Scale-up: group %s size set to %d instead of %d (max: %d)", g.ID, inc.To, inc.From, g.Max)
 		scaled = true

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	machineclient "github.com/openshift/client-go/machine/clientset/versioned"
@@ -39,6 +40,7 @@ import (
 	autoscalingv1 "github.com/capstan-dev/capstan/internal/autoscaler/apis/v1"
 	"github.com/capstan-dev/capstan/internal/compat"
 	"github.com/capstan-dev/capstan/internal/machine"
+	"github.com/capstan-dev/capstan/internal/planted"
 	"github.com/capstan-dev/capstan/internal/scheduler/algorithm"
 	"github.com/capstan-dev/capstan/internal/scheduler/policy"
 )
@@ -90,6 +92,11 @@ var (
 
 // Autoscaler is a running cluster autoscaler.
 type Autoscaler struct {
+	// rememberedMu and remembered: the planted bug UpcomingInMemory's
+	// memory of the scale-ups made.
+	rememberedMu sync.Mutex
+	remembered   map[string]int
+
 	opts       Options
 	client     kubernetes.Interface
 	dynamic    dynamic.Interface
@@ -428,7 +435,41 @@ func (a *Autoscaler) planScaleUp(ctx context.Context, st *clusterState) (*ScaleU
 		Expander:   exp,
 		DaemonSets: daemonSets,
 		PodInfos:   st.podInfos,
+		Remembered: a.rememberedUpcoming(st.groups),
 	}), nil
+}
+
+// rememberedUpcoming is the planted window bug UpcomingInMemory's count
+// of the nodes each group is still to bring, from the scale-ups this
+// process made (nil when the bug is not planted): a restart forgets them.
+func (a *Autoscaler) rememberedUpcoming(groups []*NodeGroup) map[string]int {
+	if !planted.On(planted.UpcomingInMemory) {
+		return nil
+	}
+	a.rememberedMu.Lock()
+	defer a.rememberedMu.Unlock()
+	if a.remembered == nil {
+		a.remembered = map[string]int{}
+	}
+	out := map[string]int{}
+	for _, g := range groups {
+		out[g.ID] = max(0, a.remembered[g.ID]-len(g.Nodes))
+	}
+	return out
+}
+
+// rememberScaleUp is the planted bug's memory of a scale-up: the size it
+// set the group to.
+func (a *Autoscaler) rememberScaleUp(id string, size int) {
+	if !planted.On(planted.UpcomingInMemory) {
+		return
+	}
+	a.rememberedMu.Lock()
+	defer a.rememberedMu.Unlock()
+	if a.remembered == nil {
+		a.remembered = map[string]int{}
+	}
+	a.remembered[id] = size
 }
 
 // youngPodsLeftOut drops pods created less than delay ago.

@@ -42,6 +42,12 @@ type ScaleUpInput struct {
 	// preemption, and its verdict says so.
 	Expendable map[string][]*algorithm.PodInfo
 
+	// Remembered, set only by the planted window bug UpcomingInMemory, is
+	// how many nodes each group is still to bring by the autoscaler's
+	// memory of the sizes it set: the upcoming nodes are counted from it,
+	// not from the groups' sizes alone.
+	Remembered map[string]int
+
 	// daemonPods caches, per node group, the daemon pods of its new nodes.
 	daemonPods map[*NodeGroup][]*algorithm.PodInfo
 }
@@ -191,7 +197,11 @@ func addUpcoming(in *ScaleUpInput) {
 		if g.Template == nil {
 			continue
 		}
-		for i := range g.Upcoming() {
+		upcoming := g.Upcoming()
+		if in.Remembered != nil {
+			upcoming = min(upcoming, in.Remembered[g.ID])
+		}
+		for i := range upcoming {
 			in.Snapshot.AddNode(in.newNode(g, fmt.Sprintf("upcoming-%s-%d", g.Set.Name, i)))
 		}
 	}

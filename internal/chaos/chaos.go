@@ -435,3 +435,56 @@ func tempDir(opts *Options, scenario string, seed uint64) (string, error) {
 	}
 	return os.MkdirTemp(opts.Dir, fmt.Sprintf("capstan-chaos-%s-%d-", scenario, seed))
 }
+
+// RecordHeader is the header of a record file's table.
+const RecordHeader = "| DATE | COMMIT | SEED | SCENARIO | RUNS | PLAN | KILLS | NOT REACHED | VIOLATIONS |\n|---|---|---|---|---|---|---|---|---|\n"
+
+// Record appends the campaign's rows to the record file at path, one per
+// scenario, as a markdown table (its header when the file is new or
+// empty): runs accumulate across campaigns, and the table says how many
+// kills each seed landed. commit names the capstan that ran them.
+func (r *Report) Record(path, commit string, seed uint64, at time.Time) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("--record: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("--record: %w", err)
+	}
+	var b strings.Builder
+	if st.Size() == 0 {
+		b.WriteString(RecordHeader)
+	}
+	plan := fmt.Sprintf("%d random", r.Kills)
+	if r.EveryPoint {
+		plan = fmt.Sprintf("every point, %d random", r.Kills)
+	}
+	var order []string
+	byScenario := map[string][]*RunResult{}
+	for _, run := range r.Runs {
+		if byScenario[run.Scenario] == nil {
+			order = append(order, run.Scenario)
+		}
+		byScenario[run.Scenario] = append(byScenario[run.Scenario], run)
+	}
+	for _, name := range order {
+		kills, notReached, violations := 0, 0, 0
+		for _, run := range byScenario[name] {
+			kills += len(run.Kills)
+			notReached += len(run.NotReached)
+			violations += len(run.Violations)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %d | %s | %d | %d | %d |\n", at.UTC().Format("2006-01-02"), commit, seed, name,
+			len(byScenario[name]), plan, kills, notReached, violations)
+	}
+	_, werr := f.WriteString(b.String())
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return fmt.Errorf("--record %s: %w", path, werr)
+	}
+	return nil
+}

@@ -256,8 +256,12 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 	if s.SampleMembers {
 		r.Members = sampleMembers(rctx, dir, r.alive)
 	}
+	// killedByUs: the campaign sent the SIGKILL of the current process
+	// (a random instant); a point's kill is the process's own.
+	killedByUs := false
 	killNow := func() {
 		r.up.Store(false)
+		killedByUs = true
 		p.kill()
 	}
 
@@ -275,6 +279,7 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 	}
 	for next < len(kills) && len(res.Violations) == 0 {
 		kill := kills[next]
+		killedByUs = false
 		if err := arm(); err != nil {
 			return nil, err
 		}
@@ -308,8 +313,14 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 		r.up.Store(false)
 		switch {
 		case kill.Point != "" && p.reachedFailpoint():
+		case kill.Point == "" && killedByUs:
 		case !p.killedBySIGKILL():
 			violate("crash", "capstan up exited on its own (%s) before kill %d:\n%s", p.exit(), next+1, p.Tail())
+			return res, nil
+		default:
+			// SIGKILLed, but neither at its point nor by the campaign:
+			// the OOM killer, say. No planned kill landed.
+			violate("crash", "capstan up was SIGKILLed by something other than the campaign (the OOM killer?) before kill %d:\n%s", next+1, p.Tail())
 			return res, nil
 		}
 		killedAt := time.Now()

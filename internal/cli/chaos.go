@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -19,10 +20,11 @@ import (
 
 func newChaosCommand() *cobra.Command {
 	var (
-		names []string
-		opts  = chaos.Options{Runs: 1, Kills: 3}
-		seed  int64
-		list  bool
+		names  []string
+		opts   = chaos.Options{Runs: 1, Kills: 3}
+		seed   int64
+		list   bool
+		record string
 	)
 	c := &cobra.Command{
 		Use:   "chaos",
@@ -91,6 +93,11 @@ run. The exit status is 1 when any invariant was violated.
 			if rep != nil && len(rep.Runs) > 0 {
 				fmt.Fprintln(out)
 				rep.Print(out, replayCommand)
+				if record != "" {
+					if rerr := rep.Record(record, buildCommit(), opts.Seed, time.Now()); rerr != nil {
+						return rerr
+					}
+				}
 			}
 			if err != nil {
 				return err
@@ -113,6 +120,7 @@ run. The exit status is 1 when any invariant was violated.
 	f.DurationVar(&opts.StartTimeout, "start-timeout", 3*time.Minute, "how long each start of capstan up may take")
 	f.DurationVar(&opts.Timeout, "timeout", 0, "how long the operation may take to complete after the last kill (default: the scenario's own)")
 	f.BoolVar(&list, "list", false, "list the scenarios and the kill points, and exit")
+	f.StringVar(&record, "record", "", "append the campaign's table rows (seed, scenario, runs, kills, violations) to this markdown file")
 	return c
 }
 
@@ -164,4 +172,33 @@ func printChaosList(out interface{ Write([]byte) (int, error) }) {
 		fmt.Fprintf(tw, "%s\t%s\n", p.Name, p.Doc)
 	}
 	tw.Flush()
+}
+
+// buildCommit is the commit capstan was built from, as Go records it
+// ("unknown" without version control information; "+dirty" when the
+// tree had changes).
+func buildCommit() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	rev, dirty := "", false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "unknown"
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if dirty {
+		rev += "+dirty"
+	}
+	return rev
 }

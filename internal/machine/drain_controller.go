@@ -72,6 +72,17 @@ func (d *drainReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 			return reconcile.Result{}, fmt.Errorf("finding the node of machine %s: %w", m.Name, err)
 		}
 	}
+	if planted.On(planted.DrainedBeforeEviction) && len(nodeNames) > 0 {
+		// The planted window bug: the drain written down before it is
+		// made, the termination held back meanwhile only by this
+		// process's memory of the drain under way, which a restart
+		// forgets.
+		drainsUnderWay.Store(m.Name, true)
+		defer drainsUnderWay.Delete(m.Name)
+		if err := writeMachineStatus(ctx, d.client, m.DeepCopy(), m, machineFacts{drained: &done}); err != nil {
+			return reconcile.Result{}, fmt.Errorf("recording the drain of machine %s: %w", m.Name, err)
+		}
+	}
 	if len(nodeNames) == 0 {
 		d.recorder.Event(m, corev1.EventTypeNormal, EventDrainSkipped, "Node drain skipped")
 		done.Message = "Node drain skipped"
@@ -95,6 +106,17 @@ func (d *drainReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		return reconcile.Result{}, fmt.Errorf("recording the drain of machine %s: %w", m.Name, err)
 	}
 	return reconcile.Result{}, nil
+}
+
+// drainsUnderWay are the machines whose drain the planted bug
+// DrainedBeforeEviction wrote down before making it.
+var drainsUnderWay sync.Map
+
+// drainUnderWay reports whether this process is draining the machine
+// after writing the drain down (the planted bug only).
+func drainUnderWay(name string) bool {
+	_, ok := drainsUnderWay.Load(name)
+	return ok
 }
 
 // drainNode cordons the machine's Node and evicts its pods through the

@@ -115,6 +115,10 @@ func (r *machineReconciler) reconcileDelete(ctx context.Context, m *machinev1.Ma
 		log.V(2).Info("Waiting for the node to be drained before deleting the instance")
 		return reconcile.Result{}, nil
 	}
+	if drainUnderWay(m.Name) {
+		// Only with the planted bug DrainedBeforeEviction.
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
 	if len(m.Spec.LifecycleHooks.PreTerminate) > 0 {
 		log.V(2).Info("Not deleting the instance: lifecycle blocked by pre-terminate hooks", "hooks", m.Spec.LifecycleHooks.PreTerminate)
 		r.recorder.Event(m, corev1.EventTypeNormal, EventTerminateBlocked, "Terminate blocked by pre-terminate hook")

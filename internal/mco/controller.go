@@ -117,6 +117,10 @@ type Controller struct {
 	synced atomic.Bool
 	// unhonoured reports the fields capstan does not act on.
 	unhonoured compat.Reporter
+	// targeted are the nodes the planted bug UnavailableInMemory
+	// remembers targeting and not yet seeing done.
+	targetedMu sync.Mutex
+	targeted   map[string]bool
 }
 
 // New returns the MCO's controllers.
@@ -614,7 +618,11 @@ func SortForUpdate(nodes []*corev1.Node) {
 // targetNodes gives new nodes the pool's configuration (they boot with
 // it) and points the next candidates at it.
 func (c *Controller) targetNodes(ctx context.Context, pool *mcfgv1.MachineConfigPool, managed []*corev1.Node, target string) error {
-	for _, n := range Candidates(pool, managed, target) {
+	candidates := Candidates(pool, managed, target)
+	if planted.On(planted.UnavailableInMemory) {
+		candidates = c.candidatesRemembered(pool, managed, target)
+	}
+	for _, n := range candidates {
 		failpoint.Hit(failpoint.MCOTargetDecided)
 		if err := c.annotate(ctx, n.Name, map[string]any{DesiredConfigAnnotation: target}); err != nil {
 			return err
@@ -622,6 +630,37 @@ func (c *Controller) targetNodes(ctx context.Context, pool *mcfgv1.MachineConfig
 		c.recorder.Eventf(pool, corev1.EventTypeNormal, "SetDesiredConfig", "Targeted node %s to MachineConfig: %s", n.Name, target)
 	}
 	return nil
+}
+
+// candidatesRemembered is the planted window bug UnavailableInMemory:
+// Candidates with the nodes out of service counted from the controller's
+// memory of those it targeted, not from the nodes, so that a restart
+// forgets the nodes mid-update and targets maxUnavailable more.
+func (c *Controller) candidatesRemembered(pool *mcfgv1.MachineConfigPool, managed []*corev1.Node, target string) []*corev1.Node {
+	c.targetedMu.Lock()
+	defer c.targetedMu.Unlock()
+	if c.targeted == nil {
+		c.targeted = map[string]bool{}
+	}
+	capacity := MaxUnavailable(pool, len(managed))
+	var candidates []*corev1.Node
+	for _, n := range managed {
+		switch {
+		case c.targeted[n.Name] && selfDone(n) && n.Annotations[CurrentConfigAnnotation] == target:
+			delete(c.targeted, n.Name)
+		case c.targeted[n.Name]:
+			capacity--
+		}
+		if n.Annotations[DesiredConfigAnnotation] != target {
+			candidates = append(candidates, n)
+		}
+	}
+	SortForUpdate(candidates)
+	candidates = candidates[:min(len(candidates), max(0, capacity))]
+	for _, n := range candidates {
+		c.targeted[n.Name] = true
+	}
+	return candidates
 }
 
 // annotate merge-patches a node's annotations (nil removes one).

@@ -23,6 +23,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/compat"
 	"github.com/capstan-dev/capstan/internal/drain"
 	"github.com/capstan-dev/capstan/internal/failpoint"
+	"github.com/capstan-dev/capstan/internal/planted"
 	"github.com/capstan-dev/capstan/internal/sim"
 )
 
@@ -206,6 +207,14 @@ func (d *daemon) update(n *corev1.Node) error {
 			// The post-config action and the machine going down are one
 			// write: a daemon killed on either side of it neither skips the
 			// reboot nor reboots the node twice.
+			if planted.On(planted.RebootInTwoWrites) {
+				// The planted window bug: the post-config action first,
+				// the machine going down in a write of its own.
+				if err := d.annotate(ctx, name, map[string]any{PostConfigActionAnnotation: "Rebooting"}); err != nil {
+					return err
+				}
+				failpoint.Hit(failpoint.MCDMidReboot)
+			}
 			if err := d.annotate(ctx, name, map[string]any{PostConfigActionAnnotation: "Rebooting", sim.RebootingAnnotation: "true"}); err != nil {
 				return err
 			}

@@ -34,6 +34,10 @@ type Bug struct {
 	// its history of the storage), planted in the process that runs the
 	// campaign rather than in capstan up.
 	InCampaign bool
+	// Window: only a kill between two particular writes shows the bug
+	// (a crash window): the scenario runs clean with the bug planted and
+	// no kill, and reports it under the every-point plan.
+	Window bool
 }
 
 // The bugs.
@@ -48,30 +52,43 @@ const (
 	RestoreOnStart      = "etcd/restore-on-start"
 	StaleReads          = "chaos/stale-reads"
 	WatchResumesAtHead  = "chaos/watch-resumes-at-head"
+	// Window bugs.
+	DrainedBeforeEviction = "machine/drained-before-eviction"
+	RebootInTwoWrites     = "mco/reboot-in-two-writes"
+	UnavailableInMemory   = "mco/unavailable-in-memory"
+	UpcomingInMemory      = "autoscaler/upcoming-in-memory"
 )
 
 // Bugs are every bug that can be planted.
 var Bugs = []Bug{
 	{ScaleUpTwice, "the autoscaler forgets the nodes it is waiting for (upcoming nodes) and scales up again for the same pending pods",
-		"autoscaler", "replicas", false},
+		"autoscaler", "replicas", false, false},
 	{CreateNotIdempotent, "the machine actuator launches an instance without its client token, so a create retried after its answer was lost launches a second instance",
-		"machineset-cloud", "instances", false},
+		"machineset-cloud", "instances", false, false},
 	{OneMoreUnavailable, "the MCO's node controller takes one node more out of service than maxUnavailable allows",
-		"mco", "maxUnavailable", false},
+		"mco", "maxUnavailable", false, false},
 	{RemoveBeforeAdd, "the etcd operator removes a deleting master's healthy member before its replacement votes",
-		"etcd-two", "etcd members healthy", false},
+		"etcd-two", "etcd members healthy", false, false},
 	{IgnorePreDrainHook, "the machine controller drains and terminates a machine while a preDrain hook holds it",
-		"autoscaler", "hooks", false},
+		"autoscaler", "hooks", false, false},
 	{UpdateTwice, "the CVO, started again in the middle of an update, records the update a second time in the history",
-		"update", "history", false},
+		"update", "history", false, false},
 	{RevertUserEdit, "the MCO sets a pool's maxUnavailable back to its default, once, after the user set it",
-		"mco", "user intent", false},
+		"mco", "user intent", false, false},
 	{RestoreOnStart, "capstan up, started again, restores etcd from the snapshot it saved when it was last up, dropping every write acknowledged since",
-		"machineset", "acknowledged writes", false},
+		"machineset", "acknowledged writes", false, false},
 	{StaleReads, "the campaign's clients answer a read from their last read of the object within a second, a read cache that their writes never invalidate",
-		"machineset", "linearizable", true},
+		"machineset", "linearizable", true, false},
 	{WatchResumesAtHead, "the campaign's storage history resumes its watch from the storage's current revision, not from the one after the last it read, as a watch that forgets its revision when it reconnects",
-		"machineset", "watch", true},
+		"machineset", "watch", true, false},
+	{DrainedBeforeEviction, "the machine controller records a machine drained (Drained=True) before it evicts the node's pods, so a restart in between terminates the instance with its pods on it",
+		"machineset", "drain", false, true},
+	{RebootInTwoWrites, "the machine config daemon writes the reboot's post-config action and the machine going down in two writes, so a restart in between finds no reboot under way and never reboots into the configuration",
+		"mco", "reboots", false, true},
+	{UnavailableInMemory, "the MCO's node controller counts the nodes out of service from its memory of those it targeted, which a restart empties, and targets maxUnavailable more",
+		"mco", "maxUnavailable", false, true},
+	{UpcomingInMemory, "the autoscaler counts the nodes it is waiting for from its memory of its scale-ups, which a restart empties, and scales up again for the same pods",
+		"autoscaler", "replicas", false, true},
 }
 
 var (

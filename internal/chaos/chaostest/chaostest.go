@@ -172,7 +172,7 @@ func PlantedBugs(t *testing.T, keep func(planted.Bug) bool) {
 				kills = []chaos.Kill{}
 			}
 			opts := chaos.Options{Scenarios: s, Runs: 1, Seed: Seed, Plan: kills, Timeout: plantedTimeout,
-				Command: testenv.CapstanProcess, Dir: t.TempDir(), Log: Writer{t}}
+				Command: testenv.CapstanProcess, Log: Writer{t}}
 			if bug.InCampaign {
 				// In the campaign's own checks: planted here.
 				undo, err := planted.Plant(bug.Name)
@@ -183,17 +183,17 @@ func PlantedBugs(t *testing.T, keep func(planted.Bug) bool) {
 			} else {
 				opts.Env = []string{planted.Env + "=" + bug.Name}
 			}
-			rep, err := chaos.Campaign(context.Background(), opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, run := range rep.Runs {
-				for _, v := range run.Violations {
-					got = append(got, v.Invariant)
+			if bug.Window {
+				// A window bug is no bug without its kill: the run
+				// without kills is clean, the every-point run is not.
+				opts.Dir = t.TempDir()
+				if got := violations(t, opts); len(got) > 0 {
+					t.Errorf("with %s planted and no kill, the %s scenario reported %v: the bug shows without a kill in its window", bug.Name, bug.Scenario, got)
 				}
+				opts.Plan, opts.EveryPoint = nil, true
 			}
-			if !slices.Contains(got, bug.Invariant) {
+			opts.Dir = t.TempDir()
+			if got := violations(t, opts); !slices.Contains(got, bug.Invariant) {
 				t.Errorf("with %s planted, the %s scenario reported %v: not a violation of %q", bug.Name, bug.Scenario, got, bug.Invariant)
 			}
 		})
@@ -201,6 +201,23 @@ func PlantedBugs(t *testing.T, keep func(planted.Bug) bool) {
 	if n == 0 {
 		t.Fatal("no planted bug selected")
 	}
+}
+
+// violations runs a campaign and returns the invariants its runs
+// reported.
+func violations(t *testing.T, opts chaos.Options) []string {
+	t.Helper()
+	rep, err := chaos.Campaign(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, run := range rep.Runs {
+		for _, v := range run.Violations {
+			got = append(got, v.Invariant)
+		}
+	}
+	return got
 }
 
 // Writer logs each line a campaign prints.
