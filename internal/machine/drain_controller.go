@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/nodes"
 	"github.com/capstan-dev/capstan/internal/planted"
 
@@ -82,6 +83,8 @@ func (d *drainReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		if err := writeMachineStatus(ctx, d.client, m.DeepCopy(), m, machineFacts{drained: &done}); err != nil {
 			return reconcile.Result{}, fmt.Errorf("recording the drain of machine %s: %w", m.Name, err)
 		}
+		// The drain is under way from here: a kill lands in the window.
+		failpoint.Hit(failpoint.DrainStarted)
 	}
 	if len(nodeNames) == 0 {
 		d.recorder.Event(m, corev1.EventTypeNormal, EventDrainSkipped, "Node drain skipped")
