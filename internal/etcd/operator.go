@@ -29,6 +29,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/failpoint"
 	"github.com/capstan-dev/capstan/internal/machine"
 	"github.com/capstan-dev/capstan/internal/machine/hooks"
+	"github.com/capstan-dev/capstan/internal/planted"
 	"github.com/capstan-dev/capstan/internal/sim"
 )
 
@@ -253,7 +254,16 @@ func (o *Operator) instanceDown(ctx context.Context, cm controlPlaneMachine) (bo
 	case !cm.deleting:
 		return false, nil
 	case o.Instances != nil:
+		if err := failpoint.Fail(failpoint.EtcdInstanceRead); err != nil {
+			if planted.On(planted.ReadErrorIsGone) {
+				return true, nil
+			}
+			return false, err
+		}
 		exists, err := o.Instances.InstanceExists(ctx, cm.m.Name)
+		if err != nil && planted.On(planted.ReadErrorIsGone) {
+			return true, nil
+		}
 		return !exists, err
 	}
 	return cm.node == nil && cm.m.Status.NodeRef != nil, nil

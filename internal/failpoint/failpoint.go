@@ -270,6 +270,9 @@ const FaultEnv = "CAPSTAN_FAULTS"
 // Faults that Fail can inject.
 const (
 	EtcdNodeRead = "etcd/node-read"
+	// EtcdInstanceRead: the etcd operator's look-up of a deleting
+	// control-plane machine's instance fails.
+	EtcdInstanceRead = "etcd/instance-read"
 	// CloudCreateAnswerLost: the cloud launches the instance and the
 	// answer is lost (a timeout after the commit).
 	CloudCreateAnswerLost = "cloud/create-answer-lost"
@@ -284,6 +287,7 @@ const DescribeLag = 3 * time.Second
 // FaultPoints are the places a lasting fault may be injected, documented.
 var FaultPoints = []Point{
 	{EtcdNodeRead, "the etcd operator reads the Node of a control-plane machine or member: the read fails"},
+	{EtcdInstanceRead, "the etcd operator looks up the instance of a deleting control-plane machine: the look-up fails"},
 	{CloudCreateAnswerLost, "the simulated cloud launches an instance and answers an error, as a create whose answer timed out after the commit"},
 	{CloudDescribeLags, "the machine actuator describes the instance of a machine that has not recorded it yet: one launched in the last 3s is not found yet, as an eventually consistent cloud API answers"},
 }

@@ -52,6 +52,7 @@ const (
 	RestoreOnStart      = "etcd/restore-on-start"
 	StaleReads          = "chaos/stale-reads"
 	WatchResumesAtHead  = "chaos/watch-resumes-at-head"
+	ReadErrorIsGone     = "etcd/read-error-is-gone"
 	// Window bugs.
 	DrainedBeforeEviction = "machine/drained-before-eviction"
 	RebootInTwoWrites     = "mco/reboot-in-two-writes"
@@ -77,6 +78,8 @@ var Bugs = []Bug{
 		"mco", "user intent", false, false},
 	{RestoreOnStart, "capstan up, started again, restores etcd from the snapshot it saved when it was last up, dropping every write acknowledged since",
 		"machineset", "acknowledged writes", false, false},
+	{ReadErrorIsGone, "the etcd operator takes a failed look-up of a deleting master's instance for the instance gone, and stops its healthy member before the replacement votes",
+		"etcd-two", "etcd members healthy", false, false},
 	{StaleReads, "the campaign's clients answer a read from their last read of the object within a second, a read cache that their writes never invalidate",
 		"machineset", "linearizable", true, false},
 	{WatchResumesAtHead, "the campaign's storage history resumes its watch from the storage's current revision, not from the one after the last it read, as a watch that forgets its revision when it reconnects",
