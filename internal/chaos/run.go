@@ -156,31 +156,37 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 	var p *process
 	starts := 0
 	armFile := filepath.Join(dir, "chaos-failpoint")
-	// With EveryPoint, every point not landed yet is armed at once: the
-	// operation reaches them in its own order, which a kill can change.
+	// Every point not landed yet is armed at once, and the earliest
+	// instant not landed yet timed beside them: the operation reaches
+	// them in its own order, which a kill can change, and a kill planned
+	// for later never keeps one the operation reaches first from landing.
 	arm := func() error {
-		if next >= len(kills) || kills[next].Point == "" || !r.op.hasStarted() {
+		if next >= len(kills) || !r.op.hasStarted() {
 			return failpoint.WriteArmFile(armFile)
 		}
 		var arms []failpoint.Arm
 		for _, k := range kills[next:] {
-			if k.Point == "" || (len(arms) > 0 && !opts.EveryPoint) {
-				break
+			if k.Point != "" && !slices.ContainsFunc(arms, func(a failpoint.Arm) bool { return a.Name == k.Point }) {
+				arms = append(arms, failpoint.Arm{Name: k.Point, Hit: k.Hit})
 			}
-			arms = append(arms, failpoint.Arm{Name: k.Point, Hit: k.Hit})
 		}
 		return failpoint.WriteArmFile(armFile, arms...)
 	}
-	landed := func(inStart bool) {
-		// The kill that landed is the point the process reached.
-		if name := p.reachedPoint(); name != "" && kills[next].Point != name {
-			for i := next + 1; i < len(kills) && kills[i].Point != ""; i++ {
-				if kills[i].Point == name {
-					kills[next], kills[i] = kills[i], kills[next]
-					break
-				}
+	// landedFirst moves the kill that landed to next: the point the
+	// process reached, or else the earliest instant.
+	landedFirst := func() {
+		if name := p.reachedPoint(); name != "" {
+			if i := slices.IndexFunc(kills[next:], func(k Kill) bool { return k.Point == name }); i > 0 {
+				kills[next], kills[next+i] = kills[next+i], kills[next]
 			}
+			return
 		}
+		if i := earliestInstant(kills[next:]); i > 0 {
+			kills[next], kills[next+i] = kills[next+i], kills[next]
+		}
+	}
+	landed := func(inStart bool) {
+		landedFirst()
 		now := time.Now()
 		res.Kills = append(res.Kills, KillResult{Kill: kills[next], At: now.Sub(start), OpTime: r.op.elapsed(now), Phase: r.op.Phase(), InStart: inStart})
 		r.op.down(now)
@@ -278,14 +284,13 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 		return res, ctx.Err()
 	}
 	for next < len(kills) && len(res.Violations) == 0 {
-		kill := kills[next]
 		killedByUs = false
 		if err := arm(); err != nil {
 			return nil, err
 		}
 		var fire <-chan time.Time
-		if kill.Point == "" {
-			fire = time.After(max(0, kill.After-r.op.elapsed(time.Now())))
+		if i := earliestInstant(kills[next:]); i >= 0 {
+			fire = time.After(max(0, kills[next+i].After-r.op.elapsed(time.Now())))
 		}
 		notReached := func(why string) {
 			res.NotReached = append(res.NotReached, kills[next:]...)
@@ -312,8 +317,8 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 		}
 		r.up.Store(false)
 		switch {
-		case kill.Point != "" && p.reachedFailpoint():
-		case kill.Point == "" && killedByUs:
+		case p.reachedFailpoint():
+		case killedByUs:
 		case !p.killedBySIGKILL():
 			violate("crash", "capstan up exited on its own (%s) before kill %d:\n%s", p.exit(), next+1, p.Tail())
 			return res, nil
@@ -412,6 +417,18 @@ func runOnce(ctx context.Context, opts *Options, s *Scenario, seed uint64) (*Run
 		violate("rights", "RBAC refused capstan's components: %s", strings.Join(refused, "; "))
 	}
 	return res, nil
+}
+
+// earliestInstant is the index of the random instant among kills that
+// comes first (-1: none is an instant).
+func earliestInstant(kills []Kill) int {
+	first := -1
+	for i, k := range kills {
+		if k.Point == "" && (first < 0 || k.After < kills[first].After) {
+			first = i
+		}
+	}
+	return first
 }
 
 // writeRunLog keeps, in a kept run's data dir, what the run did: its
