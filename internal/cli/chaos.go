@@ -175,12 +175,13 @@ func printChaosList(out interface{ Write([]byte) (int, error) }) {
 }
 
 // buildCommit is the commit capstan was built from, as Go records it
-// ("unknown" without version control information; "+dirty" when the
-// tree had changes).
+// ("+dirty" when the tree had changes). A build without version control
+// information (GOFLAGS=-buildvcs=false, go run) asks git for the checkout
+// it runs in, and says so; else "unknown".
 func buildCommit() string {
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
-		return "unknown"
+		return gitCommit()
 	}
 	rev, dirty := "", false
 	for _, s := range info.Settings {
@@ -192,13 +193,27 @@ func buildCommit() string {
 		}
 	}
 	if rev == "" {
-		return "unknown"
+		return gitCommit()
 	}
 	if len(rev) > 12 {
 		rev = rev[:12]
 	}
 	if dirty {
 		rev += "+dirty"
+	}
+	return rev
+}
+
+// gitCommit is the commit of the git checkout capstan runs in, marked as
+// read from the checkout, not the build ("unknown" outside one).
+func gitCommit() string {
+	out, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	rev := strings.TrimSpace(string(out)) + " (checkout)"
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
+		rev = strings.TrimSuffix(rev, " (checkout)") + "+dirty (checkout)"
 	}
 	return rev
 }
