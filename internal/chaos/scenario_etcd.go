@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -332,66 +331,56 @@ func etcdFailedProgress(ctx context.Context, r *Run) (bool, string, error) {
 	return false, "", fmt.Errorf("unknown phase %q", ph)
 }
 
-// etcdMemberProgress goes through the phases kill:<i> and
-// killed:<i>:<member>:<pid>:<unix nanoseconds>, then done.
+// etcdMemberProgress goes through the steps kill (Kill i) and killed
+// (Kill i, the member, its PID, when), then done.
 func etcdMemberProgress(ctx context.Context, r *Run) (bool, string, error) {
-	ph, err := phase(ctx, r)
+	p, err := readFaultPhase(ctx, r)
 	if err != nil {
 		return false, "", err
 	}
 	s := r.Members.last()
-	switch {
-	case ph == "":
+	switch p.Step {
+	case faultNone:
 		if masters, why, err := formed(ctx, r); masters == nil {
 			return false, why, err
 		}
-		return false, "members formed", setPhase(ctx, r, "kill:1")
-	case strings.HasPrefix(ph, "kill:"):
-		i, err := strconv.Atoi(strings.TrimPrefix(ph, "kill:"))
-		if err != nil {
-			return false, "", fmt.Errorf("phase %q: %w", ph, err)
-		}
+		return false, "members formed", writeFaultPhase(ctx, r, faultPhase{Step: faultKill, Kill: 1})
+	case faultKill:
 		if !formedWithoutBootstrap(s) || s.Leader == "" {
-			return false, fmt.Sprintf("kill %d waits for the members: voting %v, %d healthy, leader %q", i, s.Voting, s.Healthy, s.Leader), nil
+			return false, fmt.Sprintf("kill %d waits for the members: voting %v, %d healthy, leader %q", p.Kill, s.Voting, s.Healthy, s.Leader), nil
 		}
 		pid, why, err := leaderProcess(r, s)
 		if pid == 0 {
-			return false, fmt.Sprintf("kill %d: %s", i, why), err
+			return false, fmt.Sprintf("kill %d: %s", p.Kill, why), err
 		}
 		at := time.Now()
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			return false, "", fmt.Errorf("killing member %s (pid %d): %w", s.Leader, pid, err)
 		}
-		return false, fmt.Sprintf("killed the leader %s (pid %d)", s.Leader, pid), setPhase(ctx, r, fmt.Sprintf("killed:%d:%s:%d:%d", i, s.Leader, pid, at.UnixNano()))
-	case strings.HasPrefix(ph, "killed:"):
-		f := strings.Split(strings.TrimPrefix(ph, "killed:"), ":")
-		if len(f) != 4 {
-			return false, "", fmt.Errorf("phase %q is not killed:<i>:<member>:<pid>:<time>", ph)
-		}
-		i, _ := strconv.Atoi(f[0])
-		name, pid := f[1], f[2]
-		ns, _ := strconv.ParseInt(f[3], 10, 64)
+		return false, fmt.Sprintf("killed the leader %s (pid %d)", s.Leader, pid),
+			writeFaultPhase(ctx, r, faultPhase{Step: faultKilled, Kill: p.Kill, Leader: s.Leader, PID: pid, At: at})
+	case faultKilled:
 		pids, err := etcd.MemberProcesses(r.DataDir)
 		if err != nil {
 			return false, "", err
 		}
-		if now := pids[name]; now == 0 || strconv.Itoa(now) == pid {
-			return false, fmt.Sprintf("member %s not started again (killed pid %s)", name, pid), nil
+		if now := pids[p.Leader]; now == 0 || now == p.PID {
+			return false, fmt.Sprintf("member %s not started again (killed pid %d)", p.Leader, p.PID), nil
 		}
-		if !s.At.After(time.Unix(0, ns)) || !formedWithoutBootstrap(s) {
-			return false, fmt.Sprintf("after kill %d: voting %v, %d healthy", i, s.Voting, s.Healthy), nil
+		if !s.At.After(p.At) || !formedWithoutBootstrap(s) {
+			return false, fmt.Sprintf("after kill %d: voting %v, %d healthy", p.Kill, s.Voting, s.Healthy), nil
 		}
-		if i >= memberKills {
-			return false, "every kill done", setPhase(ctx, r, "done")
+		if p.Kill >= memberKills {
+			return false, "every kill done", writeFaultPhase(ctx, r, faultPhase{Step: faultDone})
 		}
-		return false, fmt.Sprintf("member %s back", name), setPhase(ctx, r, fmt.Sprintf("kill:%d", i+1))
-	case ph == "done":
+		return false, fmt.Sprintf("member %s back", p.Leader), writeFaultPhase(ctx, r, faultPhase{Step: faultKill, Kill: p.Kill + 1})
+	case faultDone:
 		if masters, why, err := formed(ctx, r); masters == nil {
 			return false, why, err
 		}
 		return true, "", nil
 	}
-	return false, "", fmt.Errorf("unknown phase %q", ph)
+	return false, "", fmt.Errorf("unknown step %q", p.Step)
 }
 
 // replacedWithout reports whether the control plane settled without the

@@ -20,20 +20,20 @@ import (
 	"github.com/capstan-dev/capstan/internal/waitfor"
 )
 
-// etcdPartitionProgress goes through the phases
-// partitioned:<member>:<unix nanoseconds> and healed:<member>:<unix
-// nanoseconds>. The partition is the run's data dir's partition file,
-// which the members' peer proxies read: the campaign controls it, with
-// capstan up killed or not, and a kill leaves it in place (a start
-// returns once a quorum serves, the member cut off aside).
+// etcdPartitionProgress goes through the steps cut (the leader cut off,
+// when), healed, slow (every raft message late) and fast. The partition
+// is the run's data dir's partition file, which the members' peer proxies
+// read: the campaign controls it, with capstan up killed or not, and a
+// kill leaves it in place (a start returns once a quorum serves, the
+// member cut off aside).
 func etcdPartitionProgress(ctx context.Context, r *Run) (bool, string, error) {
-	ph, err := phase(ctx, r)
+	p, err := readFaultPhase(ctx, r)
 	if err != nil {
 		return false, "", err
 	}
 	s := r.Members.last()
-	switch {
-	case ph == "":
+	switch p.Step {
+	case faultNone:
 		// No partition yet: one written just before a kill that came
 		// ahead of its phase is taken back first (it would keep the
 		// members from forming, and capstan from saying it is up).
@@ -54,41 +54,29 @@ func etcdPartitionProgress(ctx context.Context, r *Run) (bool, string, error) {
 		// The phase first, the cut on the next tick: written after the
 		// cut, the phase could wait on an API pinned to the member cut
 		// off, and the next tick would cut again.
-		return false, "cutting off the leader " + s.Leader, setPhase(ctx, r, fmt.Sprintf("partitioned:%s:%d", s.Leader, time.Now().UnixNano()))
-	case strings.HasPrefix(ph, "partitioned:"):
-		name, at, err := phaseAt(ph, "partitioned:")
-		if err != nil {
+		return false, "cutting off the leader " + s.Leader, writeFaultPhase(ctx, r, faultPhase{Step: faultCut, Leader: s.Leader, At: time.Now()})
+	case faultCut:
+		if err := etcd.WritePartition(r.DataDir, p.Leader); err != nil {
 			return false, "", err
 		}
-		if err := etcd.WritePartition(r.DataDir, name); err != nil {
-			return false, "", err
-		}
-		if ok, why := othersLead(s, name, at, "cut off"); !ok {
+		if ok, why := othersLead(s, p.Leader, p.At, "cut off"); !ok {
 			return false, why, nil
 		}
 		if err := etcd.WritePartition(r.DataDir); err != nil {
 			return false, "", err
 		}
-		return false, "healed the partition of " + name, setPhase(ctx, r, fmt.Sprintf("healed:%s:%d", name, time.Now().UnixNano()))
-	case strings.HasPrefix(ph, "healed:"):
-		name, at, err := phaseAt(ph, "healed:")
-		if err != nil {
-			return false, "", err
-		}
+		return false, "healed the partition of " + p.Leader, writeFaultPhase(ctx, r, faultPhase{Step: faultHealed, Leader: p.Leader, At: time.Now()})
+	case faultHealed:
 		if err := etcd.WritePartition(r.DataDir); err != nil {
 			return false, "", err
 		}
-		if ok, why, err := settledSince(ctx, r, s, name+" back", at); !ok || err != nil {
+		if ok, why, err := settledSince(ctx, r, s, p.Leader+" back", p.At); !ok || err != nil {
 			return false, why, err
 		}
 		// Then a slow network between all the members, for as long.
-		return false, "slowing the members' network", setPhase(ctx, r, fmt.Sprintf("slow:%d", time.Now().UnixNano()))
-	case strings.HasPrefix(ph, "slow:"):
-		at, err := phaseTime(ph, "slow:")
-		if err != nil {
-			return false, "", err
-		}
-		if left := partitionFor - time.Since(at); left > 0 && r.alive() && len(s.Voting) == etcdMasters {
+		return false, "slowing the members' network", writeFaultPhase(ctx, r, faultPhase{Step: faultSlow, At: time.Now()})
+	case faultSlow:
+		if left := partitionFor - time.Since(p.At); left > 0 && r.alive() && len(s.Voting) == etcdMasters {
 			// On each tick: a start finds the file cleared.
 			if err := etcd.WritePeerDelay(r.DataDir, peerDelay, s.Voting...); err != nil {
 				return false, "", err
@@ -98,15 +86,11 @@ func etcdPartitionProgress(ctx context.Context, r *Run) (bool, string, error) {
 		if err := etcd.WritePartition(r.DataDir); err != nil {
 			return false, "", err
 		}
-		return false, "the members' network is fast again", setPhase(ctx, r, fmt.Sprintf("fast:%d", time.Now().UnixNano()))
-	case strings.HasPrefix(ph, "fast:"):
-		at, err := phaseTime(ph, "fast:")
-		if err != nil {
-			return false, "", err
-		}
-		return settledSince(ctx, r, s, "the network fast again", at)
+		return false, "the members' network is fast again", writeFaultPhase(ctx, r, faultPhase{Step: faultFast, At: time.Now()})
+	case faultFast:
+		return settledSince(ctx, r, s, "the network fast again", p.At)
 	}
-	return false, "", fmt.Errorf("unknown phase %q", ph)
+	return false, "", fmt.Errorf("unknown step %q", p.Step)
 }
 
 // peerDelay is how late the etcd-partition scenario's slow network
@@ -127,17 +111,16 @@ func etcdPauseScenario() *Scenario {
 	return s
 }
 
-// etcdPauseProgress goes through the phases
-// paused:<member>:<pid>:<unix nanoseconds> and
-// continued:<member>:<unix nanoseconds>.
+// etcdPauseProgress goes through the steps paused (the member, its PID,
+// when) and continued (the member, when).
 func etcdPauseProgress(ctx context.Context, r *Run) (bool, string, error) {
-	ph, err := phase(ctx, r)
+	p, err := readFaultPhase(ctx, r)
 	if err != nil {
 		return false, "", err
 	}
 	s := r.Members.last()
-	switch {
-	case ph == "":
+	switch p.Step {
+	case faultNone:
 		if masters, why, err := formed(ctx, r); masters == nil {
 			return false, why, err
 		}
@@ -151,9 +134,10 @@ func etcdPauseProgress(ctx context.Context, r *Run) (bool, string, error) {
 		// The phase first, then the stop: once the leader stops, the API
 		// may need an election and more to write anything, and a stop
 		// the phase did not record would never be continued (the next
-		// tick, at phase "", would wait for all three members forever).
+		// tick, at the first step, would wait for all three members
+		// forever).
 		at := time.Now()
-		if err := setPhase(ctx, r, fmt.Sprintf("paused:%s:%d:%d", s.Leader, pid, at.UnixNano())); err != nil {
+		if err := writeFaultPhase(ctx, r, faultPhase{Step: faultPaused, Leader: s.Leader, PID: pid, At: at}); err != nil {
 			return false, "", err
 		}
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
@@ -161,44 +145,29 @@ func etcdPauseProgress(ctx context.Context, r *Run) (bool, string, error) {
 		}
 		go continueWhenOthersLead(r, s.Leader, pid, at)
 		return false, "stopped the leader " + s.Leader, nil
-	case strings.HasPrefix(ph, "paused:"):
-		f := strings.Split(strings.TrimPrefix(ph, "paused:"), ":")
-		if len(f) != 3 {
-			return false, "", fmt.Errorf("phase %q is not paused:<member>:<pid>:<time>", ph)
-		}
-		name := f[0]
-		pid, err1 := strconv.Atoi(f[1])
-		ns, err2 := strconv.ParseInt(f[2], 10, 64)
-		if err1 != nil || err2 != nil {
-			return false, "", fmt.Errorf("phase %q is not paused:<member>:<pid>:<time>", ph)
-		}
-		at := time.Unix(0, ns)
-		if time.Since(at) < partitionFor {
+	case faultPaused:
+		if time.Since(p.At) < partitionFor {
 			// Stopped again on each tick of the pause: a stop that did
 			// not follow its phase (the driver's call ended between the
 			// two) is made now. A member started again since is another
 			// process, which the signal misses.
-			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil && !errors.Is(err, syscall.ESRCH) {
-				return false, "", fmt.Errorf("stopping member %s (pid %d): %w", name, pid, err)
+			if err := syscall.Kill(p.PID, syscall.SIGSTOP); err != nil && !errors.Is(err, syscall.ESRCH) {
+				return false, "", fmt.Errorf("stopping member %s (pid %d): %w", p.Leader, p.PID, err)
 			}
 		}
-		if ok, why := othersLead(s, name, at, "stopped"); !ok {
+		if ok, why := othersLead(s, p.Leader, p.At, "stopped"); !ok {
 			return false, why, nil
 		}
 		// A member started again since (capstan was killed) is another
 		// process: the signal goes nowhere.
-		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil && !errors.Is(err, syscall.ESRCH) {
-			return false, "", fmt.Errorf("continuing member %s (pid %d): %w", name, pid, err)
+		if err := syscall.Kill(p.PID, syscall.SIGCONT); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return false, "", fmt.Errorf("continuing member %s (pid %d): %w", p.Leader, p.PID, err)
 		}
-		return false, "continued " + name, setPhase(ctx, r, fmt.Sprintf("continued:%s:%d", name, time.Now().UnixNano()))
-	case strings.HasPrefix(ph, "continued:"):
-		name, at, err := phaseAt(ph, "continued:")
-		if err != nil {
-			return false, "", err
-		}
-		return settledSince(ctx, r, s, name+" continued", at)
+		return false, "continued " + p.Leader, writeFaultPhase(ctx, r, faultPhase{Step: faultContinued, Leader: p.Leader, At: time.Now()})
+	case faultContinued:
+		return settledSince(ctx, r, s, p.Leader+" continued", p.At)
 	}
-	return false, "", fmt.Errorf("unknown phase %q", ph)
+	return false, "", fmt.Errorf("unknown step %q", p.Step)
 }
 
 // continueWhenOthersLead continues the member name's process pid,
@@ -243,23 +212,22 @@ const apiserverDelay = 300 * time.Millisecond
 
 // etcdAPIServerCutProgress cuts the apiserver from etcd in one step
 // (its own API reads would fail while the cut lasts, so it does not
-// wait on them), then goes through the phases delayed:<unix nanoseconds>
-// (the link back, each chunk held apiserverDelay, for partitionFor) and
-// healed:<unix nanoseconds>.
+// wait on them), then goes through the steps slow (the link back, each
+// chunk held apiserverDelay, for partitionFor) and healed.
 func etcdAPIServerCutProgress(ctx context.Context, r *Run) (bool, string, error) {
-	ph, err := phase(ctx, r)
+	p, err := readFaultPhase(ctx, r)
 	if err != nil {
 		return false, "", err
 	}
-	switch {
-	case ph == "":
+	switch p.Step {
+	case faultNone:
 		if masters, why, err := formed(ctx, r); masters == nil {
 			return false, why, err
 		}
 		if !r.alive() {
 			return false, "waiting for capstan to be up", nil
 		}
-		r.op.enter("cut")
+		r.op.enter(string(faultCut))
 		if err := etcd.WriteClientFault(r.DataDir, etcd.ClientFault{Cut: true}); err != nil {
 			return false, "", err
 		}
@@ -268,17 +236,14 @@ func etcdAPIServerCutProgress(ctx context.Context, r *Run) (bool, string, error)
 			return false, "", ctx.Err()
 		case <-time.After(partitionFor):
 		}
-		if err := etcd.WriteClientFault(r.DataDir, etcd.ClientFault{}); err != nil {
-			return false, "", err
-		}
 		// The API takes a moment to serve again: the phase is written
 		// once it does (written "" again, it would cut once more). Then
 		// the link stays up but slow.
 		if err := etcd.WriteClientFault(r.DataDir, etcd.ClientFault{Delay: apiserverDelay}); err != nil {
 			return false, "", err
 		}
-		delayed := fmt.Sprintf("delayed:%d", time.Now().UnixNano())
-		for setPhase(ctx, r, delayed) != nil {
+		slow := faultPhase{Step: faultSlow, At: time.Now()}
+		for writeFaultPhase(ctx, r, slow) != nil {
 			select {
 			case <-ctx.Done():
 				return false, "", ctx.Err()
@@ -286,27 +251,23 @@ func etcdAPIServerCutProgress(ctx context.Context, r *Run) (bool, string, error)
 			}
 		}
 		return false, "healed the cut; the link is slow", nil
-	case strings.HasPrefix(ph, "delayed:"):
-		at, err := phaseTime(ph, "delayed:")
-		if err != nil {
-			return false, "", err
-		}
+	case faultSlow:
 		// A kill ends the delay with capstan's proxy; a start brings it
 		// back, from the file, for what is left of it.
-		if left := partitionFor - time.Since(at); left > 0 {
+		if left := partitionFor - time.Since(p.At); left > 0 {
 			return false, fmt.Sprintf("the apiserver's link to etcd delays each chunk %s, %.0fs left", apiserverDelay, left.Seconds()), nil
 		}
 		if err := etcd.WriteClientFault(r.DataDir, etcd.ClientFault{}); err != nil {
 			return false, "", err
 		}
-		return false, "the link is fast again", setPhase(ctx, r, fmt.Sprintf("healed:%d", time.Now().UnixNano()))
-	case strings.HasPrefix(ph, "healed:"):
+		return false, "the link is fast again", writeFaultPhase(ctx, r, faultPhase{Step: faultHealed, At: time.Now()})
+	case faultHealed:
 		if err := etcd.WriteClientFault(r.DataDir, etcd.ClientFault{}); err != nil {
 			return false, "", err
 		}
 		return replacedWithout(ctx, r)
 	}
-	return false, "", fmt.Errorf("unknown phase %q", ph)
+	return false, "", fmt.Errorf("unknown step %q", p.Step)
 }
 
 // othersLead reports whether member name, out (what) since at, has been
@@ -331,16 +292,6 @@ func settledSince(ctx context.Context, r *Run, s memberSample, what string, at t
 		return false, fmt.Sprintf("%s: voting %v, %d healthy", what, s.Voting, s.Healthy), nil
 	}
 	return replacedWithout(ctx, r)
-}
-
-// phaseAt reads <prefix><name>:<unix nanoseconds>.
-func phaseAt(ph, prefix string) (string, time.Time, error) {
-	name, ns, ok := strings.Cut(strings.TrimPrefix(ph, prefix), ":")
-	n, err := strconv.ParseInt(ns, 10, 64)
-	if !ok || err != nil {
-		return "", time.Time{}, fmt.Errorf("phase %q is not %s<member>:<time>", ph, prefix)
-	}
-	return name, time.Unix(0, n), nil
 }
 
 // phaseTime reads the time of a phase <prefix><unix nanoseconds>.

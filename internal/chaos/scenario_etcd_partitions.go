@@ -23,25 +23,39 @@ import (
 // clients run through both: a read served from that member would be
 // stale, and is caught.
 
-// faultStep is where a partition scenario is.
+// faultStep is where a fault scenario is.
 type faultStep string
 
 const (
 	faultNone   faultStep = ""
 	faultCut    faultStep = "cut"
 	faultHealed faultStep = "healed"
+	// etcd-member's steps.
+	faultKill   faultStep = "kill"
+	faultKilled faultStep = "killed"
+	faultDone   faultStep = "done"
+	// etcd-pause's steps.
+	faultPaused    faultStep = "paused"
+	faultContinued faultStep = "continued"
+	// etcd-partition's and etcd-apiserver-cut's slow links.
+	faultSlow faultStep = "slow"
+	faultFast faultStep = "fast"
 )
 
-// faultPhase is a partition scenario's phase, kept as JSON in the phase
+// faultPhase is a fault scenario's phase, kept as JSON in the phase
 // ConfigMap (a kill of capstan loses none of it).
 type faultPhase struct {
 	Step faultStep `json:"step"`
-	// Leader is the leader when the fault began; Cut the members it cut
-	// off (the bridge: the two cut from each other; the minority: the
-	// one member).
-	Leader string    `json:"leader,omitempty"`
-	Cut    []string  `json:"cut,omitempty"`
-	At     time.Time `json:"at"`
+	// Leader is the leader when the fault began (the member killed or
+	// stopped); Cut the members it cut off (the bridge: the two cut from
+	// each other; the minority: the one member).
+	Leader string   `json:"leader,omitempty"`
+	Cut    []string `json:"cut,omitempty"`
+	// PID is the process the fault killed or stopped; Kill which of the
+	// scenario's kills it is (from 1).
+	PID  int       `json:"pid,omitempty"`
+	Kill int       `json:"kill,omitempty"`
+	At   time.Time `json:"at"`
 }
 
 // readFaultPhase reads the phase (the zero phase before the operation).
