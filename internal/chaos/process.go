@@ -29,6 +29,8 @@ type process struct {
 	// up is closed when it printed upLine; marker when it printed that it
 	// reached its failpoint.
 	up, marker chan struct{}
+	// hits counts the hits of armed points that did not kill it.
+	hits map[string]int
 	upOnce     sync.Once
 	markOnce   sync.Once
 	// done is closed once it exited; state is then its exit.
@@ -71,6 +73,13 @@ func startProcess(command func(args ...string) *exec.Cmd, args []string, armFile
 			switch {
 			case strings.Contains(line, upLine):
 				p.upOnce.Do(func() { close(p.up) })
+			case strings.HasPrefix(line, failpoint.HitMarker):
+				p.mu.Lock()
+				if p.hits == nil {
+					p.hits = map[string]int{}
+				}
+				p.hits[failpoint.HitPoint(line)]++
+				p.mu.Unlock()
 			case strings.HasPrefix(line, failpoint.Marker):
 				p.mu.Lock()
 				p.point = failpoint.ReachedPoint(line)
@@ -190,4 +199,16 @@ func (p *process) stop(timeout time.Duration) error {
 		p.kill()
 		return fmt.Errorf("capstan up did not stop within %s of SIGTERM:\n%s", timeout, p.Tail())
 	}
+}
+
+// pointHits are the hits of armed points the process made without being
+// killed, by point.
+func (p *process) pointHits() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]int, len(p.hits))
+	for k, v := range p.hits {
+		out[k] = v
+	}
+	return out
 }

@@ -40,3 +40,29 @@ func TestRecordAccumulates(t *testing.T) {
 		t.Errorf("a record file in a missing dir: %v", err)
 	}
 }
+
+// A point armed again after a kill waits for the hit it planned, counted
+// from the operation's start: the hits the earlier processes made count.
+func TestArmWaitsForThePlannedHit(t *testing.T) {
+	op := newOperation()
+	op.enter("rollout")
+	dir := t.TempDir()
+	rn := &runner{r: &Run{op: op}, armFile: filepath.Join(dir, "arm"), opts: &Options{},
+		kills: []Kill{{Point: "mcd/mid-apply", Hit: 3}, {After: 5 * time.Second}, {Point: "mcd/mid-reboot", Hit: 1}}}
+	for _, tc := range []struct {
+		hits map[string]int
+		want string
+	}{
+		{nil, "mcd/mid-apply:3,mcd/mid-reboot:1\n"},
+		{map[string]int{"mcd/mid-apply": 2}, "mcd/mid-apply:1,mcd/mid-reboot:1\n"},
+		{map[string]int{"mcd/mid-apply": 5, "mcd/mid-reboot": 1}, "mcd/mid-apply:1,mcd/mid-reboot:1\n"},
+	} {
+		rn.hits = tc.hits
+		if err := rn.arm(); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := os.ReadFile(rn.armFile); string(got) != tc.want {
+			t.Errorf("with hits %v the arm file holds %q, want %q", tc.hits, got, tc.want)
+		}
+	}
+}

@@ -44,6 +44,11 @@ type runner struct {
 	p          *process
 	starts     int
 	killedByUs bool
+	// hits are the hits of each point the operation made in the
+	// processes before the current one (a kill at a point is its hit
+	// too): a point armed again waits for its planned hit, counted from
+	// the operation's start.
+	hits map[string]int
 
 	// The clients of the run, started once capstan is first up: the
 	// acknowledged writes, the linearizability clients (stopped by
@@ -190,7 +195,9 @@ func (rn *runner) arm() error {
 	var arms []failpoint.Arm
 	for _, k := range rn.kills[rn.next:] {
 		if k.Point != "" && !slices.ContainsFunc(arms, func(a failpoint.Arm) bool { return a.Name == k.Point }) {
-			arms = append(arms, failpoint.Arm{Name: k.Point, Hit: k.Hit})
+			// A hit already passed (a kill elsewhere came first) is
+			// waited for at the next hit.
+			arms = append(arms, failpoint.Arm{Name: k.Point, Hit: max(1, k.Hit-rn.hits[k.Point])})
 		}
 	}
 	return failpoint.WriteArmFile(rn.armFile, arms...)
@@ -206,6 +213,15 @@ func (rn *runner) landed(inStart bool) {
 	}
 	if i > 0 {
 		rest[0], rest[i] = rest[i], rest[0]
+	}
+	if rn.hits == nil {
+		rn.hits = map[string]int{}
+	}
+	for name, n := range rn.p.pointHits() {
+		rn.hits[name] += n
+	}
+	if name := rn.p.reachedPoint(); name != "" {
+		rn.hits[name]++
 	}
 	now := time.Now()
 	rn.res.Kills = append(rn.res.Kills, KillResult{Kill: rn.kills[rn.next], At: now.Sub(rn.start), OpTime: rn.r.op.elapsed(now), Phase: rn.r.op.Phase(), InStart: inStart})

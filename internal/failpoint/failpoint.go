@@ -33,6 +33,12 @@ const Env = "CAPSTAN_FAILPOINT"
 // crash.
 const Marker = "capstan: failpoint "
 
+// HitMarker starts the line a process prints at each hit of an armed
+// point that does not kill it: a campaign counts the hits the operation
+// made, so that a point armed again after a kill waits for the hit it
+// planned, not for that many more.
+const HitMarker = "capstan: failpoint hit "
+
 // Point is a place in capstan's code where a campaign may kill it.
 type Point struct {
 	Name string
@@ -243,6 +249,16 @@ func ReachedPoint(line string) string {
 	return name
 }
 
+// HitPoint reads the point a process's output line says was hit without
+// a kill ("" if the line says nothing of it).
+func HitPoint(line string) string {
+	name, ok := strings.CutPrefix(line, HitMarker)
+	if !ok {
+		return ""
+	}
+	return strings.TrimSpace(name)
+}
+
 // Hit marks that the process reached the point name; armed for this hit,
 // it kills the process.
 func Hit(name string) {
@@ -251,7 +267,11 @@ func Hit(name string) {
 		return
 	}
 	n := (*a)[name]
-	if n == nil || n.Add(-1) != 0 {
+	if n == nil {
+		return
+	}
+	if n.Add(-1) != 0 {
+		fmt.Fprintf(os.Stdout, "%s%s\n", HitMarker, name)
 		return
 	}
 	fmt.Fprintf(os.Stdout, "%s%s reached: SIGKILL\n", Marker, name)

@@ -81,7 +81,8 @@ func TestHitKillsAtTheArmedHit(t *testing.T) {
 	if ws, ok := ee.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("the process ended with %v, want SIGKILL:\n%s", ee, out.String())
 	}
-	want := "hit 1\nhit 2\n" + Marker + AutoscalerScaleUp + " reached: SIGKILL\n"
+	// The hit before the armed one says so, for a campaign to count.
+	want := "hit 1\n" + HitMarker + AutoscalerScaleUp + "\nhit 2\n" + Marker + AutoscalerScaleUp + " reached: SIGKILL\n"
 	if !strings.HasSuffix(out.String(), want) {
 		t.Fatalf("output:\n%s\nwant it to end with:\n%s", out.String(), want)
 	}
@@ -212,7 +213,8 @@ func TestFileArmsFromThenOn(t *testing.T) {
 	if !errors.As(err, &ee) {
 		t.Fatalf("the process was not killed (%v):\n%s", err, out.String())
 	}
-	want := "armed hit 1\narmed hit 2\n" + Marker + AutoscalerScaleUp + " reached: SIGKILL\n"
+	want := "armed hit 1\n" + HitMarker + MCDMidReboot + "\n" + HitMarker + AutoscalerScaleUp + "\narmed hit 2\n" + HitMarker + MCDMidReboot + "\n" +
+		Marker + AutoscalerScaleUp + " reached: SIGKILL\n"
 	if !strings.HasSuffix(out.String(), want) {
 		t.Fatalf("output:\n%s\nwant it to end with:\n%s", out.String(), want)
 	}
@@ -224,5 +226,14 @@ func TestFileArmsFromThenOn(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(path); string(b) != "\n" {
 		t.Errorf("disarmed, the file holds %q", b)
+	}
+}
+
+func TestHitPoint(t *testing.T) {
+	if got := HitPoint(HitMarker + MCDMidReboot); got != MCDMidReboot {
+		t.Errorf("HitPoint = %q", got)
+	}
+	if got := HitPoint(Marker + MCDMidReboot + " reached: SIGKILL"); got != "" {
+		t.Errorf("a kill's marker read as a hit: %q", got)
 	}
 }
