@@ -30,9 +30,9 @@ type process struct {
 	// reached its failpoint.
 	up, marker chan struct{}
 	// hits counts the hits of armed points that did not kill it.
-	hits map[string]int
-	upOnce     sync.Once
-	markOnce   sync.Once
+	hits     map[string]int
+	upOnce   sync.Once
+	markOnce sync.Once
 	// done is closed once it exited; state is then its exit.
 	done  chan struct{}
 	state *exec.ExitError
