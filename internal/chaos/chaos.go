@@ -38,10 +38,11 @@ type Scenario struct {
 	// Args are `capstan up` flags beyond the campaign's own (data dir and
 	// ports).
 	Args []string
-	// Span is how long the operation takes, measured without kills
-	// (`capstan chaos --kills 0` reports it as OP): a kill at a random
-	// instant lands at an instant of the operation's time (capstan's
-	// time up since the operation started) drawn over it.
+	// Span is the shortest the operation takes, as measured (the OP
+	// column of `capstan chaos`): a kill at a random instant lands at an
+	// instant of the operation's time (capstan's time up since the
+	// operation started) drawn over it, so that every instant drawn
+	// comes while the operation still runs.
 	Span time.Duration
 	// Points are the named points a kill may land at, with the most
 	// hits after which the kill comes, counted from the operation's start

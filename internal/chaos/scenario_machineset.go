@@ -53,7 +53,7 @@ func machineSetOp(pause bool) *Scenario {
 			"never more than 3 replicas, each node drained before its instance goes, nothing left at the end",
 		// Instances take a moment to boot and to shut down, as a cloud's do.
 		Args:    []string{"--control-plane-nodes", "1", "--nodes", "1", "--boot-delay", "3s", "--terminate-delay", "2s"},
-		Span:    12 * time.Second,
+		Span:    8 * time.Second,
 		Points:  []Point{{failpoint.MachineSetCreate, 3}, {failpoint.MachineInstanceLaunched, 3}, {failpoint.DrainStarted, 2}},
 		Timeout: settleTime,
 		// The phases, each write made once (a kill may repeat the last):

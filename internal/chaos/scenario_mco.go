@@ -43,7 +43,7 @@ func mcoPauseScenario() *Scenario {
 	s.Doc = fmt.Sprintf("the mco scenario with the pool paused by its user once a node is updated, and resumed %s later: no node "+
 		"told to run the new configuration while the pool is paused, paused and maxUnavailable only ever as the user set them, "+
 		"never more than 2 nodes out of service, each node rebooted exactly once, the pool Updated at the end", pauseFor)
-	s.Span = 12*time.Second + pauseFor
+	s.Span = 8*time.Second + pauseFor
 	return s
 }
 
@@ -58,7 +58,7 @@ func mcoRollout(pause bool) *Scenario {
 			"once the first node is updated: never more than 2 nodes out of service, each node rebooted exactly once into the new rendered " +
 			"configuration (the new one joins running it), maxUnavailable and the replicas only ever as the user set them, the pool Updated with 6 nodes at the end",
 		Args:    []string{"--control-plane-nodes", "1", "--nodes", fmt.Sprint(mcoWorkers), "--mcd-apply-duration", "1s", "--mcd-reboot-duration", "3s"},
-		Span:    12 * time.Second,
+		Span:    8 * time.Second,
 		Points:  []Point{{failpoint.MCOTargetDecided, 1}, {failpoint.MCDMidApply, 2}, {failpoint.MCDMidReboot, 2}, {failpoint.MCDRebooted, 2}},
 		Timeout: settleTime,
 		// The phases: "" until the pool is installed, then maxUnavailable
