@@ -61,3 +61,44 @@ func SyncDir(dir string) error {
 	}
 	return nil
 }
+
+// WriteDir makes the directory path whole or not at all, durably: fill
+// writes it into a temporary directory beside path, every file and
+// directory in it is synced, and it is renamed into place and its parent
+// synced. What a crash or a power loss leaves is no directory (fill runs
+// again) or a whole one, never one with empty files.
+func WriteDir(path string, fill func(dir string) error) error {
+	parent := filepath.Dir(path)
+	if err := os.MkdirAll(parent, 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	err = fill(tmp)
+	if err == nil {
+		err = filepath.WalkDir(tmp, func(p string, d os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			err = f.Sync()
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			return err
+		})
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.RemoveAll(tmp)
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return SyncDir(parent)
+}

@@ -1,6 +1,7 @@
 package atomicfile
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,5 +47,37 @@ func TestWrite(t *testing.T) {
 		if strings.Contains(e.Name(), ".tmp-") {
 			t.Errorf("a temporary file was left behind: %s", e.Name())
 		}
+	}
+}
+
+// A directory is written whole: a fill that fails leaves none (and no
+// temporary one), one that succeeds leaves its files in place.
+func TestWriteDir(t *testing.T) {
+	parent := t.TempDir()
+	path := filepath.Join(parent, "graph-data")
+	if err := WriteDir(path, func(dir string) error {
+		if err := os.WriteFile(filepath.Join(dir, "a"), []byte("x"), 0o644); err != nil {
+			return err
+		}
+		return errors.New("the fill failed")
+	}); err == nil {
+		t.Fatal("a failed fill wrote the directory")
+	}
+	if entries, _ := os.ReadDir(parent); len(entries) != 0 {
+		t.Fatalf("a failed fill left %v", entries)
+	}
+	if err := WriteDir(path, func(dir string) error {
+		if err := os.MkdirAll(filepath.Join(dir, "channels"), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, "channels", "stable.yaml"), []byte("name: stable\n"), 0o644)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(path, "channels", "stable.yaml")); err != nil || string(got) != "name: stable\n" {
+		t.Errorf("the file reads %q, %v", got, err)
+	}
+	if entries, _ := os.ReadDir(parent); len(entries) != 1 {
+		t.Errorf("the parent holds %v, want the directory alone", entries)
 	}
 }

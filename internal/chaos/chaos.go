@@ -77,6 +77,10 @@ type Scenario struct {
 	// start (a filesystem mounted in it), and returns what undoes it after
 	// the run.
 	Prepare func(dataDir string) (undo func(), err error)
+	// AfterKill, when set, runs after each kill, once the killed
+	// capstan's processes are gone and before the next start (the power
+	// scenario cuts the disk's power there).
+	AfterKill func(dataDir string) error
 	// Requires, when set, says why this machine cannot run the scenario
 	// (nil when it can).
 	Requires func() error

@@ -235,12 +235,19 @@ func (rn *runner) landed(inStart bool) {
 // not start (a violation).
 func (rn *runner) boot(which string) (bool, error) {
 	for {
-		if err := rn.arm(); err != nil {
-			return false, err
-		}
 		if err := waitMembersGone(rn.dir, time.Minute); err != nil {
 			rn.violate("stops", "%s: %v", which, err)
 			return false, nil
+		}
+		if rn.starts > 0 && rn.s.AfterKill != nil {
+			if err := rn.s.AfterKill(rn.dir); err != nil {
+				return false, fmt.Errorf("after kill %d: %w", rn.next, err)
+			}
+		}
+		// Armed once what follows a kill is done (a power cut drops the
+		// file written before it).
+		if err := rn.arm(); err != nil {
+			return false, err
 		}
 		// capstan's own randomness follows the run's seed, start by
 		// start: a replay draws the same names and orders.

@@ -20,7 +20,7 @@ import (
 
 // Scenarios are the campaign's scenarios, in the order `all` runs them.
 func Scenarios() []*Scenario {
-	return []*Scenario{updateScenario(), autoscalerScenario(), machineSetScenario(), machineSetCloudScenario(), machineSetPauseScenario(), mcoScenario(), mcoPauseScenario(), evictionScenario(),
+	return []*Scenario{updateScenario(), autoscalerScenario(), machineSetScenario(), machineSetCloudScenario(), machineSetPauseScenario(), powerScenario(), mcoScenario(), mcoPauseScenario(), evictionScenario(),
 		etcdDeadScenario(), etcdTwoScenario(), etcdFailedScenario(), etcdMemberScenario(), etcdPauseScenario(), etcdPartitionScenario(), etcdBridgeScenario(), etcdMinorityScenario(), etcdAPIServerCutScenario(), etcdRelabelScenario(), etcdDiskFullScenario()}
 }
 

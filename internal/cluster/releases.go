@@ -135,7 +135,9 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 		if write == nil {
 			write = demo.WriteGraphData
 		}
-		if err := write(graphData); err != nil {
+		// Whole or not at all: a power loss after a plain write left
+		// empty channel files, which no later start would mend.
+		if err := atomicfile.WriteDir(graphData, write); err != nil {
 			return err
 		}
 	}

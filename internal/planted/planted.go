@@ -53,6 +53,7 @@ const (
 	StaleReads          = "chaos/stale-reads"
 	WatchResumesAtHead  = "chaos/watch-resumes-at-head"
 	ReadErrorIsGone     = "etcd/read-error-is-gone"
+	EtcdNoFsync         = "etcd/unsafe-no-fsync"
 	// Window bugs.
 	DrainedBeforeEviction = "machine/drained-before-eviction"
 	RebootInTwoWrites     = "mco/reboot-in-two-writes"
@@ -80,6 +81,8 @@ var Bugs = []Bug{
 		"machineset", "acknowledged writes", false, false},
 	{ReadErrorIsGone, "the etcd operator takes a failed look-up of a deleting master's instance for the instance gone, and stops its healthy member before the replacement votes",
 		"etcd-two", "etcd members healthy", false, false},
+	{EtcdNoFsync, "capstan up runs its etcd members with --unsafe-no-fsync: they answer writes they have not synced, which a power loss drops",
+		"power", "starts", false, false},
 	{StaleReads, "the campaign's clients answer a read from their last read of the object within a second, a read cache that their writes never invalidate",
 		"machineset", "linearizable", true, false},
 	{WatchResumesAtHead, "the campaign's storage history resumes its watch from the storage's current revision, not from the one after the last it read, as a watch that forgets its revision when it reconnects",

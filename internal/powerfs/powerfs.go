@@ -42,7 +42,8 @@ type FS struct {
 	cut   bool
 }
 
-// Available says why this machine cannot mount a powerfs (nil: it can).
+// Available says why this machine cannot mount a powerfs (nil: it can):
+// it mounts one, on an empty directory, and unmounts it.
 func Available() error {
 	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
 	if err != nil {
@@ -52,7 +53,21 @@ func Available() error {
 	if os.Geteuid() != 0 {
 		return errors.New("mounting a FUSE filesystem without fusermount needs root")
 	}
-	return nil
+	backing, err := os.MkdirTemp("", "capstan-powerfs-check-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(backing)
+	mnt, err := os.MkdirTemp("", "capstan-powerfs-check-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(mnt)
+	fs, err := Mount(backing, mnt)
+	if err != nil {
+		return fmt.Errorf("mounting a FUSE filesystem needs the right to mount (CAP_SYS_ADMIN): %w", err)
+	}
+	return fs.Unmount()
 }
 
 // Mount mounts a powerfs of backing at mountpoint (both directories).
