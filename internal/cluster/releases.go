@@ -24,6 +24,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/component"
 	"github.com/capstan-dev/capstan/internal/cvo"
 	"github.com/capstan-dev/capstan/internal/operators"
+	"github.com/capstan-dev/capstan/internal/planted"
 	"github.com/capstan-dev/capstan/internal/registry"
 	"github.com/capstan-dev/capstan/internal/release"
 	"github.com/capstan-dev/capstan/internal/release/signature"
@@ -137,7 +138,11 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 		}
 		// Whole or not at all: a power loss after a plain write left
 		// empty channel files, which no later start would mend.
-		if err := atomicfile.WriteDir(graphData, write); err != nil {
+		writeDir := atomicfile.WriteDir
+		if planted.On(planted.GraphDataUnsynced) {
+			writeDir = func(dir string, fill func(string) error) error { return fill(dir) }
+		}
+		if err := writeDir(graphData, write); err != nil {
 			return err
 		}
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/capstan-dev/capstan/internal/certs"
 	"github.com/capstan-dev/capstan/internal/datadir"
 	"github.com/capstan-dev/capstan/internal/etcd"
-	"github.com/capstan-dev/capstan/internal/planted"
 	"github.com/capstan-dev/capstan/internal/waitfor"
 
 	corev1 "k8s.io/api/core/v1"
@@ -174,7 +173,7 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 		return nil, err
 	}
 	pki := d.PKIDir()
-	cp.etcd, err = etcd.Start(ctx, etcd.Config{DataDir: d.Root, LogFile: d.Path("logs", "etcd.log"), NoFsync: cfg.EtcdNoFsync || planted.On(planted.EtcdNoFsync), Partitionable: cfg.EtcdPartitionable,
+	cp.etcd, err = etcd.Start(ctx, etcd.Config{DataDir: d.Root, LogFile: d.Path("logs", "etcd.log"), NoFsync: cfg.EtcdNoFsync, Partitionable: cfg.EtcdPartitionable,
 		TLS:       datadir.EtcdTLSFiles(pki),
 		Bootstrap: etcd.MemberSpec{Name: etcd.BootstrapName, Dir: "etcd", ClientPort: clientPort, PeerPort: peerPort}})
 	if err != nil {

@@ -53,7 +53,7 @@ const (
 	StaleReads          = "chaos/stale-reads"
 	WatchResumesAtHead  = "chaos/watch-resumes-at-head"
 	ReadErrorIsGone     = "etcd/read-error-is-gone"
-	EtcdNoFsync         = "etcd/unsafe-no-fsync"
+	GraphDataUnsynced   = "cluster/graph-data-unsynced"
 	// Window bugs.
 	DrainedBeforeEviction = "machine/drained-before-eviction"
 	RebootInTwoWrites     = "mco/reboot-in-two-writes"
@@ -81,7 +81,7 @@ var Bugs = []Bug{
 		"machineset", "acknowledged writes", false, false},
 	{ReadErrorIsGone, "the etcd operator takes a failed look-up of a deleting master's instance for the instance gone, and stops its healthy member before the replacement votes",
 		"etcd-two", "etcd members healthy", false, false},
-	{EtcdNoFsync, "capstan up runs its etcd members with --unsafe-no-fsync: they answer writes they have not synced, which a power loss drops",
+	{GraphDataUnsynced, "capstan up writes the update service's graph data with plain writes and no sync, as it did before the power scenario found it: a power loss leaves the channel files empty, and capstan never starts again",
 		"power", "starts", false, false},
 	{StaleReads, "the campaign's clients answer a read from their last read of the object within a second, a read cache that their writes never invalidate",
 		"machineset", "linearizable", true, false},

@@ -135,6 +135,8 @@ func logTails(t *testing.T, dir string) {
 var plantedKills = map[string][]chaos.Kill{
 	planted.UpdateTwice:    {{Point: failpoint.CVOMidApply, Hit: 1}},
 	planted.RestoreOnStart: {{Point: failpoint.MachineSetCreate, Hit: 1}},
+	// A power cut drops what was not synced.
+	planted.GraphDataUnsynced: {{Point: failpoint.MachineSetCreate, Hit: 1}},
 }
 
 // plantedTimeout bounds a planted bug's operation (after its kill, if it
