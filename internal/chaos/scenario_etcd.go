@@ -89,7 +89,7 @@ func etcdTwoScenario() *Scenario {
 		etcdTwoProgress, quorumCheck{maxVoting: etcdMasters + 1, minHealthy: etcdMasters}, 2)
 	s.Faults = failpoint.FormatFault(failpoint.EtcdNodeRead, 2*time.Second, 5*time.Second) + "," +
 		failpoint.FormatFault(failpoint.EtcdInstanceRead, 2*time.Second, 5*time.Second)
-	s.Span = 16 * time.Second
+	s.Span = 12 * time.Second
 	return s
 }
 
@@ -126,13 +126,15 @@ func etcdPartitionScenario() *Scenario {
 
 // etcdRelabelScenario takes a master's role label away, and gives it back.
 func etcdRelabelScenario() *Scenario {
-	return etcdScenario("etcd-relabel",
+	s := etcdScenario("etcd-relabel",
 		"a master Machine's role label taken away (it is no longer the ControlPlaneMachineSet's, which makes a replacement for its "+
 			"index), then given back (the ControlPlaneMachineSet deletes the older of the index's two machines): the relabelled "+
 			"machine's member is never stopped (a label is no machine gone), its replacement joins once it is deleted: one "+
 			"replacement machine ever made, never more than 4 voting members, never fewer than 3 healthy while capstan is up, the "+
 			"API never down longer than a leader election, the 3 masters' members healthy at the end",
 		etcdRelabelProgress, quorumCheck{maxVoting: etcdMasters + 1, minHealthy: etcdMasters}, 1)
+	s.Span = 12 * time.Second
+	return s
 }
 
 // memberKills is how many member processes the etcd-member scenario
@@ -148,7 +150,7 @@ func etcdMemberScenario() *Scenario {
 			"again by capstan, no machine replaced, never fewer healthy voting members than a quorum while capstan is up", memberKills),
 		etcdMemberProgress, quorumCheck{maxVoting: etcdMasters}, 0)
 	s.Points = nil
-	s.Span = 20 * time.Second
+	s.Span = 5 * time.Second
 	return s
 }
 
