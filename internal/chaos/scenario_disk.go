@@ -38,7 +38,7 @@ func etcdDiskFullScenario() *Scenario {
 			"then freed: etcd meets ENOSPC, nothing acknowledged is lost, the API takes writes again once the space is back",
 			diskSize>>20, diskFullFor),
 		Args: []string{"--control-plane-nodes", "1", "--nodes", "1"},
-		Span: diskFullFor + time.Second,
+		Span: faultSpan,
 		// The API may refuse writes while the disk is full, and for
 		// etcd's restart after.
 		MaxOutage: diskFullFor + time.Minute,

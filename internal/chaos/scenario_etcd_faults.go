@@ -107,7 +107,7 @@ func etcdPauseScenario() *Scenario {
 			"follows the new leader once continued, never fewer healthy than a quorum of the 3 desired", partitionFor),
 		etcdPauseProgress, quorumCheck{maxVoting: etcdMasters}, 0)
 	s.Points = nil
-	s.Span = partitionFor + 2*time.Second
+	s.Span = faultSpan
 	return s
 }
 
@@ -201,7 +201,7 @@ func etcdAPIServerCutScenario() *Scenario {
 		etcdAPIServerCutProgress, quorumCheck{maxVoting: etcdMasters}, 0)
 	s.Args = append(s.Args, "--etcd-partitionable")
 	s.Points = nil
-	s.Span = 2*partitionFor + 2*time.Second
+	s.Span = faultSpan
 	s.MaxOutage = partitionFor + leaderElection
 	return s
 }

@@ -94,7 +94,7 @@ func etcdBridgeScenario() *Scenario {
 		etcdBridgeProgress, quorumCheck{maxVoting: etcdMasters}, 0)
 	s.Args = append(s.Args, "--etcd-partitionable")
 	s.Points = nil
-	s.Span = partitionFor + 2*time.Second
+	s.Span = faultSpan
 	return s
 }
 
@@ -159,7 +159,7 @@ func etcdMinorityScenario() *Scenario {
 		etcdMinorityProgress, quorumCheck{maxVoting: etcdMasters}, 0)
 	s.Args = append(s.Args, "--etcd-partitionable")
 	s.Points = nil
-	s.Span = partitionFor + 2*time.Second
+	s.Span = faultSpan
 	s.MaxOutage = partitionFor + leaderElection
 	return s
 }
