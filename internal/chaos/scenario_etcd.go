@@ -82,13 +82,16 @@ func etcdDeadScenario() *Scenario {
 // operator's Node reads fail for 2s of every 5s.
 func etcdTwoScenario() *Scenario {
 	s := etcdScenario("etcd-two",
-		"two of 3 healthy control-plane machines deleted at once, the etcd operator's Node reads and instance look-ups failing 2s of every 5s: each "+
+		"two of 3 healthy control-plane machines deleted at once, the etcd operator's Node reads failing 2s of every 5s and its instance look-ups 2s of every 7s: each "+
 			"replaced, one at a time, its replacement voting before the old member leaves (no member ever down: a failed read is no "+
 			"missing node): two replacement machines ever made, never more than 4 voting members, never fewer than 3 healthy while "+
 			"capstan is up, the API never down longer than a leader election, the 3 masters' members healthy at the end",
 		etcdTwoProgress, quorumCheck{maxVoting: etcdMasters + 1, minHealthy: etcdMasters}, 2)
+	// Another period for the look-ups: the windows of a fault are fixed
+	// on the clock, and look-ups failing only while the Node reads do
+	// would never be made (a failed Node read ends the tick first).
 	s.Faults = failpoint.FormatFault(failpoint.EtcdNodeRead, 2*time.Second, 5*time.Second) + "," +
-		failpoint.FormatFault(failpoint.EtcdInstanceRead, 2*time.Second, 5*time.Second)
+		failpoint.FormatFault(failpoint.EtcdInstanceRead, 2*time.Second, 7*time.Second)
 	s.Span = 12 * time.Second
 	return s
 }
