@@ -39,14 +39,21 @@ func fakeMember(t *testing.T, dataDir, name, seconds string, orphaned bool) int 
 		}
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	}
-	var pid int
+	// The stand-in's shell forks its sleep: until the child execs, it
+	// shows the same command line, and may be the one found. The PID
+	// counts once three reads in a row agree on it.
+	var pid, same int
 	err := waitfor.Poll(context.Background(), 20*time.Millisecond, 10*time.Second, waitfor.Simple(func(context.Context) (bool, string) {
 		procs, err := MemberProcesses(dataDir)
 		if err != nil {
 			return false, err.Error()
 		}
-		pid = procs[name]
-		return pid != 0, "no such process yet"
+		if now := procs[name]; now != 0 && now == pid {
+			same++
+		} else {
+			pid, same = now, 0
+		}
+		return pid != 0 && same >= 2, "no such process yet, or not settled"
 	}))
 	if err != nil {
 		t.Fatalf("the stand-in member never showed in the process table: %v", err)
