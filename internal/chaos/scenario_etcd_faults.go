@@ -242,15 +242,7 @@ func etcdAPIServerCutProgress(ctx context.Context, r *Run) (bool, string, error)
 		if err := etcd.WriteClientFault(r.DataDir, etcd.ClientFault{Delay: apiserverDelay}); err != nil {
 			return false, "", err
 		}
-		slow := faultPhase{Step: faultSlow, At: time.Now()}
-		for writeFaultPhase(ctx, r, slow) != nil {
-			select {
-			case <-ctx.Done():
-				return false, "", ctx.Err()
-			case <-time.After(500 * time.Millisecond):
-			}
-		}
-		return false, "healed the cut; the link is slow", nil
+		return false, "healed the cut; the link is slow", writeFaultPhaseOnceServed(ctx, r, faultPhase{Step: faultSlow, At: time.Now()})
 	case faultSlow:
 		// A kill ends the delay with capstan's proxy; a start brings it
 		// back, from the file, for what is left of it.

@@ -77,6 +77,31 @@ func readFaultPhase(ctx context.Context, r *Run) (faultPhase, error) {
 	return p, nil
 }
 
+// writeFaultPhaseOnceServed writes the phase as soon as the API takes
+// it: after a fault that kept it from serving, the phase cannot wait for
+// the next tick (written "" again, it would cut once more).
+func writeFaultPhaseOnceServed(ctx context.Context, r *Run, p faultPhase) error {
+	for writeFaultPhase(ctx, r, p) != nil {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// followers are the voting members a sample shows besides its leader.
+func followers(s memberSample) []string {
+	var out []string
+	for _, v := range s.Voting {
+		if v != s.Leader {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 func writeFaultPhase(ctx context.Context, r *Run, p faultPhase) error {
 	raw, err := json.Marshal(p)
 	if err != nil {
@@ -115,12 +140,7 @@ func etcdBridgeProgress(ctx context.Context, r *Run) (bool, string, error) {
 		if s.Leader == "" || !r.alive() {
 			return false, "waiting for a leader, capstan up", nil
 		}
-		var followers []string
-		for _, v := range s.Voting {
-			if v != s.Leader {
-				followers = append(followers, v)
-			}
-		}
+		followers := followers(s)
 		if len(followers) != 2 {
 			return false, fmt.Sprintf("waiting for two followers of %s: voting %v", s.Leader, s.Voting), nil
 		}
@@ -187,13 +207,11 @@ func etcdMinorityProgress(ctx context.Context, r *Run) (bool, string, error) {
 		if s.Leader == "" || !r.alive() {
 			return false, "waiting for a leader, capstan up", nil
 		}
-		minority := ""
-		for _, v := range s.Voting {
-			if v != s.Leader {
-				minority = v
-				break
-			}
+		others := followers(s)
+		if len(others) == 0 {
+			return false, fmt.Sprintf("waiting for a follower of %s: voting %v", s.Leader, s.Voting), nil
 		}
+		minority := others[0]
 		addr, err := memberClientAddr(r.DataDir, minority)
 		if err != nil {
 			return false, "", err
@@ -218,15 +236,7 @@ func etcdMinorityProgress(ctx context.Context, r *Run) (bool, string, error) {
 		}
 		// Written once the API serves again (written "" again, the step
 		// would cut once more).
-		healed := faultPhase{Step: faultHealed, Cut: []string{minority}, At: time.Now()}
-		for writeFaultPhase(ctx, r, healed) != nil {
-			select {
-			case <-ctx.Done():
-				return false, "", ctx.Err()
-			case <-time.After(500 * time.Millisecond):
-			}
-		}
-		return false, "healed the cut of " + minority, nil
+		return false, "healed the cut of " + minority, writeFaultPhaseOnceServed(ctx, r, faultPhase{Step: faultHealed, Cut: []string{minority}, At: time.Now()})
 	case faultHealed:
 		if err := etcd.WriteClientFault(r.DataDir, etcd.ClientFault{}); err != nil {
 			return false, "", err

@@ -267,11 +267,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	if errno := n.LoopbackNode.Getattr(ctx, unwrap(f), out); errno != 0 {
 		return errno
 	}
-	n.mu.Lock()
-	if n.sized {
-		out.Size = uint64(n.size)
-	}
-	n.mu.Unlock()
+	n.heldSize(&out.Size)
 	return 0
 }
 
@@ -279,11 +275,7 @@ func (n *node) Statx(ctx context.Context, f fs.FileHandle, flags uint32, mask ui
 	if errno := n.LoopbackNode.Statx(ctx, unwrap(f), flags, mask, out); errno != 0 {
 		return errno
 	}
-	n.mu.Lock()
-	if n.sized {
-		out.Size = uint64(n.size)
-	}
-	n.mu.Unlock()
+	n.heldSize(&out.Size)
 	return 0
 }
 
@@ -311,12 +303,18 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if errno := n.LoopbackNode.Setattr(ctx, unwrap(f), in, out); errno != 0 {
 		return errno
 	}
-	n.mu.Lock()
-	if n.sized {
-		out.Size = uint64(n.size)
-	}
-	n.mu.Unlock()
+	n.heldSize(&out.Size)
 	return 0
+}
+
+// heldSize sets *size to the file's size as written, when data past the
+// backing file's is held.
+func (n *node) heldSize(size *uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.sized {
+		*size = uint64(n.size)
+	}
 }
 
 func unwrap(f fs.FileHandle) fs.FileHandle {
