@@ -431,6 +431,8 @@ func (o *Operator) stopMember(ctx context.Context, name string) {
 	if members, err := o.Cluster.Members(ctx); err == nil && leavesBeforeStop(members, name) {
 		msg := fmt.Sprintf("removing member %s before its machine stops: with the bootstrap member still voting, its stop would lose the quorum and its removal does not", name)
 		if err := o.Cluster.Remove(ctx, name); err != nil {
+			// Refused (etcdserver: re-configuration failed due to not
+			// enough started members): the stop loses the quorum either way.
 			klog.FromContext(ctx).Error(err, "Removing an etcd member before its machine stops", "member", name)
 		} else {
 			klog.FromContext(ctx).Info("Changed the etcd membership", "reason", "ScaleDown", "change", msg)
@@ -441,32 +443,34 @@ func (o *Operator) stopMember(ctx context.Context, name string) {
 }
 
 // leavesBeforeStop says whether name's member must leave before it
-// stops: the bootstrap member votes, and the healthy voting members
-// without it are no quorum of the members as they are, but one of the
-// members without it.
+// stops: the bootstrap member votes, name's member votes, and the
+// healthy voting members without it are no quorum of the members as they
+// are. Whether its removal is safe is etcd's to judge: its
+// StrictReconfigCheck refuses a removal that leaves fewer started members
+// than a quorum, and counts them from its own peers' connections, where
+// one health check here may have flaked (the bootstrap member's, say,
+// which the old lower bound took for a member down, so the stop went
+// ahead and took the quorum with it).
 func leavesBeforeStop(members []MemberStatus, name string) bool {
-	voters, healthy := 0, 0
+	voters, others := 0, 0
 	bootstrap, self := false, false
 	for _, m := range members {
 		if !m.Started || m.Learner {
 			continue
 		}
 		voters++
-		if m.Healthy {
-			healthy++
-		}
 		switch m.Name {
 		case BootstrapName:
 			bootstrap = true
 		case name:
-			self = m.Healthy
+			self = true
+			continue
+		}
+		if m.Healthy {
+			others++
 		}
 	}
-	if !bootstrap || !self {
-		return false
-	}
-	staying := healthy - 1
-	return staying < voters/2+1 && staying >= (voters-1)/2+1
+	return bootstrap && self && others < voters/2+1
 }
 
 // changeMembership makes the one change the etcd operator's rules choose

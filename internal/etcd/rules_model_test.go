@@ -61,7 +61,10 @@ type model struct {
 	now      time.Time
 	// down counts the masters a fault stopped and has not started.
 	down int
-	log  []string
+	// flaky is a member whose next health check fails though it is up
+	// (a check timed out): the stop that reads it takes it for down.
+	flaky string
+	log   []string
 }
 
 func newModel(t *testing.T, desired int) *model {
@@ -120,7 +123,7 @@ func (m *model) statuses() []MemberStatus {
 	var out []MemberStatus
 	for _, mem := range m.members {
 		out = append(out, MemberStatus{Name: mem.name, ID: mem.id, Learner: mem.learner, Started: true,
-			Healthy: mem.up && (q || mem.learner)})
+			Healthy: mem.up && (q || mem.learner) && mem.name != m.flaky})
 	}
 	return out
 }
@@ -162,15 +165,17 @@ func (m *model) remove(name string) error {
 // stop stops a machine: its member leaves first when the operator says
 // so, then its process stops.
 func (m *model) stop(mc *modelMachine) {
+	defer func() { m.flaky = "" }()
 	mc.running = false
 	m.down++
 	if mem := m.member(mc.name); mem != nil {
 		if leavesBeforeStop(m.statuses(), mc.name) {
-			if err := m.remove(mc.name); err != nil {
-				m.t.Fatalf("%s: the member of %s could not leave before its stop: %v", m.trace(), mc.name, err)
+			// etcd judges the removal (StrictReconfigCheck); refused,
+			// the member stops with its machine.
+			if err := m.remove(mc.name); err == nil {
+				m.logf("member %s left before its machine stopped", mc.name)
+				return
 			}
-			m.logf("member %s left before its machine stopped", mc.name)
-			return
 		}
 		mem.up = false
 	}
@@ -315,8 +320,15 @@ func TestDecideModel(t *testing.T) {
 					sort.Slice(live, func(i, j int) bool { return live[i].name < live[j].name })
 					victim = live[rnd.IntN(len(live))]
 					after = step + 1 + rnd.IntN(20)
+					flaky := rnd.IntN(2) == 0
 					switch kind {
 					case 0, 1, 3:
+						if flaky {
+							// The stop reads the bootstrap member's
+							// check failed: it may still be half of
+							// the quorum.
+							m.flaky = BootstrapName
+						}
 						m.stop(victim)
 						m.logf("step %d: stopped %s", step, victim.name)
 					case 2:
