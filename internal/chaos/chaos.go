@@ -87,6 +87,25 @@ type Scenario struct {
 	// Check returns the scenario's invariant violations once the
 	// operation is complete.
 	Check func(ctx context.Context, r *Run) []Violation
+	// Target, when set, is the process the kills land in instead of
+	// capstan up, which then serves the whole run and is never killed.
+	Target *Target
+}
+
+// Target is a process of its own that a scenario's kills land in: an
+// operator run against the cluster as on an existing one, while capstan
+// up, that cluster, serves throughout. Its kill points, lasting faults
+// and planted bugs are the target's; capstan up runs without them.
+type Target struct {
+	// Setup runs once capstan up serves and the run's clients are
+	// connected, before the target's first start (it starts what the
+	// target acts on): it returns what undoes it after the run.
+	Setup func(ctx context.Context, r *Run) (undo func(), err error)
+	// Args is the target's command line at each start (a capstan
+	// subcommand and its flags), as its admin would write it then.
+	Args func(r *Run) ([]string, error)
+	// UpLine is what the target prints once it acts.
+	UpLine string
 }
 
 // The bounds of a scenario that sets none: an outage while up is a
@@ -146,12 +165,16 @@ func PlanKills(s *Scenario, seed uint64, n int) []Kill {
 	// instant.
 	order := make([]int64, n)
 	var points, instants []int
+	taken := map[Kill]bool{}
 	for i := range kills {
 		if len(s.Points) > 0 && rnd.IntN(2) == 0 {
 			j := rnd.IntN(len(s.Points))
-			kills[i], order[i] = Kill{Point: s.Points[j].Name, Hit: 1 + rnd.IntN(max(1, s.Points[j].MaxHit))}, int64(j)
-			points = append(points, i)
-			continue
+			if k, at, ok := untakenHit(s.Points, j, 1+rnd.IntN(max(1, s.Points[j].MaxHit)), taken); ok {
+				taken[k] = true
+				kills[i], order[i] = k, int64(at)*1000+int64(k.Hit)
+				points = append(points, i)
+				continue
+			}
 		}
 		kills[i] = Kill{After: time.Duration(rnd.Int64N(int64(max(s.Span, time.Second))))}
 		order[i] = int64(kills[i].After)
@@ -169,6 +192,31 @@ func PlanKills(s *Scenario, seed uint64, n int) []Kill {
 		}
 	}
 	return kills
+}
+
+// untakenHit is the kill at point j's hit, or, when a kill is planned
+// there already (the operation reaches it once: the second would never
+// land), the next hit of a point not planned yet, in the points' order
+// from there; false when every hit of every point is planned.
+func untakenHit(points []Point, j, hit int, taken map[Kill]bool) (Kill, int, bool) {
+	for n := range len(points) {
+		at := (j + n) % len(points)
+		from := 1
+		if n == 0 {
+			from = hit
+		}
+		for h := from; h <= max(1, points[at].MaxHit); h++ {
+			if k := (Kill{Point: points[at].Name, Hit: h}); !taken[k] {
+				return k, at, true
+			}
+		}
+	}
+	for h := 1; h < hit; h++ {
+		if k := (Kill{Point: points[j].Name, Hit: h}); !taken[k] {
+			return k, j, true
+		}
+	}
+	return Kill{}, 0, false
 }
 
 // PlanEveryPoint plans a kill at the first hit of each of the scenario's

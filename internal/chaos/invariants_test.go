@@ -388,6 +388,34 @@ func TestPlanKillsIsReproducible(t *testing.T) {
 	}
 }
 
+// A point's hit is planned once at most: the operation reaches it once,
+// and a second kill there would never land. Hits of a point come in
+// order; once every hit is planned, the kills left go to instants.
+func TestPlanKillsNeverPlansAHitTwice(t *testing.T) {
+	s := &Scenario{Span: 10 * time.Second, Points: []Point{{failpoint.MCDMidReboot, 3}, {failpoint.DrainStarted, 1}}}
+	for seed := range uint64(200) {
+		kills := PlanKills(s, seed, 8)
+		seen := map[Kill]bool{}
+		last := map[string]int{}
+		for _, k := range kills {
+			if k.Point == "" {
+				continue
+			}
+			if seen[k] {
+				t.Fatalf("seed %d planned %s twice: %v", seed, k, kills)
+			}
+			seen[k] = true
+			if k.Hit < last[k.Point] {
+				t.Fatalf("seed %d: the hits of %s are out of order: %v", seed, k.Point, kills)
+			}
+			last[k.Point] = k.Hit
+		}
+		if len(kills) != 8 || len(seen) > 4 {
+			t.Fatalf("seed %d planned %v: want 8 kills, at most the 4 hits of the points", seed, kills)
+		}
+	}
+}
+
 // CI's plan reaches every point of a scenario once, in order, then its
 // random instants.
 func TestPlanEveryPoint(t *testing.T) {
