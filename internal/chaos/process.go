@@ -17,9 +17,13 @@ import (
 // upLine is what `capstan up` prints once it serves.
 const upLine = "capstan is up"
 
-// process is one `capstan up` of a run.
+// process is one process of a run: a `capstan up`, or the process a
+// scenario kills instead (Target).
 type process struct {
 	cmd *exec.Cmd
+	// name names it in what the campaign says ("capstan up"); upLine is
+	// what it prints once it is up.
+	name, upLine string
 
 	mu sync.Mutex
 	// tail is the end of what it printed.
@@ -46,14 +50,20 @@ const tailLines = 40
 // the campaign's own environment is not inherited), and the lasting
 // faults and planted bugs given.
 func startProcess(command func(args ...string) *exec.Cmd, args []string, armFile string, env ...string) (*process, error) {
-	cmd := command(append([]string{"up"}, args...)...)
+	return startCommand(command, append([]string{"up"}, args...), upLine, armFile, env...)
+}
+
+// startCommand starts `capstan args` as startProcess does: it is up once
+// it prints upLine.
+func startCommand(command func(args ...string) *exec.Cmd, args []string, upLine, armFile string, env ...string) (*process, error) {
+	cmd := command(args...)
 	cmd.Env = append(cmd.Environ(), failpoint.Env+"=", failpoint.FileEnv+"="+armFile)
 	cmd.Env = append(cmd.Env, env...)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
-	p := &process{cmd: cmd, up: make(chan struct{}), marker: make(chan struct{}), done: make(chan struct{})}
+	p := &process{cmd: cmd, name: "capstan " + args[0], upLine: upLine, up: make(chan struct{}), marker: make(chan struct{}), done: make(chan struct{})}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting capstan up: %w", err)
+		return nil, fmt.Errorf("starting %s: %w", p.name, err)
 	}
 	// done closes once the process exited and everything it printed was
 	// read: its marker, if it printed one, is seen by then.
@@ -71,7 +81,7 @@ func startProcess(command func(args ...string) *exec.Cmd, args []string, armFile
 			}
 			p.mu.Unlock()
 			switch {
-			case strings.Contains(line, upLine):
+			case strings.Contains(line, p.upLine):
 				p.upOnce.Do(func() { close(p.up) })
 			case strings.HasPrefix(line, failpoint.HitMarker):
 				p.mu.Lock()
@@ -117,9 +127,9 @@ func (p *process) waitUp(timeout time.Duration) error {
 	case <-p.up:
 		return nil
 	case <-p.done:
-		return fmt.Errorf("capstan up exited (%s) before saying it was up:\n%s", p.exit(), p.Tail())
+		return fmt.Errorf("%s exited (%s) before saying it was up:\n%s", p.name, p.exit(), p.Tail())
 	case <-time.After(timeout):
-		return fmt.Errorf("capstan up did not say it was up within %s:\n%s", timeout, p.Tail())
+		return fmt.Errorf("%s did not say it was up within %s:\n%s", p.name, timeout, p.Tail())
 	}
 }
 
@@ -186,18 +196,18 @@ func (p *process) kill() {
 // process that does not stop in time is killed, and stop says so.
 func (p *process) stop(timeout time.Duration) error {
 	if p.exited() {
-		return fmt.Errorf("capstan up had exited (%s)", p.exit())
+		return fmt.Errorf("%s had exited (%s)", p.name, p.exit())
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
 		if p.state != nil {
-			return fmt.Errorf("capstan up stopped with %s:\n%s", p.exit(), p.Tail())
+			return fmt.Errorf("%s stopped with %s:\n%s", p.name, p.exit(), p.Tail())
 		}
 		return nil
 	case <-time.After(timeout):
 		p.kill()
-		return fmt.Errorf("capstan up did not stop within %s of SIGTERM:\n%s", timeout, p.Tail())
+		return fmt.Errorf("%s did not stop within %s of SIGTERM:\n%s", p.name, timeout, p.Tail())
 	}
 }
 

@@ -39,8 +39,10 @@ type Run struct {
 	// History is every revision of the objects the invariants read.
 	History *History
 	// Members samples the etcd membership, for scenarios that ask
-	// (SampleMembers).
-	Members *memberSampler
+	// (SampleMembers): that of MembersDir, a data dir (the run's own
+	// unless the scenario's target set another).
+	Members    *memberSampler
+	MembersDir string
 	// writes are the run's acknowledged and refused writes.
 	writes *acks
 	// Capstan runs a short-lived capstan command against the cluster

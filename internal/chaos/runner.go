@@ -12,6 +12,7 @@ import (
 
 	"github.com/capstan-dev/capstan/deploy"
 	"github.com/capstan-dev/capstan/internal/failpoint"
+	"github.com/capstan-dev/capstan/internal/planted"
 	"github.com/capstan-dev/capstan/internal/ports"
 	"github.com/capstan-dev/capstan/internal/seeded"
 )
@@ -38,9 +39,11 @@ type runner struct {
 	// kills are the planned kills; next the first not landed yet.
 	kills []Kill
 	next  int
-	// p is the current process; starts counts the starts; killedByUs
-	// says the campaign sent the current process's SIGKILL (a random
-	// instant: a point's kill is the process's own).
+	// p is the current process the kills land in; starts counts the
+	// starts; killedByUs says the campaign sent the current process's
+	// SIGKILL (a random instant: a point's kill is the process's own).
+	// host is capstan up when a target is what the kills land in (p).
+	host       *process
 	p          *process
 	starts     int
 	killedByUs bool
@@ -156,7 +159,7 @@ func (rn *runner) prepare(context.Context) (bool, error) {
 	// reference that names the registry's address.
 	rn.args = append([]string{"--data-dir", dir, "--port", strconv.Itoa(apiPort), "--metrics-address", "", "--console-address", "",
 		"--release-address", "127.0.0.1:" + strconv.Itoa(relPort)}, rn.s.Args...)
-	r := &Run{Scenario: rn.s, Seed: rn.seed, DataDir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig"), opts: rn.opts, op: newOperation()}
+	r := &Run{Scenario: rn.s, Seed: rn.seed, DataDir: dir, MembersDir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig"), opts: rn.opts, op: newOperation()}
 	r.Capstan = func(ctx context.Context, args ...string) (string, error) {
 		cmd := rn.opts.Command(append(args, "--kubeconfig", r.Kubeconfig)...)
 		out, err := cmd.CombinedOutput()
@@ -235,9 +238,12 @@ func (rn *runner) landed(inStart bool) {
 // not start (a violation).
 func (rn *runner) boot(which string) (bool, error) {
 	for {
-		if err := waitMembersGone(rn.dir, time.Minute); err != nil {
-			rn.violate("stops", "%s: %v", which, err)
-			return false, nil
+		// A target's kill leaves capstan up's members be.
+		if rn.host == nil {
+			if err := waitMembersGone(rn.dir, time.Minute); err != nil {
+				rn.violate("stops", "%s: %v", which, err)
+				return false, nil
+			}
 		}
 		if rn.starts > 0 && rn.s.AfterKill != nil {
 			if err := rn.s.AfterKill(rn.dir); err != nil {
@@ -254,14 +260,25 @@ func (rn *runner) boot(which string) (bool, error) {
 		rn.starts++
 		startEnv := append(slices.Clone(rn.env), fmt.Sprintf("%s=%d", seeded.Env, rn.seed*1_000_003+uint64(rn.starts)))
 		var err error
-		if rn.p, err = startProcess(rn.opts.Command, rn.args, rn.armFile, startEnv...); err != nil {
+		if rn.host != nil {
+			args, aerr := rn.s.Target.Args(rn.r)
+			if aerr != nil {
+				return false, fmt.Errorf("the target's command line: %w", aerr)
+			}
+			rn.p, err = startCommand(rn.opts.Command, args, rn.s.Target.UpLine, rn.armFile, startEnv...)
+		} else {
+			rn.p, err = startProcess(rn.opts.Command, rn.args, rn.armFile, startEnv...)
+		}
+		if err != nil {
 			return false, err
 		}
 		rn.killedByUs = false
 		werr := rn.p.waitUp(rn.opts.StartTimeout)
 		if werr == nil {
-			rn.r.proc.Store(rn.p)
-			rn.r.up.Store(true)
+			if rn.host == nil {
+				rn.r.proc.Store(rn.p)
+				rn.r.up.Store(true)
+			}
 			rn.r.op.up(time.Now())
 			return true, nil
 		}
@@ -277,12 +294,72 @@ func (rn *runner) boot(which string) (bool, error) {
 	}
 }
 
-// firstStart starts capstan up and connects the run's clients to it.
-func (rn *runner) firstStart(context.Context) (bool, error) {
+// firstStart starts capstan up and connects the run's clients to it;
+// a scenario with a target then has it set up and started.
+func (rn *runner) firstStart(ctx context.Context) (bool, error) {
+	if rn.s.Target != nil {
+		return rn.startTarget(ctx)
+	}
 	if ok, err := rn.boot("the first start"); !ok || err != nil {
 		return true, err
 	}
 	return false, rn.r.connect()
+}
+
+// startTarget starts capstan up, which serves the whole run without a
+// kill point armed, a lasting fault or a planted bug, then the scenario's
+// target, the process the kills land in.
+func (rn *runner) startTarget(ctx context.Context) (bool, error) {
+	hostArms := filepath.Join(rn.dir, "chaos-failpoint-host")
+	if err := failpoint.WriteArmFile(hostArms); err != nil {
+		return true, err
+	}
+	env := append(slices.Clone(rn.opts.Env), fmt.Sprintf("%s=%d", seeded.Env, rn.seed*1_000_003))
+	env = slices.DeleteFunc(env, func(e string) bool { return strings.HasPrefix(e, planted.Env+"=") })
+	host, err := startProcess(rn.opts.Command, rn.args, hostArms, env...)
+	if err != nil {
+		return true, err
+	}
+	rn.host = host
+	rn.onCleanup(func() {
+		if !host.exited() {
+			host.kill()
+		}
+	})
+	if err := host.waitUp(rn.opts.StartTimeout); err != nil {
+		rn.violate("starts", "the first start of capstan up: %v", err)
+		return true, nil
+	}
+	rn.r.proc.Store(host)
+	rn.r.up.Store(true)
+	if err := rn.r.connect(); err != nil {
+		return true, err
+	}
+	undo, err := rn.s.Target.Setup(ctx, rn.r)
+	if undo != nil {
+		rn.onCleanup(undo)
+	}
+	if err != nil {
+		return true, fmt.Errorf("setting up the target: %w", err)
+	}
+	if ok, err := rn.boot("the first start of the target"); !ok || err != nil {
+		return true, err
+	}
+	return false, nil
+}
+
+// hostDone is closed when capstan up serving a target's run exited (nil
+// without a target: the kills' process is capstan up).
+func (rn *runner) hostDone() <-chan struct{} {
+	if rn.host == nil {
+		return nil
+	}
+	return rn.host.done
+}
+
+// hostCrashed records capstan up's exit under a target as a crash.
+func (rn *runner) hostCrashed() {
+	rn.violate("crash", "%s exited on its own (%s):\n%s", rn.host.name, rn.host.exit(), rn.host.Tail())
 }
 
 // startClients starts what follows the run until it ends: the history of
@@ -309,7 +386,7 @@ func (rn *runner) startClients(ctx context.Context) (bool, error) {
 		rn.lin.run(linCtx, rn.seed)
 	}()
 	if rn.s.SampleMembers {
-		rn.r.Members = sampleMembers(rctx, rn.dir, rn.r.alive)
+		rn.r.Members = sampleMembers(rctx, rn.r.MembersDir, rn.r.alive)
 	}
 	rn.progress = startProgress(rctx, rn.r)
 	return false, nil
@@ -322,6 +399,7 @@ func (rn *runner) awaitOperation(ctx context.Context) (bool, error) {
 	case <-rn.r.op.started:
 	case <-rn.progress.done:
 	case <-rn.p.done:
+	case <-rn.hostDone():
 	case <-time.After(rn.timeout):
 		rn.violate("completes", "the operation did not start within %s of capstan being up: %s", rn.timeout, rn.progress.why())
 	case <-ctx.Done():
@@ -368,6 +446,9 @@ func (rn *runner) killOnce(ctx context.Context) (bool, error) {
 	select {
 	case <-ctx.Done():
 		return true, ctx.Err()
+	case <-rn.hostDone():
+		rn.hostCrashed()
+		return true, nil
 	case <-p.done:
 	case <-rn.progress.done:
 		rn.notReached("the operation completed")
@@ -376,21 +457,21 @@ func (rn *runner) killOnce(ctx context.Context) (bool, error) {
 		rn.notReached(fmt.Sprintf("not within %s", rn.timeout))
 		return false, nil
 	case <-fire:
-		rn.r.up.Store(false)
+		rn.serving(false)
 		rn.killedByUs = true
 		p.kill()
 	}
-	rn.r.up.Store(false)
+	rn.serving(false)
 	switch {
 	case p.reachedFailpoint():
 	case rn.killedByUs:
 	case !p.killedBySIGKILL():
-		rn.violate("crash", "capstan up exited on its own (%s) before kill %d:\n%s", p.exit(), rn.next+1, p.Tail())
+		rn.violate("crash", "%s exited on its own (%s) before kill %d:\n%s", p.name, p.exit(), rn.next+1, p.Tail())
 		return true, nil
 	default:
 		// SIGKILLed, but neither at its point nor by the campaign: the
 		// OOM killer, say. No planned kill landed.
-		rn.violate("crash", "capstan up was SIGKILLed by something other than the campaign (the OOM killer?) before kill %d:\n%s", rn.next+1, p.Tail())
+		rn.violate("crash", "%s was SIGKILLed by something other than the campaign (the OOM killer?) before kill %d:\n%s", p.name, rn.next+1, p.Tail())
 		return true, nil
 	}
 	killedAt := time.Now()
@@ -400,6 +481,14 @@ func (rn *runner) killOnce(ctx context.Context) (bool, error) {
 		return true, err
 	}
 	return rn.recovered(ctx, killedAt)
+}
+
+// serving records whether the API serves: it stops with a kill of
+// capstan up, not with a target's.
+func (rn *runner) serving(up bool) {
+	if rn.host == nil {
+		rn.r.up.Store(up)
+	}
 }
 
 // recovered checks, after a kill and its start, that the API took a
@@ -443,7 +532,10 @@ func (rn *runner) awaitCompletion(ctx context.Context) (bool, error) {
 			rn.res.Completed = rn.progress.at.Sub(rn.start)
 			rn.res.Operation = rn.r.op.elapsed(rn.progress.at)
 		case <-rn.p.done:
-			rn.violate("crash", "capstan up exited on its own (%s):\n%s", rn.p.exit(), rn.p.Tail())
+			rn.violate("crash", "%s exited on its own (%s):\n%s", rn.p.name, rn.p.exit(), rn.p.Tail())
+			return true, nil
+		case <-rn.hostDone():
+			rn.hostCrashed()
 			return true, nil
 		case <-time.After(rn.timeout):
 			rn.violate("completes", "not within %s of the last kill: %s", rn.timeout, rn.progress.why())
@@ -481,6 +573,11 @@ func (rn *runner) check(ctx context.Context) (bool, error) {
 	rn.res.Violations = append(rn.res.Violations, checkWatch(r.History.Received(linKeyPrefix), ops)...)
 	if err := p.stop(2 * time.Minute); err != nil {
 		rn.violate("stops", "%v", err)
+	}
+	if rn.host != nil {
+		if err := rn.host.stop(2 * time.Minute); err != nil {
+			rn.violate("stops", "%v", err)
+		}
 	}
 	// Every component acts as its own ServiceAccount: RBAC refusing one
 	// anything, through every kill and restart, is a right its rbac.yaml

@@ -21,7 +21,7 @@ import (
 // Scenarios are the campaign's scenarios, in the order `all` runs them.
 func Scenarios() []*Scenario {
 	return []*Scenario{updateScenario(), autoscalerScenario(), machineSetScenario(), machineSetCloudScenario(), machineSetPauseScenario(), powerScenario(), mcoScenario(), mcoPauseScenario(), evictionScenario(),
-		etcdDeadScenario(), etcdTwoScenario(), etcdFailedScenario(), etcdMemberScenario(), etcdPauseScenario(), etcdPartitionScenario(), etcdBridgeScenario(), etcdMinorityScenario(), etcdAPIServerCutScenario(), etcdRelabelScenario(), etcdDiskFullScenario()}
+		etcdDeadScenario(), etcdTwoScenario(), etcdFailedScenario(), etcdMemberScenario(), etcdPauseScenario(), etcdPartitionScenario(), etcdBridgeScenario(), etcdMinorityScenario(), etcdAPIServerCutScenario(), etcdRelabelScenario(), etcdDiskFullScenario(), etcdRemoteScenario()}
 }
 
 // created treats AlreadyExists as success: each write of a scenario may

@@ -12,6 +12,8 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/capstan-dev/capstan/internal/failpoint"
 )
 
 // Membership is the etcd cluster the operator reads and changes: the
@@ -156,6 +158,7 @@ func (r *Remote) Promote(ctx context.Context, name string) error {
 	if _, err := r.client.MemberPromote(ctx, m.ID); err != nil {
 		return fmt.Errorf("promoting member %s: %w", name, err)
 	}
+	failpoint.Hit(failpoint.EtcdLearnerPromoted)
 	r.sync(ctx)
 	return nil
 }
@@ -182,6 +185,7 @@ func (r *Remote) RemoveID(ctx context.Context, id uint64) error {
 	if _, err := r.client.MemberRemove(ctx, id); err != nil && !strings.Contains(err.Error(), "member not found") {
 		return fmt.Errorf("removing member %x: %w", id, err)
 	}
+	failpoint.Hit(failpoint.EtcdMemberRemoved)
 	r.sync(ctx)
 	return nil
 }

@@ -48,7 +48,7 @@ func TestChaosCommand(t *testing.T) {
 		t.Errorf("--list does not show the kill points:\n%s", out)
 	}
 	for _, tc := range []struct{ args, want string }{
-		{"--scenario nope", `--scenario: no scenario "nope" (known: update, autoscaler, machineset, machineset-cloud, pause, power, mco, mco-pause, eviction, etcd, etcd-two, etcd-failed, etcd-member, etcd-pause, etcd-partition, etcd-bridge, etcd-minority, etcd-apiserver-cut, etcd-relabel, etcd-disk-full, or all)`},
+		{"--scenario nope", `--scenario: no scenario "nope" (known: update, autoscaler, machineset, machineset-cloud, pause, power, mco, mco-pause, eviction, etcd, etcd-two, etcd-failed, etcd-member, etcd-pause, etcd-partition, etcd-bridge, etcd-minority, etcd-apiserver-cut, etcd-relabel, etcd-disk-full, etcd-remote, or all)`},
 		{"--runs 0", "--runs 0 must be at least 1"},
 		{"--kills -1", "--kills -1 must not be negative"},
 		{"--seed -3", "--seed -3 must not be negative"},
