@@ -24,6 +24,8 @@ type process struct {
 	// name names it in what the campaign says ("capstan up"); upLine is
 	// what it prints once it is up.
 	name, upLine string
+	// log, when set, gets every line it prints.
+	log io.Writer
 
 	mu sync.Mutex
 	// tail is the end of what it printed.
@@ -56,12 +58,18 @@ func startProcess(command func(args ...string) *exec.Cmd, args []string, armFile
 // startCommand starts `capstan args` as startProcess does: it is up once
 // it prints upLine.
 func startCommand(command func(args ...string) *exec.Cmd, args []string, upLine, armFile string, env ...string) (*process, error) {
+	return startLogged(command, args, upLine, armFile, nil, env...)
+}
+
+// startLogged starts `capstan args` as startCommand does, copying what it
+// prints to log (nil: nowhere).
+func startLogged(command func(args ...string) *exec.Cmd, args []string, upLine, armFile string, log io.Writer, env ...string) (*process, error) {
 	cmd := command(args...)
 	cmd.Env = append(cmd.Environ(), failpoint.Env+"=", failpoint.FileEnv+"="+armFile)
 	cmd.Env = append(cmd.Env, env...)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
-	p := &process{cmd: cmd, name: "capstan " + args[0], upLine: upLine, up: make(chan struct{}), marker: make(chan struct{}), done: make(chan struct{})}
+	p := &process{cmd: cmd, name: "capstan " + args[0], upLine: upLine, log: log, up: make(chan struct{}), marker: make(chan struct{}), done: make(chan struct{})}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", p.name, err)
 	}
@@ -74,6 +82,9 @@ func startCommand(command func(args ...string) *exec.Cmd, args []string, upLine,
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			line := sc.Text()
+			if p.log != nil {
+				fmt.Fprintln(p.log, line)
+			}
 			p.mu.Lock()
 			p.tail = append(p.tail, line)
 			if len(p.tail) > tailLines {

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -42,8 +43,10 @@ type runner struct {
 	// p is the current process the kills land in; starts counts the
 	// starts; killedByUs says the campaign sent the current process's
 	// SIGKILL (a random instant: a point's kill is the process's own).
-	// host is capstan up when a target is what the kills land in (p).
+	// host is capstan up when a target is what the kills land in (p);
+	// targetLog gets what the target prints.
 	host       *process
+	targetLog  io.Writer
 	p          *process
 	starts     int
 	killedByUs bool
@@ -265,7 +268,7 @@ func (rn *runner) boot(which string) (bool, error) {
 			if aerr != nil {
 				return false, fmt.Errorf("the target's command line: %w", aerr)
 			}
-			rn.p, err = startCommand(rn.opts.Command, args, rn.s.Target.UpLine, rn.armFile, startEnv...)
+			rn.p, err = startLogged(rn.opts.Command, args, rn.s.Target.UpLine, rn.armFile, rn.targetLog, startEnv...)
 		} else {
 			rn.p, err = startProcess(rn.opts.Command, rn.args, rn.armFile, startEnv...)
 		}
@@ -335,6 +338,14 @@ func (rn *runner) startTarget(ctx context.Context) (bool, error) {
 	if err := rn.r.connect(); err != nil {
 		return true, err
 	}
+	// What the target prints, start after start, is kept beside
+	// capstan's logs.
+	logFile, err := os.OpenFile(filepath.Join(rn.dir, "logs", "target.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return true, err
+	}
+	rn.onCleanup(func() { logFile.Close() })
+	rn.targetLog = logFile
 	undo, err := rn.s.Target.Setup(ctx, rn.r)
 	if undo != nil {
 		rn.onCleanup(undo)

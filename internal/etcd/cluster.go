@@ -61,6 +61,9 @@ type Cluster struct {
 	// Warnings are problems Start repaired (a registry that would not
 	// validate), for the user to hear of.
 	Warnings []string
+	// learnerAdded, set by tests only, runs between etcd's answer to a
+	// learner's addition and the learner's start.
+	learnerAdded func(name string)
 
 	mu       sync.Mutex
 	registry []MemberSpec
@@ -356,7 +359,47 @@ func (c *Cluster) start(s MemberSpec, cluster, state string) (*Member, error) {
 	if c.cfg.Partitionable {
 		mc.partitionFile = filepath.Join(c.cfg.DataDir, PartitionFile)
 	}
+	if state == "existing" {
+		mc.rediscover = func() (string, error) { return c.currentInitialCluster(s) }
+	}
 	return startMember(mc)
+}
+
+// currentInitialCluster is the initial cluster of joining member s as
+// etcd lists the members now: each by its name, the ones not started yet
+// (s itself) by the registry's.
+func (c *Cluster) currentInitialCluster(s MemberSpec) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	list, err := c.client.MemberList(ctx)
+	if err != nil {
+		return "", err
+	}
+	c.mu.Lock()
+	registry := append([]MemberSpec(nil), c.registry...)
+	c.mu.Unlock()
+	if !slices.ContainsFunc(registry, func(r MemberSpec) bool { return r.Name == s.Name }) {
+		registry = append(registry, s)
+	}
+	var parts []string
+	for _, m := range list.Members {
+		if len(m.PeerURLs) == 0 {
+			continue
+		}
+		name := m.Name
+		if name == "" {
+			for _, r := range registry {
+				if slices.Contains(m.PeerURLs, r.PeerURL()) {
+					name = r.Name
+				}
+			}
+		}
+		if name == "" {
+			return "", fmt.Errorf("member %x (%s) has no name yet and none in the registry", m.ID, m.PeerURLs[0])
+		}
+		parts = append(parts, name+"="+m.PeerURLs[0])
+	}
+	return strings.Join(parts, ","), nil
 }
 
 func (c *Cluster) newClient(specs []MemberSpec) (*clientv3.Client, error) {

@@ -11,6 +11,7 @@ package etcd
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -138,6 +139,12 @@ type memberConfig struct {
 	// partitionFile, when set, has the member serve its peer port through
 	// a proxy a fault campaign partitions it with (see servePeers).
 	partitionFile string
+	// rediscover, when set, is the initial cluster as it is now: a member
+	// joining an existing cluster that has not joined yet (no data) starts
+	// again with it, not with the members of when it was added, which a
+	// removal since makes etcd refuse ("member count is unequal") for
+	// good. OpenShift's etcd pods discover it at every start, the same way.
+	rediscover func() (string, error)
 }
 
 func startMember(c memberConfig) (*Member, error) {
@@ -164,6 +171,7 @@ const (
 func (m *Member) supervise() {
 	defer close(m.done)
 	backoff := restartBackoffMin
+	cfg := m.cfg
 	for {
 		m.mu.Lock()
 		p := m.cur
@@ -198,8 +206,17 @@ func (m *Member) supervise() {
 			}
 			backoff = min(2*backoff, restartBackoffMax)
 			// Started again with its data: the initial cluster no
-			// longer matters, unless it never wrote any.
-			next, err := launch(m.cfg)
+			// longer matters, unless it never wrote any: then it is
+			// the members etcd lists now.
+			if cfg.rediscover != nil && cfg.state == "existing" && !hasMemberData(cfg.dir) {
+				if now, err := cfg.rediscover(); err != nil {
+					klog.InfoS("Listing the members for a joining etcd member's start; starting it with those of its addition", "member", m.Spec.Name, "err", err)
+				} else if now != cfg.initialCluster {
+					klog.InfoS("A joining etcd member starts again with the members as they are now", "member", m.Spec.Name, "was", cfg.initialCluster, "now", now)
+					cfg.initialCluster = now
+				}
+			}
+			next, err := launch(cfg)
 			if err != nil {
 				klog.ErrorS(err, "Starting an etcd member's process again", "member", m.Spec.Name)
 				continue
@@ -268,6 +285,14 @@ func (m *Member) Halt() {
 }
 
 // initialCluster writes name=peerURL pairs.
+// hasMemberData reports whether a member's data dir holds etcd's data: a
+// write-ahead log (etcd makes the member directory before it checks the
+// cluster it joins, so a member refused has one, empty).
+func hasMemberData(dir string) bool {
+	wals, _ := filepath.Glob(filepath.Join(dir, "member", "wal", "*.wal"))
+	return len(wals) > 0
+}
+
 func initialCluster(specs []MemberSpec) string {
 	parts := make([]string, 0, len(specs))
 	for _, s := range specs {

@@ -216,6 +216,9 @@ func (c *Cluster) AddLearner(ctx context.Context, name string) error {
 		return fmt.Errorf("adding member %s: %w", name, err)
 	}
 	failpoint.Hit(failpoint.EtcdLearnerAdded)
+	if c.learnerAdded != nil {
+		c.learnerAdded(name)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	spec.Adding = false

@@ -313,3 +313,50 @@ func TestABridgeKeepsServingAndCutsTheFollowersApart(t *testing.T) {
 		return len(v) == 3 && v["master-0"] && v["master-1"] && v["master-2"], fmt.Sprintf("voting members' health %v after the heal", v)
 	})
 }
+
+// A learner whose addition crossed a member's removal by another client
+// (etcd answered the addition with the member, then removed it, then the
+// learner started)
+// joins all the same: started with the members of its addition, etcd
+// refuses it ("member count is unequal") and it would never join; it
+// starts again with the members as they are now, as an OpenShift etcd pod
+// discovers them at every start. The etcd-remote scenario met it, a host
+// adding its member while the operator removed the deleted master's.
+func TestALearnerWhoseAdditionCrossedARemovalJoins(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := testConfig(t)
+	c := start(t, cfg, "the first start")
+	join(t, c, "master-0")
+	join(t, c, "master-1")
+	// Removed behind this process's back, as the operator of a remote
+	// etcd does: its registry still lists the member.
+	gone := memberIDs(t, c)["master-0"]
+	c.BetweenAddAndStart(func(name string) {
+		if name != "master-2" {
+			return
+		}
+		waitFor(t, time.Minute, func() (bool, string) {
+			_, err := c.Client().MemberRemove(ctx, gone)
+			return err == nil, fmt.Sprint(err)
+		})
+	})
+	// etcd takes the addition once its leader reached a quorum for five
+	// seconds: tried again until then.
+	waitFor(t, time.Minute, func() (bool, string) {
+		err := c.AddLearner(ctx, "master-2")
+		return err == nil, fmt.Sprint(err)
+	})
+	waitFor(t, time.Minute, func() (bool, string) {
+		members, err := c.Members(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, m := range members {
+			if m.Name == "master-2" && m.Started && m.Healthy {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("members %+v: the learner master-2 has not joined", members)
+	})
+}
