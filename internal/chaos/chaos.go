@@ -73,10 +73,10 @@ type Scenario struct {
 	// MaxRecovery bounds how long after each kill the API may take to
 	// take a write again (DefaultMaxRecovery when zero).
 	MaxRecovery time.Duration
-	// Prepare, when set, readies the run's data dir before capstan's first
-	// start (a filesystem mounted in it), and returns what undoes it after
-	// the run.
-	Prepare func(dataDir string) (undo func(), err error)
+	// Prepare, when set, readies the run's data dir (r.DataDir) before
+	// capstan's first start (a filesystem mounted in it), and returns what
+	// undoes it after the run.
+	Prepare func(r *Run) (undo func(), err error)
 	// AfterKill, when set, runs after each kill, once the killed
 	// capstan's processes are gone and before the next start (the power
 	// scenario cuts the disk's power there).

@@ -70,6 +70,40 @@ func (r *Run) alive() bool {
 	return r.up.Load() && p != nil && !p.exited()
 }
 
+// opTime is the operation's time now: capstan's time up since the
+// operation started.
+func (r *Run) opTime() time.Duration { return r.op.elapsed(time.Now()) }
+
+// holdFault keeps a fault in place for d of the operation's time, from
+// now: applied while capstan is up, lifted while it is not (a start needs
+// etcd whole: kube-apiserver's start hooks, and capstan's wait for a
+// fault-tolerant etcd), so that a kill leaves what is left of it for the
+// start after; then lifted for good. The operation's time stands still
+// while capstan is down, so each start has the fault again until it
+// lasted d in all.
+func holdFault(ctx context.Context, r *Run, d time.Duration, apply, lift func() error) error {
+	from := r.opTime()
+	applied := false
+	for r.opTime()-from < d {
+		if up := r.alive(); up != applied {
+			step := lift
+			if up {
+				step = apply
+			}
+			if err := step(); err != nil {
+				return err
+			}
+			applied = up
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return lift()
+}
+
 // upProcess is the process serving the API while capstan is up, nil
 // while it is not.
 func (r *Run) upProcess() *process {

@@ -170,7 +170,7 @@ func (rn *runner) prepare(context.Context) (bool, error) {
 	}
 	rn.r = r
 	if rn.s.Prepare != nil {
-		undo, err := rn.s.Prepare(dir)
+		undo, err := rn.s.Prepare(r)
 		if err != nil {
 			return false, err
 		}

@@ -55,8 +55,8 @@ func diskRoot(dataDir string) string { return filepath.Join(dataDir, etcd.Member
 
 // mountEtcdDisk mounts a tmpfs of diskSize where the members keep their
 // data, before capstan's first start, and unmounts it after the run.
-func mountEtcdDisk(dataDir string) (func(), error) {
-	root := diskRoot(dataDir)
+func mountEtcdDisk(r *Run) (func(), error) {
+	root := diskRoot(r.DataDir)
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, err
 	}
@@ -68,7 +68,7 @@ func mountEtcdDisk(dataDir string) (func(), error) {
 	kept := make(chan struct{})
 	go func() {
 		defer close(kept)
-		keepDisk(dataDir, stop)
+		keepDisk(r, stop)
 	}()
 	return func() {
 		close(stop)
@@ -77,25 +77,41 @@ func mountEtcdDisk(dataDir string) (func(), error) {
 	}, nil
 }
 
-// keepDisk frees the disk once it has been full for diskFullFor, on its
-// own: the scenario's progress may be waiting on an API that does not
-// answer while the disk is full. The filler and the marker are on disk,
-// so capstan being up, down or starting changes nothing.
-func keepDisk(dataDir string, stop <-chan struct{}) {
-	filler := filepath.Join(diskRoot(dataDir), fillerName)
+// keepDisk frees the disk once it has been full for diskFullFor of the
+// operation's time, on its own: the scenario's progress may be waiting on
+// an API that does not answer while the disk is full. While capstan is
+// not up (killed, or starting after a kill) the disk is freed too, and
+// the progress fills it again once capstan is up, for what is left: a
+// start on a full disk is a fault of its own, and the operation's time
+// stands still meanwhile.
+func keepDisk(r *Run, stop <-chan struct{}) {
+	filler := filepath.Join(diskRoot(r.DataDir), fillerName)
+	freed := filepath.Join(r.DataDir, freedMarker)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
+	// fullFrom is the operation's time when the disk was first filled.
+	fullFrom := time.Duration(-1)
 	for {
 		select {
 		case <-stop:
 			return
 		case <-tick.C:
 		}
-		st, err := os.Stat(filler)
-		if err != nil || time.Since(st.ModTime()) < diskFullFor {
+		if _, err := os.Stat(freed); err == nil {
 			continue
 		}
-		if os.WriteFile(filepath.Join(dataDir, freedMarker), []byte(time.Now().Format(time.RFC3339Nano)), 0o600) == nil {
+		if _, err := os.Stat(filler); err != nil {
+			continue
+		}
+		if fullFrom < 0 {
+			fullFrom = r.opTime()
+		}
+		switch {
+		case r.opTime()-fullFrom >= diskFullFor:
+			if os.WriteFile(freed, []byte(time.Now().Format(time.RFC3339Nano)), 0o600) == nil {
+				_ = os.Remove(filler)
+			}
+		case !r.alive():
 			_ = os.Remove(filler)
 		}
 	}
@@ -115,8 +131,8 @@ func canMount() error {
 	return syscall.Unmount(dir, 0)
 }
 
-// etcdDiskFullProgress goes through the phases full:<unix nanoseconds>
-// (the disk filled, then written to until etcd meets the full disk) and
+// etcdDiskFullProgress goes through the phases full (the disk filled,
+// then written to until etcd meets the full disk) and
 // freed (once keepDisk freed it and etcd took the phase's write).
 func etcdDiskFullProgress(ctx context.Context, r *Run) (bool, string, error) {
 	filler := filepath.Join(diskRoot(r.DataDir), fillerName)
@@ -138,9 +154,12 @@ func etcdDiskFullProgress(ctx context.Context, r *Run) (bool, string, error) {
 		if created(err) != nil {
 			return false, "", err
 		}
-		return false, "filling the disk", setPhase(ctx, r, fmt.Sprintf("full:%d", time.Now().UnixNano()))
-	case strings.HasPrefix(ph, "full:") && freedErr != nil:
+		return false, "filling the disk", setPhase(ctx, r, "full")
+	case ph == "full" && freedErr != nil:
 		if _, err := os.Stat(filler); err != nil {
+			if !r.alive() {
+				return false, "the disk is freed while capstan starts", nil
+			}
 			n, err := fill(filler)
 			if err != nil {
 				return false, "", err
@@ -151,7 +170,7 @@ func etcdDiskFullProgress(ctx context.Context, r *Run) (bool, string, error) {
 		// segment and its database's free pages run out, and it meets
 		// the full disk.
 		return false, "the disk is full: " + loadWrites(ctx, r, 8), nil
-	case strings.HasPrefix(ph, "full:"):
+	case ph == "full":
 		return false, "the disk is freed", setPhase(ctx, r, "freed")
 	case ph == "freed":
 		// The phase's write went through: etcd takes writes again.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -23,9 +21,9 @@ import (
 // etcdPartitionProgress goes through the steps cut (the leader cut off,
 // when), healed, slow (every raft message late) and fast. The partition
 // is the run's data dir's partition file, which the members' peer proxies
-// read: the campaign controls it, with capstan up killed or not, and a
-// kill leaves it in place (a start returns once a quorum serves, the
-// member cut off aside).
+// read: the campaign controls it, with capstan up killed or not. A kill
+// leaves it in place until capstan's processes are gone; the start after
+// it goes without it, and it comes back once capstan is up.
 func etcdPartitionProgress(ctx context.Context, r *Run) (bool, string, error) {
 	p, err := readFaultPhase(ctx, r)
 	if err != nil {
@@ -54,12 +52,21 @@ func etcdPartitionProgress(ctx context.Context, r *Run) (bool, string, error) {
 		// The phase first, the cut on the next tick: written after the
 		// cut, the phase could wait on an API pinned to the member cut
 		// off, and the next tick would cut again.
-		return false, "cutting off the leader " + s.Leader, writeFaultPhase(ctx, r, faultPhase{Step: faultCut, Leader: s.Leader, At: time.Now()})
+		return false, "cutting off the leader " + s.Leader, writeFaultPhase(ctx, r, faultPhase{Step: faultCut, Leader: s.Leader, At: time.Now(), OpAt: r.opTime()})
 	case faultCut:
-		if err := etcd.WritePartition(r.DataDir, p.Leader); err != nil {
+		// Lifted while capstan starts after a kill, put back once it is
+		// up: the cut lasts operation time, which stands still while
+		// capstan is down, and a start inside it can fail (kube-apiserver's
+		// watch cache of Machines still initializing after client-go's
+		// retries: "storage is (re)initializing", seed 777).
+		cut := []string{p.Leader}
+		if !r.alive() {
+			cut = nil
+		}
+		if err := etcd.WritePartition(r.DataDir, cut...); err != nil {
 			return false, "", err
 		}
-		if ok, why := othersLead(s, p.Leader, p.At, "cut off"); !ok {
+		if ok, why := othersLead(s, p.Leader, p.left(r, partitionFor), "cut off"); !ok {
 			return false, why, nil
 		}
 		if err := etcd.WritePartition(r.DataDir); err != nil {
@@ -74,14 +81,19 @@ func etcdPartitionProgress(ctx context.Context, r *Run) (bool, string, error) {
 			return false, why, err
 		}
 		// Then a slow network between all the members, for as long.
-		return false, "slowing the members' network", writeFaultPhase(ctx, r, faultPhase{Step: faultSlow, At: time.Now()})
+		return false, "slowing the members' network", writeFaultPhase(ctx, r, faultPhase{Step: faultSlow, At: time.Now(), OpAt: r.opTime()})
 	case faultSlow:
-		if left := partitionFor - time.Since(p.At); left > 0 && r.alive() && len(s.Voting) == etcdMasters {
-			// On each tick: a start finds the file cleared.
-			if err := etcd.WritePeerDelay(r.DataDir, peerDelay, s.Voting...); err != nil {
+		if left := p.left(r, partitionFor); left > 0 {
+			// On each tick while capstan is up; a start finds the
+			// file cleared, and the rest comes once it is up.
+			delayed := s.Voting
+			if !r.alive() || len(s.Voting) != etcdMasters {
+				delayed = nil
+			}
+			if err := etcd.WritePeerDelay(r.DataDir, peerDelay, delayed...); err != nil {
 				return false, "", err
 			}
-			return false, fmt.Sprintf("every raft message %s late, %.0fs left", peerDelay, left.Seconds()), nil
+			return false, fmt.Sprintf("every raft message %s late, %.1fs left", peerDelay, left.Seconds()), nil
 		}
 		if err := etcd.WritePartition(r.DataDir); err != nil {
 			return false, "", err
@@ -136,26 +148,23 @@ func etcdPauseProgress(ctx context.Context, r *Run) (bool, string, error) {
 		// the phase did not record would never be continued (the next
 		// tick, at the first step, would wait for all three members
 		// forever).
-		at := time.Now()
-		if err := writeFaultPhase(ctx, r, faultPhase{Step: faultPaused, Leader: s.Leader, PID: pid, At: at}); err != nil {
-			return false, "", err
-		}
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-			return false, "", fmt.Errorf("stopping member %s (pid %d): %w", s.Leader, pid, err)
-		}
-		go continueWhenOthersLead(r, s.Leader, pid, at)
-		return false, "stopped the leader " + s.Leader, nil
+		return false, "stopped the leader " + s.Leader, pauseLeader(ctx, r, faultPhase{Step: faultPaused, Leader: s.Leader, PID: pid, At: time.Now(), OpAt: r.opTime()})
 	case faultPaused:
-		if time.Since(p.At) < partitionFor {
+		left := p.left(r, partitionFor)
+		if left > 0 {
 			// Stopped again on each tick of the pause: a stop that did
 			// not follow its phase (the driver's call ended between the
-			// two) is made now. A member started again since is another
-			// process, which the signal misses.
+			// two) is made now. A kill took the stopped member with
+			// capstan, and the rest of the pause's time passes with the
+			// members whole: stopped again as capstan starts, the
+			// member would hold kube-apiserver's requests pinned to it
+			// (until its connection's keepalive gives up, 40s) and the
+			// start's API with them.
 			if err := syscall.Kill(p.PID, syscall.SIGSTOP); err != nil && !errors.Is(err, syscall.ESRCH) {
 				return false, "", fmt.Errorf("stopping member %s (pid %d): %w", p.Leader, p.PID, err)
 			}
 		}
-		if ok, why := othersLead(s, p.Leader, p.At, "stopped"); !ok {
+		if ok, why := othersLead(s, p.Leader, left, "stopped"); !ok {
 			return false, why, nil
 		}
 		// A member started again since (capstan was killed) is another
@@ -170,9 +179,26 @@ func etcdPauseProgress(ctx context.Context, r *Run) (bool, string, error) {
 	return false, "", fmt.Errorf("unknown step %q", p.Step)
 }
 
-// continueWhenOthersLead continues the member name's process pid,
-// stopped at at, once the others lead without it (as the pause phase
-// does), from the campaign's own clock and its samples of etcd: not from
+// pauseLeader writes phase p, then stops the member process it names
+// (SIGSTOP), and has it continued once its pause is over.
+func pauseLeader(ctx context.Context, r *Run, p faultPhase) error {
+	// The phase first, then the stop: once the leader stops, the API
+	// may need an election and more to write anything, and a stop the
+	// phase did not record would never be continued (the next tick, at
+	// the first step, would wait for all three members forever).
+	if err := writeFaultPhase(ctx, r, p); err != nil {
+		return err
+	}
+	if err := syscall.Kill(p.PID, syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("stopping member %s (pid %d): %w", p.Leader, p.PID, err)
+	}
+	go continueWhenOthersLead(r, p.Leader, p.PID, func() time.Duration { return p.left(r, partitionFor) })
+	return nil
+}
+
+// continueWhenOthersLead continues the member name's process pid once
+// its pause is over (left) and the others lead without it (as the pause
+// phase does), from the campaign's own clock and its samples of etcd: not from
 // the phase in the API, whose requests may be pinned to the stopped
 // member (kube-apiserver's etcd client spreads them over the members, and
 // one sent to a stopped process hangs until its connection's keepalive
@@ -180,9 +206,9 @@ func etcdPauseProgress(ctx context.Context, r *Run) (bool, string, error) {
 // phase: whichever comes first, the other's signal finds it running. It
 // gives up after settleTime, or once the process is gone (capstan was
 // killed, and its members with it).
-func continueWhenOthersLead(r *Run, name string, pid int, at time.Time) {
-	_ = waitfor.Poll(context.Background(), 100*time.Millisecond, time.Until(at.Add(settleTime)), func(context.Context) (bool, string, error) {
-		if ok, why := othersLead(r.Members.last(), name, at, "stopped"); !ok {
+func continueWhenOthersLead(r *Run, name string, pid int, left func() time.Duration) {
+	_ = waitfor.Poll(context.Background(), 100*time.Millisecond, settleTime, func(context.Context) (bool, string, error) {
+		if ok, why := othersLead(r.Members.last(), name, left(), "stopped"); !ok {
 			// A process gone ends the wait: nothing is left to continue.
 			return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH), why, nil
 		}
@@ -228,13 +254,12 @@ func etcdAPIServerCutProgress(ctx context.Context, r *Run) (bool, string, error)
 			return false, "waiting for capstan to be up", nil
 		}
 		r.op.enter(string(faultCut))
-		if err := etcd.WriteClientFault(r.DataDir, etcd.ClientFault{Cut: true}); err != nil {
+		// For partitionFor of the operation's time, lifted while capstan
+		// starts after a kill (kube-apiserver starts only with etcd).
+		cut := func() error { return etcd.WriteClientFault(r.DataDir, etcd.ClientFault{Cut: true}) }
+		heal := func() error { return etcd.WriteClientFault(r.DataDir, etcd.ClientFault{}) }
+		if err := holdFault(ctx, r, partitionFor, cut, heal); err != nil {
 			return false, "", err
-		}
-		select {
-		case <-ctx.Done():
-			return false, "", ctx.Err()
-		case <-time.After(partitionFor):
 		}
 		// The API takes a moment to serve again: the phase is written
 		// once it does (written "" again, it would cut once more). Then
@@ -242,12 +267,12 @@ func etcdAPIServerCutProgress(ctx context.Context, r *Run) (bool, string, error)
 		if err := etcd.WriteClientFault(r.DataDir, etcd.ClientFault{Delay: apiserverDelay}); err != nil {
 			return false, "", err
 		}
-		return false, "healed the cut; the link is slow", writeFaultPhaseOnceServed(ctx, r, faultPhase{Step: faultSlow, At: time.Now()})
+		return false, "healed the cut; the link is slow", writeFaultPhaseOnceServed(ctx, r, faultPhase{Step: faultSlow, At: time.Now(), OpAt: r.opTime()})
 	case faultSlow:
 		// A kill ends the delay with capstan's proxy; a start brings it
 		// back, from the file, for what is left of it.
-		if left := partitionFor - time.Since(p.At); left > 0 {
-			return false, fmt.Sprintf("the apiserver's link to etcd delays each chunk %s, %.0fs left", apiserverDelay, left.Seconds()), nil
+		if left := p.left(r, partitionFor); left > 0 {
+			return false, fmt.Sprintf("the apiserver's link to etcd delays each chunk %s, %.1fs left", apiserverDelay, left.Seconds()), nil
 		}
 		if err := etcd.WriteClientFault(r.DataDir, etcd.ClientFault{}); err != nil {
 			return false, "", err
@@ -262,14 +287,15 @@ func etcdAPIServerCutProgress(ctx context.Context, r *Run) (bool, string, error)
 	return false, "", fmt.Errorf("unknown step %q", p.Step)
 }
 
-// othersLead reports whether member name, out (what) since at, has been
-// out for partitionFor and the others have a leader of their own, as
-// sample s shows; or what is waited for.
-func othersLead(s memberSample, name string, at time.Time, what string) (bool, string) {
-	if since := time.Since(at); since < partitionFor {
-		return false, fmt.Sprintf("%s %s for %.0fs", name, what, since.Seconds())
+// othersLead reports whether member name, out (what) with left of its
+// fault's operation time to go, has been out for all of it and the
+// others have a leader of their own, as sample s, taken in the last
+// second, shows; or what is waited for.
+func othersLead(s memberSample, name string, left time.Duration, what string) (bool, string) {
+	if left > 0 {
+		return false, fmt.Sprintf("%s %s, %.1fs left", name, what, left.Seconds())
 	}
-	if !s.At.After(at.Add(partitionFor)) || s.Leader == "" || s.Leader == name || s.Healthy < quorum(etcdMasters) {
+	if time.Since(s.At) > time.Second || s.Leader == "" || s.Leader == name || s.Healthy < quorum(etcdMasters) {
 		return false, fmt.Sprintf("%s %s: waiting for the others to have a leader of their own (voting %v, %d healthy, leader %q)",
 			name, what, s.Voting, s.Healthy, s.Leader)
 	}
@@ -286,39 +312,30 @@ func settledSince(ctx context.Context, r *Run, s memberSample, what string, at t
 	return replacedWithout(ctx, r)
 }
 
-// phaseTime reads the time of a phase <prefix><unix nanoseconds>.
-func phaseTime(ph, prefix string) (time.Time, error) {
-	n, err := strconv.ParseInt(strings.TrimPrefix(ph, prefix), 10, 64)
-	if err != nil || !strings.HasPrefix(ph, prefix) {
-		return time.Time{}, fmt.Errorf("phase %q is not %s<time>", ph, prefix)
-	}
-	return time.Unix(0, n), nil
-}
-
-// etcdRelabelProgress goes through the phases relabel:<victim>,
-// relabelled:<victim> (until the ControlPlaneMachineSet's replacement for
-// its index runs and has a learner) and restored:<victim> (until the
-// control plane settled without it).
+// etcdRelabelProgress goes through the steps relabel (the victim),
+// relabelled (until the ControlPlaneMachineSet's replacement for its
+// index runs and has a learner) and restored (until the control plane
+// settled without it).
 func etcdRelabelProgress(ctx context.Context, r *Run) (bool, string, error) {
-	ph, err := phase(ctx, r)
+	p, err := readMachinePhase(ctx, r)
 	if err != nil {
 		return false, "", err
 	}
-	switch {
-	case ph == "":
+	switch p.Step {
+	case machineSetup:
 		masters, why, err := formed(ctx, r)
 		if masters == nil {
 			return false, why, err
 		}
-		return false, "relabelling " + masters[1].Name, setPhase(ctx, r, "relabel:"+masters[1].Name)
-	case strings.HasPrefix(ph, "relabel:"):
-		victim := strings.TrimPrefix(ph, "relabel:")
+		return false, "relabelling " + masters[1].Name, writeMachinePhase(ctx, r, machinePhase{Step: machineRelabel, Machines: []string{masters[1].Name}})
+	case machineRelabel:
+		victim := p.Machines[0]
 		if err := setRole(ctx, r, victim, "relabelled"); err != nil {
 			return false, "", err
 		}
-		return false, victim + " relabelled", setPhase(ctx, r, "relabelled:"+victim)
-	case strings.HasPrefix(ph, "relabelled:"):
-		victim := strings.TrimPrefix(ph, "relabelled:")
+		return false, victim + " relabelled", writeMachinePhase(ctx, r, machinePhase{Step: machineRelabelled, Machines: p.Machines})
+	case machineRelabelled:
+		victim := p.Machines[0]
 		masters, err := masterMachines(ctx, r)
 		if err != nil {
 			return false, "", err
@@ -336,15 +353,15 @@ func etcdRelabelProgress(ctx context.Context, r *Run) (bool, string, error) {
 		if err := setRole(ctx, r, victim, "master"); err != nil {
 			return false, "", err
 		}
-		return false, victim + " a master again", setPhase(ctx, r, "restored:"+victim)
-	case strings.HasPrefix(ph, "restored:"):
-		victim := strings.TrimPrefix(ph, "restored:")
+		return false, victim + " a master again", writeMachinePhase(ctx, r, machinePhase{Step: machineRestored, Machines: p.Machines})
+	case machineRestored:
+		victim := p.Machines[0]
 		if err := setRole(ctx, r, victim, "master"); err != nil {
 			return false, "", err
 		}
 		return replacedWithout(ctx, r, victim)
 	}
-	return false, "", fmt.Errorf("unknown phase %q", ph)
+	return false, "", fmt.Errorf("unknown step %q", p.Step)
 }
 
 // setRole sets a machine's role label (a machine gone already is left).

@@ -2,15 +2,11 @@ package chaos
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"slices"
 	"strconv"
 	"time"
-
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/capstan-dev/capstan/internal/etcd"
 )
@@ -56,25 +52,18 @@ type faultPhase struct {
 	PID  int       `json:"pid,omitempty"`
 	Kill int       `json:"kill,omitempty"`
 	At   time.Time `json:"at"`
+	// OpAt is the operation's time when the step began: a fault lasts
+	// operation time (capstan's time up), so that a kill in it leaves the
+	// rest for the start after.
+	OpAt time.Duration `json:"opAt,omitempty"`
 }
+
+// left is what is left of a fault of d begun at p.
+func (p faultPhase) left(r *Run, d time.Duration) time.Duration { return d - (r.opTime() - p.OpAt) }
 
 // readFaultPhase reads the phase (the zero phase before the operation).
 func readFaultPhase(ctx context.Context, r *Run) (faultPhase, error) {
-	cm, err := r.Kube.CoreV1().ConfigMaps(ackNamespace).Get(ctx, "chaos-phase", metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return faultPhase{}, nil
-	}
-	if err != nil {
-		return faultPhase{}, err
-	}
-	var p faultPhase
-	if raw := cm.Data["phase"]; raw != "" {
-		if err := json.Unmarshal([]byte(raw), &p); err != nil {
-			return faultPhase{}, fmt.Errorf("the phase %q: %w", raw, err)
-		}
-	}
-	r.op.enter(string(p.Step))
-	return p, nil
+	return readTypedPhase(ctx, r, func(p faultPhase) string { return string(p.Step) })
 }
 
 // writeFaultPhaseOnceServed writes the phase as soon as the API takes
@@ -103,11 +92,7 @@ func followers(s memberSample) []string {
 }
 
 func writeFaultPhase(ctx context.Context, r *Run, p faultPhase) error {
-	raw, err := json.Marshal(p)
-	if err != nil {
-		return err
-	}
-	return setPhaseAs(ctx, r, string(raw), string(p.Step))
+	return writeTypedPhase(ctx, r, p, string(p.Step))
 }
 
 // etcdBridgeScenario cuts the two followers from each other.
@@ -146,7 +131,7 @@ func etcdBridgeProgress(ctx context.Context, r *Run) (bool, string, error) {
 		}
 		// The phase first, the cut on the next tick, as etcd-partition.
 		return false, fmt.Sprintf("cutting %s from %s, both still reaching %s", followers[0], followers[1], s.Leader),
-			writeFaultPhase(ctx, r, faultPhase{Step: faultCut, Leader: s.Leader, Cut: followers, At: time.Now()})
+			writeFaultPhase(ctx, r, faultPhase{Step: faultCut, Leader: s.Leader, Cut: followers, At: time.Now(), OpAt: r.opTime()})
 	case faultCut:
 		// Lifted while capstan starts, put back once it is up: a start
 		// with the bridge in place can fail (kube-apiserver's start hooks
@@ -158,8 +143,10 @@ func etcdBridgeProgress(ctx context.Context, r *Run) (bool, string, error) {
 		if err := etcd.WriteLinkCuts(r.DataDir, links...); err != nil {
 			return false, "", err
 		}
-		if since := time.Since(p.At); since < partitionFor {
-			return false, fmt.Sprintf("%s and %s cut from each other for %.0fs", p.Cut[0], p.Cut[1], since.Seconds()), nil
+		// It lasts partitionFor of the operation's time: a kill in it
+		// leaves the rest for the start after.
+		if left := p.left(r, partitionFor); left > 0 {
+			return false, fmt.Sprintf("%s and %s cut from each other, %.1fs left", p.Cut[0], p.Cut[1], left.Seconds()), nil
 		}
 		if err := etcd.WritePartition(r.DataDir); err != nil {
 			return false, "", err
@@ -217,21 +204,21 @@ func etcdMinorityProgress(ctx context.Context, r *Run) (bool, string, error) {
 			return false, "", err
 		}
 		r.op.enter(string(faultCut))
-		if err := etcd.WritePartition(r.DataDir, minority); err != nil {
-			return false, "", err
+		// For partitionFor of the operation's time, lifted while capstan
+		// starts after a kill (a start needs a quorum to reach).
+		cut := func() error {
+			if err := etcd.WritePartition(r.DataDir, minority); err != nil {
+				return err
+			}
+			return etcd.WriteClientFault(r.DataDir, etcd.ClientFault{Only: addr})
 		}
-		if err := etcd.WriteClientFault(r.DataDir, etcd.ClientFault{Only: addr}); err != nil {
-			return false, "", err
+		heal := func() error {
+			if err := etcd.WriteClientFault(r.DataDir, etcd.ClientFault{}); err != nil {
+				return err
+			}
+			return etcd.WritePartition(r.DataDir)
 		}
-		select {
-		case <-ctx.Done():
-			return false, "", ctx.Err()
-		case <-time.After(partitionFor):
-		}
-		if err := etcd.WriteClientFault(r.DataDir, etcd.ClientFault{}); err != nil {
-			return false, "", err
-		}
-		if err := etcd.WritePartition(r.DataDir); err != nil {
+		if err := holdFault(ctx, r, partitionFor, cut, heal); err != nil {
 			return false, "", err
 		}
 		// Written once the API serves again (written "" again, the step

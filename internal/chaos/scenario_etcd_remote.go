@@ -60,7 +60,7 @@ func etcdRemoteScenario() *Scenario {
 
 // etcdRemoteProgress deletes the first master once the hosts' members
 // formed.
-var etcdRemoteProgress = replaceProgress("deleting",
+var etcdRemoteProgress = replaceProgress(machineDeleting,
 	func(m []machinev1.Machine) []string { return []string{m[0].Name} },
 	func(ctx context.Context, r *Run, victim string) error { return deleteMachines(ctx, r, victim) })
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -43,7 +42,9 @@ func mcoPauseScenario() *Scenario {
 	s.Doc = fmt.Sprintf("the mco scenario with the pool paused by its user once a node is updated, and resumed %s later: no node "+
 		"told to run the new configuration while the pool is paused, paused and maxUnavailable only ever as the user set them, "+
 		"never more than 2 nodes out of service, each node rebooted exactly once, the pool Updated at the end", pauseFor)
-	s.Span = 8*time.Second + pauseFor
+	// Its operations took 14 to 23 s in the fresh-seed campaigns of
+	// 2026-12-06/07.
+	s.Span = 12 * time.Second
 	return s
 }
 
@@ -57,8 +58,10 @@ func mcoRollout(pause bool) *Scenario {
 		Doc: "a MachineConfig rolled over a worker pool of 5 nodes with maxUnavailable 2, its user scaling a worker MachineSet up by one " +
 			"once the first node is updated: never more than 2 nodes out of service, each node rebooted exactly once into the new rendered " +
 			"configuration (the new one joins running it), maxUnavailable and the replicas only ever as the user set them, the pool Updated with 6 nodes at the end",
-		Args:    []string{"--control-plane-nodes", "1", "--nodes", fmt.Sprint(mcoWorkers), "--mcd-apply-duration", "1s", "--mcd-reboot-duration", "3s"},
-		Span:    8 * time.Second,
+		Args: []string{"--control-plane-nodes", "1", "--nodes", fmt.Sprint(mcoWorkers), "--mcd-apply-duration", "1s", "--mcd-reboot-duration", "3s"},
+		// Its operations took 14 to 19 s in the fresh-seed campaigns of
+		// 2026-12-06/07.
+		Span:    10 * time.Second,
 		Points:  []Point{{failpoint.MCOTargetDecided, 1}, {failpoint.MCDMidApply, 2}, {failpoint.MCDMidReboot, 2}, {failpoint.MCDRebooted, 2}},
 		Timeout: settleTime,
 		// The phases: "" until the pool is installed, then maxUnavailable
@@ -67,7 +70,7 @@ func mcoRollout(pause bool) *Scenario {
 		// Updated.
 		Progress: func(ctx context.Context, r *Run) (bool, string, error) {
 			pools := r.MCO.MachineconfigurationV1().MachineConfigPools()
-			ph, err := phase(ctx, r)
+			p, err := readMCOPhase(ctx, r)
 			if err != nil {
 				return false, "", err
 			}
@@ -75,8 +78,8 @@ func mcoRollout(pause bool) *Scenario {
 			if err != nil {
 				return false, "", err
 			}
-			switch ph {
-			case "":
+			switch p.Step {
+			case mcoSetup:
 				// The pool's first configuration is rendered and its nodes
 				// run it before the new one comes.
 				if ok, why, _ := poolUpdated(pool, mcoWorkers); !ok {
@@ -90,34 +93,34 @@ func mcoRollout(pause bool) *Scenario {
 				if err := r.intents.wrote(poolsKey+"worker", "maxUnavailable", fmt.Sprint(mcoMaxUnavailable), patched.ResourceVersion, poolMaxUnavailable); err != nil {
 					return false, "", err
 				}
-				return false, "maxUnavailable set", setPhase(ctx, r, "config")
-			case "config":
+				return false, "maxUnavailable set", writeMCOPhase(ctx, r, mcoPhase{Step: mcoConfig})
+			case mcoConfig:
 				mc := &mcfgv1.MachineConfig{ObjectMeta: metav1.ObjectMeta{Name: config, Labels: map[string]string{mco.RoleLabel: "worker"}},
 					Spec: mcfgv1.MachineConfigSpec{Config: runtime.RawExtension{Raw: []byte(
 						`{"ignition":{"version":"3.2.0"},"storage":{"files":[{"path":"/etc/chaos","contents":{"source":"data:,rolled"}}]}}`)}}}
 				if _, err := r.MCO.MachineconfigurationV1().MachineConfigs().Create(ctx, mc, metav1.CreateOptions{}); created(err) != nil {
 					return false, "", err
 				}
-				return false, config + " created", setPhase(ctx, r, "rollout")
+				return false, config + " created", writeMCOPhase(ctx, r, mcoPhase{Step: mcoRolloutStep})
 			}
 			if !rendersFrom(pool, config) {
 				return false, "the worker pool does not render " + config + " yet", nil
 			}
-			if pause && ph == "rollout" {
+			if pause && p.Step == mcoRolloutStep {
 				return pauseMidRollout(ctx, r, pool)
 			}
-			if pause && strings.HasPrefix(ph, "paused:") {
-				return resumeAfterPause(ctx, r, ph)
+			if pause && p.Step == mcoPaused {
+				return resumeAfterPause(ctx, r, p)
 			}
 			if pause {
 				return poolUpdated(pool, mcoWorkers)
 			}
 			switch {
-			case ph == "rollout" && pool.Status.UpdatedMachineCount >= 1:
+			case p.Step == mcoRolloutStep && pool.Status.UpdatedMachineCount >= 1:
 				return false, "", decideScaleUp(ctx, r)
-			case strings.HasPrefix(ph, "scale:"):
-				return false, "worker MachineSet scaled", userScaleUp(ctx, r, ph)
-			case ph == "rollout":
+			case p.Step == mcoScale:
+				return false, "worker MachineSet scaled", userScaleUp(ctx, r, p)
+			case p.Step == mcoRolloutStep:
 				return false, "waiting for a node updated to scale the workers at", nil
 			}
 			return poolUpdated(pool, mcoWorkers+1)
@@ -142,6 +145,41 @@ func mcoRollout(pause bool) *Scenario {
 	}
 }
 
+// mcoStep is where the mco scenarios are.
+type mcoStep string
+
+const (
+	// The pool installed, its maxUnavailable set.
+	mcoSetup  mcoStep = ""
+	mcoConfig mcoStep = "config"
+	// The MachineConfig created: the rollout runs.
+	mcoRolloutStep mcoStep = "rollout"
+	// mco: the worker MachineSet Set to be scaled to Replicas, then
+	// scaled (userScale's own step).
+	mcoScale  mcoStep = "scale"
+	mcoScaled mcoStep = "scaled"
+	// mco-pause: the pool paused At, then resumed.
+	mcoPaused  mcoStep = "paused"
+	mcoResumed mcoStep = "resumed"
+)
+
+// mcoPhase is the mco scenarios' phase, kept as JSON in the phase
+// ConfigMap.
+type mcoPhase struct {
+	Step     mcoStep   `json:"step"`
+	Set      string    `json:"set,omitempty"`
+	Replicas int       `json:"replicas,omitempty"`
+	At       time.Time `json:"at,omitzero"`
+}
+
+func readMCOPhase(ctx context.Context, r *Run) (mcoPhase, error) {
+	return readTypedPhase(ctx, r, func(p mcoPhase) string { return string(p.Step) })
+}
+
+func writeMCOPhase(ctx context.Context, r *Run, p mcoPhase) error {
+	return writeTypedPhase(ctx, r, p, string(p.Step))
+}
+
 func isWorker(n *corev1.Node) bool {
 	_, ok := n.Labels[nodes.LabelRoleWorker]
 	return ok && !nodes.IsControlPlane(n)
@@ -162,18 +200,13 @@ func decideScaleUp(ctx context.Context, r *Run) error {
 	if err != nil {
 		return err
 	}
-	return setPhase(ctx, r, fmt.Sprintf("scale:%s:%d", set.Name, ptr.Deref(set.Spec.Replicas, 0)+1))
+	return writeMCOPhase(ctx, r, mcoPhase{Step: mcoScale, Set: set.Name, Replicas: int(ptr.Deref(set.Spec.Replicas, 0)) + 1})
 }
 
 // userScaleUp makes the scale-up decideScaleUp chose, as a user's `oc
 // scale` would, and records it for the user-intent invariant.
-func userScaleUp(ctx context.Context, r *Run, ph string) error {
-	parts := strings.Split(ph, ":")
-	replicas, err := strconv.Atoi(parts[len(parts)-1])
-	if len(parts) != 3 || err != nil {
-		return fmt.Errorf("phase %q: not scale:SET:REPLICAS", ph)
-	}
-	return userScale(ctx, r, parts[1], replicas, "scaled")
+func userScaleUp(ctx context.Context, r *Run, p mcoPhase) error {
+	return userScaleThen(ctx, r, p.Set, p.Replicas, func() error { return writeMCOPhase(ctx, r, mcoPhase{Step: mcoScaled}) })
 }
 
 // firstWorkerSet is the installer's worker MachineSet that comes first by
@@ -250,7 +283,7 @@ func pauseMidRollout(ctx context.Context, r *Run, pool *mcfgv1.MachineConfigPool
 	ok, why, _ := poolUpdated(pool, mcoWorkers)
 	if ok {
 		// Too late to pause mid-rollout: the check says so.
-		return false, "the rollout completed before the pause", setPhase(ctx, r, "resumed")
+		return false, "the rollout completed before the pause", writeMCOPhase(ctx, r, mcoPhase{Step: mcoResumed})
 	}
 	if pool.Status.UpdatedMachineCount < 1 {
 		return false, "waiting for a node updated to pause at: " + why, nil
@@ -258,22 +291,18 @@ func pauseMidRollout(ctx context.Context, r *Run, pool *mcfgv1.MachineConfigPool
 	if err := setPaused(ctx, r, true); err != nil {
 		return false, "", err
 	}
-	return false, "paused", setPhase(ctx, r, fmt.Sprintf("paused:%d", time.Now().UnixNano()))
+	return false, "paused", writeMCOPhase(ctx, r, mcoPhase{Step: mcoPaused, At: time.Now()})
 }
 
 // resumeAfterPause resumes the pool pauseFor after it was paused.
-func resumeAfterPause(ctx context.Context, r *Run, ph string) (bool, string, error) {
-	at, err := phaseTime(ph, "paused:")
-	if err != nil {
-		return false, "", err
-	}
-	if left := pauseFor - time.Since(at); left > 0 {
+func resumeAfterPause(ctx context.Context, r *Run, p mcoPhase) (bool, string, error) {
+	if left := pauseFor - time.Since(p.At); left > 0 {
 		return false, fmt.Sprintf("paused, %.0fs left", left.Seconds()), nil
 	}
 	if err := setPaused(ctx, r, false); err != nil {
 		return false, "", err
 	}
-	return false, "resumed", setPhase(ctx, r, "resumed")
+	return false, "resumed", writeMCOPhase(ctx, r, mcoPhase{Step: mcoResumed})
 }
 
 // setPaused sets the worker pool's paused, and records the intent.

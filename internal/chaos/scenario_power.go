@@ -25,7 +25,8 @@ func powerScenario() *Scenario {
 	var disk *powerfs.FS
 	backingOf := func(dir string) string { return dir + ".disk" }
 	s.Requires = powerfs.Available
-	s.Prepare = func(dir string) (func(), error) {
+	s.Prepare = func(r *Run) (func(), error) {
+		dir := r.DataDir
 		backing := backingOf(dir)
 		if err := os.MkdirAll(backing, 0o755); err != nil {
 			return nil, err

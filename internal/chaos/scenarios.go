@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -38,6 +39,16 @@ func created(err error) error {
 // chaos-phase in the campaign's namespace. "" is the setup, before the
 // operation starts.
 func phase(ctx context.Context, r *Run) (string, error) {
+	raw, err := phaseData(ctx, r)
+	if err != nil {
+		return "", err
+	}
+	r.op.enter(raw)
+	return raw, nil
+}
+
+// phaseData is what the phase ConfigMap keeps ("" before the operation).
+func phaseData(ctx context.Context, r *Run) (string, error) {
 	cm, err := r.Kube.CoreV1().ConfigMaps(ackNamespace).Get(ctx, "chaos-phase", metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return "", nil
@@ -45,8 +56,33 @@ func phase(ctx context.Context, r *Run) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	r.op.enter(cm.Data["phase"])
 	return cm.Data["phase"], nil
+}
+
+// readTypedPhase reads a phase kept as JSON (writeTypedPhase) into a P
+// (the zero P before the operation), and enters the step it names.
+func readTypedPhase[P any](ctx context.Context, r *Run, step func(P) string) (P, error) {
+	var p P
+	raw, err := phaseData(ctx, r)
+	if err != nil || raw == "" {
+		r.op.enter("")
+		return p, err
+	}
+	if err := json.Unmarshal([]byte(raw), &p); err != nil {
+		return p, fmt.Errorf("the phase %q: %w", raw, err)
+	}
+	r.op.enter(step(p))
+	return p, nil
+}
+
+// writeTypedPhase moves the scenario to phase p, kept as JSON, whose
+// step is step.
+func writeTypedPhase(ctx context.Context, r *Run, p any, step string) error {
+	raw, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	return setPhaseAs(ctx, r, string(raw), step)
 }
 
 // setPhase moves the scenario to its next step.
