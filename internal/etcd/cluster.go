@@ -211,7 +211,37 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		c.Stop()
 		return nil, err
 	}
+	c.shunUnhealthy(ctx)
 	return c, nil
+}
+
+// shunUnhealthy takes the voting members that fail their health check
+// now (cut off from the others, hung) out of the proxy's backends at
+// once: kube-apiserver starts on the proxy next, and its watch caches
+// list through it, before the operator's checks (which shun a member
+// after sickAfter) begin. A start inside a partition of the leader
+// otherwise failed: the Machines' watch cache was still initializing,
+// its list pinned to the member cut off, when client-go's retries ran
+// out. A member healthy again is a backend again at the next check.
+func (c *Cluster) shunUnhealthy(ctx context.Context) {
+	members, err := c.Members(ctx)
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	changed := false
+	for _, m := range members {
+		if since, sick := c.sickSince[m.Name]; sick && !c.shunned[m.Name] {
+			c.sickSince[m.Name] = since.Add(-sickAfter)
+			changed = true
+		}
+	}
+	if changed {
+		if err := c.syncLocked(c.members); err != nil {
+			klog.ErrorS(err, "Pointing the etcd proxy at the healthy members")
+		}
+	}
 }
 
 // quorumPossible fails at once when the members that voted last are
