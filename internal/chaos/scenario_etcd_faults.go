@@ -151,18 +151,30 @@ func etcdPauseProgress(ctx context.Context, r *Run) (bool, string, error) {
 		return false, "stopped the leader " + s.Leader, pauseLeader(ctx, r, faultPhase{Step: faultPaused, Leader: s.Leader, PID: pid, At: time.Now(), OpAt: r.opTime()})
 	case faultPaused:
 		left := p.left(r, partitionFor)
-		if left > 0 {
+		// A kill took the stopped member with capstan, and the rest of
+		// the pause's time passes with the members whole: stopped again
+		// as capstan starts, the member would hold kube-apiserver's
+		// requests pinned to it (until its connection's keepalive gives
+		// up, 40s) and the start's API with them. Its name may lead
+		// again, as another process.
+		pids, err := etcd.MemberProcesses(r.DataDir)
+		if err != nil {
+			return false, "", err
+		}
+		stopped := pids[p.Leader] == p.PID
+		switch {
+		case left > 0 && stopped:
 			// Stopped again on each tick of the pause: a stop that did
 			// not follow its phase (the driver's call ended between the
-			// two) is made now. A kill took the stopped member with
-			// capstan, and the rest of the pause's time passes with the
-			// members whole: stopped again as capstan starts, the
-			// member would hold kube-apiserver's requests pinned to it
-			// (until its connection's keepalive gives up, 40s) and the
-			// start's API with them.
+			// two) is made now.
 			if err := syscall.Kill(p.PID, syscall.SIGSTOP); err != nil && !errors.Is(err, syscall.ESRCH) {
 				return false, "", fmt.Errorf("stopping member %s (pid %d): %w", p.Leader, p.PID, err)
 			}
+		case left > 0:
+			return false, fmt.Sprintf("%s's stopped process went with a kill, %.1fs of the pause left", p.Leader, left.Seconds()), nil
+		}
+		if !stopped {
+			return false, p.Leader + "'s pause ended with a kill", writeFaultPhase(ctx, r, faultPhase{Step: faultContinued, Leader: p.Leader, At: time.Now()})
 		}
 		if ok, why := othersLead(s, p.Leader, left, "stopped"); !ok {
 			return false, why, nil
