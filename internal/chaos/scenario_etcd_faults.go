@@ -25,6 +25,9 @@ import (
 // leaves it in place until capstan's processes are gone; the start after
 // it goes without it, and it comes back once capstan is up.
 func etcdPartitionProgress(ctx context.Context, r *Run) (bool, string, error) {
+	if !r.alive() {
+		return liftWhileStarting(r)
+	}
 	p, err := readFaultPhase(ctx, r)
 	if err != nil {
 		return false, "", err
@@ -54,16 +57,8 @@ func etcdPartitionProgress(ctx context.Context, r *Run) (bool, string, error) {
 		// off, and the next tick would cut again.
 		return false, "cutting off the leader " + s.Leader, writeFaultPhase(ctx, r, faultPhase{Step: faultCut, Leader: s.Leader, At: time.Now(), OpAt: r.opTime()})
 	case faultCut:
-		// Lifted while capstan starts after a kill, put back once it is
-		// up: the cut lasts operation time, which stands still while
-		// capstan is down, and a start inside it can fail (kube-apiserver's
-		// watch cache of Machines still initializing after client-go's
-		// retries: "storage is (re)initializing", seed 777).
-		cut := []string{p.Leader}
-		if !r.alive() {
-			cut = nil
-		}
-		if err := etcd.WritePartition(r.DataDir, cut...); err != nil {
+		// Put back once capstan is up after a kill (liftWhileStarting).
+		if err := etcd.WritePartition(r.DataDir, p.Leader); err != nil {
 			return false, "", err
 		}
 		if ok, why := othersLead(s, p.Leader, p.left(r, partitionFor), "cut off"); !ok {
@@ -103,6 +98,18 @@ func etcdPartitionProgress(ctx context.Context, r *Run) (bool, string, error) {
 		return settledSince(ctx, r, s, "the network fast again", p.At)
 	}
 	return false, "", fmt.Errorf("unknown step %q", p.Step)
+}
+
+// liftWhileStarting lifts the partition file's cuts and delays while
+// capstan is down or starting after a kill: a fault lasts operation time,
+// which stands still meanwhile, and the phase, in the API, cannot be read
+// then. The partition and the bridge come back once capstan is up, for
+// what is left of them. (A start inside a partition of the leader failed
+// at first: kube-apiserver's watch cache of Machines, and its service IP
+// repair hook, pinned to the member cut off; the start now takes such a
+// member out of the proxy, TestAStartDoesNotWaitForACutOffMember.)
+func liftWhileStarting(r *Run) (bool, string, error) {
+	return false, "capstan is starting: the members' network is whole meanwhile", etcd.WritePartition(r.DataDir)
 }
 
 // peerDelay is how late the etcd-partition scenario's slow network

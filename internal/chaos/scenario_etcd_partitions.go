@@ -109,6 +109,9 @@ func etcdBridgeScenario() *Scenario {
 }
 
 func etcdBridgeProgress(ctx context.Context, r *Run) (bool, string, error) {
+	if !r.alive() {
+		return liftWhileStarting(r)
+	}
 	p, err := readFaultPhase(ctx, r)
 	if err != nil {
 		return false, "", err
@@ -133,14 +136,10 @@ func etcdBridgeProgress(ctx context.Context, r *Run) (bool, string, error) {
 		return false, fmt.Sprintf("cutting %s from %s, both still reaching %s", followers[0], followers[1], s.Leader),
 			writeFaultPhase(ctx, r, faultPhase{Step: faultCut, Leader: s.Leader, Cut: followers, At: time.Now(), OpAt: r.opTime()})
 	case faultCut:
-		// Lifted while capstan starts, put back once it is up: a start
-		// with the bridge in place can fail (kube-apiserver's start hooks
-		// time out against a member with no leader), a fault of its own.
-		links := [][2]string{{p.Cut[0], p.Cut[1]}}
-		if !r.alive() {
-			links = nil
-		}
-		if err := etcd.WriteLinkCuts(r.DataDir, links...); err != nil {
+		// Put back once capstan is up after a kill (liftWhileStarting):
+		// a start inside the bridge can fail (kube-apiserver's start
+		// hooks time out against a member with no leader).
+		if err := etcd.WriteLinkCuts(r.DataDir, [2]string{p.Cut[0], p.Cut[1]}); err != nil {
 			return false, "", err
 		}
 		// It lasts partitionFor of the operation's time: a kill in it
