@@ -150,7 +150,7 @@ const plantedTimeout = 45 * time.Second
 
 // ChaosPackageBugs are the planted bugs test/chaos runs, test/chaosetcd
 // the others: their runs even out the two packages' times (test/chaosetcd
-// also runs the ten etcd scenarios), so that the two test slots of a CI
+// also runs the eleven etcd scenarios), so that the two test slots of a CI
 // run free up about together for test/cvo and test/e2e.
 var ChaosPackageBugs = []string{planted.UpdateTwice, planted.RestoreOnStart, planted.StaleReads, planted.WatchResumesAtHead,
 	planted.RebootInTwoWrites, planted.UnavailableInMemory, planted.UpcomingInMemory}
