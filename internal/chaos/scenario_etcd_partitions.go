@@ -138,8 +138,15 @@ func etcdBridgeProgress(ctx context.Context, r *Run) (bool, string, error) {
 	case faultCut:
 		// Put back once capstan is up after a kill (liftWhileStarting):
 		// a start inside the bridge can fail (kube-apiserver's start
-		// hooks time out against a member with no leader).
-		if err := etcd.WriteLinkCuts(r.DataDir, [2]string{p.Cut[0], p.Cut[1]}); err != nil {
+		// hooks time out against a member with no leader). Between the
+		// followers of the leader as it is then: the members elected
+		// one afresh, maybe one of the two cut before, and a cut
+		// between the leader and a follower is no bridge.
+		link := [2]string{p.Cut[0], p.Cut[1]}
+		if now := followers(s); s.Leader != "" && len(now) == 2 {
+			link = [2]string{now[0], now[1]}
+		}
+		if err := etcd.WriteLinkCuts(r.DataDir, link); err != nil {
 			return false, "", err
 		}
 		// It lasts partitionFor of the operation's time: a kill in it

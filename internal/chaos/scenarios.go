@@ -64,9 +64,13 @@ func phaseData(ctx context.Context, r *Run) (string, error) {
 func readTypedPhase[P any](ctx context.Context, r *Run, step func(P) string) (P, error) {
 	var p P
 	raw, err := phaseData(ctx, r)
-	if err != nil || raw == "" {
-		r.op.enter("")
+	if err != nil {
+		// Unread (the API is down): the operation stays where it was.
 		return p, err
+	}
+	if raw == "" {
+		r.op.enter("")
+		return p, nil
 	}
 	if err := json.Unmarshal([]byte(raw), &p); err != nil {
 		return p, fmt.Errorf("the phase %q: %w", raw, err)
