@@ -233,13 +233,7 @@ type machinePhase struct {
 	Zone     string      `json:"zone,omitempty"`
 }
 
-func readMachinePhase(ctx context.Context, r *Run) (machinePhase, error) {
-	return readTypedPhase(ctx, r, func(p machinePhase) string { return string(p.Step) })
-}
-
-func writeMachinePhase(ctx context.Context, r *Run, p machinePhase) error {
-	return writeTypedPhase(ctx, r, p, string(p.Step))
-}
+func (p machinePhase) step() string { return string(p.Step) }
 
 // replaceProgress drives a replacement in three steps kept in the
 // cluster: the victims picked once the members formed (step), act done
@@ -247,7 +241,7 @@ func writeMachinePhase(ctx context.Context, r *Run, p machinePhase) error {
 // control plane settled without them.
 func replaceProgress(step machineStep, pick func([]machinev1.Machine) []string, act func(context.Context, *Run, string) error) func(context.Context, *Run) (bool, string, error) {
 	return func(ctx context.Context, r *Run) (bool, string, error) {
-		p, err := readMachinePhase(ctx, r)
+		p, err := readTypedPhase[machinePhase](ctx, r)
 		if err != nil {
 			return false, "", err
 		}
@@ -258,14 +252,14 @@ func replaceProgress(step machineStep, pick func([]machinev1.Machine) []string, 
 				return false, why, err
 			}
 			victims := pick(masters)
-			return false, fmt.Sprintf("%s %v", step, victims), writeMachinePhase(ctx, r, machinePhase{Step: step, Machines: victims})
+			return false, fmt.Sprintf("%s %v", step, victims), writeTypedPhase(ctx, r, machinePhase{Step: step, Machines: victims})
 		case step:
 			for _, v := range p.Machines {
 				if err := act(ctx, r, v); err != nil {
 					return false, "", err
 				}
 			}
-			return false, fmt.Sprintf("replacing %v", p.Machines), writeMachinePhase(ctx, r, machinePhase{Step: machineReplacing, Machines: p.Machines})
+			return false, fmt.Sprintf("replacing %v", p.Machines), writeTypedPhase(ctx, r, machinePhase{Step: machineReplacing, Machines: p.Machines})
 		case machineReplacing:
 			return replacedWithout(ctx, r, p.Machines...)
 		}
@@ -277,7 +271,7 @@ func replaceProgress(step machineStep, pick func([]machinev1.Machine) []string, 
 // is up (up means fault-tolerant: nothing is waited for), then deletes
 // it: the steps dead and replacing.
 func etcdDeadProgress(ctx context.Context, r *Run) (bool, string, error) {
-	p, err := readMachinePhase(ctx, r)
+	p, err := readTypedPhase[machinePhase](ctx, r)
 	if err != nil {
 		return false, "", err
 	}
@@ -290,7 +284,7 @@ func etcdDeadProgress(ctx context.Context, r *Run) (bool, string, error) {
 		if len(masters) != etcdMasters {
 			return false, fmt.Sprintf("%d control-plane machines", len(masters)), nil
 		}
-		return false, "stopping " + masters[0].Name, writeMachinePhase(ctx, r, machinePhase{Step: machineDead, Machines: []string{masters[0].Name}})
+		return false, "stopping " + masters[0].Name, writeTypedPhase(ctx, r, machinePhase{Step: machineDead, Machines: []string{masters[0].Name}})
 	case machineDead:
 		victim := p.Machines[0]
 		if err := stopMachine(ctx, r, victim); err != nil {
@@ -299,7 +293,7 @@ func etcdDeadProgress(ctx context.Context, r *Run) (bool, string, error) {
 		if err := deleteMachines(ctx, r, victim); err != nil {
 			return false, "", err
 		}
-		return false, "replacing " + victim, writeMachinePhase(ctx, r, machinePhase{Step: machineReplacing, Machines: p.Machines})
+		return false, "replacing " + victim, writeTypedPhase(ctx, r, machinePhase{Step: machineReplacing, Machines: p.Machines})
 	case machineReplacing:
 		return replacedWithout(ctx, r, p.Machines...)
 	}
@@ -331,7 +325,7 @@ func stopMachine(ctx context.Context, r *Run, name string) error {
 // zone), failing (the same) and replacing (the victim and its failed
 // replacement).
 func etcdFailedProgress(ctx context.Context, r *Run) (bool, string, error) {
-	p, err := readMachinePhase(ctx, r)
+	p, err := readTypedPhase[machinePhase](ctx, r)
 	if err != nil {
 		return false, "", err
 	}
@@ -346,7 +340,7 @@ func etcdFailedProgress(ctx context.Context, r *Run) (bool, string, error) {
 		if err != nil {
 			return false, "", err
 		}
-		return false, "stopping " + masters[0].Name, writeMachinePhase(ctx, r, machinePhase{Step: machineDead, Machines: []string{masters[0].Name}, Zone: ps.Zone})
+		return false, "stopping " + masters[0].Name, writeTypedPhase(ctx, r, machinePhase{Step: machineDead, Machines: []string{masters[0].Name}, Zone: ps.Zone})
 	case machineDead:
 		victim := p.Machines[0]
 		// The zone first: the replacement is made as soon as the
@@ -361,7 +355,7 @@ func etcdFailedProgress(ctx context.Context, r *Run) (bool, string, error) {
 			return false, "", err
 		}
 		p.Step = machineFailing
-		return false, "waiting for the replacement of " + victim + " to fail", writeMachinePhase(ctx, r, p)
+		return false, "waiting for the replacement of " + victim + " to fail", writeTypedPhase(ctx, r, p)
 	case machineFailing:
 		victim := p.Machines[0]
 		masters, err := masterMachines(ctx, r)
@@ -378,7 +372,7 @@ func etcdFailedProgress(ctx context.Context, r *Run) (bool, string, error) {
 			if err := sim.RestoreZone(ctx, r.Kube, p.Zone); err != nil {
 				return false, "", err
 			}
-			return false, "deleting the failed replacement " + m.Name, writeMachinePhase(ctx, r, machinePhase{Step: machineReplacing, Machines: []string{victim, m.Name}})
+			return false, "deleting the failed replacement " + m.Name, writeTypedPhase(ctx, r, machinePhase{Step: machineReplacing, Machines: []string{victim, m.Name}})
 		}
 		return false, "no replacement of " + victim + " yet", nil
 	case machineReplacing:
@@ -396,7 +390,7 @@ func etcdFailedProgress(ctx context.Context, r *Run) (bool, string, error) {
 // etcdMemberProgress goes through the steps kill (Kill i) and killed
 // (Kill i, the member, its PID, when), then done.
 func etcdMemberProgress(ctx context.Context, r *Run) (bool, string, error) {
-	p, err := readFaultPhase(ctx, r)
+	p, err := readTypedPhase[faultPhase](ctx, r)
 	if err != nil {
 		return false, "", err
 	}
@@ -406,7 +400,7 @@ func etcdMemberProgress(ctx context.Context, r *Run) (bool, string, error) {
 		if masters, why, err := formed(ctx, r); masters == nil {
 			return false, why, err
 		}
-		return false, "members formed", writeFaultPhase(ctx, r, faultPhase{Step: faultKill, Kill: 1})
+		return false, "members formed", writeTypedPhase(ctx, r, faultPhase{Step: faultKill, Kill: 1})
 	case faultKill:
 		if !formedWithoutBootstrap(s) || s.Leader == "" {
 			return false, fmt.Sprintf("kill %d waits for the members: voting %v, %d healthy, leader %q", p.Kill, s.Voting, s.Healthy, s.Leader), nil
@@ -420,7 +414,7 @@ func etcdMemberProgress(ctx context.Context, r *Run) (bool, string, error) {
 			return false, "", fmt.Errorf("killing member %s (pid %d): %w", s.Leader, pid, err)
 		}
 		return false, fmt.Sprintf("killed the leader %s (pid %d)", s.Leader, pid),
-			writeFaultPhase(ctx, r, faultPhase{Step: faultKilled, Kill: p.Kill, Leader: s.Leader, PID: pid, At: at})
+			writeTypedPhase(ctx, r, faultPhase{Step: faultKilled, Kill: p.Kill, Leader: s.Leader, PID: pid, At: at})
 	case faultKilled:
 		pids, err := etcd.MemberProcesses(r.DataDir)
 		if err != nil {
@@ -433,9 +427,9 @@ func etcdMemberProgress(ctx context.Context, r *Run) (bool, string, error) {
 			return false, fmt.Sprintf("after kill %d: voting %v, %d healthy", p.Kill, s.Voting, s.Healthy), nil
 		}
 		if p.Kill >= memberKills {
-			return false, "every kill done", writeFaultPhase(ctx, r, faultPhase{Step: faultDone})
+			return false, "every kill done", writeTypedPhase(ctx, r, faultPhase{Step: faultDone})
 		}
-		return false, fmt.Sprintf("member %s back", p.Leader), writeFaultPhase(ctx, r, faultPhase{Step: faultKill, Kill: p.Kill + 1})
+		return false, fmt.Sprintf("member %s back", p.Leader), writeTypedPhase(ctx, r, faultPhase{Step: faultKill, Kill: p.Kill + 1})
 	case faultDone:
 		if masters, why, err := formed(ctx, r); masters == nil {
 			return false, why, err

@@ -28,7 +28,7 @@ func etcdPartitionProgress(ctx context.Context, r *Run) (bool, string, error) {
 	if !r.alive() {
 		return liftWhileStarting(r)
 	}
-	p, err := readFaultPhase(ctx, r)
+	p, err := readTypedPhase[faultPhase](ctx, r)
 	if err != nil {
 		return false, "", err
 	}
@@ -55,7 +55,7 @@ func etcdPartitionProgress(ctx context.Context, r *Run) (bool, string, error) {
 		// The phase first, the cut on the next tick: written after the
 		// cut, the phase could wait on an API pinned to the member cut
 		// off, and the next tick would cut again.
-		return false, "cutting off the leader " + s.Leader, writeFaultPhase(ctx, r, faultPhase{Step: faultCut, Leader: s.Leader, At: time.Now(), OpAt: r.opTime()})
+		return false, "cutting off the leader " + s.Leader, writeTypedPhase(ctx, r, faultPhase{Step: faultCut, Leader: s.Leader, At: time.Now(), OpAt: r.opTime()})
 	case faultCut:
 		// Put back once capstan is up after a kill (liftWhileStarting).
 		if err := etcd.WritePartition(r.DataDir, p.Leader); err != nil {
@@ -67,7 +67,7 @@ func etcdPartitionProgress(ctx context.Context, r *Run) (bool, string, error) {
 		if err := etcd.WritePartition(r.DataDir); err != nil {
 			return false, "", err
 		}
-		return false, "healed the partition of " + p.Leader, writeFaultPhase(ctx, r, faultPhase{Step: faultHealed, Leader: p.Leader, At: time.Now()})
+		return false, "healed the partition of " + p.Leader, writeTypedPhase(ctx, r, faultPhase{Step: faultHealed, Leader: p.Leader, At: time.Now()})
 	case faultHealed:
 		if err := etcd.WritePartition(r.DataDir); err != nil {
 			return false, "", err
@@ -76,7 +76,7 @@ func etcdPartitionProgress(ctx context.Context, r *Run) (bool, string, error) {
 			return false, why, err
 		}
 		// Then a slow network between all the members, for as long.
-		return false, "slowing the members' network", writeFaultPhase(ctx, r, faultPhase{Step: faultSlow, At: time.Now(), OpAt: r.opTime()})
+		return false, "slowing the members' network", writeTypedPhase(ctx, r, faultPhase{Step: faultSlow, At: time.Now(), OpAt: r.opTime()})
 	case faultSlow:
 		if left := p.left(r, partitionFor); left > 0 {
 			// On each tick while capstan is up; a start finds the
@@ -93,7 +93,7 @@ func etcdPartitionProgress(ctx context.Context, r *Run) (bool, string, error) {
 		if err := etcd.WritePartition(r.DataDir); err != nil {
 			return false, "", err
 		}
-		return false, "the members' network is fast again", writeFaultPhase(ctx, r, faultPhase{Step: faultFast, At: time.Now()})
+		return false, "the members' network is fast again", writeTypedPhase(ctx, r, faultPhase{Step: faultFast, At: time.Now()})
 	case faultFast:
 		return settledSince(ctx, r, s, "the network fast again", p.At)
 	}
@@ -133,7 +133,7 @@ func etcdPauseScenario() *Scenario {
 // etcdPauseProgress goes through the steps paused (the member, its PID,
 // when) and continued (the member, when).
 func etcdPauseProgress(ctx context.Context, r *Run) (bool, string, error) {
-	p, err := readFaultPhase(ctx, r)
+	p, err := readTypedPhase[faultPhase](ctx, r)
 	if err != nil {
 		return false, "", err
 	}
@@ -181,7 +181,7 @@ func etcdPauseProgress(ctx context.Context, r *Run) (bool, string, error) {
 			return false, fmt.Sprintf("%s's stopped process went with a kill, %.1fs of the pause left", p.Leader, left.Seconds()), nil
 		}
 		if !stopped {
-			return false, p.Leader + "'s pause ended with a kill", writeFaultPhase(ctx, r, faultPhase{Step: faultContinued, Leader: p.Leader, At: time.Now()})
+			return false, p.Leader + "'s pause ended with a kill", writeTypedPhase(ctx, r, faultPhase{Step: faultContinued, Leader: p.Leader, At: time.Now()})
 		}
 		if ok, why := othersLead(s, p.Leader, left, "stopped"); !ok {
 			return false, why, nil
@@ -191,7 +191,7 @@ func etcdPauseProgress(ctx context.Context, r *Run) (bool, string, error) {
 		if err := syscall.Kill(p.PID, syscall.SIGCONT); err != nil && !errors.Is(err, syscall.ESRCH) {
 			return false, "", fmt.Errorf("continuing member %s (pid %d): %w", p.Leader, p.PID, err)
 		}
-		return false, "continued " + p.Leader, writeFaultPhase(ctx, r, faultPhase{Step: faultContinued, Leader: p.Leader, At: time.Now()})
+		return false, "continued " + p.Leader, writeTypedPhase(ctx, r, faultPhase{Step: faultContinued, Leader: p.Leader, At: time.Now()})
 	case faultContinued:
 		return settledSince(ctx, r, s, p.Leader+" continued", p.At)
 	}
@@ -205,7 +205,7 @@ func pauseLeader(ctx context.Context, r *Run, p faultPhase) error {
 	// may need an election and more to write anything, and a stop the
 	// phase did not record would never be continued (the next tick, at
 	// the first step, would wait for all three members forever).
-	if err := writeFaultPhase(ctx, r, p); err != nil {
+	if err := writeTypedPhase(ctx, r, p); err != nil {
 		return err
 	}
 	if err := syscall.Kill(p.PID, syscall.SIGSTOP); err != nil {
@@ -260,7 +260,7 @@ const apiserverDelay = 300 * time.Millisecond
 // wait on them), then goes through the steps slow (the link back, each
 // chunk held apiserverDelay, for partitionFor) and healed.
 func etcdAPIServerCutProgress(ctx context.Context, r *Run) (bool, string, error) {
-	p, err := readFaultPhase(ctx, r)
+	p, err := readTypedPhase[faultPhase](ctx, r)
 	if err != nil {
 		return false, "", err
 	}
@@ -296,7 +296,7 @@ func etcdAPIServerCutProgress(ctx context.Context, r *Run) (bool, string, error)
 		if err := etcd.WriteClientFault(r.DataDir, etcd.ClientFault{}); err != nil {
 			return false, "", err
 		}
-		return false, "the link is fast again", writeFaultPhase(ctx, r, faultPhase{Step: faultHealed, At: time.Now()})
+		return false, "the link is fast again", writeTypedPhase(ctx, r, faultPhase{Step: faultHealed, At: time.Now()})
 	case faultHealed:
 		if err := etcd.WriteClientFault(r.DataDir, etcd.ClientFault{}); err != nil {
 			return false, "", err
@@ -336,7 +336,7 @@ func settledSince(ctx context.Context, r *Run, s memberSample, what string, at t
 // index runs and has a learner) and restored (until the control plane
 // settled without it).
 func etcdRelabelProgress(ctx context.Context, r *Run) (bool, string, error) {
-	p, err := readMachinePhase(ctx, r)
+	p, err := readTypedPhase[machinePhase](ctx, r)
 	if err != nil {
 		return false, "", err
 	}
@@ -346,13 +346,13 @@ func etcdRelabelProgress(ctx context.Context, r *Run) (bool, string, error) {
 		if masters == nil {
 			return false, why, err
 		}
-		return false, "relabelling " + masters[1].Name, writeMachinePhase(ctx, r, machinePhase{Step: machineRelabel, Machines: []string{masters[1].Name}})
+		return false, "relabelling " + masters[1].Name, writeTypedPhase(ctx, r, machinePhase{Step: machineRelabel, Machines: []string{masters[1].Name}})
 	case machineRelabel:
 		victim := p.Machines[0]
 		if err := setRole(ctx, r, victim, "relabelled"); err != nil {
 			return false, "", err
 		}
-		return false, victim + " relabelled", writeMachinePhase(ctx, r, machinePhase{Step: machineRelabelled, Machines: p.Machines})
+		return false, victim + " relabelled", writeTypedPhase(ctx, r, machinePhase{Step: machineRelabelled, Machines: p.Machines})
 	case machineRelabelled:
 		victim := p.Machines[0]
 		masters, err := masterMachines(ctx, r)
@@ -372,7 +372,7 @@ func etcdRelabelProgress(ctx context.Context, r *Run) (bool, string, error) {
 		if err := setRole(ctx, r, victim, "master"); err != nil {
 			return false, "", err
 		}
-		return false, victim + " a master again", writeMachinePhase(ctx, r, machinePhase{Step: machineRestored, Machines: p.Machines})
+		return false, victim + " a master again", writeTypedPhase(ctx, r, machinePhase{Step: machineRestored, Machines: p.Machines})
 	case machineRestored:
 		victim := p.Machines[0]
 		if err := setRole(ctx, r, victim, "master"); err != nil {

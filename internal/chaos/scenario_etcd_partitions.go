@@ -58,19 +58,16 @@ type faultPhase struct {
 	OpAt time.Duration `json:"opAt,omitempty"`
 }
 
+func (p faultPhase) step() string { return string(p.Step) }
+
 // left is what is left of a fault of d begun at p.
 func (p faultPhase) left(r *Run, d time.Duration) time.Duration { return d - (r.opTime() - p.OpAt) }
-
-// readFaultPhase reads the phase (the zero phase before the operation).
-func readFaultPhase(ctx context.Context, r *Run) (faultPhase, error) {
-	return readTypedPhase(ctx, r, func(p faultPhase) string { return string(p.Step) })
-}
 
 // writeFaultPhaseOnceServed writes the phase as soon as the API takes
 // it: after a fault that kept it from serving, the phase cannot wait for
 // the next tick (written "" again, it would cut once more).
 func writeFaultPhaseOnceServed(ctx context.Context, r *Run, p faultPhase) error {
-	for writeFaultPhase(ctx, r, p) != nil {
+	for writeTypedPhase(ctx, r, p) != nil {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -91,10 +88,6 @@ func followers(s memberSample) []string {
 	return out
 }
 
-func writeFaultPhase(ctx context.Context, r *Run, p faultPhase) error {
-	return writeTypedPhase(ctx, r, p, string(p.Step))
-}
-
 // etcdBridgeScenario cuts the two followers from each other.
 func etcdBridgeScenario() *Scenario {
 	s := etcdScenario("etcd-bridge",
@@ -112,7 +105,7 @@ func etcdBridgeProgress(ctx context.Context, r *Run) (bool, string, error) {
 	if !r.alive() {
 		return liftWhileStarting(r)
 	}
-	p, err := readFaultPhase(ctx, r)
+	p, err := readTypedPhase[faultPhase](ctx, r)
 	if err != nil {
 		return false, "", err
 	}
@@ -134,7 +127,7 @@ func etcdBridgeProgress(ctx context.Context, r *Run) (bool, string, error) {
 		}
 		// The phase first, the cut on the next tick, as etcd-partition.
 		return false, fmt.Sprintf("cutting %s from %s, both still reaching %s", followers[0], followers[1], s.Leader),
-			writeFaultPhase(ctx, r, faultPhase{Step: faultCut, Leader: s.Leader, Cut: followers, At: time.Now(), OpAt: r.opTime()})
+			writeTypedPhase(ctx, r, faultPhase{Step: faultCut, Leader: s.Leader, Cut: followers, At: time.Now(), OpAt: r.opTime()})
 	case faultCut:
 		// Put back once capstan is up after a kill (liftWhileStarting):
 		// a start inside the bridge can fail (kube-apiserver's start
@@ -157,7 +150,7 @@ func etcdBridgeProgress(ctx context.Context, r *Run) (bool, string, error) {
 		if err := etcd.WritePartition(r.DataDir); err != nil {
 			return false, "", err
 		}
-		return false, "healed the bridge", writeFaultPhase(ctx, r, faultPhase{Step: faultHealed, At: time.Now()})
+		return false, "healed the bridge", writeTypedPhase(ctx, r, faultPhase{Step: faultHealed, At: time.Now()})
 	case faultHealed:
 		if err := etcd.WritePartition(r.DataDir); err != nil {
 			return false, "", err
@@ -187,7 +180,7 @@ func etcdMinorityScenario() *Scenario {
 // API (where the phase is kept) serves nothing, so the step waits out
 // the cut and heals it before it writes the next phase.
 func etcdMinorityProgress(ctx context.Context, r *Run) (bool, string, error) {
-	p, err := readFaultPhase(ctx, r)
+	p, err := readTypedPhase[faultPhase](ctx, r)
 	if err != nil {
 		return false, "", err
 	}

@@ -70,7 +70,7 @@ func mcoRollout(pause bool) *Scenario {
 		// Updated.
 		Progress: func(ctx context.Context, r *Run) (bool, string, error) {
 			pools := r.MCO.MachineconfigurationV1().MachineConfigPools()
-			p, err := readMCOPhase(ctx, r)
+			p, err := readTypedPhase[mcoPhase](ctx, r)
 			if err != nil {
 				return false, "", err
 			}
@@ -93,7 +93,7 @@ func mcoRollout(pause bool) *Scenario {
 				if err := r.intents.wrote(poolsKey+"worker", "maxUnavailable", fmt.Sprint(mcoMaxUnavailable), patched.ResourceVersion, poolMaxUnavailable); err != nil {
 					return false, "", err
 				}
-				return false, "maxUnavailable set", writeMCOPhase(ctx, r, mcoPhase{Step: mcoConfig})
+				return false, "maxUnavailable set", writeTypedPhase(ctx, r, mcoPhase{Step: mcoConfig})
 			case mcoConfig:
 				mc := &mcfgv1.MachineConfig{ObjectMeta: metav1.ObjectMeta{Name: config, Labels: map[string]string{mco.RoleLabel: "worker"}},
 					Spec: mcfgv1.MachineConfigSpec{Config: runtime.RawExtension{Raw: []byte(
@@ -101,7 +101,7 @@ func mcoRollout(pause bool) *Scenario {
 				if _, err := r.MCO.MachineconfigurationV1().MachineConfigs().Create(ctx, mc, metav1.CreateOptions{}); created(err) != nil {
 					return false, "", err
 				}
-				return false, config + " created", writeMCOPhase(ctx, r, mcoPhase{Step: mcoRolloutStep})
+				return false, config + " created", writeTypedPhase(ctx, r, mcoPhase{Step: mcoRolloutStep})
 			}
 			if !rendersFrom(pool, config) {
 				return false, "the worker pool does not render " + config + " yet", nil
@@ -172,13 +172,7 @@ type mcoPhase struct {
 	At       time.Time `json:"at,omitzero"`
 }
 
-func readMCOPhase(ctx context.Context, r *Run) (mcoPhase, error) {
-	return readTypedPhase(ctx, r, func(p mcoPhase) string { return string(p.Step) })
-}
-
-func writeMCOPhase(ctx context.Context, r *Run, p mcoPhase) error {
-	return writeTypedPhase(ctx, r, p, string(p.Step))
-}
+func (p mcoPhase) step() string { return string(p.Step) }
 
 func isWorker(n *corev1.Node) bool {
 	_, ok := n.Labels[nodes.LabelRoleWorker]
@@ -200,13 +194,13 @@ func decideScaleUp(ctx context.Context, r *Run) error {
 	if err != nil {
 		return err
 	}
-	return writeMCOPhase(ctx, r, mcoPhase{Step: mcoScale, Set: set.Name, Replicas: int(ptr.Deref(set.Spec.Replicas, 0)) + 1})
+	return writeTypedPhase(ctx, r, mcoPhase{Step: mcoScale, Set: set.Name, Replicas: int(ptr.Deref(set.Spec.Replicas, 0)) + 1})
 }
 
 // userScaleUp makes the scale-up decideScaleUp chose, as a user's `oc
 // scale` would, and records it for the user-intent invariant.
 func userScaleUp(ctx context.Context, r *Run, p mcoPhase) error {
-	return userScaleThen(ctx, r, p.Set, p.Replicas, func() error { return writeMCOPhase(ctx, r, mcoPhase{Step: mcoScaled}) })
+	return userScaleThen(ctx, r, p.Set, p.Replicas, func() error { return writeTypedPhase(ctx, r, mcoPhase{Step: mcoScaled}) })
 }
 
 // firstWorkerSet is the installer's worker MachineSet that comes first by
@@ -283,7 +277,7 @@ func pauseMidRollout(ctx context.Context, r *Run, pool *mcfgv1.MachineConfigPool
 	ok, why, _ := poolUpdated(pool, mcoWorkers)
 	if ok {
 		// Too late to pause mid-rollout: the check says so.
-		return false, "the rollout completed before the pause", writeMCOPhase(ctx, r, mcoPhase{Step: mcoResumed})
+		return false, "the rollout completed before the pause", writeTypedPhase(ctx, r, mcoPhase{Step: mcoResumed})
 	}
 	if pool.Status.UpdatedMachineCount < 1 {
 		return false, "waiting for a node updated to pause at: " + why, nil
@@ -291,7 +285,7 @@ func pauseMidRollout(ctx context.Context, r *Run, pool *mcfgv1.MachineConfigPool
 	if err := setPaused(ctx, r, true); err != nil {
 		return false, "", err
 	}
-	return false, "paused", writeMCOPhase(ctx, r, mcoPhase{Step: mcoPaused, At: time.Now()})
+	return false, "paused", writeTypedPhase(ctx, r, mcoPhase{Step: mcoPaused, At: time.Now()})
 }
 
 // resumeAfterPause resumes the pool pauseFor after it was paused.
@@ -302,7 +296,7 @@ func resumeAfterPause(ctx context.Context, r *Run, p mcoPhase) (bool, string, er
 	if err := setPaused(ctx, r, false); err != nil {
 		return false, "", err
 	}
-	return false, "resumed", writeMCOPhase(ctx, r, mcoPhase{Step: mcoResumed})
+	return false, "resumed", writeTypedPhase(ctx, r, mcoPhase{Step: mcoResumed})
 }
 
 // setPaused sets the worker pool's paused, and records the intent.

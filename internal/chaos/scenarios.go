@@ -59,9 +59,13 @@ func phaseData(ctx context.Context, r *Run) (string, error) {
 	return cm.Data["phase"], nil
 }
 
+// typedPhase is a scenario's phase kept as JSON in the phase ConfigMap
+// (a kill of capstan loses none of it), named by its step.
+type typedPhase interface{ step() string }
+
 // readTypedPhase reads a phase kept as JSON (writeTypedPhase) into a P
-// (the zero P before the operation), and enters the step it names.
-func readTypedPhase[P any](ctx context.Context, r *Run, step func(P) string) (P, error) {
+// (the zero P before the operation), and enters its step.
+func readTypedPhase[P typedPhase](ctx context.Context, r *Run) (P, error) {
 	var p P
 	raw, err := phaseData(ctx, r)
 	if err != nil {
@@ -75,18 +79,17 @@ func readTypedPhase[P any](ctx context.Context, r *Run, step func(P) string) (P,
 	if err := json.Unmarshal([]byte(raw), &p); err != nil {
 		return p, fmt.Errorf("the phase %q: %w", raw, err)
 	}
-	r.op.enter(step(p))
+	r.op.enter(p.step())
 	return p, nil
 }
 
-// writeTypedPhase moves the scenario to phase p, kept as JSON, whose
-// step is step.
-func writeTypedPhase(ctx context.Context, r *Run, p any, step string) error {
+// writeTypedPhase moves the scenario to phase p, kept as JSON.
+func writeTypedPhase(ctx context.Context, r *Run, p typedPhase) error {
 	raw, err := json.Marshal(p)
 	if err != nil {
 		return err
 	}
-	return setPhaseAs(ctx, r, string(raw), step)
+	return setPhaseAs(ctx, r, string(raw), p.step())
 }
 
 // setPhase moves the scenario to its next step.
