@@ -212,7 +212,35 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	c.shunUnhealthy(ctx)
+	go c.watchHealth()
 	return c, nil
+}
+
+// healthEvery is how often the cluster checks its members' health for
+// the proxy's sake.
+const healthEvery = time.Second
+
+// watchHealth checks the members' health every healthEvery for as long
+// as the proxy serves, so that kube-apiserver's connections leave a
+// member cut off from the others within seconds (see noteHealth). The
+// operator's own checks do the same, but only while it leads: after a
+// restart it first waits out its predecessor's Lease, which outlasts any
+// outage a client accepts (a partition of the member the proxy sent
+// kube-apiserver to kept the API from writing for 150 s, until the
+// operator led).
+func (c *Cluster) watchHealth() {
+	t := time.NewTicker(healthEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.proxy.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*healthEvery)
+		_, _ = c.Members(ctx)
+		cancel()
+	}
 }
 
 // shunUnhealthy takes the voting members that fail their health check
