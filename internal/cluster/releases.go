@@ -25,6 +25,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/cvo"
 	"github.com/capstan-dev/capstan/internal/operators"
 	"github.com/capstan-dev/capstan/internal/planted"
+	"github.com/capstan-dev/capstan/internal/ports"
 	"github.com/capstan-dev/capstan/internal/registry"
 	"github.com/capstan-dev/capstan/internal/release"
 	"github.com/capstan-dev/capstan/internal/release/signature"
@@ -122,7 +123,13 @@ func (c *Cluster) startReleases(ctx, runCtx context.Context) error {
 	for _, p := range updateservice.GraphPaths {
 		mux.Handle(p, graph)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// Pulls need no credentials on loopback: only loopback names may
+	// ask (a rebound web page's may not).
+	var h http.Handler = mux
+	if ports.LoopbackOnly(o.Address) == nil {
+		h = ports.LoopbackHosts(h)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	c.run(runCtx, "release-server", func(ctx context.Context) error { return component.Serve(ctx, srv, ln) })
 
 	repo := host + "/" + releaseRepository

@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/capstan-dev/capstan/internal/ports"
 )
 
 // Server serves /metrics on a listener.
@@ -34,7 +36,11 @@ func Listen(addr string, api http.Handler, gatherers ...prometheus.Gatherer) (*S
 	if api != nil {
 		mux.Handle("/", api)
 	}
-	return &Server{l: l, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}, nil
+	var h http.Handler = mux
+	if ports.LoopbackOnly(addr) == nil {
+		h = ports.LoopbackHosts(h)
+	}
+	return &Server{l: l, srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}, nil
 }
 
 // Addr is where the server listens.
