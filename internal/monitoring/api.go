@@ -85,7 +85,22 @@ func (m *Monitor) newAPI() http.Handler {
 	router.Get("/-/ready", m.ready(func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "Prometheus Server is Ready.")
 	}))
-	return m.admit(router)
+	return m.admit(noRemoteRead(router))
+}
+
+// noRemoteRead answers remote read 404: with no read slots the API would
+// hold each such request until its client left, a goroutine and a
+// connection pinned on both listeners per request.
+func noRemoteRead(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/api/v1/read" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprintln(w, `{"status":"error","errorType":"not_found","error":"remote read is not served"}`)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // queryTimeout is how long a query may evaluate, as Prometheus's

@@ -651,7 +651,29 @@ func TestTheAPIIsPrometheuss(t *testing.T) {
 		t.Errorf("labels limit=1: %d %v %s", code, err, a.Data)
 	}
 	check("/api/v1/format_query", url.Values{"query": {"sum(up)by(job)"}}, `sum by (job) (up)`)
-	resp, err := http.Get(base + "/-/ready")
+	// L2: the admin API stays off, and remote read answers 404 at once
+	// rather than holding the request.
+	quick := &http.Client{Timeout: 10 * time.Second}
+	for _, path := range []string{"/api/v1/admin/tsdb/delete_series?match[]=up", "/api/v1/admin/tsdb/snapshot", "/api/v1/admin/tsdb/clean_tombstones"} {
+		resp, err := quick.Post(base+path, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), "admin APIs disabled") {
+			t.Errorf("POST %s: %d %s, want the admin API off", path, resp.StatusCode, body)
+		}
+	}
+	resp, err := quick.Post(base+"/api/v1/read", "application/x-protobuf", strings.NewReader("x"))
+	if err != nil {
+		t.Fatalf("remote read: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("remote read: %d, want 404", resp.StatusCode)
+	}
+	resp, err = http.Get(base + "/-/ready")
 	if err != nil {
 		t.Fatal(err)
 	}
