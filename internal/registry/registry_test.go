@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -321,6 +323,61 @@ func TestOversizedBlobUploadsAreRefused(t *testing.T) {
 	read = &countingReader{r: io.LimitReader(zeros{}, MaxBlobUpload+1<<20)}
 	if rec := do(http.MethodPatch, loc, read, -1); rec.Code/100 == 2 || read.n > MaxBlobUpload+64<<10 {
 		t.Errorf("an unbounded chunk: %d after reading %d bytes, want a refusal by 256 MiB", rec.Code, read.n)
+	}
+}
+
+// L4: concurrent uploads share the bound, not each the whole of it: what
+// a body may hold is reserved before it is read. With four chunks of
+// unknown length under way (256 MiB each reserved, 1 GiB in all; the
+// library reads them one at a time), a fifth upload's first byte is
+// refused before its body is read.
+func TestConcurrentUploadsShareTheBound(t *testing.T) {
+	reg, _, _ := serve(t, t.TempDir())
+	do := func(method, path string, body io.Reader, length int64) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, path, body)
+		req.ContentLength = length
+		req.SetBasicAuth(reg.Username, reg.Password)
+		rec := httptest.NewRecorder()
+		reg.ServeHTTP(rec, req)
+		return rec
+	}
+	start := func() string {
+		rec := do(http.MethodPost, "/v2/ocp/big/blobs/uploads/", nil, 0)
+		if rec.Code != http.StatusAccepted || rec.Header().Get("Location") == "" {
+			t.Fatalf("starting an upload: %d %s", rec.Code, rec.Body.String())
+		}
+		return rec.Header().Get("Location")
+	}
+	const held = MaxOpenUploads / MaxBlobUpload
+	var writers []*io.PipeWriter
+	var wg sync.WaitGroup
+	for range held {
+		loc := start()
+		pr, pw := io.Pipe()
+		writers = append(writers, pw)
+		wg.Go(func() { do(http.MethodPatch, loc, pr, -1) })
+	}
+	reserved := func() int64 {
+		reg.uploads.mu.Lock()
+		defer reg.uploads.mu.Unlock()
+		return reg.uploads.total
+	}
+	for deadline := time.Now().Add(time.Minute); reserved() != MaxOpenUploads; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d uploads under way reserved %d bytes, want %d", held, reserved(), MaxOpenUploads)
+		}
+	}
+	read := &countingReader{r: strings.NewReader("x")}
+	if rec := do(http.MethodPatch, start(), read, 1); rec.Code != http.StatusRequestEntityTooLarge || read.n != 0 {
+		t.Errorf("a byte beside %d uploads under way that reserved 1 GiB: %d %s after reading %d bytes, want 413 before the body", held, rec.Code, rec.Body.String(), read.n)
+	}
+	for _, pw := range writers {
+		pw.Close()
+	}
+	wg.Wait()
+	// The held uploads read nothing: their reservations are given back.
+	if rec := do(http.MethodPatch, start(), strings.NewReader("x"), 1); rec.Code != http.StatusAccepted {
+		t.Errorf("a byte once the uploads ended empty: %d %s", rec.Code, rec.Body.String())
 	}
 }
 

@@ -57,21 +57,31 @@ func (u *uploads) serve(w http.ResponseWriter, req *http.Request, h http.Handler
 		return
 	}
 	id := req.URL.Path[i+len("/blobs/uploads/"):]
+	// What the body may hold is reserved before it is read: concurrent
+	// requests share what is left, not each the whole of it.
 	u.mu.Lock()
 	if u.bytes == nil {
 		u.bytes = map[string]int64{}
 	}
-	left := min(MaxBlobUpload-u.bytes[id], MaxOpenUploads-u.total)
-	u.mu.Unlock()
+	blobLeft := MaxBlobUpload - u.bytes[id]
+	left := max(min(blobLeft, MaxOpenUploads-u.total), 0)
 	if req.ContentLength > left {
+		u.mu.Unlock()
 		msg := "a blob may hold at most 256 MiB"
-		if req.ContentLength <= MaxBlobUpload-u.bytes[id] {
-			msg = "the registry holds 1 GiB of uploads not yet committed: commit them, or restart it, before uploading more"
+		if req.ContentLength <= blobLeft {
+			msg = "the registry holds 1 GiB of uploads not yet committed or under way: commit them, or restart it, before uploading more"
 		}
 		writeError(w, http.StatusRequestEntityTooLarge, "SIZE_INVALID", msg)
 		return
 	}
-	body := &counted{ReadCloser: http.MaxBytesReader(w, req.Body, max(left, 0))}
+	reserved := left
+	if req.ContentLength >= 0 {
+		reserved = req.ContentLength
+	}
+	u.bytes[id] += reserved
+	u.total += reserved
+	u.mu.Unlock()
+	body := &counted{ReadCloser: http.MaxBytesReader(w, req.Body, reserved)}
 	req.Body = body
 	// The library answers a body cut short as if it were whole: its
 	// answer (a few headers) is held until the body's fate is known.
@@ -86,13 +96,13 @@ func (u *uploads) serve(w http.ResponseWriter, req *http.Request, h http.Handler
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if req.Method == http.MethodPut || req.Method == http.MethodDelete {
+	if id == "" || req.Method == http.MethodPut || req.Method == http.MethodDelete {
+		// Committed, cancelled, or (a start) none to keep.
 		u.total -= u.bytes[id]
 		delete(u.bytes, id)
 		return
 	}
-	if id != "" {
-		u.bytes[id] += body.n
-		u.total += body.n
-	}
+	// The reservation becomes what was read.
+	u.bytes[id] += body.n - reserved
+	u.total += body.n - reserved
 }
