@@ -67,6 +67,11 @@ func startLogged(command func(args ...string) *exec.Cmd, args []string, upLine, 
 	cmd := command(args...)
 	cmd.Env = append(cmd.Environ(), failpoint.Env+"=", failpoint.FileEnv+"="+armFile)
 	cmd.Env = append(cmd.Env, env...)
+	handed, err := failpoint.HandKey(cmd)
+	if err != nil {
+		return nil, err
+	}
+	defer handed()
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	p := &process{cmd: cmd, name: "capstan " + args[0], upLine: upLine, log: log, up: make(chan struct{}), marker: make(chan struct{}), done: make(chan struct{})}

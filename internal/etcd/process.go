@@ -24,6 +24,8 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/etcdhttp"
 	"go.uber.org/zap"
+
+	"github.com/capstan-dev/capstan/internal/failpoint"
 )
 
 // A member runs in its own process, as each control-plane machine's
@@ -324,7 +326,8 @@ func launch(c memberConfig) (*memberProcess, error) {
 	}
 	defer stdinR.Close()
 	cmd := exec.Command(self, c.memberArgs()...)
-	cmd.Env = append(os.Environ(), memberEnv+"=1")
+	// A member is not the campaign's to kill: capstan up is.
+	cmd.Env = append(failpoint.Without(os.Environ()), memberEnv+"=1")
 	cmd.Stdin, cmd.Stderr = stdinR, logf
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

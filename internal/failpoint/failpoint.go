@@ -138,13 +138,13 @@ func arm(arms []Arm) {
 }
 
 func init() {
-	arms, err := Parse(os.Getenv(Env))
+	arms, err := Parse(envOf(Env))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "capstan: %s: %v (no failpoint armed)\n", Env, err)
 	} else {
 		arm(arms)
 	}
-	if path := os.Getenv(FileEnv); path != "" {
+	if path := envOf(FileEnv); path != "" {
 		last := readArmFile(path, "")
 		go func() {
 			for range time.Tick(PollInterval) {
@@ -323,7 +323,7 @@ var faults map[string]fault
 
 func init() {
 	var err error
-	if faults, err = ParseFaults(os.Getenv(FaultEnv)); err != nil {
+	if faults, err = ParseFaults(envOf(FaultEnv)); err != nil {
 		fmt.Fprintf(os.Stderr, "capstan: %s: %v (no fault injected)\n", FaultEnv, err)
 	}
 }

@@ -58,6 +58,7 @@ func TestHelperProcess(t *testing.T) {
 	if os.Getenv(helperEnv) != "1" {
 		t.Skip("run by TestHitKillsAtTheArmedHit")
 	}
+	fmt.Printf("fault: %v\n", Fail(EtcdNodeRead))
 	for i := 1; i <= 3; i++ {
 		Hit(AutoscalerScaleDown) // another point: never kills
 		fmt.Printf("hit %d\n", i)
@@ -71,9 +72,14 @@ func TestHelperProcess(t *testing.T) {
 func TestHitKillsAtTheArmedHit(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$")
 	cmd.Env = append(os.Environ(), helperEnv+"=1", Env+"="+Format(Arm{AutoscalerScaleUp, 2}))
+	done, err := HandKey(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
+	err = cmd.Run()
+	done()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) {
 		t.Fatalf("the process was not killed (%v):\n%s", err, out.String())
@@ -183,6 +189,11 @@ func TestFileArmsFromThenOn(t *testing.T) {
 	path := t.TempDir() + "/failpoint"
 	cmd := exec.Command(os.Args[0], "-test.run=^TestFileHelperProcess$")
 	cmd.Env = append(os.Environ(), fileHelperEnv+"=1", Env+"=", FileEnv+"="+path)
+	done, err := HandKey(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
 	var out bytes.Buffer
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -226,6 +237,41 @@ func TestFileArmsFromThenOn(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(path); string(b) != "\n" {
 		t.Errorf("disarmed, the file holds %q", b)
+	}
+}
+
+// L5: failpoints and faults kill and fail the production binary, so an
+// environment alone arms nothing: a process that was not handed the
+// campaign's key (a plain capstan up whose environment names them), or
+// that was handed another key than its environment's digest names,
+// ignores them and says so.
+func TestOnlyAProcessHandedTheKeyHonoursFailpoints(t *testing.T) {
+	env := []string{helperEnv + "=1", Env + "=" + Format(Arm{AutoscalerScaleUp, 2}), FaultEnv + "=" + FormatFirstFaults(EtcdNodeRead, 5)}
+	for name, hand := range map[string]func(*exec.Cmd) (func(), error){
+		"no key": func(*exec.Cmd) (func(), error) { return func() {}, nil },
+		"a digest without its key": func(cmd *exec.Cmd) (func(), error) {
+			cmd.Env = append(cmd.Env, KeyEnv+"="+keyDigest([]byte("guessed")))
+			return func() {}, nil
+		},
+		"another key than the digest's": func(cmd *exec.Cmd) (func(), error) {
+			done, err := HandKey(cmd)
+			cmd.Env = append(cmd.Env, KeyEnv+"="+keyDigest([]byte("guessed")))
+			return done, err
+		},
+	} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$")
+		cmd.Env = append(os.Environ(), env...)
+		done, err := hand(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := cmd.CombinedOutput()
+		done()
+		if err != nil || !strings.Contains(string(out), "survived") || !strings.Contains(string(out), "fault: <nil>") ||
+			!strings.Contains(string(out), Env+" is ignored: only a process `capstan chaos` starts honours failpoints and faults") ||
+			!strings.Contains(string(out), FaultEnv+" is ignored") {
+			t.Errorf("%s: the failpoint or the fault was honoured (%v):\n%s", name, err, out)
+		}
 	}
 }
 

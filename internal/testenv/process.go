@@ -92,7 +92,7 @@ func StartUp(t TB, args ...string) *UpProcess {
 }
 
 // StartUpEnv is StartUp with env added to the process's environment
-// (CAPSTAN_FAILPOINT=..., say).
+// (a variable the test needs, say).
 func StartUpEnv(t TB, env []string, args ...string) *UpProcess {
 	t.Helper()
 	p := startCapstan(t, env, append([]string{"up"}, args...)...)
