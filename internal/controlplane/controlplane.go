@@ -164,6 +164,7 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 		listener.Close()
 		return nil, fmt.Errorf("admission configuration: %w", err)
 	}
+	cp.Warnings = append(d.Warnings, cp.Warnings...)
 	for _, w := range cp.Warnings {
 		klog.Warning(w)
 	}

@@ -29,7 +29,10 @@ const FormatVersion = 1
 // admission configuration and logs.
 type DataDir struct {
 	Root string
-	lock *os.File
+	// Warnings are what Open found unsafe but let be (a data dir that
+	// others may read).
+	Warnings []string
+	lock     *os.File
 }
 
 // state is persisted as capstan.json.
@@ -91,6 +94,11 @@ func Open(root string) (*DataDir, error) {
 	os.Remove(probe)
 
 	d := &DataDir{Root: abs}
+	// MkdirAll makes it 0700, but a dir that was there keeps its mode.
+	if fi, err := os.Stat(abs); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		d.Warnings = append(d.Warnings, fmt.Sprintf("data dir %s may be read or entered by other users (mode %04o): it holds the cluster's keys, tokens and etcd's data; chmod 700 %s",
+			abs, fi.Mode().Perm(), abs))
+	}
 	lockPath := d.Path("capstan.lock")
 	f, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {

@@ -59,3 +59,33 @@ func TestEtcdPortsPersist(t *testing.T) {
 		t.Errorf("ports %d/%d then %d/%d, want the same distinct pair", c1, p1, c2, p2)
 	}
 }
+
+// L8: a data dir others may read or enter (one made before, with a
+// umask's 0755) is named in a warning; a new one is made 0700.
+func TestOpenWarnsOfADataDirOthersMayRead(t *testing.T) {
+	fresh := filepath.Join(t.TempDir(), "fresh")
+	d, err := Open(fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := os.Stat(fresh)
+	if fi.Mode().Perm() != 0o700 || len(d.Warnings) != 0 {
+		t.Errorf("a new data dir: mode %04o, warnings %q", fi.Mode().Perm(), d.Warnings)
+	}
+	d.Close()
+	open := filepath.Join(t.TempDir(), "open")
+	if err := os.Mkdir(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d, err = Open(open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if len(d.Warnings) != 1 || !strings.Contains(d.Warnings[0], "may be read or entered by other users (mode 0755)") || !strings.Contains(d.Warnings[0], "chmod 700 "+open) {
+		t.Errorf("a data dir of mode 0755: warnings %q", d.Warnings)
+	}
+}
