@@ -42,9 +42,14 @@ OpenShift Machines, MachineSets, ControlPlaneMachineSets,
 MachineAutoscalers, ClusterAutoscalers, MachineConfigPools,
 MachineConfigs, ClusterVersions and ClusterOperators. A resource the
 cluster does not serve (a plain Kubernetes cluster has none of the
-OpenShift ones) is left out. No Secret and no ConfigMap is read; objects
-are kept whole but for their managedFields. The file is written only once
-every list has succeeded.
+OpenShift ones) is left out. No Secret and no ConfigMap is read, and no secret is kept
+from the objects that are: their managedFields and last-applied
+configurations go; containers' environment values, commands and
+arguments, and the content of MachineConfigs (files, units, SSH keys,
+password hashes, LUKS key files, merged Ignition configs) become digests
+keyed per snapshot; HTTP headers, Ignition proxies and PersistentVolumes'
+driver options and attributes go. The file is written only once every
+list has succeeded.
 
 With --anonymize, names that say whose cluster it is (namespaces other
 than default, kube-* and openshift-*, the objects in them, nodes,

@@ -6,6 +6,8 @@ package simulate
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -122,8 +124,9 @@ const listPageSize = 500
 func Take(ctx context.Context, client dynamic.Interface, now time.Time) (*Snapshot, error) {
 	s := &Snapshot{APIVersion: SnapshotAPIVersion, Kind: SnapshotKind, Format: SnapshotFormat,
 		TakenAt: metav1.NewTime(now.UTC().Truncate(time.Second)), Objects: map[string][]unstructured.Unstructured{}}
+	z := newSanitizer()
 	for _, r := range Resources {
-		objs, served, err := listAll(ctx, client.Resource(r.GVR), r)
+		objs, served, err := listAll(ctx, client.Resource(r.GVR), r, z)
 		if err != nil {
 			return nil, err
 		}
@@ -134,7 +137,7 @@ func Take(ctx context.Context, client dynamic.Interface, now time.Time) (*Snapsh
 	return s, nil
 }
 
-func listAll(ctx context.Context, ri dynamic.ResourceInterface, r Resource) ([]unstructured.Unstructured, bool, error) {
+func listAll(ctx context.Context, ri dynamic.ResourceInterface, r Resource, z *sanitizer) ([]unstructured.Unstructured, bool, error) {
 	objs := []unstructured.Unstructured{}
 	opts := metav1.ListOptions{Limit: listPageSize}
 	for {
@@ -147,7 +150,7 @@ func listAll(ctx context.Context, ri dynamic.ResourceInterface, r Resource) ([]u
 		}
 		for i := range list.Items {
 			o := list.Items[i]
-			sanitize(r, &o)
+			z.sanitize(r, &o)
 			// A list's items carry no kind of their own on some servers.
 			o.SetAPIVersion(r.GVR.GroupVersion().String())
 			o.SetKind(r.Kind)
@@ -290,6 +293,7 @@ func SnapshotOf(objs []unstructured.Unstructured, takenAt time.Time, what string
 	s := &Snapshot{APIVersion: SnapshotAPIVersion, Kind: SnapshotKind, Format: SnapshotFormat,
 		TakenAt: metav1.NewTime(takenAt.UTC().Truncate(time.Second)), Objects: map[string][]unstructured.Unstructured{}}
 	skipped := map[string]int{}
+	z := newSanitizer()
 	byKind := map[string]Resource{}
 	for _, r := range Resources {
 		byKind[r.GVR.GroupVersion().String()+"/"+r.Kind] = r
@@ -301,7 +305,7 @@ func SnapshotOf(objs []unstructured.Unstructured, takenAt time.Time, what string
 			skipped[key]++
 			continue
 		}
-		sanitize(r, &it)
+		z.sanitize(r, &it)
 		s.Objects[r.Key()] = append(s.Objects[r.Key()], it)
 	}
 	for _, r := range Resources {
@@ -323,60 +327,173 @@ func SnapshotOf(objs []unstructured.Unstructured, takenAt time.Time, what string
 	return loaded, skipped, nil
 }
 
-// digestSource stands for content a snapshot does not keep: a data URL
-// of the content's SHA-256, so that two MachineConfigs with the same file
-// still compare equal and a changed file still differs.
-func digestSource(content string) string {
-	sum := sha256.Sum256([]byte(content))
-	return "data:,capstan-snapshot-sha256-" + hex.EncodeToString(sum[:])
+// A sanitizer drops what a snapshot must not carry, with a key random
+// per snapshot: what it replaces by a digest is keyed by it, so that a
+// guess of a short secret cannot be checked against the file.
+type sanitizer struct{ key []byte }
+
+func newSanitizer() *sanitizer {
+	z := &sanitizer{key: make([]byte, 32)}
+	if _, err := rand.Read(z.key); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return z
 }
 
-// sanitize drops what a snapshot must not carry: managed fields, and the
-// content of MachineConfigs' files, systemd units and SSH keys (a
-// rendered MachineConfig holds the cluster's pull secret and
-// certificates), each replaced by its digest.
-func sanitize(r Resource, o *unstructured.Unstructured) {
+// digest stands for content a snapshot does not keep: a data URL of the
+// content's keyed SHA-256, so that two MachineConfigs with the same file
+// still compare equal and a changed file still differs.
+func (z *sanitizer) digest(content string) string {
+	m := hmac.New(sha256.New, z.key)
+	m.Write([]byte(content))
+	return "data:,capstan-snapshot-hmac-sha256-" + hex.EncodeToString(m.Sum(nil))
+}
+
+// lastApplied is the annotation kubectl apply keeps the whole applied
+// object in, environment values and all.
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
+// sanitize drops what a snapshot must not carry: managed fields and
+// last-applied configurations; containers' environment values,
+// commands and arguments (each replaced by its digest); the content of
+// MachineConfigs' files, systemd units and SSH keys (a rendered
+// MachineConfig holds the cluster's pull secret and certificates), their
+// password hashes, LUKS key files, Ignition configs merged or replaced,
+// HTTP headers and proxies; and PersistentVolumes' driver options and
+// attributes.
+func (z *sanitizer) sanitize(r Resource, o *unstructured.Unstructured) {
 	o.SetManagedFields(nil)
-	if r.Kind != "MachineConfig" {
-		return
+	if ann := o.GetAnnotations(); ann[lastApplied] != "" {
+		delete(ann, lastApplied)
+		o.SetAnnotations(ann)
 	}
-	digestEach := func(list []any, fields ...string) []any {
-		for _, it := range list {
-			m, ok := it.(map[string]any)
-			if !ok {
+	z.containers(o.Object)
+	switch r.Kind {
+	case "MachineConfig":
+		z.machineConfig(o)
+	case "PersistentVolume":
+		unstructured.RemoveNestedField(o.Object, "spec", "flexVolume", "options")
+		unstructured.RemoveNestedField(o.Object, "spec", "csi", "volumeAttributes")
+	}
+}
+
+// containers digests every container's environment values, command and
+// arguments, wherever the object holds containers (a pod, a template).
+func (z *sanitizer) containers(v any) {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, val := range t {
+			list, ok := val.([]any)
+			if !ok || (k != "containers" && k != "initContainers" && k != "ephemeralContainers") {
+				z.containers(val)
 				continue
 			}
-			if v, ok, _ := unstructured.NestedString(m, fields...); ok && v != "" {
-				_ = unstructured.SetNestedField(m, digestSource(v), fields...)
-			}
-		}
-		return list
-	}
-	if files, ok, _ := unstructured.NestedSlice(o.Object, "spec", "config", "storage", "files"); ok {
-		_ = unstructured.SetNestedSlice(o.Object, digestEach(files, "contents", "source"), "spec", "config", "storage", "files")
-	}
-	if units, ok, _ := unstructured.NestedSlice(o.Object, "spec", "config", "systemd", "units"); ok {
-		for _, u := range units {
-			if m, ok := u.(map[string]any); ok {
-				if dropins, ok := m["dropins"].([]any); ok {
-					m["dropins"] = digestEach(dropins, "contents")
+			for _, c := range list {
+				cm, ok := c.(map[string]any)
+				if !ok {
+					continue
 				}
-			}
-		}
-		_ = unstructured.SetNestedSlice(o.Object, digestEach(units, "contents"), "spec", "config", "systemd", "units")
-	}
-	if users, ok, _ := unstructured.NestedSlice(o.Object, "spec", "config", "passwd", "users"); ok {
-		for _, u := range users {
-			if m, ok := u.(map[string]any); ok {
-				if keys, ok := m["sshAuthorizedKeys"].([]any); ok {
-					for i, k := range keys {
-						if s, ok := k.(string); ok {
-							keys[i] = digestSource(s)
+				if env, ok := cm["env"].([]any); ok {
+					for _, e := range env {
+						if em, ok := e.(map[string]any); ok {
+							if s, ok := em["value"].(string); ok && s != "" {
+								em["value"] = z.digest(s)
+							}
+						}
+					}
+				}
+				for _, f := range []string{"command", "args"} {
+					if args, ok := cm[f].([]any); ok {
+						for i, a := range args {
+							if s, ok := a.(string); ok {
+								args[i] = z.digest(s)
+							}
 						}
 					}
 				}
 			}
 		}
-		_ = unstructured.SetNestedSlice(o.Object, users, "spec", "config", "passwd", "users")
+	case []any:
+		for _, x := range t {
+			z.containers(x)
+		}
 	}
+}
+
+// machineConfig replaces every secret-bearing field of a MachineConfig's
+// Ignition config by its digest, or drops it.
+func (z *sanitizer) machineConfig(o *unstructured.Unstructured) {
+	cfg, ok, _ := unstructured.NestedMap(o.Object, "spec", "config")
+	if !ok {
+		return
+	}
+	// A resource's source is digested, and its HTTP headers (a bearer
+	// token, a basic auth) dropped.
+	resource := func(v any) {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return
+		}
+		if s, ok := m["source"].(string); ok && s != "" {
+			m["source"] = z.digest(s)
+		}
+		delete(m, "httpHeaders")
+	}
+	each := func(v any, f func(map[string]any)) {
+		list, _ := v.([]any)
+		for _, it := range list {
+			if m, ok := it.(map[string]any); ok {
+				f(m)
+			}
+		}
+	}
+	digestField := func(m map[string]any, k string) {
+		if s, ok := m[k].(string); ok && s != "" {
+			m[k] = z.digest(s)
+		}
+	}
+	if storage, ok := cfg["storage"].(map[string]any); ok {
+		each(storage["files"], func(f map[string]any) {
+			resource(f["contents"])
+			each(f["append"], func(a map[string]any) { resource(a) })
+		})
+		each(storage["luks"], func(l map[string]any) {
+			resource(l["keyFile"])
+			if c, ok := l["clevis"].(map[string]any); ok {
+				each(c["tang"], func(t map[string]any) { digestField(t, "thumbprint") })
+			}
+		})
+	}
+	if systemd, ok := cfg["systemd"].(map[string]any); ok {
+		each(systemd["units"], func(u map[string]any) {
+			digestField(u, "contents")
+			each(u["dropins"], func(d map[string]any) { digestField(d, "contents") })
+		})
+	}
+	if passwd, ok := cfg["passwd"].(map[string]any); ok {
+		each(passwd["users"], func(u map[string]any) {
+			if keys, ok := u["sshAuthorizedKeys"].([]any); ok {
+				for i, k := range keys {
+					if s, ok := k.(string); ok {
+						keys[i] = z.digest(s)
+					}
+				}
+			}
+			digestField(u, "passwordHash")
+		})
+	}
+	if ign, ok := cfg["ignition"].(map[string]any); ok {
+		if c, ok := ign["config"].(map[string]any); ok {
+			each(c["merge"], func(m map[string]any) { resource(m) })
+			resource(c["replace"])
+		}
+		if sec, ok := ign["security"].(map[string]any); ok {
+			if tls, ok := sec["tls"].(map[string]any); ok {
+				each(tls["certificateAuthorities"], func(m map[string]any) { resource(m) })
+			}
+		}
+		// A proxy's URL may carry its credentials.
+		delete(ign, "proxy")
+	}
+	_ = unstructured.SetNestedMap(o.Object, cfg, "spec", "config")
 }

@@ -191,7 +191,90 @@ func TestASnapshotKeepsNoMachineConfigContent(t *testing.T) {
 		s, _, _ := unstructured.NestedString(files[i].(map[string]any), "contents", "source")
 		return s
 	}
-	if src(0) != src(1) || src(0) == src(2) || !strings.HasPrefix(src(0), "data:,capstan-snapshot-sha256-") {
+	if src(0) != src(1) || src(0) == src(2) || !strings.HasPrefix(src(0), "data:,capstan-snapshot-hmac-sha256-") {
 		t.Errorf("digests %q %q %q: equal contents must stay equal, different ones different", src(0), src(1), src(2))
+	}
+}
+
+// M3: a snapshot carries no secret that is not a Secret object. A
+// sentinel planted in every field that may hold one (a container's
+// environment, command and arguments, a last-applied configuration, a
+// MachineConfig's password hash, LUKS key file, appended file, HTTP
+// header, merged and replaced Ignition config, proxy and CA, a
+// PersistentVolume's driver options and attributes) appears in neither
+// the snapshot nor its anonymized copy; and digests are keyed per
+// snapshot, so that a guess cannot be checked against them.
+func TestASnapshotLeaksNoSentinel(t *testing.T) {
+	const sentinel = "S3CR3T"
+	container := func() map[string]any {
+		return map[string]any{"name": "c", "image": "quay.io/x", "command": []any{"/bin/" + sentinel}, "args": []any{"--token=" + sentinel},
+			"env": []any{map[string]any{"name": "PASSWORD", "value": sentinel}}}
+	}
+	newPod := func() unstructured.Unstructured {
+		pod := object("v1", "Pod", "app", "p")
+		pod.SetAnnotations(map[string]string{"kubectl.kubernetes.io/last-applied-configuration": `{"env":"` + sentinel + `"}`, "kept": "yes"})
+		pod.Object["spec"] = map[string]any{"containers": []any{container()}, "initContainers": []any{container()}}
+		return pod
+	}
+	deploy := object("apps/v1", "Deployment", "app", "d")
+	deploy.Object["spec"] = map[string]any{"template": map[string]any{"spec": map[string]any{"containers": []any{container()}}}}
+	header := []any{map[string]any{"name": "Authorization", "value": "Bearer " + sentinel}}
+	resource := func() map[string]any {
+		return map[string]any{"source": "https://" + sentinel + "@example.com/x", "httpHeaders": header}
+	}
+	mc := object("machineconfiguration.openshift.io/v1", "MachineConfig", "", "rendered-worker-1")
+	mc.Object["spec"] = map[string]any{"config": map[string]any{
+		"ignition": map[string]any{
+			"config":   map[string]any{"merge": []any{resource()}, "replace": resource()},
+			"proxy":    map[string]any{"httpsProxy": "http://user:" + sentinel + "@proxy:3128"},
+			"security": map[string]any{"tls": map[string]any{"certificateAuthorities": []any{resource()}}},
+		},
+		"storage": map[string]any{
+			"files": []any{map[string]any{"path": "/etc/a", "contents": resource(), "append": []any{resource()}}},
+			"luks":  []any{map[string]any{"name": "root", "device": "/dev/sda", "keyFile": resource()}},
+		},
+		"passwd": map[string]any{"users": []any{map[string]any{"name": "core", "passwordHash": "$6$" + sentinel}}},
+	}}
+	pv := object("v1", "PersistentVolume", "", "pv")
+	pv.Object["spec"] = map[string]any{"capacity": map[string]any{"storage": "1Gi"},
+		"flexVolume": map[string]any{"driver": "d", "options": map[string]any{"password": sentinel}},
+		"csi":        map[string]any{"driver": "c", "volumeHandle": "h", "volumeAttributes": map[string]any{"token": sentinel}}}
+	objs := []unstructured.Unstructured{object("v1", "Node", "", "n"), newPod(), deploy, mc, pv}
+
+	snap, _, err := SnapshotOf(objs, time.Now(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plain bytes.Buffer
+	if err := snap.Write(&plain); err != nil {
+		t.Fatal(err)
+	}
+	if err := snap.Anonymize(); err != nil {
+		t.Fatal(err)
+	}
+	var anon bytes.Buffer
+	if err := snap.Write(&anon); err != nil {
+		t.Fatal(err)
+	}
+	for mode, out := range map[string]string{"default": plain.String(), "--anonymize": anon.String()} {
+		if i := strings.Index(out, sentinel); i >= 0 {
+			t.Errorf("the %s snapshot keeps the sentinel: ...%s...", mode, out[max(0, i-120):min(len(out), i+40)])
+		}
+	}
+	if !strings.Contains(plain.String(), `"kept":"yes"`) {
+		t.Error("the other annotations went too")
+	}
+	// The same content, in two snapshots, digests differently.
+	again, _, err := SnapshotOf([]unstructured.Unstructured{object("v1", "Node", "", "n"), newPod()}, time.Now(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := func(s *Snapshot) string {
+		v, _, _ := unstructured.NestedSlice(s.Objects["v1/pods"][0].Object, "spec", "containers")
+		return v[0].(map[string]any)["env"].([]any)[0].(map[string]any)["value"].(string)
+	}
+	first, _, _ := SnapshotOf([]unstructured.Unstructured{object("v1", "Node", "", "n"), newPod()}, time.Now(), "test")
+	if value(first) == value(again) || !strings.HasPrefix(value(again), "data:,capstan-snapshot-hmac-sha256-") {
+		t.Errorf("an environment value digested %q in one snapshot and %q in another: want keyed digests", value(first), value(again))
 	}
 }
