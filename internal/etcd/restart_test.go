@@ -372,3 +372,43 @@ func TestALearnerWhoseAdditionCrossedARemovalJoins(t *testing.T) {
 		return false, fmt.Sprintf("members %+v: the learner master-2 has not joined", members)
 	})
 }
+
+// A member cut off while the cluster runs leaves the proxy's backends
+// within seconds, though no operator checks the members: kube-apiserver
+// starts on the proxy before the operator leads (after a restart it
+// first waits out its predecessor's Lease), and a partition then kept
+// the API from writing until the operator's first checks, 150 s later.
+func TestAMemberCutOffLeavesTheProxyWithoutAnOperator(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.Partitionable = true
+	c, ids := threeVoters(t, cfg)
+	c.Stop()
+	c = start(t, cfg, "the start of three voters")
+	first := ""
+	for name, id := range ids {
+		if first == "" || id < ids[first] {
+			first = name
+		}
+	}
+	if err := etcd.WritePartition(cfg.DataDir, first); err != nil {
+		t.Fatal(err)
+	}
+	// Every connection the proxy makes (it takes the backends in turn)
+	// reaches a member that serves, six in a row.
+	waitFor(t, time.Minute, func() (bool, string) {
+		for i := range 6 {
+			cl := proxyClient(t, cfg, c)
+			gctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			_, err := cl.Get(gctx, "/registry/test")
+			cancel()
+			if err != nil {
+				return false, fmt.Sprintf("read %d through the proxy with %s cut off: %v", i, first, err)
+			}
+		}
+		return true, ""
+	})
+	if err := etcd.WritePartition(cfg.DataDir); err != nil {
+		t.Fatal(err)
+	}
+}
