@@ -104,8 +104,43 @@ var sensitive = []struct{ group, resource string }{
 	{"rbac.authorization.k8s.io", "rolebindings"}, {"rbac.authorization.k8s.io", "clusterrolebindings"},
 }
 
+// workloadRights are the writes that run code of one's choosing: a
+// workload made or changed (its image, its command, a host path
+// mounted), an ephemeral container added to a pod, a PersistentVolume
+// made (a hostPath one reaches a node's files), or an APIService that
+// sends a group's traffic elsewhere. Only the CVO may hold them, but
+// for the exceptions below.
+var workloadRights = []struct {
+	group, resource string
+	verbs           []string
+}{
+	{"core", "pods", []string{"create"}},
+	{"core", "pods/ephemeralcontainers", []string{"create", "update", "patch"}},
+	{"core", "replicationcontrollers", []string{"create", "update", "patch"}},
+	// A PersistentVolume's source is immutable once made: binding one
+	// (the scheduler's update) mounts nothing new.
+	{"core", "persistentvolumes", []string{"create"}},
+	{"apps", "deployments", []string{"create", "update", "patch"}},
+	{"apps", "daemonsets", []string{"create", "update", "patch"}},
+	{"apps", "statefulsets", []string{"create", "update", "patch"}},
+	{"apps", "replicasets", []string{"create", "update", "patch"}},
+	{"batch", "jobs", []string{"create", "update", "patch"}},
+	{"batch", "cronjobs", []string{"create", "update", "patch"}},
+	{"apiregistration.k8s.io", "apiservices", []string{"create", "update", "patch"}},
+}
+
+// workloadExceptions are the workload rights a component holds, each
+// for a reason: role, group, resource, resource name and verb as
+// rules.txt lists them.
+var workloadExceptions = map[string]string{
+	"etcd-operator\tRole/capstan:etcd-operator in openshift-etcd\tapps\tdeployments\t*\tcreate":                               "the quorum guard's Deployment, as OpenShift's cluster-etcd-operator makes it, in its own namespace",
+	"etcd-operator\tRole/capstan:etcd-operator in openshift-etcd\tapps\tdeployments\t*\tupdate":                               "the quorum guard's Deployment, kept as the operator wants it",
+	"metrics-server\tClusterRole/capstan:metrics-server\tapiregistration.k8s.io\tapiservices\tv1beta1.metrics.k8s.io\tupdate": "its own APIService (the group it serves) gets its port and CA; the installer made it",
+}
+
 // sensitiveProblems: a rule of a component's rbac.yaml on a sensitive
-// resource, or with a verb that hands out rights.
+// resource, with a verb that hands out rights, or a workload right
+// without its exception.
 func sensitiveProblems(name string, objs []*unstructured.Unstructured) []string {
 	var problems []string
 	for _, l := range ruleLines(name, objs) {
@@ -121,6 +156,15 @@ func sensitiveProblems(name string, objs []*unstructured.Unstructured) []string 
 		}
 		if slices.Contains(escalating, verb) {
 			problems = append(problems, fmt.Sprintf("%s may %s %s.%s: only the CVO may hand out rights", name, verb, resource, group))
+		}
+		if _, ok := workloadExceptions[l]; ok {
+			continue
+		}
+		for _, w := range workloadRights {
+			if (w.group == group || group == "*") && (w.resource == resource || resource == "*") && (slices.Contains(w.verbs, verb) || verb == "*") {
+				problems = append(problems, fmt.Sprintf("%s may %s %s.%s (%s): it would run code of its choosing; only the CVO may", name, verb, resource, group, f[1]))
+				break
+			}
 		}
 	}
 	return problems
@@ -159,12 +203,23 @@ rules:
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [clusterroles]
   verbs: [bind]
+- apiGroups: [""]
+  resources: [pods, pods/ephemeralcontainers, persistentvolumes]
+  verbs: [create]
+- apiGroups: [apps]
+  resources: [daemonsets]
+  verbs: [patch]
+- apiGroups: [apiregistration.k8s.io]
+  resources: [apiservices]
+  verbs: [update]
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := strings.Join(sensitiveProblems("scheduler", objs), "\n")
-	for _, want := range []string{"scheduler may get secrets.core", "scheduler may get nodes/proxy.core", "scheduler may bind clusterroles.rbac.authorization.k8s.io", "only the CVO may hand out rights"} {
+	for _, want := range []string{"scheduler may get secrets.core", "scheduler may get nodes/proxy.core", "scheduler may bind clusterroles.rbac.authorization.k8s.io", "only the CVO may hand out rights",
+		"scheduler may create pods.core", "scheduler may create pods/ephemeralcontainers.core", "scheduler may create persistentvolumes.core",
+		"scheduler may patch daemonsets.apps", "scheduler may update apiservices.apiregistration.k8s.io"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("a role with secrets, nodes/proxy and bind: %q lacks %q", got, want)
 		}

@@ -484,8 +484,8 @@ spec:
 	})
 
 	t.Run("console", func(t *testing.T) {
-		// Every replica serves: no lease. Its one right is to look for the
-		// thanos-querier Route (there is none here).
+		// Every replica serves: no lease. It has no right, and asks the
+		// API server nothing of its own.
 		r := startReplica(t, "console", "--kubeconfig", as("console"), "--listen", "127.0.0.1:0", "--health-address", "127.0.0.1:0")
 		// It says where it serves before where its health is.
 		m := regexp.MustCompile(`Console: (http://\S+)`).FindStringSubmatch(r.p.Output())
@@ -524,11 +524,16 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"scheduler", "machine-api", "autoscaler", "mco", "cvo", "hooks", "etcd-operator", "update-service", "console"} {
+	for _, name := range []string{"scheduler", "machine-api", "autoscaler", "mco", "cvo", "hooks", "etcd-operator", "update-service"} {
 		comp, _ := deploy.Lookup(name)
 		if acted[comp.Username()] == 0 {
 			t.Errorf("the audit log has no request of %s with a ServiceAccount token (it has: %v)", name, acted)
 		}
+	}
+	// The console has no right, and asks nothing as itself: every call it
+	// makes is its users'.
+	if comp, _ := deploy.Lookup("console"); acted[comp.Username()] != 0 {
+		t.Errorf("the console made %d requests as itself", acted[comp.Username()])
 	}
 }
 
