@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"github.com/capstan-dev/capstan/internal/mco"
-	"net"
 	"sort"
 	"strings"
 	"sync"
@@ -39,6 +38,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/machine"
 	"github.com/capstan-dev/capstan/internal/machine/hooks"
 	"github.com/capstan-dev/capstan/internal/monitoring"
+	"github.com/capstan-dev/capstan/internal/ports"
 	"github.com/capstan-dev/capstan/internal/resourcemetrics"
 	"github.com/capstan-dev/capstan/internal/scheduler"
 	"github.com/capstan-dev/capstan/internal/sim"
@@ -88,9 +88,11 @@ type Options struct {
 	MetricsAddress string
 	// Monitoring configures that Prometheus.
 	Monitoring MonitoringOptions
-	// ConsoleAddress, when set, serves the web console there (plain
-	// HTTP: meant for loopback), logging in with bearer tokens.
-	ConsoleAddress string
+	// ConsoleAddress, when set, serves the web console there, logging in
+	// with bearer tokens: plain HTTP on loopback, or HTTPS anywhere with
+	// ConsoleTLSCertFile and ConsoleTLSKeyFile.
+	ConsoleAddress                        string
+	ConsoleTLSCertFile, ConsoleTLSKeyFile string
 	// BootFromMachines boots the nodes from Machines and MachineSets, as
 	// an OpenShift installer does; otherwise EnsureNodes launches
 	// instances master-N and worker-N directly.
@@ -143,7 +145,7 @@ func (o *Options) WithoutControllers() {
 func (o *Options) Validate() error {
 	var errs []error
 	if o.MetricsAddress != "" {
-		if err := loopbackOnly(o.MetricsAddress); err != nil {
+		if err := ports.LoopbackOnly(o.MetricsAddress); err != nil {
 			errs = append(errs, fmt.Errorf("--metrics-address %s: %w: the metrics and the Prometheus API served there have no authentication; "+
 				"reach them from elsewhere through the thanos-querier (--thanos-address), which authenticates", o.MetricsAddress, err))
 		}
@@ -156,6 +158,11 @@ func (o *Options) Validate() error {
 			if err := monitoring.CheckConfigFile(o.Monitoring.ConfigFile); err != nil {
 				errs = append(errs, err)
 			}
+		}
+	}
+	if o.ConsoleAddress != "" {
+		if err := console.CheckAddress(o.ConsoleAddress, console.Options{TLSCertFile: o.ConsoleTLSCertFile, TLSKeyFile: o.ConsoleTLSKeyFile}); err != nil {
+			errs = append(errs, fmt.Errorf("--console-address %s: %w", o.ConsoleAddress, err))
 		}
 	}
 	if o.ControlPlaneNodes < 0 || o.Workers < 0 {
@@ -177,25 +184,6 @@ func (o *Options) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// loopbackOnly refuses an address to listen on that is not a loopback
-// one (127.0.0.0/8, ::1, localhost).
-func loopbackOnly(addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return err
-	}
-	if host == "localhost" {
-		return nil
-	}
-	if host == "" {
-		return errors.New("every interface is not loopback only")
-	}
-	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("%q is not a loopback address", host)
-	}
-	return nil
 }
 
 // SetLeaseDuration defaults the simulated kubelets' lease duration to the

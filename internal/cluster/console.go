@@ -40,7 +40,8 @@ func (c *Cluster) startConsole(ctx, runCtx context.Context) error {
 	if err != nil {
 		return err
 	}
-	opts := console.Options{API: id.cfg, SessionKey: key}
+	opts := console.Options{API: id.cfg, SessionKey: key, RevocationFile: filepath.Join(c.ControlPlane.DataDir().PKIDir(), "console-revoked-sessions.json"),
+		TLSCertFile: c.opts.ConsoleTLSCertFile, TLSKeyFile: c.opts.ConsoleTLSKeyFile}
 	if c.opts.Scheduler != nil {
 		opts.Policy = c.opts.Scheduler.Policy
 	}
@@ -64,7 +65,7 @@ func (c *Cluster) startConsole(ctx, runCtx context.Context) error {
 		return nil
 	}
 	c.run(runCtx, "console", func(ctx context.Context) error { return srv.Serve(ctx, ln) })
-	c.ConsoleURL = "http://" + ln.Addr().String()
+	c.ConsoleURL = srv.Scheme() + "://" + ln.Addr().String()
 	c.console = srv
 	c.ConsoleLoginLink = c.NewConsoleLoginLink(c.AdminToken())
 	return nil

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/capstan-dev/capstan/internal/autoscaler"
 	"github.com/capstan-dev/capstan/internal/cvo"
 	"github.com/capstan-dev/capstan/internal/explain"
 )
@@ -32,7 +33,7 @@ func (s *Server) routeActions() {
 	s.mux.HandleFunc("GET /api/capstan/nodes/explain", s.withClients(s.explainNodes))
 	s.mux.HandleFunc("GET /api/capstan/nodes/{name}/drain", s.withClients(s.drainPlan))
 	s.mux.HandleFunc("POST /api/capstan/nodes/{name}/drain", s.withClients(s.drainNode))
-	s.mux.HandleFunc("GET /api/capstan/nodes/{name}/drain/status", s.withSession(s.drainStatus))
+	s.mux.HandleFunc("GET /api/capstan/nodes/{name}/drain/status", s.withClients(s.drainStatus))
 	s.mux.HandleFunc("POST /api/capstan/machinesets/{namespace}/{name}/scale", s.withClients(s.scaleMachineSet))
 	s.mux.HandleFunc("POST /api/capstan/clusterversion/channel", s.withClients(s.setChannel))
 	s.mux.HandleFunc("POST /api/capstan/clusterversion/update", s.withClients(s.startUpdate))
@@ -92,14 +93,19 @@ type nodesExplanationJSON struct {
 	Nodes            map[string]nodeScaleDownJSON `json:"nodes"`
 }
 
+// explainNodes says why each node stays: one autoscaler simulation per
+// user every PendingExplainTTL, however many tabs ask.
 func (s *Server) explainNodes(w http.ResponseWriter, r *http.Request, c *clients) {
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	defer cancel()
-	e, err := explain.Autoscaler(ctx, c.cfg, c.kube, s.opts.Policy)
-	if err != nil {
-		writeAPIError(w, err)
-		return
-	}
+	s.cached(w, r, "nodes\x00"+c.token, PendingExplainTTL, func(ctx context.Context) (any, error) {
+		e, err := explain.Autoscaler(ctx, c.cfg, c.kube, s.opts.Policy)
+		if err != nil {
+			return nil, err
+		}
+		return nodesExplanation(e), nil
+	})
+}
+
+func nodesExplanation(e *autoscaler.Explanation) nodesExplanationJSON {
 	out := nodesExplanationJSON{Configured: e.Configured, Nodes: map[string]nodeScaleDownJSON{}}
 	if e.Configured && e.ScaleDown != nil {
 		out.ScaleDownEnabled, out.Threshold = true, e.Config.UtilizationThreshold
@@ -117,7 +123,7 @@ func (s *Server) explainNodes(w http.ResponseWriter, r *http.Request, c *clients
 			out.Nodes[name] = j
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out
 }
 
 // scaleMachineSet sets a MachineSet's replicas through its scale

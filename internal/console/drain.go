@@ -30,6 +30,31 @@ type drains struct {
 	byKey map[string]*drainRun
 }
 
+// running is the drain of the node under way, if any.
+func (ds *drains) running(node string) *drainRun {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if d := ds.byKey[node]; d != nil && d.status(node).State == "Running" {
+		return d
+	}
+	return nil
+}
+
+// start records run as the node's drain, unless another is under way
+// (which it returns).
+func (ds *drains) start(node string, run *drainRun) *drainRun {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if d := ds.byKey[node]; d != nil && d.status(node).State == "Running" {
+		return d
+	}
+	if ds.byKey == nil {
+		ds.byKey = map[string]*drainRun{}
+	}
+	ds.byKey[node] = run
+	return nil
+}
+
 type drainRun struct {
 	mu       sync.Mutex
 	User     string    `json:"user"`
@@ -160,19 +185,11 @@ func (s *Server) drainNode(w http.ResponseWriter, r *http.Request, c *clients) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	s.drains.mu.Lock()
-	if s.drains.byKey == nil {
-		s.drains.byKey = map[string]*drainRun{}
-	}
-	if d := s.drains.byKey[name]; d != nil && d.status(name).State == "Running" {
-		s.drains.mu.Unlock()
+	if d := s.drains.running(name); d != nil {
 		writeError(w, http.StatusConflict, "node/%s is being drained already (by %s, since %s)", name, d.User, d.Started.UTC().Format(time.RFC3339))
 		return
 	}
 	run := &drainRun{User: c.user, State: "Running", Started: s.now()}
-	s.drains.byKey[name] = run
-	s.drains.mu.Unlock()
-
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), DrainTimeout)
 	h := drainHelper(ctx, c, run)
 	fail := func(err error) {
@@ -180,14 +197,22 @@ func (s *Server) drainNode(w http.ResponseWriter, r *http.Request, c *clients) {
 		run.State, run.Finished, run.Message = "Failed", s.now(), fmt.Sprintf("draining node/%s: %v", name, err)
 		run.mu.Unlock()
 	}
+	// The cordon, as the user, comes first: a drain is kept only once the
+	// API server let the user cordon a node that exists, so that a user
+	// without the right neither grows the console's record nor overwrites
+	// another's drain.
 	node, err := c.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err == nil {
 		err = drain.RunCordonOrUncordon(h, node, true)
 	}
 	if err != nil {
 		cancel()
-		fail(err)
 		writeAPIError(w, err)
+		return
+	}
+	if d := s.drains.start(name, run); d != nil {
+		cancel()
+		writeError(w, http.StatusConflict, "node/%s is being drained already (by %s, since %s)", name, d.User, d.Started.UTC().Format(time.RFC3339))
 		return
 	}
 	s.opts.Logger.Info("Console drain", "node", name, "user", c.user)
@@ -205,11 +230,22 @@ func (s *Server) drainNode(w http.ResponseWriter, r *http.Request, c *clients) {
 }
 
 // drainStatus is the state and log of the last drain of a node this
-// console started.
-func (s *Server) drainStatus(w http.ResponseWriter, r *http.Request, _ *session) {
+// console started, for a user who may read what it shows: the node, and
+// the pods on it.
+func (s *Server) drainStatus(w http.ResponseWriter, r *http.Request, c *clients) {
 	name, err := pathName(r, "name")
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
+	defer cancel()
+	if _, err := c.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	if _, err := c.kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name, Limit: 1}); err != nil {
+		writeAPIError(w, err)
 		return
 	}
 	s.drains.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -88,10 +89,71 @@ type pendingJSON struct {
 type explanations struct {
 	answers *cache.LRUExpireCache
 	flight  singleflight.Group
+	// builders bounds the explanations computed at once, over every
+	// user: each reads the whole cluster into memory.
+	builders chan struct{}
+	// building and peak count them, for the tests.
+	building, peak atomic.Int64
 }
 
+// MaxBuilders is how many explanations the console computes at once;
+// a request beyond them gets 429.
+const MaxBuilders = 4
+
 func newExplanations() *explanations {
-	return &explanations{answers: cache.NewLRUExpireCache(64)}
+	return &explanations{answers: cache.NewLRUExpireCache(64), builders: make(chan struct{}, MaxBuilders)}
+}
+
+// bounded runs build if fewer than MaxBuilders explanations are being
+// computed, and answers 429 otherwise (false).
+func (e *explanations) bounded(w http.ResponseWriter, build func()) bool {
+	select {
+	case e.builders <- struct{}{}:
+	default:
+		w.Header().Set("Retry-After", "2")
+		writeError(w, http.StatusTooManyRequests, "the console is computing %d explanations already: try again in a moment", MaxBuilders)
+		return false
+	}
+	defer func() { <-e.builders }()
+	n := e.building.Add(1)
+	defer e.building.Add(-1)
+	for p := e.peak.Load(); n > p && !e.peak.CompareAndSwap(p, n); p = e.peak.Load() {
+	}
+	build()
+	return true
+}
+
+// cached answers what key's last computation answered within ttl, or
+// computes it once for every request that asks meanwhile (within the
+// bound on builders).
+func (s *Server) cached(w http.ResponseWriter, r *http.Request, key string, ttl time.Duration, compute func(ctx context.Context) (any, error)) {
+	sum := sha256.Sum256([]byte(key))
+	if v, ok := s.explained.answers.Get(sum); ok {
+		writeJSON(w, http.StatusOK, v)
+		return
+	}
+	var v any
+	var err error
+	if !s.explained.bounded(w, func() {
+		v, err, _ = s.explained.flight.Do(string(sum[:]), func() (any, error) {
+			// Detached from the request that happened to ask first: the
+			// others wait on the same answer.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Minute)
+			defer cancel()
+			v, err := compute(ctx)
+			if err == nil {
+				s.explained.answers.Add(sum, v, ttl)
+			}
+			return v, err
+		})
+	}) {
+		return
+	}
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
 }
 
 // podJSON is a decision as a page shows it; e is the autoscaler's view
@@ -191,35 +253,28 @@ func (s *Server) explainPod(w http.ResponseWriter, r *http.Request, c *clients) 
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	defer cancel()
-	d, err := explain.Pod(ctx, c.kube, s.opts.Policy, ns, r.PathValue("name"))
-	if err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	var e *autoscaler.Explanation
-	var aerr error
-	if d.Pending() {
-		e, aerr = explain.Autoscaler(ctx, c.cfg, c.kube, s.opts.Policy)
-	}
-	writeJSON(w, http.StatusOK, podJSON(d, e, aerr))
+	s.explained.bounded(w, func() {
+		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+		defer cancel()
+		d, err := explain.Pod(ctx, c.kube, s.opts.Policy, ns, r.PathValue("name"))
+		if err != nil {
+			writeAPIError(w, err)
+			return
+		}
+		var e *autoscaler.Explanation
+		var aerr error
+		if d.Pending() {
+			e, aerr = explain.Autoscaler(ctx, c.cfg, c.kube, s.opts.Policy)
+		}
+		writeJSON(w, http.StatusOK, podJSON(d, e, aerr))
+	})
 }
 
 // explainPending explains every pending pod (the oldest
 // MaxPendingExplained) at once: one answer per user every
 // PendingExplainTTL, however many tabs ask.
 func (s *Server) explainPending(w http.ResponseWriter, r *http.Request, c *clients) {
-	key := sha256.Sum256([]byte(c.token))
-	if v, ok := s.explained.answers.Get(key); ok {
-		writeJSON(w, http.StatusOK, v)
-		return
-	}
-	v, err, _ := s.explained.flight.Do(string(key[:]), func() (any, error) {
-		// Detached from the request that happened to ask first: the
-		// others wait on the same answer.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Minute)
-		defer cancel()
+	s.cached(w, r, "pending\x00"+c.token, PendingExplainTTL, func(ctx context.Context) (any, error) {
 		decisions, total, err := explain.Pending(ctx, c.kube, s.opts.Policy, MaxPendingExplained)
 		if err != nil {
 			return nil, err
@@ -233,12 +288,6 @@ func (s *Server) explainPending(w http.ResponseWriter, r *http.Request, c *clien
 		for _, d := range decisions {
 			out.Pods = append(out.Pods, podJSON(d, e, aerr))
 		}
-		s.explained.answers.Add(key, out, PendingExplainTTL)
 		return out, nil
 	})
-	if err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, v)
 }

@@ -42,7 +42,7 @@ func TestWorkloadContentNeverComesFromTheConsolesOrigin(t *testing.T) {
 	cookie := &http.Cookie{Name: SessionCookie, Value: sealedCookie(t, s, time.Hour)}
 	do := func(method, path string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(method, path, nil)
-		req.AddCookie(cookie)
+		asPage(req, cookie.Name, cookie.Value)
 		req.Header.Set("X-CSRF-Token", "the-csrf")
 		rec := httptest.NewRecorder()
 		s.Handler().ServeHTTP(rec, req)
@@ -79,7 +79,7 @@ func TestWorkloadContentNeverComesFromTheConsolesOrigin(t *testing.T) {
 	}
 	r := last.Load().(*http.Request)
 	if r.URL.Path != "/k8s/clusters/c1/api/v1/namespaces/tenant/configmaps/proxy" || r.Header.Get("Authorization") != "Bearer t" ||
-		r.Header.Get("Cookie") != "" || r.Header.Get("X-CSRF-Token") != "" {
+		r.Header.Get("Cookie") != "" || r.Header.Get("X-CSRF-Token") != "" || r.Header.Get(SessionHeader) != "" {
 		t.Errorf("the API was asked %s with Authorization %q, Cookie %q, X-CSRF-Token %q", r.URL.Path,
 			r.Header.Get("Authorization"), r.Header.Get("Cookie"), r.Header.Get("X-CSRF-Token"))
 	}
@@ -110,7 +110,7 @@ func TestSessionsSurviveAReplicaChange(t *testing.T) {
 	value := sealedCookie(t, a, time.Hour)
 	session := func(s *Server, value string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest("GET", "/api/session", nil)
-		req.AddCookie(&http.Cookie{Name: SessionCookie, Value: value})
+		asPage(req, SessionCookie, value)
 		rec := httptest.NewRecorder()
 		s.Handler().ServeHTTP(rec, req)
 		return rec
@@ -163,7 +163,7 @@ func TestLoginAndLogoutRefuseOtherSites(t *testing.T) {
 		}
 	}
 	req := httptest.NewRequest("POST", "/api/logout", nil)
-	req.AddCookie(&http.Cookie{Name: SessionCookie, Value: value})
+	asPage(req, SessionCookie, value)
 	rec := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rec, req)
 	if rec.Code != http.StatusForbidden || rec.Header().Get("Set-Cookie") != "" {
@@ -175,7 +175,7 @@ func TestLoginAndLogoutRefuseOtherSites(t *testing.T) {
 		t.Fatal(err)
 	}
 	req = httptest.NewRequest("POST", "/api/logout", nil)
-	req.AddCookie(&http.Cookie{Name: "__Host-" + SessionCookie, Value: sealedCookie(t, secure, time.Hour)})
+	asPage(req, "__Host-"+SessionCookie, sealedCookie(t, secure, time.Hour))
 	req.Header.Set("X-CSRF-Token", "the-csrf")
 	rec = httptest.NewRecorder()
 	secure.Handler().ServeHTTP(rec, req)

@@ -42,6 +42,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/capstan-dev/capstan/internal/ports"
 	"github.com/capstan-dev/capstan/internal/scheduler/policy"
 )
 
@@ -51,9 +52,11 @@ var assets embed.FS
 // SessionCookie names the session's cookie.
 const SessionCookie = "capstan-console-session"
 
-// Lifetimes of a session and of a one-time login link.
+// Lifetimes of a session and of a one-time login link. A session lasts
+// a working day, not the bearer token's lifetime: whoever logs in again
+// tomorrow shows the token again.
 const (
-	sessionTTL   = 12 * time.Hour
+	sessionTTL   = 8 * time.Hour
 	loginLinkTTL = 10 * time.Minute
 )
 
@@ -83,6 +86,35 @@ type Options struct {
 	// behind a Route or an Ingress that terminates TLS. A request that
 	// came over TLS gets a Secure cookie anyway.
 	SecureCookies bool
+	// RevocationFile keeps the IDs of the sessions logged out until they
+	// would have expired, so that a restart of the console revokes them
+	// still (empty: in memory; a new SessionKey ends every session
+	// anyway).
+	RevocationFile string
+	// TLSCertFile and TLSKeyFile, when set, serve the console over HTTPS
+	// (with HSTS). Without them it serves plain HTTP, and only on a
+	// loopback address (see CheckAddress).
+	TLSCertFile, TLSKeyFile string
+}
+
+// CheckAddress refuses to serve a console on addr as opts would: plain
+// HTTP carries the pasted tokens, the login links and the session
+// cookies in the clear, so it is served on loopback only; anywhere else
+// the console needs a certificate.
+func CheckAddress(addr string, opts Options) error {
+	if (opts.TLSCertFile == "") != (opts.TLSKeyFile == "") {
+		return errors.New("a TLS certificate needs its key, and a key its certificate")
+	}
+	if opts.TLSCertFile != "" {
+		if _, err := tls.LoadX509KeyPair(opts.TLSCertFile, opts.TLSKeyFile); err != nil {
+			return fmt.Errorf("the TLS certificate and key: %w", err)
+		}
+		return nil
+	}
+	if err := ports.LoopbackOnly(addr); err != nil {
+		return fmt.Errorf("%w: the console serves plain HTTP only on loopback (tokens, login links and session cookies would cross the network in the clear); give it a TLS certificate and key to serve it there", err)
+	}
+	return nil
 }
 
 // Server is a console.
@@ -94,6 +126,7 @@ type Server struct {
 	apiURL *url.URL
 
 	sessionKey []byte
+	revoked    *revocations
 	reqInfo    *request.RequestInfoFactory
 	explained  *explanations
 	drains     drains
@@ -104,11 +137,15 @@ type Server struct {
 }
 
 type session struct {
-	token   string
-	user    string
-	groups  []string
-	csrf    string
-	expires time.Time
+	id     string
+	token  string
+	user   string
+	groups []string
+	csrf   string
+	// secretDigest is the digest of the secret only the page holds;
+	// secret itself is known only while the login is answered.
+	secretDigest, secret string
+	expires              time.Time
 }
 
 type loginLink struct {
@@ -135,6 +172,11 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, mux: http.NewServeMux(), links: map[string]loginLink{}, now: time.Now, sessionKey: opts.SessionKey, explained: newExplanations(),
 		reqInfo: &request.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}}
+	revoked, err := loadRevocations(opts.RevocationFile, func() time.Time { return s.now() })
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	s.revoked = revoked
 	anon := anonymous(opts.API)
 	transport, err := rest.TransportFor(anon)
 	if err != nil {
@@ -152,11 +194,21 @@ func New(opts Options) (*Server, error) {
 			pr.Out.URL.Path = strings.TrimSuffix(host.Path, "/") + strings.TrimPrefix(pr.In.URL.Path, "/api/kubernetes")
 			pr.Out.URL.RawPath = ""
 			pr.SetXForwarded()
+			withUserToken(pr)
 		},
-		Transport:      transport,
-		FlushInterval:  -1, // watches stream
-		ErrorHandler:   s.proxyError,
-		ModifyResponse: inert,
+		Transport:     transport,
+		FlushInterval: -1, // watches stream
+		ErrorHandler:  s.proxyError,
+		ModifyResponse: func(resp *http.Response) error {
+			// A WebSocket's handshake gets back the subprotocol the page
+			// asked for (the one that carried its secret), which the API
+			// never saw: a browser fails a handshake whose answer names
+			// none.
+			if p, ok := resp.Request.Context().Value(wsProtocolKey{}).(string); ok && resp.StatusCode == http.StatusSwitchingProtocols {
+				resp.Header.Set("Sec-WebSocket-Protocol", p)
+			}
+			return inert(resp)
+		},
 	}
 	if opts.PrometheusURL != "" {
 		pu, err := url.Parse(opts.PrometheusURL)
@@ -171,6 +223,7 @@ func New(opts Options) (*Server, error) {
 				pr.Out.URL.Path = strings.TrimSuffix(pu.Path, "/") + strings.TrimPrefix(pr.In.URL.Path, "/api/prometheus")
 				pr.Out.URL.RawPath = ""
 				pr.SetXForwarded()
+				withUserToken(pr)
 			},
 			Transport:      tr,
 			ErrorHandler:   s.proxyError,
@@ -207,9 +260,30 @@ func (s *Server) Handler() http.Handler {
 	return securityHeaders(s.mux)
 }
 
-// Serve serves the console on ln until ctx ends.
+// Scheme is the console's URL scheme: https when it has a certificate.
+func (s *Server) Scheme() string {
+	if s.opts.TLSCertFile != "" {
+		return "https"
+	}
+	return "http"
+}
+
+// Serve serves the console on ln until ctx ends: over TLS with HSTS when
+// it has a certificate; else plain HTTP, on loopback, to loopback Host
+// names only (a page of another name resolved to 127.0.0.1 would read
+// the console as its own origin).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	h := s.Handler()
+	if s.opts.TLSCertFile == "" {
+		h = ports.LoopbackHosts(h)
+	} else {
+		inner := h
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Strict-Transport-Security", "max-age=31536000")
+			inner.ServeHTTP(w, r)
+		})
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12}}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -217,7 +291,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		_ = srv.Shutdown(sctx)
 		_ = srv.Close()
 	}()
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	var err error
+	if s.opts.TLSCertFile != "" {
+		err = srv.ServeTLS(ln, s.opts.TLSCertFile, s.opts.TLSKeyFile)
+	} else {
+		err = srv.Serve(ln)
+	}
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
@@ -356,7 +436,9 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request, token stri
 		}
 		return nil, fmt.Errorf("asking the API server who the token is: %v", err)
 	}
-	sess := &session{token: token, user: u.Username, groups: u.Groups, csrf: randomString(), expires: s.now().Add(sessionTTL)}
+	secret := randomString()
+	sess := &session{id: randomString(), token: token, user: u.Username, groups: u.Groups, csrf: randomString(),
+		secret: secret, secretDigest: secretDigest(secret), expires: s.now().Add(sessionTTL)}
 	value, err := s.seal(sess)
 	if err != nil {
 		return nil, err
@@ -376,13 +458,25 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	}
 	var body struct {
 		Token string `json:"token"`
+		// Code is a login link's one-time code, which the page posts.
+		Code string `json:"code"`
 	}
 	if err := readJSON(r, &body); err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
 	token := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(body.Token), "Bearer "))
-	if token == "" {
+	switch {
+	case body.Code != "" && token != "":
+		writeError(w, http.StatusBadRequest, "a login takes a token or a login link's code, not both")
+		return
+	case body.Code != "":
+		var ok bool
+		if token, ok = s.spendLink(body.Code); !ok {
+			writeError(w, http.StatusUnauthorized, "that login link was used already or has expired: ask for a new one, or paste a token")
+			return
+		}
+	case token == "":
 		writeError(w, http.StatusBadRequest, "a token is required: paste the output of `oc whoami -t` or `kubectl create token NAME`")
 		return
 	}
@@ -391,30 +485,45 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "%v", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sessionView(sess))
+	v := sessionView(sess)
+	v.Secret = sess.secret
+	writeJSON(w, http.StatusOK, v)
 }
 
-// loginWithLink takes a one-time code from LoginLink.
+// loginWithLink opens a login link: the page it leads to posts the
+// link's code to /api/login, where it is spent. A GET spends nothing (a
+// link preview or a prefetch does not use the link up), and the session
+// it makes goes to a page of the console's own origin, which alone
+// keeps the session's secret.
 func (s *Server) loginWithLink(w http.ResponseWriter, r *http.Request) {
 	code := r.URL.Query().Get("code")
-	s.mu.Lock()
-	link, ok := s.links[code]
-	delete(s.links, code)
-	s.mu.Unlock()
-	if code == "" || !ok || s.now().After(link.expires) {
+	if code == "" {
 		http.Redirect(w, r, "/#/login?error=link", http.StatusSeeOther)
 		return
 	}
-	if _, err := s.startSession(w, r, link.token); err != nil {
-		http.Redirect(w, r, "/#/login?error=link", http.StatusSeeOther)
-		return
-	}
-	http.Redirect(w, r, "/#/overview", http.StatusSeeOther)
+	http.Redirect(w, r, "/#/login?link="+url.QueryEscape(code), http.StatusSeeOther)
 }
 
-// logout clears the session's cookie (a request with the session's CSRF
-// token: another site cannot log the user out).
-func (s *Server) logout(w http.ResponseWriter, r *http.Request, _ *session) {
+// spendLink is the token of a live login link, which it uses up.
+func (s *Server) spendLink(code string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	link, ok := s.links[code]
+	delete(s.links, code)
+	if !ok || s.now().After(link.expires) {
+		return "", false
+	}
+	return link.token, true
+}
+
+// logout ends the session for good and clears its cookie (a request with
+// the session's CSRF token: another site cannot log the user out).
+func (s *Server) logout(w http.ResponseWriter, r *http.Request, sess *session) {
+	if err := s.revoked.revoke(sess.id, sess.expires); err != nil {
+		s.opts.Logger.Error("Revoking a session", "user", sess.user, "err", err)
+		writeError(w, http.StatusInternalServerError, "the session could not be revoked: %v", err)
+		return
+	}
 	http.SetCookie(w, &http.Cookie{Name: s.cookieName(), Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode,
 		Secure: s.opts.SecureCookies || r.TLS != nil})
 	w.WriteHeader(http.StatusNoContent)
@@ -442,6 +551,9 @@ type sessionJSON struct {
 	User   string   `json:"user"`
 	Groups []string `json:"groups"`
 	CSRF   string   `json:"csrf"`
+	// Secret is the session's browser-held secret, in a login's answer
+	// only.
+	Secret string `json:"secret,omitempty"`
 	// Prometheus says whether alerts and charts can be shown.
 	Prometheus bool `json:"prometheus"`
 }
@@ -456,11 +568,17 @@ func (s *Server) sessionInfo(w http.ResponseWriter, r *http.Request, sess *sessi
 	writeJSON(w, http.StatusOK, v)
 }
 
-// withSession lets through requests with a live session; a request that
-// changes anything must also carry the session's CSRF token in the
-// X-CSRF-Token header.
+// withSession lets through requests with a live session: its cookie and
+// the secret only its page holds. A request that changes anything must
+// also carry the session's CSRF token in the X-CSRF-Token header, and a
+// browser's request from another site (another port of the same host
+// is one) is refused whatever it carries.
 func (s *Server) withSession(h func(http.ResponseWriter, *http.Request, *session)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
+			writeError(w, http.StatusForbidden, "a request from another site (Sec-Fetch-Site %s) is refused", site)
+			return
+		}
 		c, err := r.Cookie(s.cookieName())
 		if err != nil {
 			writeError(w, http.StatusUnauthorized, "not logged in")
@@ -469,6 +587,13 @@ func (s *Server) withSession(h func(http.ResponseWriter, *http.Request, *session
 		sess, err := s.open(c.Value)
 		if err != nil {
 			writeError(w, http.StatusUnauthorized, "not logged in: %v", err)
+			return
+		}
+		if secret := presentedSecret(r); secret == "" {
+			writeError(w, http.StatusUnauthorized, "not logged in: the request has the session's cookie but not its %s header, which only the console's own page holds", SessionHeader)
+			return
+		} else if !sess.holds(secret) {
+			writeError(w, http.StatusUnauthorized, "not logged in: the %s header is not the session's", SessionHeader)
 			return
 		}
 		switch r.Method {
@@ -486,10 +611,16 @@ func (s *Server) withSession(h func(http.ResponseWriter, *http.Request, *session
 func (s *Server) proxyAPI(w http.ResponseWriter, r *http.Request, sess *session) {
 	// A WebSocket (a watch) must come from the console's own pages: a
 	// handshake carries no CSRF header, so its Origin is checked.
-	if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+	if isWebSocket(r) {
 		if o, err := url.Parse(r.Header.Get("Origin")); err != nil || o.Host != r.Host {
 			writeError(w, http.StatusForbidden, "a WebSocket from origin %q is refused", r.Header.Get("Origin"))
 			return
+		}
+		// The subprotocol carried the session's secret: the API gets
+		// none, and the answer names it again (see New).
+		if p := r.Header.Get("Sec-WebSocket-Protocol"); p != "" {
+			r = r.WithContext(context.WithValue(r.Context(), wsProtocolKey{}, strings.TrimSpace(p)))
+			r.Header.Del("Sec-WebSocket-Protocol")
 		}
 	}
 	if err := s.refused(r); err != nil {
@@ -499,9 +630,25 @@ func (s *Server) proxyAPI(w http.ResponseWriter, r *http.Request, sess *session)
 	w.Header().Set("Content-Security-Policy", proxiedCSP)
 	r.Header.Del("Cookie")
 	r.Header.Del("X-CSRF-Token")
-	r.Header.Set("Authorization", "Bearer "+sess.token)
-	s.api.ServeHTTP(w, r)
+	r.Header.Del(SessionHeader)
+	s.api.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), userTokenKey{}, sess.token)))
 }
+
+// userTokenKey holds, in a proxied request's context, the token of the
+// session it came in.
+type userTokenKey struct{}
+
+// withUserToken makes the outgoing request the session's user's: set on
+// the outgoing request, after the hop-by-hop headers went, so that a
+// "Connection: Authorization" in the incoming one strips nothing.
+func withUserToken(pr *httputil.ProxyRequest) {
+	token, _ := pr.In.Context().Value(userTokenKey{}).(string)
+	pr.Out.Header.Set("Authorization", "Bearer "+token)
+}
+
+// wsProtocolKey holds, in a proxied WebSocket's context, the subprotocol
+// its page asked for.
+type wsProtocolKey struct{}
 
 func (s *Server) proxyPrometheus(w http.ResponseWriter, r *http.Request, sess *session) {
 	if s.prom == nil {
@@ -510,8 +657,8 @@ func (s *Server) proxyPrometheus(w http.ResponseWriter, r *http.Request, sess *s
 	}
 	w.Header().Set("Content-Security-Policy", proxiedCSP)
 	r.Header.Del("Cookie")
-	r.Header.Set("Authorization", "Bearer "+sess.token)
-	s.prom.ServeHTTP(w, r)
+	r.Header.Del(SessionHeader)
+	s.prom.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), userTokenKey{}, sess.token)))
 }
 
 // refusedSubresources are the API's ways to reach into a workload: the

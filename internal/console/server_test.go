@@ -22,14 +22,26 @@ func newTestServer(t *testing.T) (*Server, string) {
 	return s, sealedCookie(t, s, time.Hour)
 }
 
+// testSecret is the browser-held secret of the sessions sealedCookie
+// makes.
+const testSecret = "the-page's-secret"
+
 // sealedCookie is the cookie value of alice's session on s, ending in d.
 func sealedCookie(t *testing.T, s *Server, d time.Duration) string {
 	t.Helper()
-	v, err := s.seal(&session{token: "t", user: "alice", csrf: "the-csrf", expires: time.Now().Add(d)})
+	v, err := s.seal(&session{id: "session-" + randomString(), token: "t", user: "alice", csrf: "the-csrf", secretDigest: secretDigest(testSecret), expires: time.Now().Add(d)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// asPage makes req one the console's page sends in the session whose
+// cookie is value: the cookie, and the secret.
+func asPage(req *http.Request, name, value string) *http.Request {
+	req.AddCookie(&http.Cookie{Name: name, Value: value})
+	req.Header.Set(SessionHeader, testSecret)
+	return req
 }
 
 // Nothing but the login page and its assets answers without a session,
@@ -60,7 +72,7 @@ func TestSessionsAndCSRF(t *testing.T) {
 	} {
 		req := httptest.NewRequest(tc.method, tc.path, nil)
 		if tc.cookie != nil {
-			req.AddCookie(tc.cookie)
+			asPage(req, tc.cookie.Name, tc.cookie.Value)
 		}
 		if tc.csrf != "" {
 			req.Header.Set("X-CSRF-Token", tc.csrf)
@@ -88,25 +100,33 @@ func TestLoginLinksAreOneTime(t *testing.T) {
 	if !ok || !strings.HasPrefix(link, "http://console/login?code=") {
 		t.Fatalf("link %q not kept", link)
 	}
-	// Spent by a visit (whose login then fails: no API server here).
+	// A visit spends nothing (a link preview, a prefetch): it leads to
+	// the page, which posts the code.
 	rec := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/login?code="+code, nil))
-	if loc := rec.Header().Get("Location"); loc != "/#/login?error=link" {
-		t.Errorf("a link whose token the API cannot check went to %q", loc)
+	if loc := rec.Header().Get("Location"); loc != "/#/login?link="+code || rec.Header().Get("Set-Cookie") != "" {
+		t.Errorf("a visit to a link went to %q, Set-Cookie %q", loc, rec.Header().Get("Set-Cookie"))
 	}
-	s.mu.Lock()
-	_, ok = s.links[code]
-	s.mu.Unlock()
-	if ok {
-		t.Error("a used link is still kept")
+	post := func(code string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("POST", "/api/login", strings.NewReader(`{"code":"`+code+`"}`))
+		req.Header.Set("Content-Type", "application/json")
+		s.Handler().ServeHTTP(rec, req)
+		return rec
+	}
+	// Spent by the page's post (whose login then fails: no API server
+	// here), and refused the second time.
+	if rec := post(code); rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), "asking the API server") {
+		t.Errorf("the first use of a link: %d %s", rec.Code, rec.Body.String())
+	}
+	if rec := post(code); rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), "used already or has expired") {
+		t.Errorf("the second use of a link: %d %s", rec.Code, rec.Body.String())
 	}
 	// Expired.
 	late := s.LoginLink("http://console", "token")
 	s.now = func() time.Time { return time.Now().Add(loginLinkTTL + time.Second) }
-	rec = httptest.NewRecorder()
-	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", late[strings.Index(late, "/login"):], nil))
-	if loc := rec.Header().Get("Location"); loc != "/#/login?error=link" {
-		t.Errorf("an expired link went to %q", loc)
+	if rec := post(late[strings.Index(late, "code=")+len("code="):]); rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), "used already or has expired") {
+		t.Errorf("an expired link: %d %s", rec.Code, rec.Body.String())
 	}
 }
 
@@ -135,7 +155,7 @@ func TestParseReplicas(t *testing.T) {
 func TestWebSocketsFromAnotherOriginAreRefused(t *testing.T) {
 	s, id := newTestServer(t)
 	req := httptest.NewRequest("GET", "http://127.0.0.1:9000/api/kubernetes/api/v1/nodes?watch=1", nil)
-	req.AddCookie(&http.Cookie{Name: SessionCookie, Value: id})
+	asPage(req, SessionCookie, id)
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", "websocket")
 	req.Header.Set("Origin", "http://evil.example")

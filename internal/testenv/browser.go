@@ -104,6 +104,12 @@ func Eval[T any](b *Tab, expr string) (T, error) {
 	return chromedp.Run(b.ctx, chromedp.Evaluate[T](expr))
 }
 
+// EvalAwait is Eval of an expression whose value is a promise: the value
+// it resolves to.
+func EvalAwait[T any](b *Tab, expr string) (T, error) {
+	return chromedp.Run(b.ctx, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
+}
+
 // WaitText waits until the first element matching the CSS selector holds
 // text, and returns its whole text.
 func (b *Tab) WaitText(selector, text string, timeout time.Duration) string {

@@ -5,9 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -20,12 +23,16 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/chromedp/chromedp/kb"
 
+	"github.com/capstan-dev/capstan/internal/cluster"
+	"github.com/capstan-dev/capstan/internal/console"
 	"github.com/capstan-dev/capstan/internal/machine"
 	"github.com/capstan-dev/capstan/internal/testenv"
 )
@@ -164,7 +171,9 @@ func csrfOf(t *testing.T, client *http.Client, base string) string {
 	return s.CSRF
 }
 
-// consoleClient is an HTTP client logged in to the console with token.
+// consoleClient is an HTTP client logged in to the console with token,
+// as the console's page is: its cookie, and the session's secret on
+// every request.
 func consoleClient(t *testing.T, base, token string) *http.Client {
 	t.Helper()
 	jar, err := cookiejar.New(nil)
@@ -177,11 +186,24 @@ func consoleClient(t *testing.T, base, token string) *http.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("logging in: %d", resp.StatusCode)
+	defer resp.Body.Close()
+	var s struct {
+		Secret string `json:"secret"`
 	}
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil || resp.StatusCode != http.StatusOK || s.Secret == "" {
+		t.Fatalf("logging in: %d, secret %q: %v", resp.StatusCode, s.Secret, err)
+	}
+	client.Transport = withSessionSecret{s.Secret}
 	return client
+}
+
+// withSessionSecret sends a console session's secret with every request.
+type withSessionSecret struct{ secret string }
+
+func (w withSessionSecret) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(console.SessionHeader, w.secret)
+	return http.DefaultTransport.RoundTrip(r)
 }
 
 func logIn(t *testing.T, tab *testenv.Tab, token string) {
@@ -287,6 +309,20 @@ func TestConsole(t *testing.T) {
 		logOut(t, other)
 		other.Go(link)
 		other.WaitText("#result", "That login link was used already or has expired", 30*time.Second)
+	})
+
+	t.Run("a risk links to an http or https URL only", func(t *testing.T) {
+		// L8: a risk's URL is the update service's to choose; a
+		// javascript: or data: one is shown as text, never followed.
+		tab := tab.For(t)
+		got, err := testenv.EvalAwait[[]string](tab, `import("/assets/app.js").then((m) => ["javascript:alert(document.cookie)", "data:text/html,x", "not a url", "https://access.redhat.com/solutions/1"].map((u) => { const e = m.riskLink(u); return e.tagName + " " + (e.getAttribute("href") || ""); }))`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"SPAN ", "SPAN ", "SPAN ", "A https://access.redhat.com/solutions/1"}
+		if !slices.Equal(got, want) {
+			t.Errorf("risk links %q, want %q", got, want)
+		}
 	})
 
 	t.Run("overview: the version, the counts and a firing alert, live", func(t *testing.T) {
@@ -445,7 +481,7 @@ func TestConsole(t *testing.T) {
 		// A new client with the same session reads how it ended.
 		jar, _ := cookiejar.New(nil)
 		jar.SetCookies(mustURL(t, base), []*http.Cookie{session})
-		other := &http.Client{Jar: jar}
+		other := &http.Client{Jar: jar, Transport: client.Transport}
 		testenv.Eventually(t, time.Minute, func() (bool, string) {
 			resp, err := other.Get(base + "/api/capstan/nodes/" + node + "/drain/status")
 			if err != nil {
@@ -456,6 +492,38 @@ func TestConsole(t *testing.T) {
 			_ = json.NewDecoder(resp.Body).Decode(&st)
 			return st.State == "Drained", fmt.Sprintf("%d %+v", resp.StatusCode, st)
 		})
+		// L1: a user without rights reads no drain's status (who drained,
+		// which pods moved), and a drain they may not start leaves the
+		// record as it was.
+		nobody := consoleClient(t, base, serviceAccountToken(t, "console-drain-nobody"))
+		resp, err = nobody.Get(base + "/api/capstan/nodes/" + node + "/drain/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden || strings.Contains(string(body), "Drained") {
+			t.Errorf("a user without rights read a drain's status: %d %s", resp.StatusCode, body)
+		}
+		req, _ = http.NewRequest(http.MethodPost, base+"/api/capstan/nodes/"+node+"/drain", nil)
+		req.Header.Set("X-CSRF-Token", csrfOf(t, nobody, base))
+		if resp, err = nobody.Do(req); err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("a drain by a user without rights: %d, want 403", resp.StatusCode)
+		}
+		resp, err = other.Get(base + "/api/capstan/nodes/" + node + "/drain/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st struct{ State, User string }
+		_ = json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if st.State != "Drained" || !strings.Contains(st.User, "capstan-admin") {
+			t.Errorf("after a refused drain, the node's record says %+v, want the admin's drain", st)
+		}
 	})
 
 	t.Run("pending pods: explained once for every tab", func(t *testing.T) {
@@ -547,7 +615,9 @@ func TestConsole(t *testing.T) {
 func TestConsoleCommand(t *testing.T) {
 	for _, tc := range []struct{ args, want string }{
 		{"--prometheus-url ftp://example.com", `--prometheus-url "ftp://example.com": want an http or https URL`},
-		{"--listen not-an-address", "--listen not-an-address: listen tcp: address not-an-address: missing port in address"},
+		{"--listen not-an-address", "--listen not-an-address: address not-an-address: missing port in address"},
+		{"--listen 0.0.0.0:0", `--listen 0.0.0.0:0: "0.0.0.0" is not a loopback address: the console serves plain HTTP only on loopback`},
+		{"--listen 0.0.0.0:0 --tls-cert-file /no/such.crt --tls-key-file /no/such.key", "--listen 0.0.0.0:0: the TLS certificate and key: open /no/such.crt"},
 		{"--policy /no/such/policy.json", "/no/such/policy.json"},
 	} {
 		out, err := testenv.CLI(append([]string{"console", "--kubeconfig", env.Kubeconfig, "--as-admin"}, strings.Fields(tc.args)...)...)
@@ -570,7 +640,32 @@ func TestConsoleCommand(t *testing.T) {
 			t.Errorf("capstan %v: %v (%s), want an error with %q", tc.args, err, out, tc.want)
 		}
 	}
-	p := testenv.StartCapstan(t, "console", "--kubeconfig", env.Kubeconfig, "--as-admin", "--listen", "127.0.0.1:0")
+	// M1: a console out of the cluster never takes the thanos-querier
+	// Route's host: whoever may write the Route could point it at a
+	// server of their own, and receive every user's token. Pointed
+	// elsewhere, the Route's host sees nothing, and the console says it
+	// has no Prometheus.
+	thief := newTokenThief(t)
+	repointThanosRoute(t, thief.addr)
+	out, err := testenv.CLI("console", "--kubeconfig", env.Kubeconfig, "--as-admin", "--listen", "127.0.0.1:0", "--tls-cert-file", "/no/such.crt")
+	if err == nil || !strings.Contains(err.Error(), "a TLS certificate needs its key") {
+		t.Errorf("a certificate without its key: %v (%s)", err, out)
+	}
+	routeOnly := testenv.StartCapstan(t, "console", "--kubeconfig", env.Kubeconfig, "--as-admin", "--listen", "127.0.0.1:0")
+	routeOnly.WaitLine(t, "no alerts or charts: out of a cluster, the console asks only the Prometheus --prometheus-url names", time.Minute)
+	routeBase := strings.TrimPrefix(routeOnly.WaitLine(t, "Console: ", time.Minute), "Console: ")
+	client := consoleClient(t, routeBase, env.Cluster.AdminToken())
+	resp, err := client.Get(routeBase + "/api/prometheus/api/v1/alerts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || thief.saw() != "" {
+		t.Errorf("a console without --prometheus-url, the Route pointed elsewhere: alerts %d, the Route's host saw %q", resp.StatusCode, thief.saw())
+	}
+	routeOnly.Stop(t)
+
+	p := testenv.StartCapstan(t, "console", "--kubeconfig", env.Kubeconfig, "--as-admin", "--listen", "127.0.0.1:0", "--prometheus-url", env.Cluster.ThanosQuerierURL)
 	t.Cleanup(func() { p.Stop(t) })
 	base := strings.TrimPrefix(p.WaitLine(t, "Console: ", time.Minute), "Console: ")
 	line := p.WaitLine(t, "Log in as the kubeconfig's user", 10*time.Second)
@@ -585,10 +680,75 @@ func TestConsoleCommand(t *testing.T) {
 	for _, n := range nodeNames(t) {
 		tab.WaitText(`tr[data-key="`+n+`"]`, "Ready", 30*time.Second)
 	}
-	// Alerts come from the thanos-querier Route, as oc reads them.
+	// Alerts come from --prometheus-url, with the user's token.
 	tab.Go(base + "/#/overview")
 	tab.WaitText("main", "Firing alerts", 30*time.Second)
 	if got := tab.Text("main"); strings.Contains(got, "no Prometheus") || strings.Contains(got, "Cannot read alerts") {
-		t.Errorf("capstan console found no Prometheus through the Route:\n%s", got)
+		t.Errorf("capstan console found no Prometheus at --prometheus-url:\n%s", got)
 	}
+	if thief.saw() != "" {
+		t.Errorf("the Route's host saw a token: %q", thief.saw())
+	}
+}
+
+// tokenThief is a TLS server that records any Authorization it is sent.
+type tokenThief struct {
+	addr string
+	mu   sync.Mutex
+	auth string
+}
+
+func newTokenThief(t *testing.T) *tokenThief {
+	th := &tokenThief{}
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		th.mu.Lock()
+		th.auth += r.Header.Get("Authorization")
+		th.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"success","data":{"alerts":[]}}`))
+	}))
+	t.Cleanup(srv.Close)
+	th.addr = strings.TrimPrefix(srv.URL, "https://")
+	return th
+}
+
+func (th *tokenThief) saw() string {
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	return th.auth
+}
+
+// repointThanosRoute admits the thanos-querier Route at addr for the
+// test, as one who may write it could, and puts it back after.
+func repointThanosRoute(t *testing.T, addr string) {
+	t.Helper()
+	ctx := context.Background()
+	routes := env.Dynamic.Resource(cluster.RouteResource).Namespace(cluster.MonitoringNamespace)
+	route, err := routes.Get(ctx, cluster.ThanosQuerierName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, _, _ := unstructured.NestedSlice(route.Object, "status", "ingress")
+	set := func(ingress []any) error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			r, err := routes.Get(ctx, cluster.ThanosQuerierName, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if err := unstructured.SetNestedSlice(r.Object, ingress, "status", "ingress"); err != nil {
+				return err
+			}
+			_, err = routes.UpdateStatus(ctx, r, metav1.UpdateOptions{})
+			return err
+		})
+	}
+	if err := set([]any{map[string]any{"host": addr, "routerName": "default", "wildcardPolicy": "None",
+		"conditions": []any{map[string]any{"type": "Admitted", "status": "True"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := set(old); err != nil {
+			t.Errorf("putting the thanos-querier Route back: %v", err)
+		}
+	})
 }

@@ -74,6 +74,8 @@ func TestUpRejectsBadInputWithOneClearLine(t *testing.T) {
 		{"bad retention size", []string{"up", "--data-dir", filepath.Join(tmp, "unwritten"), "--metrics-retention-size", "12XB"}, `"12XB" is not a size such as 512MB or 10GB`},
 		{"bad prometheus config", []string{"up", "--data-dir", filepath.Join(tmp, "unwritten"), "--prometheus-config", promConfig}, `not a valid duration string: "often"`},
 		{"metrics on every interface", []string{"up", "--data-dir", filepath.Join(tmp, "unwritten"), "--metrics-address", ":8085"}, "--metrics-address :8085: every interface is not loopback only"},
+		{"a plain-HTTP console off loopback", []string{"up", "--data-dir", filepath.Join(tmp, "unwritten"), "--console-address", "0.0.0.0:9000"}, `--console-address 0.0.0.0:9000: "0.0.0.0" is not a loopback address: the console serves plain HTTP only on loopback`},
+		{"a console certificate without its key", []string{"up", "--data-dir", filepath.Join(tmp, "unwritten"), "--console-tls-cert-file", "/no/such.crt"}, "--console-address 127.0.0.1:9000: a TLS certificate needs its key"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -4,6 +4,17 @@
 
 const session = { user: "", csrf: "", prometheus: false };
 
+// The session's secret: the login's answer hands it over, and every
+// request carries it, beside the cookie. It lives in this origin's
+// sessionStorage (per scheme, host and port), so no page served from
+// another port of this host can read it, though its browser sends it
+// the console's cookie.
+const secretKey = "capstan-console-session-secret";
+const secret = {
+  get: () => sessionStorage.getItem(secretKey) || "",
+  set: (v) => (v ? sessionStorage.setItem(secretKey, v) : sessionStorage.removeItem(secretKey)),
+};
+
 // ---- HTTP ---------------------------------------------------------------
 
 class HTTPError extends Error {
@@ -15,7 +26,7 @@ class HTTPError extends Error {
 
 // call asks the console's server; a signal (a Page's) cancels it.
 async function call(method, path, body, signal) {
-  const headers = { Accept: "application/json" };
+  const headers = { Accept: "application/json", "X-Capstan-Session": secret.get() };
   if (method !== "GET") headers["X-CSRF-Token"] = session.csrf;
   let payload;
   if (body !== undefined) {
@@ -39,6 +50,19 @@ async function call(method, path, body, signal) {
 }
 
 const kube = (path) => "/api/kubernetes" + path;
+
+// riskLink links a conditional update's risk to its URL, which the update
+// service chose: an http or https one only (a javascript: or data: URL is
+// shown as text, never followed).
+export function riskLink(u) {
+  try {
+    const p = new URL(u);
+    if (p.protocol === "https:" || p.protocol === "http:") return h("a", { href: p.href, rel: "noreferrer" }, u);
+  } catch {
+    // not a URL: shown as text
+  }
+  return h("span", {}, u || "");
+}
 
 // ---- DOM ----------------------------------------------------------------
 
@@ -323,7 +347,10 @@ class Watch {
   watch(rv) {
     return new Promise((resolve, reject) => {
       const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-      const ws = new WebSocket(scheme + location.host + this.url("watch=1&allowWatchBookmarks=true&resourceVersion=" + encodeURIComponent(rv)));
+      // A WebSocket carries no headers of its own: the secret goes as its
+      // subprotocol.
+      const ws = new WebSocket(scheme + location.host + this.url("watch=1&allowWatchBookmarks=true&resourceVersion=" + encodeURIComponent(rv)),
+        ["capstan.session." + secret.get()]);
       this.socket = ws;
       let opened = false;
       ws.onopen = () => { opened = true; };
@@ -1166,7 +1193,7 @@ const updateSection = (u, span) => {
       "The CVO applied no run level."),
     u.recommended ? h("p", {}, `The cluster evaluated the update as Recommended=${u.recommended}`) : [],
     (u.risks || []).length ? table("Risks of the update", ["Risk", "Message", "Rules", "Link"],
-      u.risks.map((r) => [r.name, r.message, (r.rules || []).join("; "), h("a", { href: r.url, rel: "noreferrer" }, r.url)])) : [],
+      u.risks.map((r) => [r.name, r.message, (r.rules || []).join("; "), riskLink(r.url)])) : [],
     u.notUpgradeable ? h("p", { class: "warn" }, `Upgradeable=False in the snapshot, which holds a minor update: ${u.notUpgradeable}`) : [],
     (u.notSimulated || []).length ? h("p", { class: "muted" }, `ClusterOperators of the snapshot the simulated release does not carry: ${u.notSimulated.join(", ")}`) : []);
 };
@@ -1260,7 +1287,7 @@ pages.updates = () => {
         return h("section", { class: "card", "aria-labelledby": id },
           h("h3", { id }, cu.release.version, " ", rec ? h("span", { class: rec.status === "True" ? "ok" : "warn" }, `Recommended=${rec.status} (${rec.reason})`) : ""),
           rec && rec.message ? h("p", {}, rec.message) : null,
-          table("Risks of " + cu.release.version, ["Risk", "Message", "Link"], (cu.risks || []).map((r) => [r.name, r.message, h("a", { href: r.url, rel: "noreferrer" }, r.url)])),
+          table("Risks of " + cu.release.version, ["Risk", "Message", "Link"], (cu.risks || []).map((r) => [r.name, r.message, riskLink(r.url)])),
           rec && rec.status !== "True" ? h("form", {
             class: "inline", onsubmit: (ev) => {
               ev.preventDefault();
@@ -1317,8 +1344,7 @@ function showLogin(message) {
       onsubmit: async (ev) => {
         ev.preventDefault();
         try {
-          const s = await call("POST", "/api/login", { token: token.value });
-          await enter(s);
+          await enter(await call("POST", "/api/login", { token: token.value }));
         } catch (e) {
           result.replaceChildren(notice("error", e.message));
         }
@@ -1329,6 +1355,8 @@ function showLogin(message) {
 }
 
 async function enter(s) {
+  if (s.secret) secret.set(s.secret);
+  delete s.secret;
   Object.assign(session, s);
   if (!s.prometheus) {
     const full = await call("GET", "/api/session");
@@ -1366,15 +1394,36 @@ document.querySelector("a.skip").addEventListener("click", (ev) => {
 });
 document.getElementById("logout").addEventListener("click", async () => {
   await call("POST", "/api/logout").catch(() => {});
+  secret.set("");
   session.user = "";
   showLogin();
 });
 
+// A login link leads here with its code in the hash (#/login?link=...),
+// which never reaches a server: the page spends it, and forgets it.
+function linkCode() {
+  const m = location.hash.match(/^#\/login\?(?:.*&)?link=([^&]*)/);
+  return m ? decodeURIComponent(m[1]) : "";
+}
+
 (async () => {
+  const code = linkCode();
+  if (code) {
+    history.replaceState(null, "", "#/overview");
+    try {
+      await enter(await call("POST", "/api/login", { code }));
+    } catch (e) {
+      showLogin(e.status === 401 ? "That login link was used already or has expired: ask for a new one, or paste a token." : e.message);
+    }
+    return;
+  }
+  if (!secret.get()) {
+    showLogin(location.hash.includes("error=link") ? "That login link was used already or has expired: ask for a new one, or paste a token." : "");
+    return;
+  }
   try {
     await enter(await call("GET", "/api/session"));
   } catch {
-    const bad = location.hash.includes("error=link");
-    showLogin(bad ? "That login link was used already or has expired: ask for a new one, or paste a token." : "");
+    showLogin("");
   }
 })();
