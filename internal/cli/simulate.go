@@ -154,7 +154,7 @@ func snapshotFromManifests(c *cobra.Command, from []string, out string, anonymiz
 
 func newSimulateRunCommand() *cobra.Command {
 	o := simulate.RunOptions{}
-	var snapshot, output string
+	var snapshot, output, failOn string
 	var changes []string
 	c := &cobra.Command{
 		Use:   "run --snapshot FILE --change KIND=ARG ...",
@@ -172,6 +172,14 @@ added and removed, the autoscaler's decisions, drains left blocked,
 each pool's rollout node by node, and an update's run levels, the
 operator waited on longest and the risks the cluster's graph named. The
 cluster the snapshot was taken from is not touched.
+
+The report opens with its verdict in one line: OK, or FAIL naming what
+the changes left (changes not applied, pods pending because of them,
+drains blocked, pools not rolled out, an update not completed, a cluster
+still changing at --for); pods pending before the first change are counted
+apart. Nodes and pending pods are grouped by zone, MachineSet and
+workload; -o json has each one. --fail-on exits with status 3 when the
+verdict has one of the findings named, for CI.
 
 The cluster runs --speed times faster than real time: grace periods,
 tolerations, eviction rates, lease renewals, the autoscaler's delays,
@@ -202,6 +210,10 @@ Changes (each --change KIND=ARGUMENT; several are applied in order):
 			if output != "table" && output != "json" {
 				return fmt.Errorf("-o %q: want table or json", output)
 			}
+			failures, err := simulate.ParseFailOn(failOn)
+			if err != nil {
+				return err
+			}
 			data, err := os.ReadFile(snapshot)
 			if err != nil {
 				return err
@@ -224,9 +236,18 @@ Changes (each --change KIND=ARGUMENT; several are applied in order):
 			if output == "json" {
 				enc := json.NewEncoder(c.OutOrStdout())
 				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
+				err = enc.Encode(rep)
+			} else {
+				err = rep.WriteTable(c.OutOrStdout())
 			}
-			return rep.WriteTable(c.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			if failed := rep.Verdict.FailsOn(failures); len(failed) > 0 {
+				fmt.Fprintf(c.ErrOrStderr(), "capstan: the simulation found %s (--fail-on %s)\n", strings.Join(failed, ", "), failOn)
+				return &exitError{code: FailOnExitCode}
+			}
+			return nil
 		},
 	}
 	f := c.Flags()
@@ -239,5 +260,10 @@ Changes (each --change KIND=ARGUMENT; several are applied in order):
 	f.DurationVar(&o.RebootTime, "reboot-time", simulate.DefaultRebootTime, "simulated time a node is down when it reboots into a new MachineConfig")
 	f.StringVar(&o.DataDir, "data-dir", "", "directory for the private cluster (default: a temporary one, removed at the end)")
 	f.StringVarP(&output, "output", "o", "table", "table or json")
+	f.StringVar(&failOn, "fail-on", "", "exit with status 3 when the verdict finds any of these (comma-separated): "+strings.Join(simulate.Findings, ", ")+", or any (all but removed)")
 	return c
 }
+
+// FailOnExitCode is the exit status of a simulation whose verdict has a
+// finding --fail-on names.
+const FailOnExitCode = 3

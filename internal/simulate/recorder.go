@@ -57,15 +57,18 @@ type recorder struct {
 	lastChange    time.Time
 	baselinePods  map[string]bool
 	baselineNodes map[string]bool
-	removed       []PodRemoval
-	removedPods   map[string]bool
-	placedAt      map[string]time.Duration
-	nodeAdded     map[string]time.Duration
-	nodeRemoved   map[string]NodeChange
-	nodeNotReady  map[string]time.Duration
-	events        map[string]*Event
-	podAutoscaler map[string]string
-	machineDrain  map[string]string
+	// baselinePending are the pods that had no node when the changes
+	// began: still pending at the end, they are not the changes' doing.
+	baselinePending map[string]bool
+	removed         []PodRemoval
+	removedPods     map[string]bool
+	placedAt        map[string]time.Duration
+	nodeAdded       map[string]time.Duration
+	nodeRemoved     map[string]NodeChange
+	nodeNotReady    map[string]time.Duration
+	events          map[string]*Event
+	podAutoscaler   map[string]string
+	machineDrain    map[string]string
 	// updates are the nodes the MCO told to run a new configuration.
 	updates map[string]*nodeUpdate
 }
@@ -131,10 +134,13 @@ func (r *recorder) stop() {
 func (r *recorder) begin() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.baselinePods, r.baselineNodes = map[string]bool{}, map[string]bool{}
+	r.baselinePods, r.baselineNodes, r.baselinePending = map[string]bool{}, map[string]bool{}, map[string]bool{}
 	pods, _ := r.pods.List(labels.Everything())
 	for _, p := range pods {
 		r.baselinePods[objectKey(p)] = true
+		if p.Spec.NodeName == "" {
+			r.baselinePending[objectKey(p)] = true
+		}
 	}
 	ns, _ := r.nodes.List(labels.Everything())
 	for _, n := range ns {
@@ -521,7 +527,7 @@ func (r *recorder) fill(ctx context.Context, rep *Report, a *applier) error {
 			continue
 		}
 		if p.Spec.NodeName == "" {
-			pp := PendingPod{Pod: key, Workload: r.workloadOf(p), Autoscaler: r.podAutoscaler[key]}
+			pp := PendingPod{Pod: key, Workload: r.workloadOf(p), Autoscaler: r.podAutoscaler[key], AlreadyPending: r.baselinePending[key]}
 			for _, c := range p.Status.Conditions {
 				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
 					pp.Scheduler = c.Message

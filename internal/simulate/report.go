@@ -12,6 +12,8 @@ import (
 // Report is what a simulation saw, in simulated time: durations since
 // the first change, at the cluster's speed.
 type Report struct {
+	// Verdict is the run in one line, and what it found.
+	Verdict  Verdict   `json:"verdict"`
 	Snapshot string    `json:"snapshot"`
 	TakenAt  time.Time `json:"takenAt"`
 	// Speed is how much faster than real time the simulation ran.
@@ -142,6 +144,9 @@ type PodPlacement struct {
 type PendingPod struct {
 	Pod      string `json:"pod"`
 	Workload string `json:"workload,omitempty"`
+	// AlreadyPending says the pod was pending before the first change
+	// already: not the changes' doing.
+	AlreadyPending bool `json:"alreadyPending,omitempty"`
 	// Scheduler is the scheduler's last word (PodScheduled's message).
 	Scheduler string `json:"scheduler,omitempty"`
 	// Autoscaler is the autoscaler's last word on the pod.
@@ -183,6 +188,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.Settled {
 		end = "settled"
 	}
+	v := r.Verdict
+	if v.Outcome == "" {
+		v = r.verdict()
+	}
+	p("%s\n\n", v.Line)
 	p("Simulated %d nodes and %d pods of the snapshot taken %s, at %gx: %s after %s (restored in %s, run in %s of real time).\n",
 		r.Nodes, r.Pods, r.TakenAt.UTC().Format(time.RFC3339), r.Speed, end, r.Duration, r.RestoreTime, r.RunTime)
 	p("\nCHANGE\tAT\tRESULT\n")
@@ -194,17 +204,15 @@ func (r *Report) WriteTable(w io.Writer) error {
 		p("%s\t%s\t%s\n", c.Change, c.At, res)
 	}
 	if len(r.NodesNotReady)+len(r.NodesRemoved)+len(r.NodesAdded) > 0 {
-		p("\nNODE\tZONE\tAT\tWHAT\n")
+		// By zone and MachineSet: one row per group, however many nodes
+		// (each node is in -o json).
+		p("\nNODES\tZONE\tMACHINESET\tCOUNT\tFIRST AT\tLAST AT\n")
 		for _, set := range []struct {
 			what  string
 			nodes []NodeChange
 		}{{"NotReady", r.NodesNotReady}, {"removed", r.NodesRemoved}, {"added", r.NodesAdded}} {
-			for _, n := range set.nodes {
-				what := set.what
-				if n.MachineSet != "" {
-					what += " (MachineSet " + n.MachineSet + ")"
-				}
-				p("%s\t%s\t%s\t%s\n", n.Node, n.Zone, n.At, what)
+			for _, g := range groupNodes(set.nodes) {
+				p("%s\t%s\t%s\t%d\t%s\t%s\n", set.what, dash(g.zone), dash(g.machineSet), g.count, g.first, g.last)
 			}
 		}
 	}
@@ -227,9 +235,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 	}
 	if len(r.Pending) > 0 {
-		p("\nPENDING POD\tWORKLOAD\tSCHEDULER\tAUTOSCALER\n")
-		for _, pp := range r.Pending {
-			p("%s\t%s\t%s\t%s\n", pp.Pod, pp.Workload, pp.Scheduler, pp.Autoscaler)
+		// By workload, cause and reasons (each pod is in -o json).
+		p("\nPENDING\tPODS\tSINCE\tSCHEDULER\tAUTOSCALER\n")
+		for _, g := range groupPending(r.Pending) {
+			p("%s\t%d\t%s\t%s\t%s\n", g.workload, g.count, g.since, g.scheduler, g.autoscaler)
 		}
 	}
 	if len(r.Autoscaler) > 0 {
@@ -313,6 +322,66 @@ func writeUpdate(p func(string, ...any), u *UpdateRun) {
 	if len(u.NotSimulated) > 0 {
 		p("ClusterOperators of the snapshot the simulated release does not carry: %s\n", strings.Join(u.NotSimulated, ", "))
 	}
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+type nodeGroup struct {
+	zone, machineSet string
+	count            int
+	first, last      Duration
+}
+
+// groupNodes groups nodes by zone and MachineSet, in the order of their
+// first node.
+func groupNodes(nodes []NodeChange) []nodeGroup {
+	var out []nodeGroup
+	at := map[[2]string]int{}
+	for _, n := range nodes {
+		k := [2]string{n.Zone, n.MachineSet}
+		i, ok := at[k]
+		if !ok {
+			at[k], i = len(out), len(out)
+			out = append(out, nodeGroup{zone: n.Zone, machineSet: n.MachineSet, first: n.At, last: n.At})
+		}
+		g := &out[i]
+		g.count++
+		g.first, g.last = min(g.first, n.At), max(g.last, n.At)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].first < out[j].first })
+	return out
+}
+
+type pendingGroup struct {
+	workload, since, scheduler, autoscaler string
+	count                                  int
+}
+
+// groupPending groups pending pods by workload, cause and reasons.
+func groupPending(pods []PendingPod) []pendingGroup {
+	var out []pendingGroup
+	at := map[pendingGroup]int{}
+	for _, pp := range pods {
+		g := pendingGroup{workload: pp.Workload, since: "the changes", scheduler: pp.Scheduler, autoscaler: pp.Autoscaler}
+		if g.workload == "" {
+			g.workload = "pod " + pp.Pod
+		}
+		if pp.AlreadyPending {
+			g.since = "before"
+		}
+		i, ok := at[g]
+		if !ok {
+			at[g], i = len(out), len(out)
+			out = append(out, g)
+		}
+		out[i].count++
+	}
+	return out
 }
 
 type workloadLine struct {

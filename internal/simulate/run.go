@@ -334,6 +334,7 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 	if err := rec.fill(ctx, report, a); err != nil {
 		return nil, err
 	}
+	report.Verdict = report.verdict()
 	return report, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -455,7 +456,8 @@ func TestTheTableSumsUpEachWorkload(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{"settled after 6m0s", "Deployment d/web", "b-1 x2", "DeletionByTaintManager 2", "d/db-0", "0/3 nodes are available",
+	for _, want := range []string{"settled after 6m0s", "Deployment d/web", "b-1 x2", "DeletionByTaintManager 2", "StatefulSet d/db  1     the changes", "0/3 nodes are available",
+		"FAIL: 1 pod pending because of the changes (StatefulSet d/db); pool worker updated 1 of 2 nodes; settled after 6m0s, 2 pods removed, 2 placed\n",
 		"Pool worker rolled out rendered-worker-2 from 1s, maxUnavailable 1: 1 of 2 nodes updated at the end; longest b-1 (5m0s).",
 		"a-1   a     1s        4m0s     Done", "b-1   b     4m0s      -        Degraded: failed to drain"} {
 		if !strings.Contains(out, want) {
@@ -504,5 +506,48 @@ func TestAPoolIsRenderedFromItsConfigurationsAsTheyAreNow(t *testing.T) {
 	}
 	if why := renderedFrom(pool, all, "quay.io/os@sha256:2", ""); why == "" {
 		t.Error("a rendering with another machine OS image counts as rendered")
+	}
+}
+
+// The verdict is the report in one line: OK when the changes left
+// nothing pending, blocked, unfinished or unsettled (pods removed and
+// placed again are what a change does), FAIL naming each finding
+// otherwise; pods pending before the changes are not theirs. Node rows
+// are grouped by zone and MachineSet.
+func TestTheVerdictSumsTheRunUpInOneLine(t *testing.T) {
+	ok := &Report{Settled: true, Duration: Duration(4 * time.Minute), Changes: []AppliedChange{{Change: "zone-outage=a"}},
+		Removed:    []PodRemoval{{Pod: "d/web-1", Workload: "Deployment d/web"}},
+		Placed:     []PodPlacement{{Pod: "d/web-2", Workload: "Deployment d/web"}},
+		NodesAdded: []NodeChange{{Node: "b-2", Zone: "b", MachineSet: "ms-b", At: Duration(time.Minute)}, {Node: "b-3", Zone: "b", MachineSet: "ms-b", At: Duration(2 * time.Minute)}},
+		Pending:    []PendingPod{{Pod: "d/big-0", Workload: "StatefulSet d/big", AlreadyPending: true}}}
+	v := ok.verdict()
+	if v.Outcome != "OK" || !slices.Equal(v.Findings, []string{FindingRemoved}) ||
+		v.Line != "OK: settled after 4m0s, 1 pod removed, 1 placed, 2 nodes added (MachineSet ms-b x2), 1 pod pending before the changes still pending" {
+		t.Errorf("a run that recovered: %+v", v)
+	}
+	bad := &Report{Settled: false, Duration: Duration(time.Hour), Changes: []AppliedChange{{Change: "drain=a-1"}, {Change: "scale=ms-x=3", Error: "no MachineSet"}},
+		Pending:       []PendingPod{{Pod: "d/web-3", Workload: "Deployment d/web"}, {Pod: "d/web-4", Workload: "Deployment d/web"}},
+		BlockedDrains: []BlockedDrain{{Node: "a-1"}}}
+	v = bad.verdict()
+	want := []string{FindingError, FindingPending, FindingBlocked, FindingUnsettled}
+	if v.Outcome != "FAIL" || !slices.Equal(v.Findings, want) ||
+		v.Line != "FAIL: 1 change not applied (scale=ms-x=3); 2 pods pending because of the changes (Deployment d/web x2); 1 drain blocked (a-1); still changing at --for (1h0m0s)" {
+		t.Errorf("a run that failed: %+v", v)
+	}
+	if got := v.FailsOn([]string{FindingBlocked, FindingRemoved}); !slices.Equal(got, []string{FindingBlocked}) {
+		t.Errorf("--fail-on blocked,removed: %v", got)
+	}
+	if got, err := ParseFailOn("any"); err != nil || len(got) != 6 || slices.Contains(got, FindingRemoved) {
+		t.Errorf("--fail-on any: %v %v", got, err)
+	}
+	if _, err := ParseFailOn("pending,late"); err == nil || !strings.Contains(err.Error(), `"late" is not a finding`) {
+		t.Errorf("--fail-on late: %v", err)
+	}
+	var b bytes.Buffer
+	if err := ok.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "added  b     ms-b        2      1m0s      2m0s") || !strings.HasPrefix(b.String(), "OK: ") {
+		t.Errorf("the table:\n%s", b.String())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -309,16 +310,32 @@ func Kubeconfig(t TB, path string) *rest.Config {
 // (it starts a control plane of its own) and decodes its report.
 func SimulateRun(t *testing.T, args ...string) *simulate.Report {
 	t.Helper()
+	rep, status := SimulateRunStatus(t, args...)
+	if status != 0 {
+		t.Fatalf("capstan simulate run %s: exit status %d", strings.Join(args, " "), status)
+	}
+	return rep
+}
+
+// SimulateRunStatus is SimulateRun that also takes the report of a run
+// that exits with --fail-on's status, and returns the exit status.
+func SimulateRunStatus(t *testing.T, args ...string) (*simulate.Report, int) {
+	t.Helper()
 	cmd := CapstanProcess(append([]string{"simulate", "run", "-o", "json"}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	status := 0
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("capstan simulate run %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+			t.Fatalf("capstan simulate run %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		}
+		status = ee.ExitCode()
 	}
 	var rep simulate.Report
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 		t.Fatalf("the report is not JSON: %v\n%s", err, stdout.String())
 	}
 	t.Logf("capstan simulate run %s:\n%s", strings.Join(args, " "), stderr.String())
-	return &rep
+	return &rep, status
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -116,7 +117,13 @@ func TestSimulateAZoneOutageOnAKubectlSnapshotOfAnotherCluster(t *testing.T) {
 	if err := os.WriteFile(autoscaling, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rep := testenv.SimulateRun(t, "--snapshot", snap, "--change", "apply="+autoscaling, "--change", "zone-outage=us-east-1a", "--speed", "20", "--quiet", "6m")
+	// --fail-on removed: the run removes pods (and places them again), so
+	// it exits 3 with a verdict of OK, which names that finding only.
+	rep, status := testenv.SimulateRunStatus(t, "--snapshot", snap, "--change", "apply="+autoscaling, "--change", "zone-outage=us-east-1a", "--speed", "20", "--quiet", "6m",
+		"--fail-on", "removed")
+	if v := rep.Verdict; status != 3 || v.Outcome != "OK" || !slices.Equal(v.Findings, []string{simulate.FindingRemoved}) || !strings.HasPrefix(v.Line, "OK: settled after ") {
+		t.Errorf("exit status %d, verdict %+v; want 3 and OK, with pods removed its one finding", status, v)
+	}
 
 	if !rep.Settled || rep.Nodes != 9 || rep.Pods != 20 {
 		t.Errorf("settled %v after %s, %d nodes and %d pods restored; want settled, 9 and 20", rep.Settled, rep.Duration, rep.Nodes, rep.Pods)
@@ -435,6 +442,9 @@ spec:
 	}
 	if got := tab.Text("main"); !strings.Contains(got, "No pod was left pending.") || !strings.Contains(got, "No drain was left blocked.") {
 		t.Errorf("the console's report does not say nothing is pending or blocked:\n%s", got)
+	}
+	if got := tab.Text("#verdict"); rep.Verdict.Line == "" || got != rep.Verdict.Line {
+		t.Errorf("the console's verdict is %q, want the report's %q", got, rep.Verdict.Line)
 	}
 	tab.A11y("what-if simulation")
 }

@@ -1141,6 +1141,7 @@ pages.simulate = () => {
     return [
       h("section", { class: "card", "aria-labelledby": "summary-title" },
         h("h2", { id: "summary-title" }, "Summary"),
+        r.verdict && r.verdict.line ? h("p", { class: r.verdict.outcome === "OK" ? "" : "bad", id: "verdict" }, h("strong", {}, r.verdict.line)) : [],
         h("p", {}, `${simulationReport.name}: ${r.nodes} nodes and ${r.pods} pods of the snapshot ${r.snapshot || ""} taken ${r.takenAt}, at ${r.speed}x: ` +
           `${end} after ${span(r.duration)} (restored in ${span(r.restoreTime)}, run in ${span(r.runTime)} of real time).`),
         table("Changes", ["Change", "At", "Result"], r.changes.map((c) => [c.change, span(c.at),

@@ -1,0 +1,194 @@
+package simulate
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// Findings a run may end with, in the order a verdict names them; each
+// is a value of `capstan simulate run --fail-on`.
+const (
+	// FindingError: a change could not be applied.
+	FindingError = "error"
+	// FindingPending: pods the changes left without a node (not those
+	// pending before the first change).
+	FindingPending = "pending"
+	// FindingBlocked: a drain had not finished at the end.
+	FindingBlocked = "blocked"
+	// FindingRollout: a pool had not rolled its configuration out to
+	// every node.
+	FindingRollout = "rollout"
+	// FindingUpdate: an update had not completed.
+	FindingUpdate = "update"
+	// FindingUnsettled: the cluster was still changing at --for.
+	FindingUnsettled = "unsettled"
+	// FindingRemoved: pods were removed from their nodes (whether or not
+	// they were placed again).
+	FindingRemoved = "removed"
+)
+
+// Findings are every finding, in the order a verdict names them.
+var Findings = []string{FindingError, FindingPending, FindingBlocked, FindingRollout, FindingUpdate, FindingUnsettled, FindingRemoved}
+
+// failing are the findings that make a verdict FAIL; the others (pods
+// removed and placed again) are what a change is expected to do.
+var failing = []string{FindingError, FindingPending, FindingBlocked, FindingRollout, FindingUpdate, FindingUnsettled}
+
+// Verdict is a run in one line, for whoever decides on the change.
+type Verdict struct {
+	// Outcome is OK, or FAIL when a finding but pods removed holds.
+	Outcome string `json:"outcome"`
+	// Findings are what the run found, of Findings.
+	Findings []string `json:"findings"`
+	// Line says it all in one line.
+	Line string `json:"line"`
+}
+
+// ParseFailOn reads --fail-on: findings separated by commas, or "any"
+// for every finding that fails a verdict.
+func ParseFailOn(s string) ([]string, error) {
+	var out []string
+	for f := range strings.SplitSeq(s, ",") {
+		f = strings.TrimSpace(f)
+		switch {
+		case f == "":
+		case f == "any":
+			out = append(out, failing...)
+		case slices.Contains(Findings, f):
+			out = append(out, f)
+		default:
+			return nil, fmt.Errorf("--fail-on %q: %q is not a finding (want any, or of %s)", s, f, strings.Join(Findings, ", "))
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// FailsOn is the findings of the verdict among those given.
+func (v Verdict) FailsOn(findings []string) []string {
+	var out []string
+	for _, f := range v.Findings {
+		if slices.Contains(findings, f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// verdict sums the report up.
+func (r *Report) verdict() Verdict {
+	var found, parts []string
+	add := func(finding, part string) {
+		found = append(found, finding)
+		parts = append(parts, part)
+	}
+	var failed []string
+	for _, c := range r.Changes {
+		if c.Error != "" {
+			failed = append(failed, c.Change)
+		}
+	}
+	if len(failed) > 0 {
+		add(FindingError, fmt.Sprintf("%s not applied (%s)", plural(len(failed), "change"), strings.Join(failed, ", ")))
+	}
+	var caused, before []string
+	for _, p := range r.Pending {
+		w := p.Workload
+		if w == "" {
+			w = "pod " + p.Pod
+		}
+		if p.AlreadyPending {
+			before = append(before, w)
+		} else {
+			caused = append(caused, w)
+		}
+	}
+	if len(caused) > 0 {
+		sort.Strings(caused)
+		add(FindingPending, fmt.Sprintf("%s pending because of the changes (%s)", plural(len(caused), "pod"), strings.Join(compactCounts(caused), ", ")))
+	}
+	if len(r.BlockedDrains) > 0 {
+		var nodes []string
+		for _, d := range r.BlockedDrains {
+			nodes = append(nodes, d.Node)
+		}
+		add(FindingBlocked, fmt.Sprintf("%s blocked (%s)", plural(len(nodes), "drain"), strings.Join(nodes, ", ")))
+	}
+	for _, ro := range r.Rollouts {
+		if ro.Updated < ro.Nodes {
+			add(FindingRollout, fmt.Sprintf("pool %s updated %d of %d nodes", ro.Pool, ro.Updated, ro.Nodes))
+		}
+	}
+	if u := r.Update; u != nil && u.Took == nil {
+		add(FindingUpdate, fmt.Sprintf("the update to %s %s", u.To, strings.ToLower(u.State)))
+	}
+	if !r.Settled {
+		add(FindingUnsettled, "still changing at --for ("+r.Duration.String()+")")
+	}
+	outcome := "OK"
+	for _, f := range found {
+		if slices.Contains(failing, f) {
+			outcome = "FAIL"
+		}
+	}
+	if len(r.Removed) > 0 {
+		found = append(found, FindingRemoved)
+	}
+	// What else happened, after what was found.
+	var also []string
+	if r.Settled {
+		also = append(also, "settled after "+r.Duration.String())
+	}
+	if len(r.Removed)+len(r.Placed) > 0 {
+		also = append(also, fmt.Sprintf("%s removed, %d placed", plural(len(r.Removed), "pod"), len(r.Placed)))
+	}
+	if len(r.NodesNotReady) > 0 {
+		also = append(also, plural(len(r.NodesNotReady), "node")+" NotReady")
+	}
+	if len(r.NodesAdded) > 0 {
+		also = append(also, plural(len(r.NodesAdded), "node")+" added"+byMachineSet(r.NodesAdded))
+	}
+	if len(r.NodesRemoved) > 0 {
+		also = append(also, plural(len(r.NodesRemoved), "node")+" removed"+byMachineSet(r.NodesRemoved))
+	}
+	if len(before) > 0 {
+		also = append(also, plural(len(before), "pod")+" pending before the changes still pending")
+	}
+	line := outcome
+	if len(parts) > 0 {
+		line += ": " + strings.Join(parts, "; ")
+		if len(also) > 0 {
+			line += "; " + strings.Join(also, ", ")
+		}
+	} else if len(also) > 0 {
+		line += ": " + strings.Join(also, ", ")
+	}
+	if found == nil {
+		found = []string{}
+	}
+	return Verdict{Outcome: outcome, Findings: found, Line: line}
+}
+
+// byMachineSet is " (MachineSet a x2, b)" for nodes of MachineSets.
+func byMachineSet(nodes []NodeChange) string {
+	var sets []string
+	for _, n := range nodes {
+		if n.MachineSet != "" {
+			sets = append(sets, n.MachineSet)
+		}
+	}
+	if len(sets) == 0 {
+		return ""
+	}
+	sort.Strings(sets)
+	return " (MachineSet " + strings.Join(compactCounts(sets), ", ") + ")"
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
