@@ -3,6 +3,9 @@ package simulate
 import (
 	"context"
 	"fmt"
+	"maps"
+	"regexp"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -68,6 +71,9 @@ type recorder struct {
 	nodeNotReady    map[string]time.Duration
 	events          map[string]*Event
 	podAutoscaler   map[string]string
+	// scaledUpFor are, by MachineSet name, the pods whose
+	// TriggeredScaleUp named it during the run.
+	scaledUpFor map[string]map[string]bool
 	machineDrain    map[string]string
 	// updates are the nodes the MCO told to run a new configuration.
 	updates map[string]*nodeUpdate
@@ -84,7 +90,7 @@ type nodeUpdate struct {
 func newRecorder(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, speed float64) (*recorder, error) {
 	r := &recorder{speed: speed, stopCh: make(chan struct{}),
 		placedAt: map[string]time.Duration{}, nodeAdded: map[string]time.Duration{}, nodeRemoved: map[string]NodeChange{},
-		nodeNotReady: map[string]time.Duration{}, events: map[string]*Event{}, podAutoscaler: map[string]string{},
+		nodeNotReady: map[string]time.Duration{}, events: map[string]*Event{}, podAutoscaler: map[string]string{}, scaledUpFor: map[string]map[string]bool{},
 		machineDrain: map[string]string{}, removedPods: map[string]bool{}, updates: map[string]*nodeUpdate{}}
 	r.factory = informers.NewSharedInformerFactory(kube, 0)
 	r.dfactory = dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
@@ -385,6 +391,14 @@ func (r *recorder) event(obj any) {
 	switch {
 	case obj0.Kind == "Pod" && (e.Reason == autoscaler.ReasonNotTriggerScaleUp || e.Reason == autoscaler.ReasonTriggeredScaleUp):
 		r.podAutoscaler[key] = e.Message
+		if e.Reason == autoscaler.ReasonTriggeredScaleUp && !r.started.IsZero() {
+			for _, m := range scaledUpSet.FindAllStringSubmatch(e.Message, -1) {
+				if r.scaledUpFor[m[1]] == nil {
+					r.scaledUpFor[m[1]] = map[string]bool{}
+				}
+				r.scaledUpFor[m[1]][key] = true
+			}
+		}
 	case obj0.Kind == "Machine" && (e.Reason == machine.EventDrainBlocked || e.Reason == machine.EventTerminateBlocked):
 		r.machineDrain[key] = e.Message
 	}
@@ -402,6 +416,10 @@ func (r *recorder) event(obj any) {
 	}
 	r.events[id] = &Event{At: Duration(r.simSince(time.Now())), Object: obj0.Kind + " " + key, Reason: e.Reason, Message: e.Message, Count: max(1, int(e.Count))}
 }
+
+// scaledUpSet finds the MachineSets a TriggeredScaleUp message names
+// ("pod triggered scale-up: [{MachineSet/NAMESPACE/NAME 1->2 (max: 3)}]").
+var scaledUpSet = regexp.MustCompile(`MachineSet/[^/\s]+/([^\s/]+) \d+->\d+`)
 
 // machineSetOf names the MachineSet of a node's Machine, if it has one.
 func (r *recorder) machineSetOf(n *corev1.Node) string {
@@ -553,6 +571,9 @@ func (r *recorder) fill(ctx context.Context, rep *Report, a *applier) error {
 			nc.MachineSet = r.machineSetOf(n)
 		} else if gone, ok := r.nodeRemoved[name]; ok {
 			nc.Zone, nc.MachineSet = gone.Zone, gone.MachineSet
+		}
+		if pods := r.scaledUpFor[nc.MachineSet]; nc.MachineSet != "" && len(pods) > 0 {
+			nc.For = slices.Sorted(maps.Keys(pods))
 		}
 		rep.NodesAdded = append(rep.NodesAdded, nc)
 	}

@@ -160,6 +160,10 @@ type NodeChange struct {
 	At   Duration `json:"at"`
 	// MachineSet is the MachineSet of the node's Machine, if any.
 	MachineSet string `json:"machineSet,omitempty"`
+	// For are, of an added node, the pods whose scale-up of its
+	// MachineSet the autoscaler reported (TriggeredScaleUp) during the
+	// run.
+	For []string `json:"for,omitempty"`
 }
 
 // Event is an event of the simulation.
@@ -214,6 +218,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 			for _, g := range groupNodes(set.nodes) {
 				p("%s\t%s\t%s\t%d\t%s\t%s\n", set.what, dash(g.zone), dash(g.machineSet), g.count, g.first, g.last)
 			}
+		}
+	}
+	if ups := scaleUps(r); len(ups) > 0 {
+		p("\nSCALED UP\tNODES ADDED\tFOR PODS OF\n")
+		for _, u := range ups {
+			p("%s\t%d\t%s\n", u.machineSet, u.nodes, strings.Join(u.for_, ", "))
 		}
 	}
 	if len(r.Removed)+len(r.Placed) > 0 {
@@ -354,6 +364,55 @@ func groupNodes(nodes []NodeChange) []nodeGroup {
 		g.first, g.last = min(g.first, n.At), max(g.last, n.At)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].first < out[j].first })
+	return out
+}
+
+type scaleUp struct {
+	machineSet string
+	nodes      int
+	for_       []string
+}
+
+// scaleUps are, by MachineSet, the nodes added and the workloads of the
+// pods they were added for.
+func scaleUps(r *Report) []scaleUp {
+	workload := map[string]string{}
+	for _, p := range r.Placed {
+		workload[p.Pod] = p.Workload
+	}
+	for _, p := range r.Pending {
+		workload[p.Pod] = p.Workload
+	}
+	var out []scaleUp
+	at := map[string]int{}
+	for _, n := range r.NodesAdded {
+		if n.MachineSet == "" {
+			continue
+		}
+		i, ok := at[n.MachineSet]
+		if !ok {
+			at[n.MachineSet], i = len(out), len(out)
+			out = append(out, scaleUp{machineSet: n.MachineSet})
+		}
+		out[i].nodes++
+		if out[i].for_ == nil && len(n.For) > 0 {
+			var ws []string
+			for _, pod := range n.For {
+				w := workload[pod]
+				if w == "" {
+					w = "pod " + pod
+				}
+				ws = append(ws, w)
+			}
+			sort.Strings(ws)
+			out[i].for_ = compactCounts(ws)
+		}
+	}
+	for i := range out {
+		if out[i].for_ == nil {
+			out[i].for_ = []string{"-"}
+		}
+	}
 	return out
 }
 

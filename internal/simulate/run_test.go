@@ -516,10 +516,11 @@ func TestAPoolIsRenderedFromItsConfigurationsAsTheyAreNow(t *testing.T) {
 // are grouped by zone and MachineSet.
 func TestTheVerdictSumsTheRunUpInOneLine(t *testing.T) {
 	ok := &Report{Settled: true, Duration: Duration(4 * time.Minute), Changes: []AppliedChange{{Change: "zone-outage=a"}},
-		Removed:    []PodRemoval{{Pod: "d/web-1", Workload: "Deployment d/web"}},
-		Placed:     []PodPlacement{{Pod: "d/web-2", Workload: "Deployment d/web"}},
-		NodesAdded: []NodeChange{{Node: "b-2", Zone: "b", MachineSet: "ms-b", At: Duration(time.Minute)}, {Node: "b-3", Zone: "b", MachineSet: "ms-b", At: Duration(2 * time.Minute)}},
-		Pending:    []PendingPod{{Pod: "d/big-0", Workload: "StatefulSet d/big", AlreadyPending: true}}}
+		Removed: []PodRemoval{{Pod: "d/web-1", Workload: "Deployment d/web"}},
+		Placed:  []PodPlacement{{Pod: "d/web-2", Workload: "Deployment d/web"}},
+		NodesAdded: []NodeChange{{Node: "b-2", Zone: "b", MachineSet: "ms-b", At: Duration(time.Minute), For: []string{"d/web-2"}},
+			{Node: "b-3", Zone: "b", MachineSet: "ms-b", At: Duration(2 * time.Minute), For: []string{"d/web-2"}}},
+		Pending: []PendingPod{{Pod: "d/big-0", Workload: "StatefulSet d/big", AlreadyPending: true}}}
 	v := ok.verdict()
 	if v.Outcome != "OK" || !slices.Equal(v.Findings, []string{FindingRemoved}) ||
 		v.Line != "OK: settled after 4m0s, 1 pod removed, 1 placed, 2 nodes added (MachineSet ms-b x2), 1 pod pending before the changes still pending" {
@@ -547,7 +548,21 @@ func TestTheVerdictSumsTheRunUpInOneLine(t *testing.T) {
 	if err := ok.WriteTable(&b); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(b.String(), "added  b     ms-b        2      1m0s      2m0s") || !strings.HasPrefix(b.String(), "OK: ") {
+	if !strings.Contains(b.String(), "added  b     ms-b        2      1m0s      2m0s") || !strings.Contains(b.String(), "ms-b       2            Deployment d/web") ||
+		!strings.HasPrefix(b.String(), "OK: ") {
 		t.Errorf("the table:\n%s", b.String())
+	}
+}
+
+// The MachineSets a TriggeredScaleUp message names, as the autoscaler
+// writes it.
+func TestTheScaleUpsOfAPodAreReadFromItsEvent(t *testing.T) {
+	msg := "pod triggered scale-up: [{MachineSet/openshift-machine-api/prod-worker-b 1->2 (max: 3)} {MachineSet/openshift-machine-api/prod-worker-c 0->1 (max: 3)}]"
+	var got []string
+	for _, m := range scaledUpSet.FindAllStringSubmatch(msg, -1) {
+		got = append(got, m[1])
+	}
+	if !slices.Equal(got, []string{"prod-worker-b", "prod-worker-c"}) {
+		t.Errorf("MachineSets of %q: %v", msg, got)
 	}
 }

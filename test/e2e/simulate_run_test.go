@@ -184,6 +184,20 @@ func TestSimulateAZoneOutageOnAKubectlSnapshotOfAnotherCluster(t *testing.T) {
 	if add := rep.NodesAdded[0]; add.Zone == "us-east-1a" || !strings.HasPrefix(add.MachineSet, "machine-") {
 		t.Errorf("node added %+v; want one of a MachineSet of another zone", add)
 	}
+	// The node is linked to the pods it was added for: web's, whose
+	// scale-up of its MachineSet the autoscaler reported.
+	if add := rep.NodesAdded[0]; len(add.For) == 0 {
+		t.Errorf("node added %+v names no pod it was added for", add)
+	}
+	placedWeb := map[string]bool{}
+	for _, p := range rep.Placed {
+		placedWeb[p.Pod] = p.Workload == web
+	}
+	for _, pod := range rep.NodesAdded[0].For {
+		if !placedWeb[pod] {
+			t.Errorf("node %s was added for %s, not a web pod placed during the run", rep.NodesAdded[0].Node, pod)
+		}
+	}
 	triggered := false
 	for _, e := range rep.Autoscaler {
 		triggered = triggered || e.Reason == "TriggeredScaleUp"
