@@ -54,6 +54,8 @@ type recorder struct {
 	sets     appslisters.ReplicaSetLister
 	machines cache.GenericLister
 	stopCh   chan struct{}
+	avail    *availability
+	desired  desiredOf
 
 	mu            sync.Mutex
 	started       time.Time
@@ -73,8 +75,8 @@ type recorder struct {
 	podAutoscaler   map[string]string
 	// scaledUpFor are, by MachineSet name, the pods whose
 	// TriggeredScaleUp named it during the run.
-	scaledUpFor map[string]map[string]bool
-	machineDrain    map[string]string
+	scaledUpFor  map[string]map[string]bool
+	machineDrain map[string]string
 	// updates are the nodes the MCO told to run a new configuration.
 	updates map[string]*nodeUpdate
 }
@@ -100,6 +102,9 @@ func newRecorder(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Int
 	r.sets = r.factory.Apps().V1().ReplicaSets().Lister()
 	mInf := r.dfactory.ForResource(machinesGVR)
 	r.machines = mInf.Lister()
+	r.avail = newAvailability(r.workloadOf)
+	apps := r.factory.Apps().V1()
+	r.desired = workloadDesired(apps.Deployments().Lister(), apps.StatefulSets().Lister(), apps.DaemonSets().Lister(), apps.ReplicaSets().Lister())
 	handlers := []struct {
 		inf cache.SharedIndexInformer
 		h   cache.ResourceEventHandlerFuncs
@@ -108,7 +113,11 @@ func newRecorder(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Int
 		{nodeInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: r.nodeAddedFn, UpdateFunc: r.nodeUpdated, DeleteFunc: r.nodeDeleted}},
 		{r.factory.Core().V1().Events().Informer(), cache.ResourceEventHandlerFuncs{AddFunc: r.event, UpdateFunc: func(_, o any) { r.event(o) }}},
 		{mInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: func(any) { r.changed() }, UpdateFunc: r.machineUpdated, DeleteFunc: func(any) { r.changed() }}},
+		{podInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: func(o any) { r.avail.pod(o, false) }, UpdateFunc: func(_, o any) { r.avail.pod(o, false) },
+			DeleteFunc: func(o any) { r.avail.pod(o, true) }}},
+		{r.factory.Policy().V1().PodDisruptionBudgets().Informer(), cache.ResourceEventHandlerFuncs{AddFunc: r.avail.budget, UpdateFunc: func(_, o any) { r.avail.budget(o) }}},
 	}
+	_, _, _ = apps.Deployments().Informer(), apps.StatefulSets().Informer(), apps.DaemonSets().Informer()
 	for _, h := range handlers {
 		if _, err := h.inf.AddEventHandler(h.h); err != nil {
 			return nil, err
@@ -154,6 +163,7 @@ func (r *recorder) begin() {
 	}
 	r.started = time.Now()
 	r.lastChange = r.started
+	r.avail.begin(r.started)
 }
 
 // now is the simulated time since begin.
@@ -591,6 +601,7 @@ func (r *recorder) fill(ctx context.Context, rep *Report, a *applier) error {
 			return l[i].Node < l[j].Node
 		})
 	}
+	rep.Availability, rep.Budgets = r.avail.report(r.desired, r.simDuration)
 	rep.Autoscaler = []Event{}
 	for _, e := range r.events {
 		rep.Autoscaler = append(rep.Autoscaler, *e)

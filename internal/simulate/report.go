@@ -47,6 +47,11 @@ type Report struct {
 	NodesAdded    []NodeChange `json:"nodesAdded"`
 	NodesRemoved  []NodeChange `json:"nodesRemoved"`
 	NodesNotReady []NodeChange `json:"nodesNotReady"`
+	// Availability are the workloads whose Ready pods went down during
+	// the run, or that end with fewer than they want; Budgets the
+	// PodDisruptionBudgets that fell below their desired healthy pods.
+	Availability []WorkloadAvailability `json:"availability"`
+	Budgets      []BudgetAvailability   `json:"budgets"`
 	// Autoscaler are the cluster autoscaler's events: scale-ups, the pods
 	// it would not scale up for and why, scale-downs.
 	Autoscaler []Event `json:"autoscaler"`
@@ -242,6 +247,18 @@ func (r *Report) WriteTable(w io.Writer) error {
 		sort.Strings(rs)
 		if len(rs) > 0 {
 			p("Pods removed by: %s\n", strings.Join(rs, ", "))
+		}
+	}
+	if len(r.Availability) > 0 {
+		p("\nAVAILABILITY\tDESIRED\tREADY AT START\tLOWEST\tAT END\n")
+		for _, a := range r.Availability {
+			p("%s\t%d\t%d\t%d\t%d\n", a.Workload, a.Desired, a.ReadyAtStart, a.LowestReady, a.ReadyAtEnd)
+		}
+	}
+	if len(r.Budgets) > 0 {
+		p("\nBUDGET\tDESIRED HEALTHY\tLOWEST HEALTHY\tBELOW FOR\n")
+		for _, b := range r.Budgets {
+			p("%s\t%d\t%d\t%s\n", b.Budget, b.DesiredHealthy, b.LowestHealthy, b.Below)
 		}
 	}
 	if len(r.Pending) > 0 {

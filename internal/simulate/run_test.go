@@ -12,6 +12,7 @@ import (
 
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -564,5 +565,48 @@ func TestTheScaleUpsOfAPodAreReadFromItsEvent(t *testing.T) {
 	}
 	if !slices.Equal(got, []string{"prod-worker-b", "prod-worker-c"}) {
 		t.Errorf("MachineSets of %q: %v", msg, got)
+	}
+}
+
+// Availability counts each workload's Ready pods from the changes'
+// beginning (its lowest, against what it wants) and the time each
+// budget spends below its desired healthy pods, in simulated time.
+func TestAvailabilityFollowsReadyPodsAndBudgets(t *testing.T) {
+	pod := func(name string, ready bool) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "d", Name: name}, Spec: corev1.PodSpec{NodeName: "n"}}
+		st := corev1.ConditionFalse
+		if ready {
+			st = corev1.ConditionTrue
+		}
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}
+		return p
+	}
+	a := newAvailability(func(*corev1.Pod) string { return "Deployment d/web" })
+	for _, n := range []string{"web-1", "web-2", "web-3"} {
+		a.pod(pod(n, true), false)
+	}
+	budget := func(healthy int32) *policyv1.PodDisruptionBudget {
+		return &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: "d", Name: "web"},
+			Status: policyv1.PodDisruptionBudgetStatus{ObservedGeneration: 1, DesiredHealthy: 2, CurrentHealthy: healthy}}
+	}
+	a.budget(budget(3)) // before the beginning: not counted
+	a.begin(time.Now())
+	a.pod(pod("web-1", false), false) // NotReady
+	a.pod(pod("web-2", true), true)   // deleted
+	a.budget(budget(1))
+	a.pod(pod("web-4", true), false)
+	a.budget(budget(2))
+	desired := func(w string) (int32, bool) { return 3, w == "Deployment d/web" }
+	ws, bs := a.report(desired, func(d time.Duration) time.Duration { return d * 10 })
+	if len(ws) != 1 || ws[0] != (WorkloadAvailability{Workload: "Deployment d/web", Desired: 3, ReadyAtStart: 3, LowestReady: 1, ReadyAtEnd: 2}) {
+		t.Errorf("workloads: %+v", ws)
+	}
+	if len(bs) != 1 || bs[0].Budget != "d/web" || bs[0].LowestHealthy != 1 || bs[0].DesiredHealthy != 2 || bs[0].Below <= 0 {
+		t.Errorf("budgets: %+v", bs)
+	}
+	r := &Report{Settled: true, Availability: ws, Budgets: bs}
+	if v := r.verdict(); v.Outcome != "OK" || !slices.Contains(v.Findings, FindingBudget) || !strings.Contains(v.Line, "lowest availability Deployment d/web 1 of 3 Ready") ||
+		!strings.Contains(v.Line, "PodDisruptionBudget d/web below 2 healthy for") {
+		t.Errorf("the verdict: %+v", v)
 	}
 }

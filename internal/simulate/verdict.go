@@ -27,13 +27,17 @@ const (
 	// FindingRemoved: pods were removed from their nodes (whether or not
 	// they were placed again).
 	FindingRemoved = "removed"
+	// FindingBudget: a PodDisruptionBudget had fewer healthy pods than
+	// it wants, for a while.
+	FindingBudget = "budget"
 )
 
 // Findings are every finding, in the order a verdict names them.
-var Findings = []string{FindingError, FindingPending, FindingBlocked, FindingRollout, FindingUpdate, FindingUnsettled, FindingRemoved}
+var Findings = []string{FindingError, FindingPending, FindingBlocked, FindingRollout, FindingUpdate, FindingUnsettled, FindingRemoved, FindingBudget}
 
 // failing are the findings that make a verdict FAIL; the others (pods
-// removed and placed again) are what a change is expected to do.
+// removed and placed again, a budget below its healthy pods for a
+// while) are what a change may be expected to do.
 var failing = []string{FindingError, FindingPending, FindingBlocked, FindingRollout, FindingUpdate, FindingUnsettled}
 
 // Verdict is a run in one line, for whoever decides on the change.
@@ -136,6 +140,15 @@ func (r *Report) verdict() Verdict {
 	if len(r.Removed) > 0 {
 		found = append(found, FindingRemoved)
 	}
+	var below []string
+	for _, b := range r.Budgets {
+		if b.Below > 0 {
+			below = append(below, fmt.Sprintf("%s below %d healthy for %s", b.Budget, b.DesiredHealthy, b.Below))
+		}
+	}
+	if len(below) > 0 {
+		found = append(found, FindingBudget)
+	}
 	// What else happened, after what was found.
 	var also []string
 	if r.Settled {
@@ -143,6 +156,12 @@ func (r *Report) verdict() Verdict {
 	}
 	if len(r.Removed)+len(r.Placed) > 0 {
 		also = append(also, fmt.Sprintf("%s removed, %d placed", plural(len(r.Removed), "pod"), len(r.Placed)))
+	}
+	if w := leastAvailable(r.Availability); w != nil {
+		also = append(also, fmt.Sprintf("lowest availability %s %d of %d Ready", w.Workload, w.LowestReady, w.Desired))
+	}
+	if len(below) > 0 {
+		also = append(also, "PodDisruptionBudget "+strings.Join(below, ", "))
 	}
 	if len(r.NodesNotReady) > 0 {
 		also = append(also, plural(len(r.NodesNotReady), "node")+" NotReady")
@@ -169,6 +188,19 @@ func (r *Report) verdict() Verdict {
 		found = []string{}
 	}
 	return Verdict{Outcome: outcome, Findings: found, Line: line}
+}
+
+// leastAvailable is the workload with the lowest share of the pods it
+// wants Ready at its lowest.
+func leastAvailable(ws []WorkloadAvailability) *WorkloadAvailability {
+	var out *WorkloadAvailability
+	share := func(w *WorkloadAvailability) float64 { return float64(w.LowestReady) / float64(max(w.Desired, 1)) }
+	for i := range ws {
+		if w := &ws[i]; w.LowestReady < int(w.Desired) && (out == nil || share(w) < share(out)) {
+			out = w
+		}
+	}
+	return out
 }
 
 // byMachineSet is " (MachineSet a x2, b)" for nodes of MachineSets.

@@ -184,6 +184,17 @@ func TestSimulateAZoneOutageOnAKubectlSnapshotOfAnotherCluster(t *testing.T) {
 	if add := rep.NodesAdded[0]; add.Zone == "us-east-1a" || !strings.HasPrefix(add.MachineSet, "machine-") {
 		t.Errorf("node added %+v; want one of a MachineSet of another zone", add)
 	}
+	// web's availability went down with its pods of the lost zone, and
+	// came back.
+	var webAvail *simulate.WorkloadAvailability
+	for i := range rep.Availability {
+		if rep.Availability[i].Workload == web {
+			webAvail = &rep.Availability[i]
+		}
+	}
+	if webAvail == nil || webAvail.LowestReady > webAvail.ReadyAtStart-8 || webAvail.ReadyAtEnd != int(webAvail.Desired) {
+		t.Errorf("web's availability %+v (of %+v); want its 8 pods of the lost zone down at the lowest, and all back at the end", webAvail, rep.Availability)
+	}
 	// The node is linked to the pods it was added for: web's, whose
 	// scale-up of its MachineSet the autoscaler reported.
 	if add := rep.NodesAdded[0]; len(add.For) == 0 {
