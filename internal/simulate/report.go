@@ -13,7 +13,10 @@ import (
 // the first change, at the cluster's speed.
 type Report struct {
 	// Verdict is the run in one line, and what it found.
-	Verdict  Verdict   `json:"verdict"`
+	Verdict Verdict `json:"verdict"`
+	// Caveats are what the snapshot holds that the simulation does not
+	// play as the cluster would.
+	Caveats  []string  `json:"caveats"`
 	Snapshot string    `json:"snapshot"`
 	TakenAt  time.Time `json:"takenAt"`
 	// Speed is how much faster than real time the simulation ran.
@@ -201,7 +204,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if v.Outcome == "" {
 		v = r.verdict()
 	}
-	p("%s\n\n", v.Line)
+	p("%s\n", v.Line)
+	for _, c := range r.Caveats {
+		p("Caveat: %s.\n", c)
+	}
+	p("\n")
 	p("Simulated %d nodes and %d pods of the snapshot taken %s, at %gx: %s after %s (restored in %s, run in %s of real time).\n",
 		r.Nodes, r.Pods, r.TakenAt.UTC().Format(time.RFC3339), r.Speed, end, r.Duration, r.RestoreTime, r.RunTime)
 	p("\nCHANGE\tAT\tRESULT\n")

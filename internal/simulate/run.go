@@ -334,7 +334,7 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 	if err := rec.fill(ctx, report, a); err != nil {
 		return nil, err
 	}
-	report.Verdict = report.verdict()
+	report.Verdict, report.Caveats = report.verdict(), caveats(o.Snapshot)
 	return report, nil
 }
 

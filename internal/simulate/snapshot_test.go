@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 
 	"github.com/capstan-dev/capstan/deploy"
 )
@@ -276,5 +277,30 @@ func TestASnapshotLeaksNoSentinel(t *testing.T) {
 	first, _, _ := SnapshotOf([]unstructured.Unstructured{object("v1", "Node", "", "n"), newPod()}, time.Now(), "test")
 	if value(first) == value(again) || !strings.HasPrefix(value(again), "data:,capstan-snapshot-hmac-sha256-") {
 		t.Errorf("an environment value digested %q in one snapshot and %q in another: want keyed digests", value(first), value(again))
+	}
+}
+
+// The caveats name what the snapshot holds that the simulation does not
+// play as the cluster would: pods of controllers it does not run, and of
+// workloads the snapshot lacks, which are never replaced.
+func TestCaveatsNameWhatTheSimulationDoesNotReplace(t *testing.T) {
+	owned := func(name, kind, owner string) unstructured.Unstructured {
+		p := object("v1", "Pod", "app", name)
+		p.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "x/v1", Kind: kind, Name: owner, UID: "u", Controller: ptr.To(true)}})
+		return p
+	}
+	rs := object("apps/v1", "ReplicaSet", "app", "web-1")
+	snap := &Snapshot{Objects: map[string][]unstructured.Unstructured{
+		"apps/v1/replicasets": {rs},
+		"v1/pods": {owned("web-1-a", "ReplicaSet", "web-1"), owned("vm-a", "VirtualMachineInstance", "vm"), owned("vm-b", "VirtualMachineInstance", "vm2"),
+			owned("gone-a", "StatefulSet", "gone"), owned("static", "Node", "n"), object("v1", "Pod", "app", "bare")},
+	}}
+	got := caveats(snap)
+	want := []string{
+		"2 pods run by controllers the simulation does not run (VirtualMachineInstance 2): removed, they are not replaced, where the cluster would replace them",
+		"1 pod run by workloads the snapshot does not hold: removed, they are not replaced",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("caveats:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
