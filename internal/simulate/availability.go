@@ -144,10 +144,24 @@ func (a *availability) budget(obj any) {
 	}
 }
 
-// begin starts the count from the changes' beginning.
-func (a *availability) begin(at time.Time) {
+// begin starts the count from the changes' beginning. Each Ready pod's
+// workload is named again first: a restored pod's controllers adopt it
+// (and its ReplicaSet) after it was Ready, so the name it had then may be
+// its ReplicaSet's rather than its Deployment's. pod is a pod by key, as
+// the cluster has it now.
+func (a *availability) begin(at time.Time, pod func(key string) *corev1.Pod) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.count = map[string]int{}
+	for key, w := range a.ready {
+		if p := pod(key); p != nil {
+			if now := a.workload(p); now != "" {
+				w = now
+			}
+		}
+		a.ready[key] = w
+		a.count[w]++
+	}
 	a.started = at
 	a.start, a.lowest = map[string]int{}, map[string]int{}
 	for w, n := range a.count {

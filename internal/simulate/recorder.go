@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -163,7 +164,14 @@ func (r *recorder) begin() {
 	}
 	r.started = time.Now()
 	r.lastChange = r.started
-	r.avail.begin(r.started)
+	r.avail.begin(r.started, func(key string) *corev1.Pod {
+		ns, name, _ := strings.Cut(key, "/")
+		p, err := r.pods.Pods(ns).Get(name)
+		if err != nil {
+			return nil
+		}
+		return p
+	})
 }
 
 // now is the simulated time since begin.

@@ -590,7 +590,7 @@ func TestAvailabilityFollowsReadyPodsAndBudgets(t *testing.T) {
 			Status: policyv1.PodDisruptionBudgetStatus{ObservedGeneration: 1, DesiredHealthy: 2, CurrentHealthy: healthy}}
 	}
 	a.budget(budget(3)) // before the beginning: not counted
-	a.begin(time.Now())
+	a.begin(time.Now(), func(string) *corev1.Pod { return nil })
 	a.pod(pod("web-1", false), false) // NotReady
 	a.pod(pod("web-2", true), true)   // deleted
 	a.budget(budget(1))

@@ -192,8 +192,8 @@ func TestSimulateAZoneOutageOnAKubectlSnapshotOfAnotherCluster(t *testing.T) {
 			webAvail = &rep.Availability[i]
 		}
 	}
-	if webAvail == nil || webAvail.LowestReady > webAvail.ReadyAtStart-8 || webAvail.ReadyAtEnd != int(webAvail.Desired) {
-		t.Errorf("web's availability %+v (of %+v); want its 8 pods of the lost zone down at the lowest, and all back at the end", webAvail, rep.Availability)
+	if webAvail == nil || webAvail.ReadyAtStart != int(webAvail.Desired) || webAvail.LowestReady > webAvail.ReadyAtStart-8 || webAvail.ReadyAtEnd != int(webAvail.Desired) {
+		t.Errorf("web's availability %+v (of %+v); want all its pods Ready at the start, its 8 of the lost zone down at the lowest, and all back at the end", webAvail, rep.Availability)
 	}
 	// The node is linked to the pods it was added for: web's, whose
 	// scale-up of its MachineSet the autoscaler reported.
