@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -565,6 +566,64 @@ func TestSimulateASnapshotOfALivePlainKubernetesCluster(t *testing.T) {
 	for _, p := range rep.Placed {
 		if p.Node == "worker-0" || p.Workload != "ReplicaSet shop/web" {
 			t.Errorf("placed %+v; want the ReplicaSet's replacement off the drained node", p)
+		}
+	}
+}
+
+// The quickstart of docs/simulate.md runs as written, on this cluster:
+// its snapshot and run commands, read from the page, and an output of
+// the shape the page shows (the verdict first, then the run, the change
+// applied, and the zone's nodes NotReady).
+func TestTheSimulateQuickstartRuns(t *testing.T) {
+	raw := string(mustRead(t, filepath.Join("..", "..", "docs", "simulate.md")))
+	start := strings.Index(raw, "## Quickstart")
+	if start < 0 {
+		t.Fatal("docs/simulate.md has no Quickstart")
+	}
+	var commands [][]string
+	for _, l := range strings.Split(raw[start:], "\n") {
+		if cmd, ok := strings.CutPrefix(l, "    capstan simulate "); ok {
+			commands = append(commands, append([]string{"simulate"}, strings.Fields(cmd)...))
+		}
+		if strings.HasPrefix(l, "## ") && !strings.HasPrefix(l, "## Quickstart") {
+			break
+		}
+	}
+	if len(commands) != 2 || commands[0][1] != "snapshot" || commands[1][1] != "run" {
+		t.Fatalf("the Quickstart's commands: %v, want a snapshot and a run", commands)
+	}
+	dir := t.TempDir()
+	for _, cmd := range commands {
+		for i, a := range cmd {
+			switch a {
+			case ".capstan/kubeconfig":
+				cmd[i] = env.Kubeconfig
+			case "snapshot.json":
+				cmd[i] = filepath.Join(dir, a)
+			}
+		}
+	}
+	capstanOK(t, commands[0]...)
+	proc := testenv.CapstanProcess(commands[1]...)
+	var stdout, stderr bytes.Buffer
+	proc.Stdout, proc.Stderr = &stdout, &stderr
+	if err := proc.Run(); err != nil {
+		t.Fatalf("capstan %s: %v\n%s", strings.Join(commands[1], " "), err, stderr.String())
+	}
+	out := stdout.String()
+	norm := func(s string) string { return strings.Join(strings.Fields(s), " ") }
+	lines := strings.Split(out, "\n")
+	if !regexp.MustCompile(`^(OK|FAIL): `).MatchString(lines[0]) {
+		t.Errorf("the output does not open with a verdict:\n%s", out)
+	}
+	var flat []string
+	for _, l := range lines {
+		flat = append(flat, norm(l))
+	}
+	all := strings.Join(flat, "\n")
+	for _, want := range []string{"\nSimulated ", "\nCHANGE AT RESULT\nzone-outage=sim-zone-a 0s applied\n", "\nNODES ZONE MACHINESET COUNT FIRST AT LAST AT\nNotReady sim-zone-a - "} {
+		if !strings.Contains(all, want) {
+			t.Errorf("the output has no %q, as the Quickstart shows:\n%s", want, out)
 		}
 	}
 }
