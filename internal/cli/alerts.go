@@ -81,6 +81,24 @@ func checkedGet(ctx context.Context, client *http.Client, u, token string) ([]by
 	return body, nil
 }
 
+// systemAndClusterRoots trusts the system's roots and the kubeconfig's
+// CA (capstan serves its thanos-querier with the cluster CA's
+// certificate); an unreadable CA file is an error, beside the roots.
+func systemAndClusterRoots(cfg *rest.Config) (*x509.CertPool, error) {
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool()
+	}
+	ca := cfg.CAData
+	if len(ca) == 0 && cfg.CAFile != "" {
+		if ca, err = os.ReadFile(cfg.CAFile); err != nil {
+			return roots, fmt.Errorf("the kubeconfig's CA: %w", err)
+		}
+	}
+	roots.AppendCertsFromPEM(ca)
+	return roots, nil
+}
+
 // thanosRoute finds where the thanos-querier Route is served (its
 // admitted hosts) and how to trust it: the system's roots and the
 // kubeconfig's CA (capstan serves the Route with the cluster CA's
@@ -94,15 +112,7 @@ func thanosRoute(ctx context.Context, cfg *rest.Config) ([]string, *tls.Config, 
 	if err != nil {
 		return nil, nil, err
 	}
-	roots, err := x509.SystemCertPool()
-	if err != nil {
-		roots = x509.NewCertPool()
-	}
-	ca := cfg.CAData
-	if len(ca) == 0 && cfg.CAFile != "" {
-		ca, _ = os.ReadFile(cfg.CAFile)
-	}
-	roots.AppendCertsFromPEM(ca)
+	roots, _ := systemAndClusterRoots(cfg)
 	ingress, _, err := unstructured.NestedSlice(route.Object, "status", "ingress")
 	if err != nil {
 		return nil, nil, fmt.Errorf("the %s/%s Route's status: %w", cluster.MonitoringNamespace, cluster.ThanosQuerierName, err)

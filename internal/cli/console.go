@@ -119,17 +119,10 @@ func consolePrometheus(flagURL string, cfg *rest.Config, inPod bool) (string, *t
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return "", nil, fmt.Errorf("--prometheus-url %q: want an http or https URL", flagURL)
 		}
-		roots, err := x509.SystemCertPool()
+		roots, err := systemAndClusterRoots(cfg)
 		if err != nil {
-			roots = x509.NewCertPool()
+			return "", nil, err
 		}
-		ca := cfg.CAData
-		if len(ca) == 0 && cfg.CAFile != "" {
-			if ca, err = os.ReadFile(cfg.CAFile); err != nil {
-				return "", nil, fmt.Errorf("the kubeconfig's CA: %w", err)
-			}
-		}
-		roots.AppendCertsFromPEM(ca)
 		return strings.TrimSuffix(flagURL, "/"), &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}, nil
 	case inPod:
 		pem, err := os.ReadFile(serviceCAFile)

@@ -108,12 +108,7 @@ func TestAStartDoesNotWaitForACutOffMember(t *testing.T) {
 	cfg.Partitionable = true
 	c, ids := threeVoters(t, cfg)
 	c.Stop()
-	first := ""
-	for name, id := range ids {
-		if first == "" || id < ids[first] {
-			first = name
-		}
-	}
+	first := lowestID(ids)
 	if err := etcd.WritePartition(cfg.DataDir, first); err != nil {
 		t.Fatal(err)
 	}
@@ -131,14 +126,8 @@ func TestAStartDoesNotWaitForACutOffMember(t *testing.T) {
 	// kube-apiserver starts on the proxy next: each connection it makes
 	// (the proxy takes the members in turn) must reach a member that
 	// serves, not the one cut off.
-	for i := range 6 {
-		cl := proxyClient(t, cfg, c)
-		gctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		_, err := cl.Get(gctx, "/registry/test")
-		cancel()
-		if err != nil {
-			t.Errorf("read %d through the proxy right after the start with %s cut off: %v", i, first, err)
-		}
+	if err := readsThroughProxy(t, cfg, c, 6); err != nil {
+		t.Errorf("right after the start with %s cut off, %v", first, err)
 	}
 	keyKept(t, cfg, c)
 	if err := etcd.WritePartition(cfg.DataDir); err != nil {
@@ -385,30 +374,46 @@ func TestAMemberCutOffLeavesTheProxyWithoutAnOperator(t *testing.T) {
 	c, ids := threeVoters(t, cfg)
 	c.Stop()
 	c = start(t, cfg, "the start of three voters")
-	first := ""
-	for name, id := range ids {
-		if first == "" || id < ids[first] {
-			first = name
-		}
-	}
+	first := lowestID(ids)
 	if err := etcd.WritePartition(cfg.DataDir, first); err != nil {
 		t.Fatal(err)
 	}
 	// Every connection the proxy makes (it takes the backends in turn)
 	// reaches a member that serves, six in a row.
 	waitFor(t, time.Minute, func() (bool, string) {
-		for i := range 6 {
-			cl := proxyClient(t, cfg, c)
-			gctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			_, err := cl.Get(gctx, "/registry/test")
-			cancel()
-			if err != nil {
-				return false, fmt.Sprintf("read %d through the proxy with %s cut off: %v", i, first, err)
-			}
+		if err := readsThroughProxy(t, cfg, c, 6); err != nil {
+			return false, fmt.Sprintf("with %s cut off, %v", first, err)
 		}
 		return true, ""
 	})
 	if err := etcd.WritePartition(cfg.DataDir); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// lowestID is the name of the member of the lowest ID.
+func lowestID(ids map[string]uint64) string {
+	first := ""
+	for name, id := range ids {
+		if first == "" || id < ids[first] {
+			first = name
+		}
+	}
+	return first
+}
+
+// readsThroughProxy reads n times through the proxy, each on a new
+// connection (the proxy takes its backends in turn), and says which read
+// failed first.
+func readsThroughProxy(t *testing.T, cfg etcd.Config, c *etcd.Cluster, n int) error {
+	for i := range n {
+		cl := proxyClient(t, cfg, c)
+		gctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		_, err := cl.Get(gctx, "/registry/test")
+		cancel()
+		if err != nil {
+			return fmt.Errorf("read %d through the proxy: %w", i, err)
+		}
+	}
+	return nil
 }

@@ -303,14 +303,7 @@ func TestOversizedBlobUploadsAreRefused(t *testing.T) {
 	if err := remote.Write(ref, img, pusher(reg)); err != nil {
 		t.Fatal(err)
 	}
-	do := func(method, path string, body io.Reader, length int64) *httptest.ResponseRecorder {
-		req := httptest.NewRequest(method, path, body)
-		req.ContentLength = length
-		req.SetBasicAuth(reg.Username, reg.Password)
-		rec := httptest.NewRecorder()
-		reg.ServeHTTP(rec, req)
-		return rec
-	}
+	do := pushRequest(reg)
 	start := do(http.MethodPost, "/v2/ocp/big/blobs/uploads/", nil, 0)
 	loc := start.Header().Get("Location")
 	if start.Code != http.StatusAccepted || loc == "" {
@@ -333,14 +326,7 @@ func TestOversizedBlobUploadsAreRefused(t *testing.T) {
 // refused before its body is read.
 func TestConcurrentUploadsShareTheBound(t *testing.T) {
 	reg, _, _ := serve(t, t.TempDir())
-	do := func(method, path string, body io.Reader, length int64) *httptest.ResponseRecorder {
-		req := httptest.NewRequest(method, path, body)
-		req.ContentLength = length
-		req.SetBasicAuth(reg.Username, reg.Password)
-		rec := httptest.NewRecorder()
-		reg.ServeHTTP(rec, req)
-		return rec
-	}
+	do := pushRequest(reg)
 	start := func() string {
 		rec := do(http.MethodPost, "/v2/ocp/big/blobs/uploads/", nil, 0)
 		if rec.Code != http.StatusAccepted || rec.Header().Get("Location") == "" {
@@ -378,6 +364,19 @@ func TestConcurrentUploadsShareTheBound(t *testing.T) {
 	// The held uploads read nothing: their reservations are given back.
 	if rec := do(http.MethodPatch, start(), strings.NewReader("x"), 1); rec.Code != http.StatusAccepted {
 		t.Errorf("a byte once the uploads ended empty: %d %s", rec.Code, rec.Body.String())
+	}
+}
+
+// pushRequest serves a request with the registry's push credentials and
+// the body length declared.
+func pushRequest(reg *Registry) func(method, path string, body io.Reader, length int64) *httptest.ResponseRecorder {
+	return func(method, path string, body io.Reader, length int64) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, path, body)
+		req.ContentLength = length
+		req.SetBasicAuth(reg.Username, reg.Password)
+		rec := httptest.NewRecorder()
+		reg.ServeHTTP(rec, req)
+		return rec
 	}
 }
 
