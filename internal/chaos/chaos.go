@@ -64,6 +64,11 @@ type Scenario struct {
 	Progress func(ctx context.Context, r *Run) (done bool, why string, err error)
 	// SampleMembers has the run sample the etcd membership (Run.Members).
 	SampleMembers bool
+	// CheckMembers, with SampleMembers, returns the violations the
+	// membership samples show. It needs nothing from the API, so it runs
+	// even when the cluster's history cannot be read: a bug that loses
+	// the quorum for good is reported as the lost quorum it is.
+	CheckMembers func(r *Run) []Violation
 	// Faults are lasting faults injected in every start of the run
 	// (failpoint.FaultEnv).
 	Faults string

@@ -565,6 +565,9 @@ func (rn *runner) check(ctx context.Context) (bool, error) {
 	// The clients stop first, so that the history holds all they wrote.
 	rn.stopLin()
 	<-rn.linDone
+	if rn.s.CheckMembers != nil {
+		rn.res.Violations = append(rn.res.Violations, rn.s.CheckMembers(r)...)
+	}
 	if err := r.History.catchUp(ctx, time.Minute); err != nil {
 		rn.violate("history", "%v", err)
 		return true, nil

@@ -47,11 +47,14 @@ func etcdScenario(name, doc string, progress func(context.Context, *Run) (bool, 
 			{failpoint.EtcdAddWritten, 1}, {failpoint.EtcdLearnerAdded, 1}, {failpoint.EtcdLearnerPromoted, 1}},
 		Timeout:       settleTime,
 		SampleMembers: true,
-		MaxOutage:     leaderElection,
-		Progress:      progress,
-		Check: func(ctx context.Context, r *Run) []Violation {
+		CheckMembers: func(r *Run) []Violation {
 			q.writesFailed = r.writes.refusedBetween
-			out := checkQuorum(r.Members.all(), q)
+			return checkQuorum(r.Members.all(), q)
+		},
+		MaxOutage: leaderElection,
+		Progress:  progress,
+		Check: func(ctx context.Context, r *Run) []Violation {
+			var out []Violation
 			if made := mastersOf(r.History); len(made) != etcdMasters+replacements {
 				out = append(out, Violation{"nothing twice", fmt.Sprintf("%d control-plane machines ever made (%v), want %d and %d replacements",
 					len(made), made, etcdMasters, replacements)})

@@ -381,7 +381,7 @@ func TestUpAdmissionConfiguration(t *testing.T) {
 		t.Fatal(err)
 	}
 	up = testenv.StartUp(t, "--data-dir", dir, "--port", port, "--nodes", "1", "--control-plane-nodes", "0")
-	warning := up.WaitLine(t, "capstan: warning:", 3*time.Minute)
+	warning := up.WaitLine(t, "capstan: warning: admission/", 3*time.Minute)
 	if !strings.Contains(warning, `admission/podnodeselector.yaml: clusterDefaultNodeSelector: selector "env in (prod"`) ||
 		!strings.Contains(warning, "keeping the last good configuration") {
 		t.Errorf("warning %q", warning)
