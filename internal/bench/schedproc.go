@@ -9,15 +9,13 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/flowcontrol"
-	kubescheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
-	kubescheduleroptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 
 	"github.com/capstan-dev/capstan/internal/cluster"
+	"github.com/capstan-dev/capstan/internal/kubesched"
 	"github.com/capstan-dev/capstan/internal/scheduler"
 )
 
@@ -102,41 +100,22 @@ func RunSchedulerProcess(ctx context.Context, o SchedulerProcessOptions, out io.
 		}
 		return <-done
 	case SchedulerKube:
-		// Upstream kube-scheduler in its default configuration, built
-		// from its own options as its command does; only the client rate
-		// limit is set, through the flags a user would use.
-		opts := kubescheduleroptions.NewOptions()
-		fs := pflag.NewFlagSet("kube-scheduler", pflag.ContinueOnError)
-		for _, f := range opts.Flags.FlagSets {
-			fs.AddFlagSet(f)
-		}
-		args := []string{"--kubeconfig=" + o.Kubeconfig, "--leader-elect=false", "--secure-port=0",
-			fmt.Sprintf("--kube-api-qps=%g", qps), fmt.Sprintf("--kube-api-burst=%d", o.Burst)}
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		if err := opts.ComponentGlobalsRegistry.Set(); err != nil {
-			return err
-		}
-		cc, sched, err := kubescheduler.Setup(ctx, opts)
+		// Upstream kube-scheduler in its default configuration; only
+		// the client's rate limit is set.
+		dir, err := os.MkdirTemp("", "capstan-bench-kube-scheduler-")
 		if err != nil {
-			return fmt.Errorf("kube-scheduler setup: %w", err)
-		}
-		// Start and sync its informers here, as Run would, to know when
-		// it is ready; Run then finds them started and synced.
-		cc.InformerFactory.Start(ctx.Done())
-		cc.InformerFactory.WaitForCacheSync(ctx.Done())
-		if cc.DynInformerFactory != nil {
-			cc.DynInformerFactory.Start(ctx.Done())
-			cc.DynInformerFactory.WaitForCacheSync(ctx.Done())
-		}
-		if err := sched.WaitForHandlersSync(ctx); err != nil {
-			return fmt.Errorf("kube-scheduler handlers: %w", err)
-		}
-		if err := reportSynced(out, cc.Client.CoreV1().RESTClient().GetRateLimiter(), cc.KubeConfig.Burst); err != nil {
 			return err
 		}
-		return kubescheduler.Run(ctx, cc, sched)
+		defer os.RemoveAll(dir)
+		s, err := kubesched.Setup(ctx, kubesched.Options{Kubeconfig: o.Kubeconfig, QPS: o.QPS, Burst: o.Burst, Dir: dir})
+		if err != nil {
+			return err
+		}
+		limiter, burst := s.RateLimit()
+		if err := reportSynced(out, limiter, burst); err != nil {
+			return err
+		}
+		return s.Run(ctx)
 	}
 	return fmt.Errorf("scheduler %q: want %s or %s", o.Scheduler, SchedulerCapstan, SchedulerKube)
 }

@@ -181,6 +181,12 @@ apart. Nodes and pending pods are grouped by zone, MachineSet and
 workload; -o json has each one. --fail-on exits with status 3 when the
 verdict has one of the findings named, for CI.
 
+Pods are scheduled by capstan's scheduler for a snapshot of a cluster
+capstan runs, and by upstream kube-scheduler, with the profile of the
+snapshot's Scheduler (config.openshift.io/v1), for any other; a policy=
+change runs capstan's scheduler with that Policy. --scheduler picks one;
+the report says which ran and why.
+
 The cluster runs --speed times faster than real time: grace periods,
 tolerations, eviction rates, lease renewals, the autoscaler's delays,
 instance boot and reboot times and drain retries are all scaled, and the
@@ -258,6 +264,7 @@ Changes (each --change KIND=ARGUMENT; several are applied in order):
 	f.DurationVar(&o.Quiet, "quiet", simulate.DefaultQuiet, "simulated time without a change after which the cluster counts as settled")
 	f.DurationVar(&o.BootTime, "boot-time", simulate.DefaultBootTime, "simulated time a new instance takes to boot and register")
 	f.DurationVar(&o.RebootTime, "reboot-time", simulate.DefaultRebootTime, "simulated time a node is down when it reboots into a new MachineConfig")
+	f.StringVar(&o.Scheduler, "scheduler", simulate.SchedulerAuto, "the scheduler: "+strings.Join(simulate.Schedulers, ", ")+" (by the snapshot: capstan's for a cluster capstan runs)")
 	f.StringVar(&o.DataDir, "data-dir", "", "directory for the private cluster (default: a temporary one, removed at the end)")
 	f.StringVarP(&output, "output", "o", "table", "table or json")
 	f.StringVar(&failOn, "fail-on", "", "exit with status 3 when the verdict finds any of these (comma-separated): "+strings.Join(simulate.Findings, ", ")+", or any (all but removed)")

@@ -35,6 +35,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/autoscaler"
 	"github.com/capstan-dev/capstan/internal/console"
 	"github.com/capstan-dev/capstan/internal/controlplane"
+	"github.com/capstan-dev/capstan/internal/kubesched"
 	"github.com/capstan-dev/capstan/internal/machine"
 	"github.com/capstan-dev/capstan/internal/machine/hooks"
 	"github.com/capstan-dev/capstan/internal/monitoring"
@@ -58,6 +59,10 @@ type Options struct {
 	// Scheduler configures the default-scheduler capstan runs; nil runs
 	// none (pods then wait for an external scheduler).
 	Scheduler *scheduler.Config
+	// KubeScheduler, when set, runs upstream kube-scheduler as the
+	// default-scheduler, with an OpenShift profile, in place of
+	// capstan's (Scheduler must then be nil).
+	KubeScheduler *KubeSchedulerOptions
 	// MachineAPI configures the Machine API controllers; nil runs none.
 	MachineAPI *machine.Options
 	// Hooks are hook-implementing controllers to run beside the Machine
@@ -163,6 +168,14 @@ func (o *Options) Validate() error {
 	if o.ConsoleAddress != "" {
 		if err := console.CheckAddress(o.ConsoleAddress, console.Options{TLSCertFile: o.ConsoleTLSCertFile, TLSKeyFile: o.ConsoleTLSKeyFile}); err != nil {
 			errs = append(errs, fmt.Errorf("--console-address %s: %w", o.ConsoleAddress, err))
+		}
+	}
+	if o.KubeScheduler != nil {
+		if o.Scheduler != nil {
+			errs = append(errs, errors.New("two default-schedulers: capstan's and kube-scheduler; run one"))
+		}
+		if _, err := kubesched.Config(o.KubeScheduler.Profile, "-", 0, 0); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if o.ControlPlaneNodes < 0 || o.Workers < 0 {
@@ -382,6 +395,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 		c.addGatherer(JobScheduler, sched.Metrics())
 		c.run(runCtx, "scheduler", sched.Run)
+	}
+	if opts.KubeScheduler != nil {
+		if err := c.startKubeScheduler(ctx, runCtx); err != nil {
+			c.Stop()
+			return nil, fmt.Errorf("kube-scheduler: %w", err)
+		}
 	}
 	if opts.Autoscaler != nil {
 		if err := c.startAutoscaler(ctx, runCtx); err != nil {

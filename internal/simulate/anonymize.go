@@ -287,6 +287,7 @@ func (s *Snapshot) Anonymize() error {
 	if _, err := rand.Read(a.key); err != nil {
 		return err
 	}
+	s.markCluster()
 	for key, objs := range s.Objects {
 		r, _ := resourceByKey(key)
 		for i := range objs {

@@ -13,6 +13,10 @@ import (
 // Deployment's pods are its ReplicaSets').
 var replacing = map[string]bool{"ReplicaSet": true, "StatefulSet": true, "DaemonSet": true, "Job": true, "Node": true}
 
+// defaultScheduler is the one scheduler a simulation runs (capstan's or
+// kube-scheduler).
+const defaultScheduler = "default-scheduler"
+
 // caveats are what the snapshot holds that the simulation does not play
 // as the cluster would, each a sentence: its answer is optimistic or
 // pessimistic there.
@@ -26,7 +30,11 @@ func caveats(snap *Snapshot) []string {
 		}
 	}
 	missing := 0
+	schedulers := map[string]int{}
 	for _, p := range snap.Objects["v1/pods"] {
+		if name, _, _ := unstructured.NestedString(p.Object, "spec", "schedulerName"); name != "" && name != defaultScheduler {
+			schedulers[name]++
+		}
 		ref := controllerOf(&p)
 		switch {
 		case ref == nil:
@@ -49,6 +57,17 @@ func caveats(snap *Snapshot) []string {
 	}
 	if missing > 0 {
 		out = append(out, fmt.Sprintf("%s run by workloads the snapshot does not hold: removed, they are not replaced", plural(missing, "pod")))
+	}
+	if len(schedulers) > 0 {
+		var names []string
+		n := 0
+		for name, c := range schedulers {
+			names = append(names, fmt.Sprintf("%s %d", name, c))
+			n += c
+		}
+		sort.Strings(names)
+		out = append(out, fmt.Sprintf("%s name schedulers the simulation does not run (%s): made again, they stay pending, where the cluster would place them",
+			plural(n, "pod"), strings.Join(names, ", ")))
 	}
 	return out
 }

@@ -21,6 +21,8 @@ type Report struct {
 	TakenAt  time.Time `json:"takenAt"`
 	// Speed is how much faster than real time the simulation ran.
 	Speed float64 `json:"speed"`
+	// Scheduler is the default-scheduler that ran, and why that one.
+	Scheduler SchedulerUsed `json:"scheduler"`
 	// Nodes and Pods are the snapshot's, restored.
 	Nodes int `json:"nodes"`
 	Pods  int `json:"pods"`
@@ -211,6 +213,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	p("\n")
 	p("Simulated %d nodes and %d pods of the snapshot taken %s, at %gx: %s after %s (restored in %s, run in %s of real time).\n",
 		r.Nodes, r.Pods, r.TakenAt.UTC().Format(time.RFC3339), r.Speed, end, r.Duration, r.RestoreTime, r.RunTime)
+	if r.Scheduler.Name != "" {
+		p("Scheduled by %s.\n", r.Scheduler)
+	}
 	p("\nCHANGE\tAT\tRESULT\n")
 	for _, c := range r.Changes {
 		res := "applied"

@@ -91,6 +91,9 @@ type RunOptions struct {
 	// DataDir holds the private cluster; empty is a temporary directory,
 	// removed at the end.
 	DataDir string
+	// Scheduler is the default-scheduler to run (Schedulers; "" is
+	// SchedulerAuto).
+	Scheduler string
 	// Log receives progress lines.
 	Log io.Writer
 }
@@ -112,6 +115,9 @@ func (o *RunOptions) validate() error {
 	}
 	if o.Snapshot != nil {
 		if err := checkAgainst(o.Snapshot, o.Changes); err != nil {
+			errs = append(errs, err)
+		}
+		if _, err := chooseScheduler(o.Snapshot, o.Changes, o.Scheduler); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -234,6 +240,11 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 	}
 	defer remove()
 	opts := clusterOptions(dir, &o)
+	used, err := chooseScheduler(o.Snapshot, o.Changes, o.Scheduler)
+	if err != nil {
+		return nil, err
+	}
+	used.use(&opts)
 	if err := opts.SetLeaseDuration(); err != nil {
 		return nil, err
 	}
@@ -253,7 +264,7 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 		}
 		opts.Releases = releaseOptions(plan, o.Speed, hold)
 	}
-	fmt.Fprintf(o.Log, "Starting a private cluster in %s ...\n", dir)
+	fmt.Fprintf(o.Log, "Starting a private cluster in %s, scheduled by %s ...\n", dir, used)
 	start := time.Now()
 	cl, err := cluster.Start(ctx, opts)
 	if err != nil {
@@ -317,7 +328,7 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 	rec.begin()
 	begun := time.Now()
 	report := &Report{Snapshot: o.SnapshotName, TakenAt: o.Snapshot.TakenAt.Time, Speed: o.Speed, Nodes: nodeCount, Pods: r.boundPods,
-		RestoreTime: Duration(begun.Sub(start))}
+		RestoreTime: Duration(begun.Sub(start)), Scheduler: used}
 	for _, c := range o.Changes {
 		at := rec.now()
 		err := a.apply(ctx, c)

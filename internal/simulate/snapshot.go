@@ -32,7 +32,9 @@ import (
 const (
 	SnapshotAPIVersion = "capstan.dev/v1alpha1"
 	SnapshotKind       = "ClusterSnapshot"
-	SnapshotFormat     = 1
+	// SnapshotFormat 2 added the cluster field and the Scheduler
+	// (config.openshift.io/v1 schedulers); a file of format 1 still loads.
+	SnapshotFormat = 2
 )
 
 // Resource is a kind of object a snapshot holds.
@@ -83,6 +85,7 @@ var Resources = []Resource{
 	res("machineconfiguration.openshift.io", "v1", "machineconfigs", "MachineConfig", false),
 	res("config.openshift.io", "v1", "clusterversions", "ClusterVersion", false),
 	res("config.openshift.io", "v1", "clusteroperators", "ClusterOperator", false),
+	res("config.openshift.io", "v1", "schedulers", "Scheduler", false),
 }
 
 // resourceByKey finds one of Resources by its key.
@@ -101,6 +104,11 @@ type Snapshot struct {
 	Format     int    `json:"format"`
 	// TakenAt is when the first list was made.
 	TakenAt metav1.Time `json:"takenAt"`
+	// Cluster says whose cluster it is: ClusterCapstan or ClusterOther,
+	// written down when anonymizing takes away the node annotations
+	// that show it. Empty (format 1, and snapshots not anonymized), the
+	// nodes tell (OfCapstan).
+	Cluster string `json:"cluster,omitempty"`
 	// Objects are the objects by resource key (Resource.Key); a resource
 	// the cluster does not serve has no key.
 	Objects map[string][]unstructured.Unstructured `json:"objects"`

@@ -2,6 +2,7 @@ package simulate
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -55,7 +56,7 @@ func TestASnapshotLoadsAsItWasWritten(t *testing.T) {
 		t.Errorf("pods loaded: %v (served %v), want default/web-0", pods, ok)
 	}
 	if _, ok := s.Get(Resources[len(Resources)-1]); ok {
-		t.Error("ClusterOperators, absent from the file, load as served")
+		t.Errorf("%s, absent from the file, load as served", Resources[len(Resources)-1].GVR.Resource)
 	}
 	if !s.TakenAt.Equal(&validSnapshot().TakenAt) {
 		t.Errorf("takenAt %v, want %v", s.TakenAt, validSnapshot().TakenAt)
@@ -71,7 +72,7 @@ func TestLoadNamesWhatIsWrongWithAFile(t *testing.T) {
 	}{
 		{name: "not JSON", raw: "apiVersion: v1\nkind: List\n", want: "snap.json is not a capstan snapshot"},
 		{name: "another kind", raw: `{"apiVersion":"v1","kind":"List","items":[]}`, want: `its apiVersion and kind are "v1" and "List"`},
-		{name: "newer format", edit: func(s *Snapshot) { s.Format = SnapshotFormat + 1 }, want: "format 2, newer than this capstan reads (1)"},
+		{name: "newer format", edit: func(s *Snapshot) { s.Format = SnapshotFormat + 1 }, want: fmt.Sprintf("format %d, newer than this capstan reads (%d)", SnapshotFormat+1, SnapshotFormat)},
 		{name: "no format", edit: func(s *Snapshot) { s.Format = 0 }, want: "format 0 is not a snapshot format"},
 		{name: "unknown field", raw: `{"apiVersion":"capstan.dev/v1alpha1","kind":"ClusterSnapshot","format":1,"objects":{},"secrets":[]}`, want: `unknown field "secrets"`},
 		{name: "unknown resource", edit: func(s *Snapshot) {
@@ -282,7 +283,8 @@ func TestASnapshotLeaksNoSentinel(t *testing.T) {
 
 // The caveats name what the snapshot holds that the simulation does not
 // play as the cluster would: pods of controllers it does not run, and of
-// workloads the snapshot lacks, which are never replaced.
+// workloads the snapshot lacks, which are never replaced, and pods of
+// schedulers it does not run, which stay pending.
 func TestCaveatsNameWhatTheSimulationDoesNotReplace(t *testing.T) {
 	owned := func(name, kind, owner string) unstructured.Unstructured {
 		p := object("v1", "Pod", "app", name)
@@ -290,15 +292,22 @@ func TestCaveatsNameWhatTheSimulationDoesNotReplace(t *testing.T) {
 		return p
 	}
 	rs := object("apps/v1", "ReplicaSet", "app", "web-1")
+	scheduled := func(name, scheduler string) unstructured.Unstructured {
+		p := object("v1", "Pod", "app", name)
+		p.Object["spec"] = map[string]any{"schedulerName": scheduler}
+		return p
+	}
 	snap := &Snapshot{Objects: map[string][]unstructured.Unstructured{
 		"apps/v1/replicasets": {rs},
 		"v1/pods": {owned("web-1-a", "ReplicaSet", "web-1"), owned("vm-a", "VirtualMachineInstance", "vm"), owned("vm-b", "VirtualMachineInstance", "vm2"),
-			owned("gone-a", "StatefulSet", "gone"), owned("static", "Node", "n"), object("v1", "Pod", "app", "bare")},
+			owned("gone-a", "StatefulSet", "gone"), owned("static", "Node", "n"), object("v1", "Pod", "app", "bare"),
+			scheduled("batch-a", "volcano"), scheduled("batch-b", "volcano"), scheduled("gpu", "gpu-scheduler"), scheduled("plain", "default-scheduler")},
 	}}
 	got := caveats(snap)
 	want := []string{
 		"2 pods run by controllers the simulation does not run (VirtualMachineInstance 2): removed, they are not replaced, where the cluster would replace them",
 		"1 pod run by workloads the snapshot does not hold: removed, they are not replaced",
+		"3 pods name schedulers the simulation does not run (gpu-scheduler 1, volcano 2): made again, they stay pending, where the cluster would place them",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("caveats:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

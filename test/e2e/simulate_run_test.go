@@ -126,6 +126,9 @@ func TestSimulateAZoneOutageOnAKubectlSnapshotOfAnotherCluster(t *testing.T) {
 		t.Errorf("exit status %d, verdict %+v; want 3 and OK, with pods removed its one finding", status, v)
 	}
 
+	if u := rep.Scheduler; u.Name != simulate.SchedulerKube || u.Profile != "LowNodeUtilization" || !strings.Contains(u.ProfileFrom, "no Scheduler") {
+		t.Errorf("scheduler %+v; want kube-scheduler's default profile, as the snapshot has no Scheduler", u)
+	}
 	if !rep.Settled || rep.Nodes != 9 || rep.Pods != 20 {
 		t.Errorf("settled %v after %s, %d nodes and %d pods restored; want settled, 9 and 20", rep.Settled, rep.Duration, rep.Nodes, rep.Pods)
 	}
@@ -216,6 +219,67 @@ func TestSimulateAZoneOutageOnAKubectlSnapshotOfAnotherCluster(t *testing.T) {
 	}
 	if !triggered {
 		t.Errorf("no TriggeredScaleUp among the autoscaler's events: %+v", rep.Autoscaler)
+	}
+}
+
+// A snapshot of a cluster capstan does not run is scheduled by upstream
+// kube-scheduler with the profile of the cluster's Scheduler: under
+// HighNodeUtilization a new pod goes to the fullest node that fits it,
+// where capstan's scheduler (and kube-scheduler's default profile) would
+// put it on the emptiest.
+func TestAForeignSnapshotIsScheduledByKubeSchedulerWithItsProfile(t *testing.T) {
+	dir := t.TempDir()
+	// One four-CPU worker a zone, running one, two and three one-CPU web
+	// pods.
+	c := simulate.AWSCluster{Zones: []string{"us-east-1a", "us-east-1b", "us-east-1c"}, WorkersPerZone: 1, PodsPerWorker: []int{1, 2, 3},
+		Created: time.Date(2026, 1, 5, 9, 0, 0, 0, time.UTC)}
+	objs, err := c.Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs = append(objs, unstructured.Unstructured{Object: map[string]any{"apiVersion": "config.openshift.io/v1", "kind": "Scheduler",
+		"metadata": map[string]any{"name": "cluster"}, "spec": map[string]any{"profile": "HighNodeUtilization"}}})
+	snap, _, err := simulate.SnapshotOf(objs, c.Created, "the test's cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := snap.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	snapFile := filepath.Join(dir, "snap.json")
+	packer := filepath.Join(dir, "packer.yaml")
+	for f, data := range map[string]string{snapFile: b.String(), packer: `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: packer, namespace: shop}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: packer}}
+  template:
+    metadata: {labels: {app: packer}}
+    spec:
+      containers:
+      - name: packer
+        image: quay.io/shop/packer:1
+        resources: {requests: {cpu: "1", memory: 1Gi}}
+`} {
+		if err := os.WriteFile(f, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep := testenv.SimulateRun(t, "--snapshot", snapFile, "--change", "apply="+packer, "--speed", "20", "--quiet", "1m")
+	if u := rep.Scheduler; u.Name != simulate.SchedulerKube || u.Profile != "HighNodeUtilization" ||
+		!strings.Contains(u.ProfileFrom, "schedulers.config.openshift.io/cluster") || !strings.Contains(u.Why, "capstan does not run") {
+		t.Errorf("scheduler %+v; want kube-scheduler with the snapshot's HighNodeUtilization profile, for a cluster capstan does not run", u)
+	}
+	var placed []simulate.PodPlacement
+	for _, p := range rep.Placed {
+		if p.Workload == "Deployment shop/packer" {
+			placed = append(placed, p)
+		}
+	}
+	if len(placed) != 1 || placed[0].Zone != "us-east-1c" {
+		t.Errorf("packer's pod placed %+v; want it on us-east-1c's worker, the fullest that fits it", placed)
 	}
 }
 
@@ -621,7 +685,7 @@ func TestTheSimulateQuickstartRuns(t *testing.T) {
 		flat = append(flat, norm(l))
 	}
 	all := strings.Join(flat, "\n")
-	for _, want := range []string{"\nSimulated ", "\nCHANGE AT RESULT\nzone-outage=sim-zone-a 0s applied\n", "\nNODES ZONE MACHINESET COUNT FIRST AT LAST AT\nNotReady sim-zone-a - "} {
+	for _, want := range []string{"\nSimulated ", "\nScheduled by capstan (the snapshot is of a cluster capstan runs).\n", "\nCHANGE AT RESULT\nzone-outage=sim-zone-a 0s applied\n", "\nNODES ZONE MACHINESET COUNT FIRST AT LAST AT\nNotReady sim-zone-a - "} {
 		if !strings.Contains(all, want) {
 			t.Errorf("the output has no %q, as the Quickstart shows:\n%s", want, out)
 		}
