@@ -10,8 +10,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -43,8 +45,12 @@ func NewComponent(cfg *rest.Config, kube kubernetes.Interface, opts Options) (fu
 	}
 	machine.SetControllerLogger()
 	mgr, err := manager.New(cfg, manager.Options{
-		Scheme:                 Scheme(),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
+		Scheme:  Scheme(),
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		// One process may run a cluster after another (a simulation
+		// and its control run): names are unique within each manager,
+		// not across the process's life, which the global check wants.
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
 		HealthProbeBindAddress: "0",
 		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 			&machinev1.MachineSet{}:                 {Namespaces: map[string]cache.Config{opts.Namespace: {}}},

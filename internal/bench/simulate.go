@@ -64,7 +64,9 @@ func Simulate(ctx context.Context, o SimulateOptions, log io.Writer) (*SimulateR
 	cpu0 := selfCPUSeconds() + childrenCPUSeconds()
 	start := time.Now()
 	rep, err := simulate.Run(ctx, simulate.RunOptions{Snapshot: snap, SnapshotName: "synthetic", Changes: []simulate.Change{autoscaling, outage},
-		Speed: o.Speed, For: o.For, Quiet: o.Quiet, BootTime: simulate.DefaultBootTime, DataDir: o.DataDir, Log: log})
+		Speed: o.Speed, For: o.For, Quiet: o.Quiet, BootTime: simulate.DefaultBootTime, DataDir: o.DataDir, Log: log,
+		// The benchmark times the outage's course, not a control run.
+		NoControl: true})
 	if err != nil {
 		return nil, err
 	}

@@ -156,6 +156,7 @@ func newSimulateRunCommand() *cobra.Command {
 	o := simulate.RunOptions{}
 	var snapshot, output, failOn string
 	var changes []string
+	control := true
 	c := &cobra.Command{
 		Use:   "run --snapshot FILE --change KIND=ARG ...",
 		Short: "Replay a snapshot on a private cluster under changes, and report what it would do",
@@ -186,6 +187,13 @@ capstan runs, and by upstream kube-scheduler, with the profile of the
 snapshot's Scheduler (config.openshift.io/v1), for any other; a policy=
 change runs capstan's scheduler with that Policy. --scheduler picks one;
 the report says which ran and why.
+
+Before the first change, the restored cluster is compared with the
+snapshot (pods gone, placed or made during the restore). Then a control
+run replays the snapshot without the changes for as long as theirs ran;
+the report gives what the control did by itself and the changes' effect
+net of it, and says so when the control diverged by a quarter or more of
+what the changes did. --control=false skips it.
 
 The cluster runs --speed times faster than real time: grace periods,
 tolerations, eviction rates, lease renewals, the autoscaler's delays,
@@ -234,7 +242,7 @@ Changes (each --change KIND=ARGUMENT; several are applied in order):
 				}
 				o.Changes = append(o.Changes, ch)
 			}
-			o.SnapshotName, o.Log = snapshot, c.ErrOrStderr()
+			o.SnapshotName, o.Log, o.NoControl = snapshot, c.ErrOrStderr(), !control
 			rep, err := simulate.Run(c.Context(), o)
 			if err != nil {
 				return err
@@ -264,6 +272,7 @@ Changes (each --change KIND=ARGUMENT; several are applied in order):
 	f.DurationVar(&o.Quiet, "quiet", simulate.DefaultQuiet, "simulated time without a change after which the cluster counts as settled")
 	f.DurationVar(&o.BootTime, "boot-time", simulate.DefaultBootTime, "simulated time a new instance takes to boot and register")
 	f.DurationVar(&o.RebootTime, "reboot-time", simulate.DefaultRebootTime, "simulated time a node is down when it reboots into a new MachineConfig")
+	f.BoolVar(&control, "control", true, "run the snapshot without the changes too, and net their effect of what it does by itself")
 	f.StringVar(&o.Scheduler, "scheduler", simulate.SchedulerAuto, "the scheduler: "+strings.Join(simulate.Schedulers, ", ")+" (by the snapshot: capstan's for a cluster capstan runs)")
 	f.StringVar(&o.DataDir, "data-dir", "", "directory for the private cluster (default: a temporary one, removed at the end)")
 	f.StringVarP(&output, "output", "o", "table", "table or json")

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/spf13/pflag"
+	"k8s.io/component-base/configz"
 	"k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	"k8s.io/kubernetes/cmd/kube-controller-manager/app/options"
 )
@@ -64,6 +65,10 @@ func (cp *ControlPlane) runControllerManager(ctx context.Context) (<-chan error,
 	if err != nil {
 		return nil, fmt.Errorf("kube-controller-manager configuration: %w", err)
 	}
+	// Its configuration is registered process-wide, and Run refuses a
+	// second registration: a process that runs one cluster after another
+	// (a simulation and its control run) drops the last one's first.
+	configz.Delete(app.ConfigzName)
 	done := make(chan error, 1)
 	go func() {
 		done <- app.Run(ctx, c.Complete())

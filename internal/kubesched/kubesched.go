@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/component-base/configz"
 	kubescheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	schedulerappconfig "k8s.io/kubernetes/cmd/kube-scheduler/app/config"
 	kubescheduleroptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
@@ -142,7 +143,14 @@ func (s *Scheduler) RateLimit() (flowcontrol.RateLimiter, int) {
 	return s.cc.Client.CoreV1().RESTClient().GetRateLimiter(), s.cc.KubeConfig.Burst
 }
 
-// Run schedules until ctx ends.
+// configzName is the name kube-scheduler registers its configuration
+// under, process-wide (cmd/kube-scheduler/app/server.go).
+const configzName = "componentconfig"
+
+// Run schedules until ctx ends. One kube-scheduler runs in a process at a
+// time: Run drops the configuration the last one registered, which
+// kube-scheduler's own Run would refuse to register again.
 func (s *Scheduler) Run(ctx context.Context) error {
+	configz.Delete(configzName)
 	return kubescheduler.Run(ctx, s.cc, s.sched)
 }

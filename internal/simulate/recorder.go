@@ -146,12 +146,18 @@ func (r *recorder) stop() {
 	r.dfactory.Shutdown()
 }
 
-// begin marks the start of the changes: what exists now is the baseline.
-func (r *recorder) begin() {
+// begin marks the start of the changes: what exists now is the
+// baseline, compared with the pods restored from the snapshot.
+func (r *recorder) begin(restored map[string]string) Calibration {
+	zones := map[string]string{}
+	for _, n := range r.nodeList() {
+		zones[n.Name] = nodeZone(n)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.baselinePods, r.baselineNodes, r.baselinePending = map[string]bool{}, map[string]bool{}, map[string]bool{}
 	pods, _ := r.pods.List(labels.Everything())
+	calibration := calibrate(restored, pods, func(node string) string { return zones[node] })
 	for _, p := range pods {
 		r.baselinePods[objectKey(p)] = true
 		if p.Spec.NodeName == "" {
@@ -172,6 +178,7 @@ func (r *recorder) begin() {
 		}
 		return p
 	})
+	return calibration
 }
 
 // now is the simulated time since begin.

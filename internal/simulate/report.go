@@ -23,6 +23,15 @@ type Report struct {
 	Speed float64 `json:"speed"`
 	// Scheduler is the default-scheduler that ran, and why that one.
 	Scheduler SchedulerUsed `json:"scheduler"`
+	// Calibration compares the restored cluster, as the changes began,
+	// with the snapshot.
+	Calibration Calibration `json:"calibration"`
+	// Control is the run of the snapshot without the changes (nil when
+	// skipped).
+	Control *ControlRun `json:"control,omitempty"`
+	// Summary says in a sentence each which scheduler ran, how the
+	// restore compares with the snapshot, and what the control run did.
+	Summary []string `json:"summary"`
 	// Nodes and Pods are the snapshot's, restored.
 	Nodes int `json:"nodes"`
 	Pods  int `json:"pods"`
@@ -157,6 +166,9 @@ type PendingPod struct {
 	// AlreadyPending says the pod was pending before the first change
 	// already: not the changes' doing.
 	AlreadyPending bool `json:"alreadyPending,omitempty"`
+	// InControl says the control run, without the changes, left a pod
+	// of its workload pending too: not the changes' doing either.
+	InControl bool `json:"inControl,omitempty"`
 	// Scheduler is the scheduler's last word (PodScheduled's message).
 	Scheduler string `json:"scheduler,omitempty"`
 	// Autoscaler is the autoscaler's last word on the pod.
@@ -194,6 +206,21 @@ type BlockedDrain struct {
 	Message string   `json:"message"`
 }
 
+// summary is the report's Summary.
+func (r *Report) summary() []string {
+	var out []string
+	if r.Scheduler.Name != "" {
+		out = append(out, fmt.Sprintf("Scheduled by %s.", r.Scheduler))
+	}
+	out = append(out, fmt.Sprintf("Restore: %s.", r.Calibration.Line()))
+	if r.Control != nil {
+		out = append(out, fmt.Sprintf("Control: %s.", r.Control.line()))
+	} else {
+		out = append(out, "Control: none (--control=false): nothing separates the changes' effect from the simulation's own divergence.")
+	}
+	return out
+}
+
 // WriteTable writes the report for a terminal.
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -213,8 +240,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 	p("\n")
 	p("Simulated %d nodes and %d pods of the snapshot taken %s, at %gx: %s after %s (restored in %s, run in %s of real time).\n",
 		r.Nodes, r.Pods, r.TakenAt.UTC().Format(time.RFC3339), r.Speed, end, r.Duration, r.RestoreTime, r.RunTime)
-	if r.Scheduler.Name != "" {
-		p("Scheduled by %s.\n", r.Scheduler)
+	summary := r.Summary
+	if summary == nil {
+		summary = r.summary()
+	}
+	for _, l := range summary {
+		p("%s\n", l)
 	}
 	p("\nCHANGE\tAT\tRESULT\n")
 	for _, c := range r.Changes {

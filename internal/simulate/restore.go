@@ -69,6 +69,9 @@ type restorer struct {
 	stopped map[string]bool
 	// boundPods are the pods restored bound to a node whose kubelet runs.
 	boundPods int
+	// restored are the snapshot's pods restored, by namespace/name: the
+	// node each ran on, "" for those pending.
+	restored map[string]string
 }
 
 func typed[T any](u *unstructured.Unstructured) (*T, error) {
@@ -740,6 +743,10 @@ func (r *restorer) pods(ctx context.Context) error {
 		if p == nil {
 			continue
 		}
+		if r.restored == nil {
+			r.restored = map[string]string{}
+		}
+		r.restored[objectKey(p)] = p.Spec.NodeName
 		if p.Spec.ServiceAccountName != "" {
 			accounts[[2]string{p.Namespace, p.Spec.ServiceAccountName}] = true
 		}

@@ -94,6 +94,9 @@ type RunOptions struct {
 	// Scheduler is the default-scheduler to run (Schedulers; "" is
 	// SchedulerAuto).
 	Scheduler string
+	// NoControl skips the control run (the snapshot without the
+	// changes), which the report nets the changes' effect of.
+	NoControl bool
 	// Log receives progress lines.
 	Log io.Writer
 }
@@ -224,12 +227,51 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	nodeCount := len(o.Snapshot.Objects["v1/nodes"])
-	if maxS := MaxSpeed(nodeCount); o.Speed > maxS {
+	if maxS := MaxSpeed(len(o.Snapshot.Objects["v1/nodes"])); o.Speed > maxS {
 		fmt.Fprintf(o.Log, "Speed lowered from %gx to %gx: %d kubelets renew their leases four times per node monitor grace period, which shrinks with the speed\n",
-			o.Speed, maxS, nodeCount)
+			o.Speed, maxS, len(o.Snapshot.Objects["v1/nodes"]))
 		o.Speed = maxS
 	}
+	report, err := runOnce(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	if !o.NoControl {
+		// The control: the same snapshot, restored the same way, left
+		// alone for as long as the changes took to play out.
+		co := o
+		co.Changes = nil
+		// As long as the changes' run watched the cluster: to its last
+		// change and the quiet after it, or to --for.
+		co.For = o.For
+		if report.Settled {
+			co.For = min(o.For, time.Duration(report.Duration)+o.Quiet)
+		}
+		if o.DataDir != "" {
+			co.DataDir = o.DataDir + "-control"
+		}
+		fmt.Fprintf(o.Log, "The control run: the snapshot without the changes, for %s ...\n", Duration(co.For))
+		control, err := runOnce(ctx, co)
+		if err != nil {
+			return nil, fmt.Errorf("the control run: %w", err)
+		}
+		// The simulated time it watched its cluster: to its last change
+		// and the quiet after it, or to its end.
+		watched := time.Duration(control.Duration)
+		if control.Settled {
+			watched = min(watched+o.Quiet, co.For)
+		}
+		control.Duration = Duration(watched)
+		report.compare(control)
+	}
+	report.Verdict, report.Summary = report.verdict(), report.summary()
+	return report, nil
+}
+
+// runOnce restores the snapshot on a private cluster, applies o's
+// changes (none for a control run) and reports what the cluster did.
+func runOnce(ctx context.Context, o RunOptions) (*Report, error) {
+	nodeCount := len(o.Snapshot.Objects["v1/nodes"])
 	dir, remove := o.DataDir, func() {}
 	if dir == "" {
 		d, err := os.MkdirTemp("", "capstan-simulate-")
@@ -325,10 +367,10 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 	// now on boot as a cloud's do.
 	cl.Cloud.SetBootDelay(scaled(o.BootTime, o.Speed))
 	fmt.Fprintf(o.Log, "Restored; applying %d changes\n", len(o.Changes))
-	rec.begin()
+	calibration := rec.begin(r.restored)
 	begun := time.Now()
 	report := &Report{Snapshot: o.SnapshotName, TakenAt: o.Snapshot.TakenAt.Time, Speed: o.Speed, Nodes: nodeCount, Pods: r.boundPods,
-		RestoreTime: Duration(begun.Sub(start)), Scheduler: used}
+		RestoreTime: Duration(begun.Sub(start)), Scheduler: used, Calibration: calibration}
 	for _, c := range o.Changes {
 		at := rec.now()
 		err := a.apply(ctx, c)
@@ -345,7 +387,7 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 	if err := rec.fill(ctx, report, a); err != nil {
 		return nil, err
 	}
-	report.Verdict, report.Caveats = report.verdict(), caveats(o.Snapshot)
+	report.Caveats = caveats(o.Snapshot)
 	return report, nil
 }
 

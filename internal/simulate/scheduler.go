@@ -72,7 +72,11 @@ type SchedulerUsed struct {
 
 func (u SchedulerUsed) String() string {
 	if u.Profile != "" {
-		return fmt.Sprintf("%s, profile %s %s (%s)", u.Name, u.Profile, u.ProfileFrom, u.Why)
+		sep := ", "
+		if strings.HasPrefix(u.ProfileFrom, "from ") {
+			sep = " "
+		}
+		return fmt.Sprintf("%s with profile %s%s%s (%s)", u.Name, u.Profile, sep, u.ProfileFrom, u.Why)
 	}
 	return fmt.Sprintf("%s (%s)", u.Name, u.Why)
 }
@@ -89,11 +93,11 @@ func schedulerProfile(s *Snapshot) (string, string, error) {
 			return "", "", fmt.Errorf("schedulers.config.openshift.io/cluster: %w", err)
 		}
 		if p == "" {
-			return kubesched.LowNodeUtilization, "(schedulers.config.openshift.io/cluster names none: the default)", nil
+			return kubesched.LowNodeUtilization, "the default, as schedulers.config.openshift.io/cluster names none", nil
 		}
 		return p, "from schedulers.config.openshift.io/cluster", nil
 	}
-	return kubesched.LowNodeUtilization, "(the snapshot has no Scheduler: upstream's default configuration)", nil
+	return kubesched.LowNodeUtilization, "upstream's default, as the snapshot has no Scheduler", nil
 }
 
 // chooseScheduler picks the scheduler for a run: the one asked for

@@ -97,15 +97,14 @@ func (r *Report) verdict() Verdict {
 	if len(failed) > 0 {
 		add(FindingError, fmt.Sprintf("%s not applied (%s)", plural(len(failed), "change"), strings.Join(failed, ", ")))
 	}
-	var caused, before []string
+	var caused, before, inControl []string
 	for _, p := range r.Pending {
-		w := p.Workload
-		if w == "" {
-			w = "pod " + p.Pod
-		}
-		if p.AlreadyPending {
+		switch w := p.workload(); {
+		case p.AlreadyPending:
 			before = append(before, w)
-		} else {
+		case p.InControl:
+			inControl = append(inControl, w)
+		default:
 			caused = append(caused, w)
 		}
 	}
@@ -174,6 +173,12 @@ func (r *Report) verdict() Verdict {
 	}
 	if len(before) > 0 {
 		also = append(also, plural(len(before), "pod")+" pending before the changes still pending")
+	}
+	if len(inControl) > 0 {
+		also = append(also, plural(len(inControl), "pod")+" pending in the control run too")
+	}
+	if r.Control != nil && r.Control.Large {
+		also = append(also, "the control run without the changes diverged too (see Control)")
 	}
 	line := outcome
 	if len(parts) > 0 {

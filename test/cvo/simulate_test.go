@@ -79,7 +79,7 @@ func TestSimulationOfAMachineConfigPredictsTheRollout(t *testing.T) {
 	}
 	snap := filepath.Join(dir, "snap.json")
 	capstanOK(t, "simulate", "snapshot", "--kubeconfig", env.Kubeconfig, "-o", snap)
-	rep := testenv.SimulateRun(t, "--snapshot", snap, "--change", "machineconfig="+mcFile, "--speed", "20", "--quiet", "3m", "--reboot-time", "1m")
+	rep := testenv.SimulateRun(t, "--snapshot", snap, "--change", "machineconfig="+mcFile, "--control=false", "--speed", "20", "--quiet", "3m", "--reboot-time", "1m")
 
 	// The same MachineConfig here, the order in which the MCO targets
 	// the nodes watched.
@@ -161,7 +161,7 @@ func TestSimulationOfAMachineConfigPredictsTheRollout(t *testing.T) {
 // (masters) and leaves the paused worker pool alone, as this one did.
 func checkSimulatedUpdate(t *testing.T, snap, version string, operators, masters []string) {
 	t.Helper()
-	rep := testenv.SimulateRun(t, "--snapshot", snap, "--change", "update="+version, "--speed", "20", "--quiet", "2m", "--reboot-time", "30s")
+	rep := testenv.SimulateRun(t, "--snapshot", snap, "--change", "update="+version, "--control=false", "--speed", "20", "--quiet", "2m", "--reboot-time", "30s")
 	u := rep.Update
 	if u == nil {
 		t.Fatalf("the simulation reports no update: %+v", rep.Changes)
@@ -227,7 +227,7 @@ func checkSimulatedUpdate(t *testing.T, snap, version string, operators, masters
 
 	// The minor update the same snapshot offers, conditionally, is held
 	// there as here by the ingress operator's Upgradeable=False.
-	held := testenv.SimulateRun(t, "--snapshot", snap, "--change", "update=4.11.0", "--speed", "20", "--quiet", "2m", "--for", "30m")
+	held := testenv.SimulateRun(t, "--snapshot", snap, "--change", "update=4.11.0", "--control=false", "--speed", "20", "--quiet", "2m", "--for", "30m")
 	if h := held.Update; h == nil || !h.Conditional || len(h.Risks) != 1 || h.Risks[0].Name != "RPMOSTreeTimeout" || h.Recommended == "" ||
 		!strings.HasPrefix(h.NotUpgradeable, "AdminAckRequired: ") || h.State != "not accepted" || h.Accepted != nil ||
 		!strings.Contains(h.Progress, `Precondition "ClusterVersionUpgradeable" failed because of "AdminAckRequired"`) {

@@ -120,13 +120,13 @@ func TestSimulateAZoneOutageOnAKubectlSnapshotOfAnotherCluster(t *testing.T) {
 	}
 	// --fail-on removed: the run removes pods (and places them again), so
 	// it exits 3 with a verdict of OK, which names that finding only.
-	rep, status := testenv.SimulateRunStatus(t, "--snapshot", snap, "--change", "apply="+autoscaling, "--change", "zone-outage=us-east-1a", "--speed", "20", "--quiet", "6m",
+	rep, status := testenv.SimulateRunStatus(t, "--snapshot", snap, "--change", "apply="+autoscaling, "--change", "zone-outage=us-east-1a", "--control=false", "--speed", "20", "--quiet", "6m",
 		"--fail-on", "removed")
 	if v := rep.Verdict; status != 3 || v.Outcome != "OK" || !slices.Equal(v.Findings, []string{simulate.FindingRemoved}) || !strings.HasPrefix(v.Line, "OK: settled after ") {
 		t.Errorf("exit status %d, verdict %+v; want 3 and OK, with pods removed its one finding", status, v)
 	}
 
-	if u := rep.Scheduler; u.Name != simulate.SchedulerKube || u.Profile != "LowNodeUtilization" || !strings.Contains(u.ProfileFrom, "no Scheduler") {
+	if u := rep.Scheduler; u.Name != simulate.SchedulerKube || u.Profile != "LowNodeUtilization" || !strings.Contains(u.ProfileFrom, "has no Scheduler") {
 		t.Errorf("scheduler %+v; want kube-scheduler's default profile, as the snapshot has no Scheduler", u)
 	}
 	if !rep.Settled || rep.Nodes != 9 || rep.Pods != 20 {
@@ -226,19 +226,38 @@ func TestSimulateAZoneOutageOnAKubectlSnapshotOfAnotherCluster(t *testing.T) {
 // kube-scheduler with the profile of the cluster's Scheduler: under
 // HighNodeUtilization a new pod goes to the fullest node that fits it,
 // where capstan's scheduler (and kube-scheduler's default profile) would
-// put it on the emptiest.
+// put it on the emptiest. The snapshot also drifts by itself: a pod it
+// had pending is placed during the restore (the calibration says so),
+// and a node it had NotReady loses its pods to the taint manager with or
+// without the change (the control run says so, and the change's effect
+// is netted of it).
 func TestAForeignSnapshotIsScheduledByKubeSchedulerWithItsProfile(t *testing.T) {
 	dir := t.TempDir()
 	// One four-CPU worker a zone, running one, two and three one-CPU web
-	// pods.
+	// pods; us-east-1b's has stopped answering.
 	c := simulate.AWSCluster{Zones: []string{"us-east-1a", "us-east-1b", "us-east-1c"}, WorkersPerZone: 1, PodsPerWorker: []int{1, 2, 3},
 		Created: time.Date(2026, 1, 5, 9, 0, 0, 0, time.UTC)}
 	objs, err := c.Objects()
 	if err != nil {
 		t.Fatal(err)
 	}
+	lost := ""
+	for _, o := range objs {
+		if o.GetKind() == "Node" && o.GetLabels()["topology.kubernetes.io/zone"] == "us-east-1b" && o.GetLabels()["node-role.kubernetes.io/worker"] == "" {
+			lost = o.GetName()
+			if err := unstructured.SetNestedSlice(o.Object, []any{map[string]any{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}}, "status", "conditions"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if lost == "" {
+		t.Fatal("no worker in us-east-1b")
+	}
 	objs = append(objs, unstructured.Unstructured{Object: map[string]any{"apiVersion": "config.openshift.io/v1", "kind": "Scheduler",
-		"metadata": map[string]any{"name": "cluster"}, "spec": map[string]any{"profile": "HighNodeUtilization"}}})
+		"metadata": map[string]any{"name": "cluster"}, "spec": map[string]any{"profile": "HighNodeUtilization"}}},
+		unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": "waiting", "namespace": "shop"},
+			"spec":   map[string]any{"containers": []any{map[string]any{"name": "w", "image": "quay.io/shop/w:1"}}},
+			"status": map[string]any{"phase": "Pending"}}})
 	snap, _, err := simulate.SnapshotOf(objs, c.Created, "the test's cluster")
 	if err != nil {
 		t.Fatal(err)
@@ -267,7 +286,8 @@ spec:
 			t.Fatal(err)
 		}
 	}
-	rep := testenv.SimulateRun(t, "--snapshot", snapFile, "--change", "apply="+packer, "--speed", "20", "--quiet", "1m")
+	rep := testenv.SimulateRun(t, "--snapshot", snapFile, "--change", "apply="+packer, "--speed", "20", "--quiet", "6m")
+	t.Logf("summary:\n%s", strings.Join(rep.Summary, "\n"))
 	if u := rep.Scheduler; u.Name != simulate.SchedulerKube || u.Profile != "HighNodeUtilization" ||
 		!strings.Contains(u.ProfileFrom, "schedulers.config.openshift.io/cluster") || !strings.Contains(u.Why, "capstan does not run") {
 		t.Errorf("scheduler %+v; want kube-scheduler with the snapshot's HighNodeUtilization profile, for a cluster capstan does not run", u)
@@ -280,6 +300,26 @@ spec:
 	}
 	if len(placed) != 1 || placed[0].Zone != "us-east-1c" {
 		t.Errorf("packer's pod placed %+v; want it on us-east-1c's worker, the fullest that fits it", placed)
+	}
+	// The calibration: the pending pod placed during the restore, the
+	// others where they were.
+	if cal := rep.Calibration; cal.Pods != 7 || cal.Same != 6 || len(cal.Placed) != 1 || cal.Placed[0].Pod != "shop/waiting" || len(cal.Gone) != 0 {
+		t.Errorf("calibration %+v; want the 6 web pods where they were and shop/waiting placed", cal)
+	}
+	// The control: the lost node's two web pods evicted and placed again
+	// without the change too; net of it, the change placed one pod.
+	removed := 0
+	for _, r := range rep.Removed {
+		if r.Node == lost && r.Reason == "DeletionByTaintManager" {
+			removed++
+		}
+	}
+	ctl := rep.Control
+	if removed != 2 || ctl == nil || ctl.Removed["Deployment shop/web"] != 2 || ctl.Net.Removed != 0 || ctl.Net.Placed != 1 || !ctl.Large {
+		t.Errorf("removed %d pods of %s; control %+v; want its 2 web pods removed in both runs, and the packer pod the change's one net placement", removed, lost, ctl)
+	}
+	if !strings.Contains(rep.Verdict.Line, "the control run without the changes diverged too") {
+		t.Errorf("verdict %q does not say the control diverged", rep.Verdict.Line)
 	}
 }
 
@@ -351,7 +391,7 @@ func TestSimulationOfADrainPredictsTheDrain(t *testing.T) {
 
 	snap := filepath.Join(t.TempDir(), "snap.json")
 	capstanOK(t, "simulate", "snapshot", "--kubeconfig", env.Kubeconfig, "-o", snap)
-	rep := testenv.SimulateRun(t, "--snapshot", snap, "--change", "drain="+nodeA, "--speed", "20", "--quiet", "4m")
+	rep := testenv.SimulateRun(t, "--snapshot", snap, "--change", "drain="+nodeA, "--control=false", "--speed", "20", "--quiet", "4m")
 
 	// The drain itself, on this cluster.
 	d := drain.New(ctx, env.Client, 2*time.Minute, klog.Background())
@@ -442,7 +482,7 @@ spec:
 `)
 	// Zone b's first worker (3 web pods), and zone a's first (4: full).
 	cordoned, deleted := "ip-10-1-1-10.ec2.internal", "ip-10-0-1-10.ec2.internal"
-	rep := testenv.SimulateRun(t, "--snapshot", snap, "--speed", "20", "--quiet", "5m",
+	rep := testenv.SimulateRun(t, "--snapshot", snap, "--control=false", "--speed", "20", "--quiet", "5m",
 		"--change", "policy="+pol, "--change", "cordon="+cordoned, "--change", "apply="+batch, "--change", "wait=1m",
 		"--change", "scale=prod-worker-us-east-1c=3", "--change", "delete="+deleted)
 
@@ -536,6 +576,9 @@ spec:
 	if got := tab.Text("#verdict"); rep.Verdict.Line == "" || got != rep.Verdict.Line {
 		t.Errorf("the console's verdict is %q, want the report's %q", got, rep.Verdict.Line)
 	}
+	if got, want := tab.Text("#summary"), strings.Join(rep.Summary, "\n"); len(rep.Summary) != 3 || strings.Join(strings.Fields(got), " ") != strings.Join(strings.Fields(want), " ") {
+		t.Errorf("the console's summary is %q, want the report's %q (the scheduler, the restore and the control)", got, want)
+	}
 	tab.A11y("what-if simulation")
 }
 
@@ -614,7 +657,7 @@ func TestSimulateASnapshotOfALivePlainKubernetesCluster(t *testing.T) {
 		t.Errorf("the snapshot holds %d nodes, want 3", n)
 	}
 
-	rep := testenv.SimulateRun(t, "--snapshot", snap, "--change", "drain=worker-0", "--speed", "20", "--quiet", "3m")
+	rep := testenv.SimulateRun(t, "--snapshot", snap, "--change", "drain=worker-0", "--control=false", "--speed", "20", "--quiet", "3m")
 	var removed []string
 	for _, r := range rep.Removed {
 		removed = append(removed, r.Pod+" from "+r.Node+" by "+r.Reason)
@@ -675,6 +718,7 @@ func TestTheSimulateQuickstartRuns(t *testing.T) {
 		t.Fatalf("capstan %s: %v\n%s", strings.Join(commands[1], " "), err, stderr.String())
 	}
 	out := stdout.String()
+	t.Logf("capstan %s:\n%s", strings.Join(commands[1], " "), out)
 	norm := func(s string) string { return strings.Join(strings.Fields(s), " ") }
 	lines := strings.Split(out, "\n")
 	if !regexp.MustCompile(`^(OK|FAIL): `).MatchString(lines[0]) {
@@ -685,7 +729,7 @@ func TestTheSimulateQuickstartRuns(t *testing.T) {
 		flat = append(flat, norm(l))
 	}
 	all := strings.Join(flat, "\n")
-	for _, want := range []string{"\nSimulated ", "\nScheduled by capstan (the snapshot is of a cluster capstan runs).\n", "\nCHANGE AT RESULT\nzone-outage=sim-zone-a 0s applied\n", "\nNODES ZONE MACHINESET COUNT FIRST AT LAST AT\nNotReady sim-zone-a - "} {
+	for _, want := range []string{"\nSimulated ", "\nScheduled by capstan (the snapshot is of a cluster capstan runs).\nRestore: the restored cluster began ", "\nControl: the snapshot without the changes, for ", "\nCHANGE AT RESULT\nzone-outage=sim-zone-a 0s applied\n", "\nNODES ZONE MACHINESET COUNT FIRST AT LAST AT\nNotReady sim-zone-a - "} {
 		if !strings.Contains(all, want) {
 			t.Errorf("the output has no %q, as the Quickstart shows:\n%s", want, out)
 		}

@@ -1144,6 +1144,7 @@ pages.simulate = () => {
         r.verdict && r.verdict.line ? h("p", { class: r.verdict.outcome === "OK" ? "" : "bad", id: "verdict" }, h("strong", {}, r.verdict.line)) : [],
         h("p", {}, `${simulationReport.name}: ${r.nodes} nodes and ${r.pods} pods of the snapshot ${r.snapshot || ""} taken ${r.takenAt}, at ${r.speed}x: ` +
           `${end} after ${span(r.duration)} (restored in ${span(r.restoreTime)}, run in ${span(r.runTime)} of real time).`),
+        (r.summary || []).length ? h("div", { id: "summary" }, r.summary.map((l) => h("p", { class: l.includes("diverges") ? "warn" : "" }, l))) : [],
         table("Changes", ["Change", "At", "Result"], r.changes.map((c) => [c.change, span(c.at),
           c.error ? h("span", { class: "bad" }, c.error) : "applied"]))),
       h("section", { class: "card", "aria-labelledby": "nodes-title" },

@@ -22,6 +22,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -137,8 +138,12 @@ func NewManager(cfg *rest.Config, opts Options, hooks ...*Hook) (manager.Manager
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = -1, 0
 	mgr, err := manager.New(cfg, manager.Options{
-		Scheme:                  machine.Scheme(),
-		Metrics:                 metricsserver.Options{BindAddress: "0"},
+		Scheme:  machine.Scheme(),
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		// One process may run a cluster after another (a simulation
+		// and its control run): names are unique within each manager,
+		// not across the process's life, which the global check wants.
+		Controller:              config.Controller{SkipNameValidation: ptr.To(true)},
 		HealthProbeBindAddress:  "0",
 		LeaderElection:          opts.LeaderElect,
 		LeaderElectionID:        LeaseName(hooks),
