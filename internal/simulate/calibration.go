@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Calibration compares the restored cluster, as the changes begin, with
@@ -31,9 +32,16 @@ type Calibration struct {
 	MadePending int      `json:"madePending"`
 }
 
+// restoredPod is a snapshot's pod as the restore made it: on its node
+// ("" pending), with its UID here.
+type restoredPod struct {
+	node string
+	uid  types.UID
+}
+
 // calibrate compares the pods when the changes begin with those the
-// restore made from the snapshot (restored: node by pod, "" pending).
-func calibrate(restored map[string]string, pods []*corev1.Pod, zoneOf func(string) string) Calibration {
+// restore made from the snapshot.
+func calibrate(restored map[string]restoredPod, pods []*corev1.Pod, zoneOf func(string) string) Calibration {
 	c := Calibration{Pods: len(restored), Gone: []string{}, Placed: []PodPlacement{}, Made: []string{}}
 	now := map[string]*corev1.Pod{}
 	for _, p := range pods {
@@ -41,20 +49,23 @@ func calibrate(restored map[string]string, pods []*corev1.Pod, zoneOf func(strin
 			now[objectKey(p)] = p
 		}
 	}
-	for key, node := range restored {
+	for key, rp := range restored {
 		p, ok := now[key]
 		switch {
 		case !ok:
 			c.Gone = append(c.Gone, key)
-		case p.Spec.NodeName == node:
-			c.Same++
-		case node == "":
-			c.Placed = append(c.Placed, PodPlacement{Pod: key, Node: p.Spec.NodeName, Zone: zoneOf(p.Spec.NodeName)})
-		default:
-			// A pod is never rebound: a name on another node is a pod
-			// of that name made again.
+		case rp.uid != "" && p.UID != rp.uid:
+			// A pod of the same name made again (a StatefulSet's).
 			c.Gone = append(c.Gone, key)
 			c.Made = append(c.Made, key)
+			if p.Spec.NodeName == "" {
+				c.MadePending++
+			}
+		case p.Spec.NodeName == rp.node:
+			c.Same++
+		default:
+			// Restored pending, bound since.
+			c.Placed = append(c.Placed, PodPlacement{Pod: key, Node: p.Spec.NodeName, Zone: zoneOf(p.Spec.NodeName)})
 		}
 	}
 	for key, p := range now {

@@ -9,22 +9,25 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
-func podOn(key, node string) *corev1.Pod {
+func podOn(key, node string, uid types.UID) *corev1.Pod {
 	ns, name, _ := strings.Cut(key, "/")
-	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.PodSpec{NodeName: node}}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: uid}, Spec: corev1.PodSpec{NodeName: node}}
 }
 
 // The calibration finds each way the restored cluster can have drifted
 // from the snapshot before the first change: a pod gone, a pending pod
-// placed, a pod made, a pod of a name made again elsewhere.
+// placed, a pod made, a pod of a name made again (a StatefulSet's, with
+// another UID).
 func TestTheCalibrationComparesTheRestoredClusterWithTheSnapshot(t *testing.T) {
-	restored := map[string]string{"d/web-1": "a-1", "d/web-2": "b-1", "d/gone": "a-1", "d/wait": "", "d/still": "", "d/sts-0": "a-1"}
-	deleting := podOn("d/web-2", "b-1")
+	restored := map[string]restoredPod{"d/web-1": {"a-1", "u1"}, "d/web-2": {"b-1", "u2"}, "d/gone": {"a-1", "u3"}, "d/wait": {"", "u4"},
+		"d/still": {"", "u5"}, "d/sts-0": {"a-1", "u6"}}
+	deleting := podOn("d/web-2", "b-1", "u2")
 	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
-	pods := []*corev1.Pod{podOn("d/web-1", "a-1"), deleting, podOn("d/wait", "c-1"), podOn("d/still", ""),
-		podOn("d/sts-0", "b-1"), podOn("d/web-3", "b-1"), podOn("d/web-4", "")}
+	pods := []*corev1.Pod{podOn("d/web-1", "a-1", "u1"), deleting, podOn("d/wait", "c-1", "u4"), podOn("d/still", "", "u5"),
+		podOn("d/sts-0", "a-1", "u7"), podOn("d/web-3", "b-1", "u8"), podOn("d/web-4", "", "u9")}
 	c := calibrate(restored, pods, func(n string) string { return n[:1] })
 	if c.Pods != 6 || c.Same != 2 || !slices.Equal(c.Gone, []string{"d/gone", "d/sts-0", "d/web-2"}) ||
 		!slices.Equal(c.Made, []string{"d/sts-0", "d/web-3", "d/web-4"}) || c.MadePending != 1 ||
@@ -34,7 +37,7 @@ func TestTheCalibrationComparesTheRestoredClusterWithTheSnapshot(t *testing.T) {
 	if got, want := c.Line(), "the restored cluster began with 2 of the snapshot's 6 pods where they were; during the restore 3 pods gone, 1 pod pending in the snapshot placed, 3 pods made (1 pending)"; got != want {
 		t.Errorf("line %q\nwant %q", got, want)
 	}
-	same := calibrate(map[string]string{"d/web-1": "a-1"}, []*corev1.Pod{podOn("d/web-1", "a-1")}, func(string) string { return "" })
+	same := calibrate(map[string]restoredPod{"d/web-1": {"a-1", "u1"}}, []*corev1.Pod{podOn("d/web-1", "a-1", "u1")}, func(string) string { return "" })
 	if got := same.Line(); got != "the restored cluster began as the snapshot: its 1 pod where they were" {
 		t.Errorf("line %q", got)
 	}

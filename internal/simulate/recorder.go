@@ -148,7 +148,7 @@ func (r *recorder) stop() {
 
 // begin marks the start of the changes: what exists now is the
 // baseline, compared with the pods restored from the snapshot.
-func (r *recorder) begin(restored map[string]string) Calibration {
+func (r *recorder) begin(restored map[string]restoredPod) Calibration {
 	zones := map[string]string{}
 	for _, n := range r.nodeList() {
 		zones[n.Name] = nodeZone(n)

@@ -70,8 +70,10 @@ type restorer struct {
 	// boundPods are the pods restored bound to a node whose kubelet runs.
 	boundPods int
 	// restored are the snapshot's pods restored, by namespace/name: the
-	// node each ran on, "" for those pending.
-	restored map[string]string
+	// node each ran on ("" for those pending) and the UID it was made
+	// with here.
+	restored   map[string]restoredPod
+	restoredMu sync.Mutex
 }
 
 func typed[T any](u *unstructured.Unstructured) (*T, error) {
@@ -744,9 +746,9 @@ func (r *restorer) pods(ctx context.Context) error {
 			continue
 		}
 		if r.restored == nil {
-			r.restored = map[string]string{}
+			r.restored = map[string]restoredPod{}
 		}
-		r.restored[objectKey(p)] = p.Spec.NodeName
+		r.restored[objectKey(p)] = restoredPod{node: p.Spec.NodeName}
 		if p.Spec.ServiceAccountName != "" {
 			accounts[[2]string{p.Namespace, p.Spec.ServiceAccountName}] = true
 		}
@@ -769,9 +771,13 @@ func (r *restorer) pods(ctx context.Context) error {
 		}
 	}
 	create := func(ctx context.Context, p *corev1.Pod) error {
-		if _, err := r.kube.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		made, err := r.kube.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
 			return fmt.Errorf("pod %s: %w", objectKey(p), err)
 		}
+		r.restoredMu.Lock()
+		r.restored[objectKey(p)] = restoredPod{node: p.Spec.NodeName, uid: made.UID}
+		r.restoredMu.Unlock()
 		return nil
 	}
 	if err := parallel(ctx, bound, create); err != nil {
@@ -794,6 +800,12 @@ func (r *restorer) workloads(ctx context.Context) error {
 			cleanMeta(u)
 			if err := r.scaleWorkload(u); err != nil {
 				return fmt.Errorf("%s %s: %w", res.Kind, objectKey(u), err)
+			}
+			if res.Kind == "StatefulSet" || res.Kind == "DaemonSet" {
+				if err := r.createWithoutRolling(ctx, res, u); err != nil {
+					return fmt.Errorf("%s %s: %w", res.Kind, objectKey(u), err)
+				}
+				continue
 			}
 			if err := r.create(ctx, res, u, false); err != nil {
 				return err

@@ -323,6 +323,96 @@ spec:
 	}
 }
 
+// The restore rolls no workload: a StatefulSet's and a DaemonSet's
+// controllers take the restored pods for up to date, though the restored
+// templates differ from the snapshot's (scaled seconds, digested
+// arguments, names renamed by --anonymize), so no pod of theirs is
+// replaced before or during the run, anonymized or not.
+func TestARestoreRollsNoStatefulSetOrDaemonSet(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t, "norolling")
+	taint := corev1.Taint{Key: "norolling", Value: ns, Effect: corev1.TaintEffectNoSchedule}
+	node := ns + "-a"
+	addNode(t, node, map[string]string{"norolling": ns}, taint)
+	spec := func(app string) corev1.PodTemplateSpec {
+		return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": app}}, Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{"norolling": ns},
+			Tolerations:  []corev1.Toleration{{Key: "norolling", Operator: corev1.TolerationOpEqual, Value: ns, Effect: corev1.TaintEffectNoSchedule}},
+			Containers: []corev1.Container{{Name: app, Image: "registry.example/" + app + ":1", Args: []string{"--secret-flag=s3cret"},
+				Env: []corev1.EnvVar{{Name: "TOKEN", Value: "t0ken"}}}},
+			TerminationGracePeriodSeconds: new(int64(30))}}
+	}
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns}, Spec: appsv1.StatefulSetSpec{
+		Replicas: new(int32(2)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}, Template: spec("db")}}
+	if _, err := env.Client.AppsV1().StatefulSets(ns).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: ns}, Spec: appsv1.DaemonSetSpec{
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "agent"}}, Template: spec("agent")}}
+	if _, err := env.Client.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
+		s, err1 := env.Client.AppsV1().StatefulSets(ns).Get(ctx, "db", metav1.GetOptions{})
+		d, err2 := env.Client.AppsV1().DaemonSets(ns).Get(ctx, "agent", metav1.GetOptions{})
+		return err1 == nil && err2 == nil && s.Status.ReadyReplicas == 2 && d.Status.NumberReady == 1,
+			fmt.Sprintf("StatefulSet %+v %v, DaemonSet %+v %v", s.Status, err1, d.Status, err2)
+	})
+	dir := t.TempDir()
+	for _, anonymize := range []bool{false, true} {
+		snap := filepath.Join(dir, fmt.Sprintf("snap-%v.json", anonymize))
+		args := []string{"simulate", "snapshot", "--kubeconfig", env.Kubeconfig, "-o", snap}
+		if anonymize {
+			args = append(args, "--anonymize")
+		}
+		capstanOK(t, args...)
+		loaded, err := simulate.Load(snap, mustRead(t, snap))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Every pod of a StatefulSet or a DaemonSet in the snapshot, ours
+		// and the cluster's.
+		owned := map[string]string{}
+		ours := 0
+		for _, p := range loaded.Objects["v1/pods"] {
+			for _, ref := range p.GetOwnerReferences() {
+				if ref.Kind == "StatefulSet" || ref.Kind == "DaemonSet" {
+					owned[p.GetNamespace()+"/"+p.GetName()] = ref.Kind
+					if p.GetNamespace() == ns || (anonymize && !strings.HasPrefix(p.GetNamespace(), "openshift") && !strings.HasPrefix(p.GetNamespace(), "kube-")) {
+						ours++
+					}
+				}
+			}
+		}
+		if ours < 3 {
+			t.Fatalf("anonymized %v: %d pods of the test's StatefulSet and DaemonSet in the snapshot, want 3: %v", anonymize, ours, owned)
+		}
+		rep := testenv.SimulateRun(t, "--snapshot", snap, "--change", "cordon="+aMaster(t, loaded), "--control=false", "--speed", "20", "--quiet", "1m")
+		for _, pod := range rep.Calibration.Gone {
+			if kind, ok := owned[pod]; ok {
+				t.Errorf("anonymized %v: %s %s replaced during the restore", anonymize, kind, pod)
+			}
+		}
+		for _, r := range rep.Removed {
+			if kind, ok := owned[r.Pod]; ok {
+				t.Errorf("anonymized %v: %s %s removed during the run (%s)", anonymize, kind, r.Pod, r.Reason)
+			}
+		}
+	}
+}
+
+// aMaster is a master node of a snapshot: cordoned, it evicts nothing.
+func aMaster(t *testing.T, s *simulate.Snapshot) string {
+	t.Helper()
+	for _, n := range s.Objects["v1/nodes"] {
+		if _, ok := n.GetLabels()["node-role.kubernetes.io/master"]; ok {
+			return n.GetName()
+		}
+	}
+	t.Fatal("no master node in the snapshot")
+	return ""
+}
+
 // A simulation of a drain on a snapshot of this cluster predicts what the
 // same drain then does to it: which pods leave, that the disruption
 // budget lets them go one at a time without blocking the drain, and on
@@ -729,7 +819,7 @@ func TestTheSimulateQuickstartRuns(t *testing.T) {
 		flat = append(flat, norm(l))
 	}
 	all := strings.Join(flat, "\n")
-	for _, want := range []string{"\nSimulated ", "\nScheduled by capstan (the snapshot is of a cluster capstan runs).\nRestore: the restored cluster began ", "\nControl: the snapshot without the changes, for ", "\nCHANGE AT RESULT\nzone-outage=sim-zone-a 0s applied\n", "\nNODES ZONE MACHINESET COUNT FIRST AT LAST AT\nNotReady sim-zone-a - "} {
+	for _, want := range []string{"\nSimulated ", "\nScheduled by capstan (the snapshot is of a cluster capstan runs).\nRestore: ", "\nControl: the snapshot without the changes, for ", "\nCHANGE AT RESULT\nzone-outage=sim-zone-a 0s applied\n", "\nNODES ZONE MACHINESET COUNT FIRST AT LAST AT\nNotReady sim-zone-a - "} {
 		if !strings.Contains(all, want) {
 			t.Errorf("the output has no %q, as the Quickstart shows:\n%s", want, out)
 		}

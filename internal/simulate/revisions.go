@@ -1,0 +1,138 @@
+package simulate
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// revisionTimeout bounds the wait for a restored StatefulSet's or
+// DaemonSet's controller to record its first revision.
+const revisionTimeout = time.Minute
+
+// createWithoutRolling creates a StatefulSet or a DaemonSet so that it
+// adopts the restored pods as they are, never replacing them. Its
+// controller takes a pod for up to date when the pod's
+// controller-revision-hash label names the controller's current
+// revision, a hash of the template; the restored template is not the
+// snapshot's (its seconds are scaled, its secrets digested, its labels
+// renamed by --anonymize), so no restored pod's label would match, and
+// the controller would roll every pod. The workload is made with the
+// OnDelete strategy, its pods are labelled with the revision its
+// controller records, then its own strategy is put back.
+func (r *restorer) createWithoutRolling(ctx context.Context, res Resource, u *unstructured.Unstructured) error {
+	strategy, hasStrategy, _ := unstructured.NestedFieldCopy(u.Object, "spec", "updateStrategy")
+	if err := unstructured.SetNestedField(u.Object, map[string]any{"type": "OnDelete"}, "spec", "updateStrategy"); err != nil {
+		return err
+	}
+	ri := r.dyn.Resource(res.GVR).Namespace(u.GetNamespace())
+	created, err := ri.Create(ctx, u, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	hash, err := r.currentRevision(ctx, res.Kind, created)
+	if err != nil {
+		return err
+	}
+	selector, err := workloadSelector(created)
+	if err != nil {
+		return err
+	}
+	pods, err := r.kube.CoreV1().Pods(created.GetNamespace()).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return fmt.Errorf("listing its pods: %w", err)
+	}
+	// Both controllers read the same label.
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{appsv1.ControllerRevisionHashLabelKey: hash}}})
+	if err != nil {
+		return err
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		if _, err := r.kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("labelling pod %s with its revision: %w", p.Name, err)
+		}
+	}
+	var restore any // JSON null: the API server's default strategy
+	if hasStrategy {
+		restore = strategy
+	}
+	patch, err = json.Marshal(map[string]any{"spec": map[string]any{"updateStrategy": restore}})
+	if err != nil {
+		return err
+	}
+	if _, err := ri.Patch(ctx, created.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("putting its update strategy back: %w", err)
+	}
+	return nil
+}
+
+// currentRevision waits for a workload's controller to record its
+// revision, and returns what its up-to-date pods' controller-revision-hash
+// label says.
+func (r *restorer) currentRevision(ctx context.Context, kind string, w *unstructured.Unstructured) (string, error) {
+	var hash string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, revisionTimeout, true, func(ctx context.Context) (bool, error) {
+		switch kind {
+		case "StatefulSet":
+			sts, err := r.kube.AppsV1().StatefulSets(w.GetNamespace()).Get(ctx, w.GetName(), metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			// A StatefulSet's pods carry the revision's name.
+			hash = sts.Status.UpdateRevision
+			return hash != "" && sts.Status.ObservedGeneration >= sts.Generation, nil
+		default:
+			// A DaemonSet's pods carry the hash its newest
+			// ControllerRevision is labelled with.
+			revs, err := r.kube.AppsV1().ControllerRevisions(w.GetNamespace()).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err
+			}
+			var newest *appsv1.ControllerRevision
+			for i := range revs.Items {
+				cr := &revs.Items[i]
+				if metav1.IsControlledBy(cr, w) && (newest == nil || cr.Revision > newest.Revision) {
+					newest = cr
+				}
+			}
+			if newest == nil {
+				return false, nil
+			}
+			hash = newest.Labels[appsv1.DefaultDaemonSetUniqueLabelKey]
+			return hash != "", nil
+		}
+	})
+	if err != nil {
+		return "", fmt.Errorf("waiting for its controller's first revision: %w", err)
+	}
+	return hash, nil
+}
+
+// workloadSelector is a workload's pod selector as a label selector
+// string.
+func workloadSelector(w *unstructured.Unstructured) (string, error) {
+	raw, ok, _ := unstructured.NestedMap(w.Object, "spec", "selector")
+	if !ok {
+		return "", fmt.Errorf("no spec.selector")
+	}
+	var sel metav1.LabelSelector
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &sel); err != nil {
+		return "", err
+	}
+	s, err := metav1.LabelSelectorAsSelector(&sel)
+	if err != nil {
+		return "", fmt.Errorf("spec.selector: %w", err)
+	}
+	return s.String(), nil
+}
