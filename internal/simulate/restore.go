@@ -482,9 +482,12 @@ func parallel[T any](ctx context.Context, items []T, fn func(context.Context, T)
 
 // providerSpecOf is the capstan provider spec standing for a snapshot's
 // MachineSet or Machine: its own when it already is one (a capstan
-// cluster's snapshot), else the instance size OpenShift's scale-from-zero
-// annotations give (machine.openshift.io/vCPU, memoryMb, GPU), else that
-// of a node it backs, in the zone its provider spec or labels name.
+// cluster's snapshot), else the size of a node it backs (its allocatable,
+// as the restored nodes have: the instance type's capacity, which the
+// scale-from-zero annotations give, is more than a node of it offers),
+// else the size OpenShift's scale-from-zero annotations give
+// (machine.openshift.io/vCPU, memoryMb, GPU, maxPods), in the zone its
+// provider spec or labels name.
 func providerSpecOf(what string, annotations, labels map[string]string, raw *runtime.RawExtension, node *corev1.Node) (*runtime.RawExtension, error) {
 	if raw != nil && len(raw.Raw) > 0 {
 		if _, err := machine.ParseProviderSpec(machinev1.ProviderSpec{Value: raw}); err == nil {
@@ -511,7 +514,7 @@ func providerSpecOf(what string, annotations, labels map[string]string, raw *run
 			ps.InstanceType = first(ps.InstanceType, cloud.InstanceType, cloud.MachineType, cloud.VMSize)
 		}
 	}
-	if v, m := annotations["machine.openshift.io/vCPU"], annotations["machine.openshift.io/memoryMb"]; v != "" && m != "" {
+	if v, m := annotations["machine.openshift.io/vCPU"], annotations["machine.openshift.io/memoryMb"]; node == nil && v != "" && m != "" {
 		cpu, err := resource.ParseQuantity(v)
 		if err != nil {
 			return nil, fmt.Errorf("%s: annotation machine.openshift.io/vCPU %q: %w", what, v, err)
@@ -533,12 +536,7 @@ func providerSpecOf(what string, annotations, labels map[string]string, raw *run
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		if ps.CPU == nil {
-			ps.CPU, ps.Memory, ps.GPU = &spec.CPU, &spec.Memory, spec.GPU
-		}
-		if ps.Pods == 0 {
-			ps.Pods = spec.Pods
-		}
+		ps.CPU, ps.Memory, ps.GPU, ps.Pods = &spec.CPU, &spec.Memory, spec.GPU, spec.Pods
 		ps.ExtendedResources = spec.ExtendedResources
 		ps.Zone, ps.Region = first(ps.Zone, spec.Zone), first(ps.Region, spec.Region)
 	}

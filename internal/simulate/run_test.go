@@ -372,7 +372,7 @@ func TestARestoredNodeHasTheSnapshotsCapacityLabelsAndOwnTaints(t *testing.T) {
 	}
 }
 
-func TestAMachineSetsSizeComesFromItsAnnotationsOrANode(t *testing.T) {
+func TestAMachineSetsSizeComesFromANodeOrItsAnnotations(t *testing.T) {
 	aws := &runtime.RawExtension{Raw: []byte(`{"kind":"AWSMachineProviderConfig","instanceType":"m6i.xlarge","placement":{"availabilityZone":"us-east-1b","region":"us-east-1"}}`)}
 	raw, err := providerSpecOf("MachineSet a", map[string]string{"machine.openshift.io/vCPU": "4", "machine.openshift.io/memoryMb": "16384"}, nil, aws, nil)
 	if err != nil {
@@ -395,6 +395,17 @@ func TestAMachineSetsSizeComesFromItsAnnotationsOrANode(t *testing.T) {
 	_ = json.Unmarshal(raw.Raw, &ps)
 	if ps.Zone != "z" || ps.CPU.String() != "2" || ps.Memory.String() != "8Gi" {
 		t.Errorf("from a node: %+v", ps)
+	}
+	// A node of the MachineSet is what its nodes offer: less than the
+	// instance type its annotations describe (system-reserved).
+	raw, err = providerSpecOf("MachineSet a", map[string]string{"machine.openshift.io/vCPU": "4", "machine.openshift.io/memoryMb": "16384"}, nil, aws, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps = machine.ProviderSpec{}
+	_ = json.Unmarshal(raw.Raw, &ps)
+	if ps.Zone != "us-east-1b" || ps.CPU.String() != "2" || ps.Memory.String() != "8Gi" || ps.InstanceType != "m6i.xlarge" {
+		t.Errorf("from annotations and a node: %+v cpu %v memory %v; want the node's size", ps, ps.CPU, ps.Memory)
 	}
 	capstan := machine.RawProviderSpec(machine.ProviderSpec{InstanceType: "capstan.large", Zone: "sim-zone-b"})
 	if raw, err := providerSpecOf("MachineSet c", nil, nil, capstan, node); err != nil || !bytes.Equal(raw.Raw, capstan.Raw) {
