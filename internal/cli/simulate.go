@@ -270,7 +270,7 @@ Changes (each --change KIND=ARGUMENT; several are applied in order):
 	f.Float64Var(&o.Speed, "speed", simulate.DefaultSpeed, "how many times faster than real time the cluster runs (lowered for large snapshots)")
 	f.DurationVar(&o.For, "for", simulate.DefaultFor, "simulated time after the first change at which the run ends, settled or not")
 	f.DurationVar(&o.Quiet, "quiet", simulate.DefaultQuiet, "simulated time without a change after which the cluster counts as settled")
-	f.DurationVar(&o.BootTime, "boot-time", simulate.DefaultBootTime, "simulated time a new instance takes to boot and register")
+	f.DurationVar(&o.BootTime, "boot-time", 0, fmt.Sprintf("simulated time a new instance takes to become a Ready node (default: the median the snapshot's machines of MachineSets took, else %s)", simulate.DefaultBootTime))
 	f.DurationVar(&o.RebootTime, "reboot-time", simulate.DefaultRebootTime, "simulated time a node is down when it reboots into a new MachineConfig")
 	f.BoolVar(&control, "control", true, "run the snapshot without the changes too, and net their effect of what it does by itself")
 	f.StringVar(&o.Scheduler, "scheduler", simulate.SchedulerAuto, "the scheduler: "+strings.Join(simulate.Schedulers, ", ")+" (by the snapshot: capstan's for a cluster capstan runs)")

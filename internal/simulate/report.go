@@ -23,6 +23,10 @@ type Report struct {
 	Speed float64 `json:"speed"`
 	// Scheduler is the default-scheduler that ran, and why that one.
 	Scheduler SchedulerUsed `json:"scheduler"`
+	// BootTime is how long the simulation's new instances took to become
+	// Ready nodes, and Boot says why that long.
+	BootTime Duration `json:"bootTime"`
+	Boot     string   `json:"boot,omitempty"`
 	// Calibration compares the restored cluster, as the changes began,
 	// with the snapshot.
 	Calibration Calibration `json:"calibration"`
@@ -211,6 +215,9 @@ func (r *Report) summary() []string {
 	var out []string
 	if r.Scheduler.Name != "" {
 		out = append(out, fmt.Sprintf("Scheduled by %s.", r.Scheduler))
+	}
+	if r.Boot != "" {
+		out = append(out, fmt.Sprintf("Boot: %s.", r.Boot))
 	}
 	out = append(out, fmt.Sprintf("Restore: %s.", r.Calibration.Line()))
 	if r.Control != nil {

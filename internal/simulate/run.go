@@ -84,9 +84,10 @@ type RunOptions struct {
 	// For bounds the simulated time after the first change; Quiet is how
 	// long nothing must change for the cluster to count as settled.
 	For, Quiet time.Duration
-	// BootTime is how long a new instance takes to boot, simulated;
-	// RebootTime how long a node is down when it reboots into a new
-	// configuration.
+	// BootTime is how long a new instance takes to become a Ready node,
+	// simulated (0: as the snapshot's machines took, else
+	// DefaultBootTime); RebootTime how long a node is down when it
+	// reboots into a new configuration.
 	BootTime, RebootTime time.Duration
 	// DataDir holds the private cluster; empty is a temporary directory,
 	// removed at the end.
@@ -232,10 +233,12 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 			o.Speed, maxS, len(o.Snapshot.Objects["v1/nodes"]))
 		o.Speed = maxS
 	}
+	boot := resolveBootTime(&o)
 	report, err := runOnce(ctx, o)
 	if err != nil {
 		return nil, err
 	}
+	report.BootTime, report.Boot = Duration(o.BootTime), boot
 	if !o.NoControl {
 		// The control: the same snapshot, restored the same way, left
 		// alone for as long as the changes took to play out.

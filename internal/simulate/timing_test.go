@@ -1,0 +1,53 @@
+package simulate
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The boot time is what the snapshot's cluster took from a MachineSet's
+// Machine to its node's first Ready: the installer's machines, and a
+// Ready that turned long after the node registered (a reboot), say
+// nothing of it.
+func TestTheBootTimeIsTheSnapshotsOwn(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) string { return t0.Add(d).Format(time.RFC3339) }
+	s := validSnapshot()
+	s.Objects["v1/nodes"], s.Objects["machine.openshift.io/v1beta1/machines"] = nil, nil
+	add := func(name string, set bool, registered, ready time.Duration) {
+		m := object("machine.openshift.io/v1beta1", "Machine", "openshift-machine-api", name)
+		m.SetCreationTimestamp(metav1.NewTime(t0))
+		if set {
+			m.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "machine.openshift.io/v1beta1", Kind: "MachineSet", Name: "workers", UID: "s"}})
+		}
+		m.Object["status"] = map[string]any{"nodeRef": map[string]any{"name": name}}
+		n := object("v1", "Node", "", name)
+		n.SetCreationTimestamp(metav1.NewTime(t0.Add(registered)))
+		n.Object["status"] = map[string]any{"conditions": []any{map[string]any{"type": "Ready", "status": "True", "lastTransitionTime": at(ready)}}}
+		s.Objects["machine.openshift.io/v1beta1/machines"] = append(s.Objects["machine.openshift.io/v1beta1/machines"], m)
+		s.Objects["v1/nodes"] = append(s.Objects["v1/nodes"], n)
+	}
+	add("w-1", true, 3*time.Minute, 4*time.Minute)      // 4m
+	add("w-2", true, 2*time.Minute, 2*time.Minute+30e9) // 2m30s
+	add("w-3", true, 5*time.Minute, 3*time.Hour)        // rebooted since: 5m
+	add("master-0", false, 20*time.Minute, 21*time.Minute)
+	d, n, ok := bootTimeOf(s)
+	if !ok || n != 3 || d != 4*time.Minute {
+		t.Errorf("boot time %s of %d machines (%v); want the median 4m0s of the 3 machines of a MachineSet", d, n, ok)
+	}
+	o := RunOptions{Snapshot: s}
+	if line := resolveBootTime(&o); o.BootTime != 4*time.Minute || !strings.Contains(line, "the median of the snapshot's 3 machines of MachineSets") {
+		t.Errorf("resolved %s: %q", o.BootTime, line)
+	}
+	o = RunOptions{Snapshot: s, BootTime: time.Minute}
+	if line := resolveBootTime(&o); o.BootTime != time.Minute || !strings.Contains(line, "(--boot-time)") {
+		t.Errorf("given: %s, %q", o.BootTime, line)
+	}
+	o = RunOptions{Snapshot: validSnapshot()}
+	if line := resolveBootTime(&o); o.BootTime != DefaultBootTime || !strings.Contains(line, "the default") {
+		t.Errorf("no machine of a MachineSet: %s, %q", o.BootTime, line)
+	}
+}
