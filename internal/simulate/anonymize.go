@@ -154,7 +154,9 @@ func (a *anonymizer) walk(ns string, v any) any {
 	case map[string]any:
 		for k, val := range t {
 			switch k {
-			case "labels", "matchLabels", "nodeSelector":
+			case "labels", "matchLabels", "nodeSelector", "selector":
+				// A Service's selector is a plain label map (a
+				// workload's, a LabelSelector, is walked below).
 				if m, ok := val.(map[string]any); ok && allStrings(m) {
 					t[k] = a.labelMap(ns, m)
 					continue
@@ -351,6 +353,31 @@ func (a *anonymizer) object1(r Resource, o *unstructured.Unstructured) {
 		}
 		for _, f := range []string{"podIP", "podIPs", "hostIP", "hostIPs", "containerStatuses", "initContainerStatuses", "message"} {
 			unstructured.RemoveNestedField(o.Object, "status", f)
+		}
+	case "Service":
+		o.SetName(a.object(ns, name))
+		for _, f := range []string{"clusterIP", "clusterIPs", "externalIPs", "loadBalancerIP", "loadBalancerSourceRanges"} {
+			unstructured.RemoveNestedField(o.Object, "spec", f)
+		}
+		if host, ok, _ := unstructured.NestedString(o.Object, "spec", "externalName"); ok {
+			_ = unstructured.SetNestedField(o.Object, a.hash("host", host)+".invalid", "spec", "externalName")
+		}
+		unstructured.RemoveNestedField(o.Object, "status")
+	case "HorizontalPodAutoscaler":
+		o.SetName(a.object(ns, name))
+		if ref, ok, _ := unstructured.NestedString(o.Object, "spec", "scaleTargetRef", "name"); ok {
+			_ = unstructured.SetNestedField(o.Object, a.object(ns, ref), "spec", "scaleTargetRef", "name")
+		}
+		metrics, _, _ := unstructured.NestedSlice(o.Object, "spec", "metrics")
+		for _, m := range metrics {
+			if mm, ok := m.(map[string]any); ok {
+				if ref, ok, _ := unstructured.NestedString(mm, "object", "describedObject", "name"); ok {
+					_ = unstructured.SetNestedField(mm, a.object(ns, ref), "object", "describedObject", "name")
+				}
+			}
+		}
+		if metrics != nil {
+			_ = unstructured.SetNestedSlice(o.Object, metrics, "spec", "metrics")
 		}
 	case "PersistentVolumeClaim":
 		o.SetName(a.object(ns, name))

@@ -42,6 +42,12 @@ func TestAnAnonymizedSnapshotNamesNothingButStillFitsTogether(t *testing.T) {
 			}
 		}
 	}
+	// The Service and the autoscaler in front of the web Deployment.
+	objs = append(objs,
+		unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Service", "metadata": map[string]any{"name": "web", "namespace": "shop"},
+			"spec": map[string]any{"clusterIP": "172.30.9.9", "selector": map[string]any{"app": "web"}, "ports": []any{map[string]any{"port": int64(80)}}}}},
+		unstructured.Unstructured{Object: map[string]any{"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": map[string]any{"name": "web", "namespace": "shop"},
+			"spec": map[string]any{"scaleTargetRef": map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}, "minReplicas": int64(2), "maxReplicas": int64(9)}}})
 	snap, _, err := SnapshotOf(objs, time.Now(), "test")
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +60,7 @@ func TestAnAnonymizedSnapshotNamesNothingButStillFitsTogether(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, leak := range []string{"shop", "quay.io", "ip-10-0-1-10", "prod-worker-us-east-1a", "aws:///", "payments", "team", "hunter2", "DB_PASSWORD", "s3cr3t", "alice"} {
+	for _, leak := range []string{"shop", "quay.io", "172.30.9.9", "ip-10-0-1-10", "prod-worker-us-east-1a", "aws:///", "payments", "team", "hunter2", "DB_PASSWORD", "s3cr3t", "alice"} {
 		if i := strings.Index(out, leak); i >= 0 {
 			t.Errorf("the anonymized snapshot still holds %q: ...%s...", leak, out[max(0, i-200):min(len(out), i+50)])
 		}
@@ -92,6 +98,14 @@ func TestAnAnonymizedSnapshotNamesNothingButStillFitsTogether(t *testing.T) {
 	}
 	deploy := get("apps/v1/deployments")[0]
 	sel, _, _ := unstructured.NestedStringMap(deploy.Object, "spec", "selector", "matchLabels")
+	svc := get("v1/services")[0]
+	svcSel, _, _ := unstructured.NestedStringMap(svc.Object, "spec", "selector")
+	if svc.GetNamespace() != deploy.GetNamespace() || len(svcSel) != 1 || !labels.SelectorFromSet(svcSel).Matches(labels.Set(get("v1/pods")[0].GetLabels())) {
+		t.Errorf("the Service %s/%s (selector %v) no longer selects the web pods", svc.GetNamespace(), svc.GetName(), svcSel)
+	}
+	if target, _, _ := unstructured.NestedString(get("autoscaling/v2/horizontalpodautoscalers")[0].Object, "spec", "scaleTargetRef", "name"); target != deploy.GetName() {
+		t.Errorf("the autoscaler targets %q, not the Deployment %q", target, deploy.GetName())
+	}
 	for _, p := range get("v1/pods") {
 		if p.GetNamespace() != deploy.GetNamespace() || !labels.SelectorFromSet(sel).Matches(labels.Set(p.GetLabels())) {
 			t.Errorf("pod %s/%s (labels %v) is no longer selected by its Deployment %s/%s (%v)", p.GetNamespace(), p.GetName(), p.GetLabels(), deploy.GetNamespace(), deploy.GetName(), sel)

@@ -29,9 +29,17 @@ func caveats(snap *Snapshot) []string {
 			held[u.GetKind()+" "+u.GetNamespace()+"/"+u.GetName()] = true
 		}
 	}
-	missing := 0
+	missing, orphans := 0, 0
 	schedulers := map[string]int{}
+	nodeNames := map[string]bool{}
+	for _, n := range snap.Objects["v1/nodes"] {
+		nodeNames[n.GetName()] = true
+	}
 	for _, p := range snap.Objects["v1/pods"] {
+		if node, _, _ := unstructured.NestedString(p.Object, "spec", "nodeName"); node != "" && !nodeNames[node] && p.GetDeletionTimestamp() == nil {
+			orphans++
+			continue
+		}
 		if name, _, _ := unstructured.NestedString(p.Object, "spec", "schedulerName"); name != "" && name != defaultScheduler {
 			schedulers[name]++
 		}
@@ -57,6 +65,34 @@ func caveats(snap *Snapshot) []string {
 	}
 	if missing > 0 {
 		out = append(out, fmt.Sprintf("%s run by workloads the snapshot does not hold: removed, they are not replaced", plural(missing, "pod")))
+	}
+	going := terminatingNamespaces(snap)
+	leaving := 0
+	for key, objs := range snap.Objects {
+		if key == "v1/namespaces" {
+			continue
+		}
+		for _, u := range objs {
+			if going[u.GetNamespace()] {
+				leaving++
+			}
+		}
+	}
+	if leaving > 0 {
+		out = append(out, fmt.Sprintf("%s of %s being deleted: left out, as they go with %s",
+			plural(leaving, "object"), plural(len(going), "namespace"), map[bool]string{true: "it", false: "them"}[len(going) == 1]))
+	}
+	if orphans > 0 {
+		out = append(out, fmt.Sprintf("%s bound to nodes the snapshot does not have (gone while it was taken, or awaiting the pod garbage collector): left out, as the collector deletes them",
+			plural(orphans, "pod")))
+	}
+	if n := len(snap.Objects["autoscaling/v2/horizontalpodautoscalers"]); n > 0 {
+		out = append(out, fmt.Sprintf("%s: the simulation serves no pod metrics, so they keep their workloads' replicas between their minimum and maximum and do not scale on load",
+			plural(n, "HorizontalPodAutoscaler")))
+	}
+	if n := len(snap.Objects["batch/v1/cronjobs"]); n > 0 {
+		out = append(out, fmt.Sprintf("%s restored suspended: their schedules follow the cluster's clock, which a simulation faster than real time does not keep",
+			plural(n, "CronJob")))
 	}
 	if len(schedulers) > 0 {
 		var names []string

@@ -112,7 +112,32 @@ func scaledSeconds(s int64, speed float64) int64 {
 func (r *restorer) objects(key string) []unstructured.Unstructured {
 	res, _ := resourceByKey(key)
 	objs, _ := r.snap.Get(res)
-	return objs
+	if !res.Namespaced {
+		return objs
+	}
+	going := terminatingNamespaces(r.snap)
+	if len(going) == 0 {
+		return objs
+	}
+	// What a namespace being deleted holds is going with it.
+	var out []unstructured.Unstructured
+	for _, u := range objs {
+		if !going[u.GetNamespace()] {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// terminatingNamespaces are the snapshot's namespaces being deleted.
+func terminatingNamespaces(s *Snapshot) map[string]bool {
+	out := map[string]bool{}
+	for _, u := range s.Objects["v1/namespaces"] {
+		if u.GetDeletionTimestamp() != nil {
+			out[u.GetName()] = true
+		}
+	}
+	return out
 }
 
 // restore creates everything, in the order that lets controllers adopt
@@ -152,7 +177,8 @@ func (r *restorer) restore(ctx context.Context) error {
 		{"machines", r.machines},
 		{"pods", r.pods},
 		{"workloads", r.workloads},
-		{"disruption budgets and autoscalers", r.policies},
+		{"services, quotas and limit ranges", r.namespaced},
+		{"disruption budgets, autoscalers and health checks", r.policies},
 	}
 	for _, s := range steps {
 		if err := s.fn(ctx); err != nil {
@@ -733,6 +759,7 @@ func restorePod(u *unstructured.Unstructured, speed float64) (*corev1.Pod, error
 // pods creates the service accounts the pods run as, then the pods:
 // those bound to a node first, then those the snapshot had pending.
 func (r *restorer) pods(ctx context.Context) error {
+	r.restored = map[string]restoredPod{}
 	var bound, pending []*corev1.Pod
 	accounts := map[[2]string]bool{}
 	for _, u := range r.objects("v1/pods") {
@@ -743,16 +770,15 @@ func (r *restorer) pods(ctx context.Context) error {
 		if p == nil {
 			continue
 		}
-		if r.restored == nil {
-			r.restored = map[string]restoredPod{}
-		}
-		r.restored[objectKey(p)] = restoredPod{node: p.Spec.NodeName}
 		if p.Spec.ServiceAccountName != "" {
 			accounts[[2]string{p.Namespace, p.Spec.ServiceAccountName}] = true
 		}
 		if p.Spec.NodeName != "" {
 			if _, ok := r.nodesByName[p.Spec.NodeName]; !ok {
-				return fmt.Errorf("pod %s is bound to node %s, which the snapshot does not have", objectKey(p), p.Spec.NodeName)
+				// Its node went while the snapshot was taken, or before
+				// the pod garbage collector came by: it deletes such
+				// pods, and so does the restore (a caveat says so).
+				continue
 			}
 			bound = append(bound, p)
 			if !r.stopped[p.Spec.NodeName] {
@@ -870,7 +896,8 @@ func (r *restorer) scaleWorkload(u *unstructured.Unstructured) error {
 // policies restores the PodDisruptionBudgets and the autoscalers, the
 // ClusterAutoscaler's delays divided by the speed.
 func (r *restorer) policies(ctx context.Context) error {
-	for _, key := range []string{"policy/v1/poddisruptionbudgets", "autoscaling.openshift.io/v1beta1/machineautoscalers", "autoscaling.openshift.io/v1/clusterautoscalers"} {
+	for _, key := range []string{"policy/v1/poddisruptionbudgets", "autoscaling.openshift.io/v1beta1/machineautoscalers", "autoscaling.openshift.io/v1/clusterautoscalers",
+		"autoscaling/v2/horizontalpodautoscalers", "machine.openshift.io/v1beta1/machinehealthchecks", "batch/v1/cronjobs"} {
 		res, _ := resourceByKey(key)
 		for _, u := range r.objects(key) {
 			u := u.DeepCopy()
@@ -878,10 +905,96 @@ func (r *restorer) policies(ctx context.Context) error {
 			if err := prepareApply(u, r.speed); err != nil {
 				return err
 			}
+			if err := prepareRestore(u, r.speed); err != nil {
+				return fmt.Errorf("%s %s: %w", res.Kind, objectKey(u), err)
+			}
 			if err := r.create(ctx, res, u, false); err != nil {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// namespaced restores what the pods' namespaces hold beside them, once
+// the pods are made (a quota or a limit range would otherwise judge the
+// restored pods as new ones): Services (with the addresses the private
+// cluster gives them; the API server's own is there already),
+// ResourceQuotas and LimitRanges.
+func (r *restorer) namespaced(ctx context.Context) error {
+	for _, key := range []string{"v1/services", "v1/resourcequotas", "v1/limitranges"} {
+		res, _ := resourceByKey(key)
+		for _, u := range r.objects(key) {
+			if u.GetDeletionTimestamp() != nil {
+				continue
+			}
+			u := u.DeepCopy()
+			cleanMeta(u)
+			if err := prepareRestore(u, r.speed); err != nil {
+				return fmt.Errorf("%s %s: %w", res.Kind, objectKey(u), err)
+			}
+			if err := r.create(ctx, res, u, res.Kind == "Service"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// mhcNodeStartupTimeout is a MachineHealthCheck's default
+// spec.nodeStartupTimeout, as OpenShift's.
+const mhcNodeStartupTimeout = 10 * time.Minute
+
+// prepareRestore readies a snapshot's object of a kind only a restore
+// makes: a Service without the cluster's addresses and node ports, a
+// MachineHealthCheck's timeouts divided by the speed, a CronJob
+// suspended (its schedule is on the cluster's clock, which a simulation
+// faster than real time does not keep).
+func prepareRestore(u *unstructured.Unstructured, speed float64) error {
+	switch u.GetKind() {
+	case "Service":
+		for _, f := range []string{"clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy", "healthCheckNodePort"} {
+			unstructured.RemoveNestedField(u.Object, "spec", f)
+		}
+		ports, _, _ := unstructured.NestedSlice(u.Object, "spec", "ports")
+		for _, p := range ports {
+			if pm, ok := p.(map[string]any); ok {
+				delete(pm, "nodePort")
+			}
+		}
+		if ports != nil {
+			return unstructured.SetNestedSlice(u.Object, ports, "spec", "ports")
+		}
+	case "MachineHealthCheck":
+		timeout := mhcNodeStartupTimeout
+		if v, ok, _ := unstructured.NestedString(u.Object, "spec", "nodeStartupTimeout"); ok && v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return fmt.Errorf("spec.nodeStartupTimeout %q: %w", v, err)
+			}
+			timeout = d
+		}
+		if err := unstructured.SetNestedField(u.Object, scaled(timeout, speed).String(), "spec", "nodeStartupTimeout"); err != nil {
+			return err
+		}
+		conds, _, _ := unstructured.NestedSlice(u.Object, "spec", "unhealthyConditions")
+		for i, c := range conds {
+			cm, _ := c.(map[string]any)
+			v, _ := cm["timeout"].(string)
+			if v == "" {
+				continue
+			}
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return fmt.Errorf("spec.unhealthyConditions[%d].timeout %q: %w", i, v, err)
+			}
+			cm["timeout"] = scaled(d, speed).String()
+		}
+		if conds != nil {
+			return unstructured.SetNestedSlice(u.Object, conds, "spec", "unhealthyConditions")
+		}
+	case "CronJob":
+		return unstructured.SetNestedField(u.Object, true, "spec", "suspend")
 	}
 	return nil
 }

@@ -32,8 +32,10 @@ import (
 const (
 	SnapshotAPIVersion = "capstan.dev/v1alpha1"
 	SnapshotKind       = "ClusterSnapshot"
-	// SnapshotFormat 2 added the cluster field and the Scheduler
-	// (config.openshift.io/v1 schedulers); a file of format 1 still loads.
+	// SnapshotFormat 2 added the cluster field, the Scheduler
+	// (config.openshift.io/v1 schedulers), Services, ResourceQuotas,
+	// LimitRanges, CronJobs, HorizontalPodAutoscalers and
+	// MachineHealthChecks; a file of format 1 still loads.
 	SnapshotFormat = 2
 )
 
@@ -68,6 +70,9 @@ var Resources = []Resource{
 	res("", "v1", "pods", "Pod", true),
 	res("", "v1", "persistentvolumes", "PersistentVolume", false),
 	res("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", true),
+	res("", "v1", "services", "Service", true),
+	res("", "v1", "resourcequotas", "ResourceQuota", true),
+	res("", "v1", "limitranges", "LimitRange", true),
 	res("storage.k8s.io", "v1", "storageclasses", "StorageClass", false),
 	res("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", false),
 	res("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", true),
@@ -76,9 +81,12 @@ var Resources = []Resource{
 	res("apps", "v1", "replicasets", "ReplicaSet", true),
 	res("apps", "v1", "statefulsets", "StatefulSet", true),
 	res("batch", "v1", "jobs", "Job", true),
+	res("batch", "v1", "cronjobs", "CronJob", true),
+	res("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", true),
 	res("machine.openshift.io", "v1beta1", "machines", "Machine", true),
 	res("machine.openshift.io", "v1beta1", "machinesets", "MachineSet", true),
 	res("machine.openshift.io", "v1", "controlplanemachinesets", "ControlPlaneMachineSet", true),
+	res("machine.openshift.io", "v1beta1", "machinehealthchecks", "MachineHealthCheck", true),
 	res("autoscaling.openshift.io", "v1beta1", "machineautoscalers", "MachineAutoscaler", true),
 	res("autoscaling.openshift.io", "v1", "clusterautoscalers", "ClusterAutoscaler", false),
 	res("machineconfiguration.openshift.io", "v1", "machineconfigpools", "MachineConfigPool", false),

@@ -241,7 +241,11 @@ func TestASnapshotLeaksNoSentinel(t *testing.T) {
 	pv.Object["spec"] = map[string]any{"capacity": map[string]any{"storage": "1Gi"},
 		"flexVolume": map[string]any{"driver": "d", "options": map[string]any{"password": sentinel}},
 		"csi":        map[string]any{"driver": "c", "volumeHandle": "h", "volumeAttributes": map[string]any{"token": sentinel}}}
-	objs := []unstructured.Unstructured{object("v1", "Node", "", "n"), newPod(), deploy, mc, pv}
+	// A CronJob's pods are two templates deep.
+	cron := object("batch/v1", "CronJob", "app", "report")
+	cron.Object["spec"] = map[string]any{"schedule": "@daily", "jobTemplate": map[string]any{"spec": map[string]any{
+		"template": map[string]any{"spec": map[string]any{"containers": []any{container()}}}}}}
+	objs := []unstructured.Unstructured{object("v1", "Node", "", "n"), newPod(), deploy, mc, pv, cron}
 
 	snap, _, err := SnapshotOf(objs, time.Now(), "test")
 	if err != nil {
@@ -297,16 +301,29 @@ func TestCaveatsNameWhatTheSimulationDoesNotReplace(t *testing.T) {
 		p.Object["spec"] = map[string]any{"schedulerName": scheduler}
 		return p
 	}
+	orphan := owned("agent-x", "DaemonSet", "agent")
+	orphan.Object["spec"] = map[string]any{"nodeName": "gone"}
+	old := object("v1", "Namespace", "", "old")
+	old.SetDeletionTimestamp(&metav1.Time{Time: time.Now()})
 	snap := &Snapshot{Objects: map[string][]unstructured.Unstructured{
-		"apps/v1/replicasets": {rs},
+		"autoscaling/v2/horizontalpodautoscalers": {object("autoscaling/v2", "HorizontalPodAutoscaler", "app", "web")},
+		"batch/v1/cronjobs":                       {object("batch/v1", "CronJob", "app", "report"), object("batch/v1", "CronJob", "app", "backup")},
+		"apps/v1/replicasets":                     {rs},
 		"v1/pods": {owned("web-1-a", "ReplicaSet", "web-1"), owned("vm-a", "VirtualMachineInstance", "vm"), owned("vm-b", "VirtualMachineInstance", "vm2"),
 			owned("gone-a", "StatefulSet", "gone"), owned("static", "Node", "n"), object("v1", "Pod", "app", "bare"),
-			scheduled("batch-a", "volcano"), scheduled("batch-b", "volcano"), scheduled("gpu", "gpu-scheduler"), scheduled("plain", "default-scheduler")},
+			scheduled("batch-a", "volcano"), scheduled("batch-b", "volcano"), scheduled("gpu", "gpu-scheduler"), scheduled("plain", "default-scheduler"), orphan},
+		"v1/nodes":      {object("v1", "Node", "", "n")},
+		"v1/namespaces": {old, object("v1", "Namespace", "", "app")},
+		"v1/services":   {object("v1", "Service", "old", "web"), object("v1", "Service", "app", "web")},
 	}}
 	got := caveats(snap)
 	want := []string{
 		"2 pods run by controllers the simulation does not run (VirtualMachineInstance 2): removed, they are not replaced, where the cluster would replace them",
 		"1 pod run by workloads the snapshot does not hold: removed, they are not replaced",
+		"1 object of 1 namespace being deleted: left out, as they go with it",
+		"1 pod bound to nodes the snapshot does not have (gone while it was taken, or awaiting the pod garbage collector): left out, as the collector deletes them",
+		"1 HorizontalPodAutoscaler: the simulation serves no pod metrics, so they keep their workloads' replicas between their minimum and maximum and do not scale on load",
+		"2 CronJobs restored suspended: their schedules follow the cluster's clock, which a simulation faster than real time does not keep",
 		"3 pods name schedulers the simulation does not run (gpu-scheduler 1, volcano 2): made again, they stay pending, where the cluster would place them",
 	}
 	if !slices.Equal(got, want) {

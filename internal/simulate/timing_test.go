@@ -51,3 +51,37 @@ func TestTheBootTimeIsTheSnapshotsOwn(t *testing.T) {
 		t.Errorf("no machine of a MachineSet: %s, %q", o.BootTime, line)
 	}
 }
+
+// The kinds only a restore makes are readied for the private cluster: a
+// Service loses the cluster's addresses, a MachineHealthCheck's timeouts
+// run at the speed, a CronJob is suspended.
+func TestRestoredServicesHealthChecksAndCronJobsAreReadied(t *testing.T) {
+	svc := object("v1", "Service", "shop", "web")
+	svc.Object["spec"] = map[string]any{"clusterIP": "172.30.4.1", "clusterIPs": []any{"172.30.4.1"}, "ipFamilies": []any{"IPv4", "IPv6"},
+		"type": "NodePort", "selector": map[string]any{"app": "web"}, "ports": []any{map[string]any{"port": int64(80), "nodePort": int64(30080)}}}
+	if err := prepareRestore(&svc, 10); err != nil {
+		t.Fatal(err)
+	}
+	spec := svc.Object["spec"].(map[string]any)
+	port := spec["ports"].([]any)[0].(map[string]any)
+	if spec["clusterIP"] != nil || spec["clusterIPs"] != nil || spec["ipFamilies"] != nil || port["nodePort"] != nil || port["port"] != int64(80) || spec["type"] != "NodePort" {
+		t.Errorf("service spec %v", spec)
+	}
+	mhc := object("machine.openshift.io/v1beta1", "MachineHealthCheck", "openshift-machine-api", "workers")
+	mhc.Object["spec"] = map[string]any{"unhealthyConditions": []any{map[string]any{"type": "Ready", "status": "Unknown", "timeout": "300s"}}}
+	if err := prepareRestore(&mhc, 10); err != nil {
+		t.Fatal(err)
+	}
+	if got := mhc.Object["spec"].(map[string]any); got["nodeStartupTimeout"] != "1m0s" || got["unhealthyConditions"].([]any)[0].(map[string]any)["timeout"] != "30s" {
+		t.Errorf("health check spec %v; want the 10m default and 300s at 10x", got)
+	}
+	mhc.Object["spec"] = map[string]any{"nodeStartupTimeout": "ten minutes"}
+	if err := prepareRestore(&mhc, 10); err == nil || !strings.Contains(err.Error(), `spec.nodeStartupTimeout "ten minutes"`) {
+		t.Errorf("a bad timeout: %v", err)
+	}
+	cj := object("batch/v1", "CronJob", "app", "report")
+	cj.Object["spec"] = map[string]any{"schedule": "*/5 * * * *"}
+	if err := prepareRestore(&cj, 10); err != nil || cj.Object["spec"].(map[string]any)["suspend"] != true {
+		t.Errorf("cron job %v, %v", cj.Object["spec"], err)
+	}
+}

@@ -35,8 +35,8 @@ import (
 // cluster on AWS that capstan never ran: a master and two four-CPU workers
 // in each of three zones, and 20 one-CPU web pods, four on each worker of
 // us-east-1a and three on the others. The workloads come as a second
-// file, as a second kubectl command would print them, with a Service,
-// which a snapshot does not hold.
+// file, as a second kubectl command would print them, with the web
+// Service and a ConfigMap, which a snapshot does not hold.
 func awsCluster(t *testing.T, dir string) []string {
 	t.Helper()
 	c := simulate.AWSCluster{Zones: []string{"us-east-1a", "us-east-1b", "us-east-1c"}, WorkersPerZone: 2, PodsPerWorker: []int{4, 3, 3},
@@ -55,7 +55,8 @@ func awsCluster(t *testing.T, dir string) []string {
 		}
 	}
 	workloads = append(workloads, map[string]any{"apiVersion": "v1", "kind": "Service", "metadata": map[string]any{"name": "web", "namespace": "shop"},
-		"spec": map[string]any{"ports": []any{map[string]any{"port": int64(80)}}}})
+		"spec": map[string]any{"ports": []any{map[string]any{"port": int64(80)}}, "selector": map[string]any{"app": "web"}}},
+		map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "web", "namespace": "shop"}, "data": map[string]any{"k": "v"}})
 	var files []string
 	for i, list := range [][]any{items, workloads} {
 		data, err := yaml.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "metadata": map[string]any{"resourceVersion": ""}, "items": list})
@@ -94,8 +95,8 @@ func TestSimulateAZoneOutageOnAKubectlSnapshotOfAnotherCluster(t *testing.T) {
 	snap := filepath.Join(dir, "snap.json")
 	// Anonymized: the outage plays out the same on renamed objects.
 	out := capstanOK(t, "simulate", "snapshot", "--anonymize", "--from", files[0], "--from", files[1], "-o", snap)
-	if !strings.Contains(out, "1 v1/Service") {
-		t.Errorf("the Service left out is not said: %s", out)
+	if !strings.Contains(out, "1 v1/ConfigMap") || strings.Contains(out, "v1/Service") {
+		t.Errorf("the ConfigMap left out (and the Service kept) is not said: %s", out)
 	}
 	if data, err := os.ReadFile(snap); err != nil || strings.Contains(string(data), "shop") || strings.Contains(string(data), "prod-worker") {
 		t.Fatalf("the snapshot is not anonymized (%v)", err)
