@@ -200,13 +200,32 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	if cp.kcmDone, err = cp.runControllerManager(runCtx); err != nil {
 		return nil, err
 	}
-	if cfg.KubernetesOnly {
-		return cp, nil
+	if !cfg.KubernetesOnly {
+		if err := InstallCRDs(ctx, cp.adminREST); err != nil {
+			return nil, fmt.Errorf("installing OpenShift CRDs: %w", err)
+		}
 	}
-	if err := InstallCRDs(ctx, cp.adminREST); err != nil {
-		return nil, fmt.Errorf("installing OpenShift CRDs: %w", err)
+	if err := cp.controllerManagerRuns(); err != nil {
+		return nil, err
 	}
 	return cp, nil
+}
+
+// controllerManagerRuns fails when kube-controller-manager has stopped
+// already: its Run returns an error on what it cannot set up (a
+// configuration registered twice in the process, say), and a control
+// plane without it runs no controller at all.
+func (cp *ControlPlane) controllerManagerRuns() error {
+	select {
+	case err := <-cp.kcmDone:
+		// Stop reads the result again.
+		done := make(chan error, 1)
+		done <- err
+		cp.kcmDone = done
+		return fmt.Errorf("kube-controller-manager stopped as it started: %v", err)
+	default:
+		return nil
+	}
 }
 
 func validateConfig(cfg Config) error {
