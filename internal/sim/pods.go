@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"time"
@@ -234,6 +235,39 @@ func (s *Simulator) terminationSeen(uid types.UID, now time.Time) time.Time {
 	return now
 }
 
+// RestoredStatusAnnotation on a pod carries, as JSON (RestoredStatus),
+// what the pod's status was in the snapshot a simulation restored it
+// from: the API server makes every pod without a status, and its kubelet
+// starts it so.
+const RestoredStatusAnnotation = "sim.capstan.dev/restored-status"
+
+// RestoredStatus is what a restored pod's kubelet keeps of its snapshot.
+type RestoredStatus struct {
+	// StartedAgoSeconds is how long before its start here the pod had
+	// started, in the simulation's real time (the snapshot's age divided
+	// by its speed).
+	StartedAgoSeconds float64 `json:"startedAgoSeconds"`
+	// Restarts are its containers' restart counts, by name.
+	Restarts map[string]int32 `json:"restarts,omitempty"`
+	// NotReady says it was running but not ready: it stays so, as a
+	// readiness probe that keeps failing keeps it.
+	NotReady bool `json:"notReady,omitempty"`
+}
+
+// restoredStatus is the pod's RestoredStatusAnnotation, nil without one
+// (or with one that does not parse: the pod then starts as any other).
+func restoredStatus(pod *corev1.Pod) *RestoredStatus {
+	raw := pod.Annotations[RestoredStatusAnnotation]
+	if raw == "" {
+		return nil
+	}
+	var rs RestoredStatus
+	if json.Unmarshal([]byte(raw), &rs) != nil {
+		return nil
+	}
+	return &rs
+}
+
 // startPod reports the pod's containers running and ready.
 func (s *Simulator) startPod(ctx context.Context, pod *corev1.Pod, inst *Instance, boot int) error {
 	podIP := inst.InternalIP
@@ -246,8 +280,17 @@ func (s *Simulator) startPod(ctx context.Context, pod *corev1.Pod, inst *Instanc
 	}
 	now := metav1.NewTime(s.opts.Clock.Now().Truncate(time.Second))
 	started := now
-	if pod.Status.StartTime != nil {
+	restored := restoredStatus(pod)
+	have := pod.Status.ContainerStatuses
+	switch {
+	case pod.Status.StartTime != nil:
 		started = *pod.Status.StartTime
+	case restored != nil:
+		// A pod a simulation restored starts as it ran in the snapshot.
+		started = metav1.NewTime(now.Add(-time.Duration(restored.StartedAgoSeconds * float64(time.Second))).Truncate(time.Second))
+		for name, n := range restored.Restarts {
+			have = append(have, corev1.ContainerStatus{Name: name, RestartCount: n})
+		}
 	}
 	// A full status update from the cached pod costs the apiserver far
 	// less than a patch; a stale cache only means a conflict and a retry.
@@ -261,8 +304,8 @@ func (s *Simulator) startPod(ctx context.Context, pod *corev1.Pod, inst *Instanc
 		corev1.ContainersReady, corev1.PodReady, corev1.PodScheduled} {
 		setPodCondition(st, t, now)
 	}
-	st.ContainerStatuses = containerStatuses(pod, pod.Status.ContainerStatuses, pod.Spec.Containers, started, now, boot, false)
-	if key, err := cache.MetaNamespaceKeyFunc(pod); err == nil && !s.probeReady(key) {
+	st.ContainerStatuses = containerStatuses(pod, have, pod.Spec.Containers, started, now, boot, false)
+	if key, err := cache.MetaNamespaceKeyFunc(pod); (err == nil && !s.probeReady(key)) || (restored != nil && restored.NotReady) {
 		// Running, not ready until its readiness probe says so.
 		setReadiness(st, false, now)
 		for i := range st.ContainerStatuses {

@@ -700,7 +700,7 @@ func (r *restorer) machines(ctx context.Context) error {
 // that has finished or is going: bound where it ran, its priority left
 // to admission, its service account token left to admission, and its
 // tolerations' and grace period's seconds divided by the speed.
-func restorePod(u *unstructured.Unstructured, speed float64) (*corev1.Pod, error) {
+func restorePod(u *unstructured.Unstructured, speed float64, takenAt time.Time) (*corev1.Pod, error) {
 	p, err := typed[corev1.Pod](u)
 	if err != nil {
 		return nil, err
@@ -713,6 +713,13 @@ func restorePod(u *unstructured.Unstructured, speed float64) (*corev1.Pod, error
 		if !strings.HasPrefix(k, "kubernetes.io/config.") {
 			ann[k] = v
 		}
+	}
+	if p.Spec.NodeName != "" && p.Status.Phase == corev1.PodRunning {
+		raw, err := json.Marshal(restoredStatusOf(p, speed, takenAt))
+		if err != nil {
+			return nil, err
+		}
+		ann[sim.RestoredStatusAnnotation] = string(raw)
 	}
 	out := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, Labels: p.Labels, Annotations: ann}, Spec: p.Spec}
 	s := &out.Spec
@@ -756,6 +763,31 @@ func restorePod(u *unstructured.Unstructured, speed float64) (*corev1.Pod, error
 	return out, nil
 }
 
+// restoredStatusOf is what the kubelet of a running pod keeps of its
+// snapshot: when it started, as long before the snapshot in simulated
+// time as it was in the cluster's; its containers' restarts; whether it
+// was not ready.
+func restoredStatusOf(p *corev1.Pod, speed float64, takenAt time.Time) sim.RestoredStatus {
+	var rs sim.RestoredStatus
+	if p.Status.StartTime != nil && takenAt.After(p.Status.StartTime.Time) {
+		rs.StartedAgoSeconds = takenAt.Sub(p.Status.StartTime.Time).Seconds() / speed
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.RestartCount > 0 {
+			if rs.Restarts == nil {
+				rs.Restarts = map[string]int32{}
+			}
+			rs.Restarts[cs.Name] = cs.RestartCount
+		}
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status != corev1.ConditionTrue {
+			rs.NotReady = true
+		}
+	}
+	return rs
+}
+
 // pods creates the service accounts the pods run as, then the pods:
 // those bound to a node first, then those the snapshot had pending.
 func (r *restorer) pods(ctx context.Context) error {
@@ -763,7 +795,7 @@ func (r *restorer) pods(ctx context.Context) error {
 	var bound, pending []*corev1.Pod
 	accounts := map[[2]string]bool{}
 	for _, u := range r.objects("v1/pods") {
-		p, err := restorePod(&u, r.speed)
+		p, err := restorePod(&u, r.speed, r.snap.TakenAt.Time)
 		if err != nil {
 			return err
 		}

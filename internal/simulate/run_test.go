@@ -303,7 +303,7 @@ func TestARestoredPodIsBoundWhereItRanWithItsTimesScaled(t *testing.T) {
 			Containers: []corev1.Container{{Name: "c", VolumeMounts: []corev1.VolumeMount{{Name: "kube-api-access-x1"}, {Name: "data"}}}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning},
 	}
-	out, err := restorePod(toUnstructured(t, p), 10)
+	out, err := restorePod(toUnstructured(t, p), 10, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,16 +323,31 @@ func TestARestoredPodIsBoundWhereItRanWithItsTimesScaled(t *testing.T) {
 	}
 	defaulted := p.DeepCopy()
 	defaulted.Spec.TerminationGracePeriodSeconds = nil
-	if out, err := restorePod(toUnstructured(t, defaulted), 10); err != nil || *out.Spec.TerminationGracePeriodSeconds != 3 {
+	if out, err := restorePod(toUnstructured(t, defaulted), 10, time.Now()); err != nil || *out.Spec.TerminationGracePeriodSeconds != 3 {
 		t.Errorf("a pod without a grace period: %v %v, want the default 30 s at 10x", out.Spec.TerminationGracePeriodSeconds, err)
 	}
 	if *p.Spec.Tolerations[0].TolerationSeconds != 300 {
 		t.Error("the snapshot's pod was changed")
 	}
+	// Its kubelet keeps what its status was: started 100 minutes before
+	// the snapshot (10 at 10x), restarted twice, not ready.
+	taken := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	unready := p.DeepCopy()
+	unready.Status.StartTime = &metav1.Time{Time: taken.Add(-100 * time.Minute)}
+	unready.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", RestartCount: 2}}
+	unready.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
+	out, err = restorePod(toUnstructured(t, unready), 10, taken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rs sim.RestoredStatus
+	if err := json.Unmarshal([]byte(out.Annotations[sim.RestoredStatusAnnotation]), &rs); err != nil || rs.StartedAgoSeconds != 600 || rs.Restarts["c"] != 2 || !rs.NotReady {
+		t.Errorf("restored status %+v (%v); want started 600 s ago, 2 restarts of c, not ready", rs, err)
+	}
 	for _, phase := range []corev1.PodPhase{corev1.PodSucceeded, corev1.PodFailed} {
 		done := p.DeepCopy()
 		done.Status.Phase = phase
-		if out, err := restorePod(toUnstructured(t, done), 10); err != nil || out != nil {
+		if out, err := restorePod(toUnstructured(t, done), 10, time.Now()); err != nil || out != nil {
 			t.Errorf("a %s pod restored: %v %v", phase, out, err)
 		}
 	}

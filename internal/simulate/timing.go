@@ -16,20 +16,32 @@ import (
 // Ready: a later transition is a reboot's or an outage's.
 const firstReadyWithin = 30 * time.Minute
 
+// installWindow is how long after its first Machine a cluster counts as
+// being installed: its Machines then wait for the control plane (or, in
+// capstan up, boot at once), and say nothing of how long one takes later.
+const installWindow = time.Hour
+
 // bootTimeOf is how long the snapshot's cluster took to make a Machine of
 // a MachineSet a Ready node: the median over its machines whose nodes
 // it holds, from the Machine's creation to the node's first Ready (or its
 // registration, when Ready turned later). Machines of no MachineSet (the
-// installer's) are left out: they wait for the bootstrap. ok is false
-// when no machine tells.
+// installer's) and those made while the cluster was installed
+// (installWindow) are left out. ok is false when no machine tells.
 func bootTimeOf(s *Snapshot) (median time.Duration, samples int, ok bool) {
 	nodesByName := map[string]*unstructured.Unstructured{}
 	for i, n := range s.Objects["v1/nodes"] {
 		nodesByName[n.GetName()] = &s.Objects["v1/nodes"][i]
 	}
+	machines := s.Objects["machine.openshift.io/v1beta1/machines"]
+	var first time.Time
+	for _, m := range machines {
+		if c := m.GetCreationTimestamp().Time; first.IsZero() || c.Before(first) {
+			first = c
+		}
+	}
 	var delays []time.Duration
-	for _, m := range s.Objects["machine.openshift.io/v1beta1/machines"] {
-		if !ownedByMachineSet(&m) {
+	for _, m := range machines {
+		if !ownedByMachineSet(&m) || m.GetCreationTimestamp().Time.Before(first.Add(installWindow)) {
 			continue
 		}
 		ref, _, _ := unstructured.NestedString(m.Object, "status", "nodeRef", "name")
@@ -77,5 +89,5 @@ func resolveBootTime(o *RunOptions) string {
 		return fmt.Sprintf("new instances become Ready nodes after %s, the median of the snapshot's %s of MachineSets from creation to Ready", d, plural(n, "machine"))
 	}
 	o.BootTime = DefaultBootTime
-	return fmt.Sprintf("new instances become Ready nodes after %s, the default: no machine of a MachineSet in the snapshot tells how long its cluster takes", DefaultBootTime)
+	return fmt.Sprintf("new instances become Ready nodes after %s, the default: no machine of a MachineSet made after the cluster's installation tells how long its cluster takes", DefaultBootTime)
 }

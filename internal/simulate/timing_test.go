@@ -10,30 +10,34 @@ import (
 
 // The boot time is what the snapshot's cluster took from a MachineSet's
 // Machine to its node's first Ready: the installer's machines, and a
-// Ready that turned long after the node registered (a reboot), say
-// nothing of it.
+// Ready that turned long after the node registered (a reboot), and the
+// machines of the installation, say nothing of it.
 func TestTheBootTimeIsTheSnapshotsOwn(t *testing.T) {
 	t0 := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
-	at := func(d time.Duration) string { return t0.Add(d).Format(time.RFC3339) }
 	s := validSnapshot()
 	s.Objects["v1/nodes"], s.Objects["machine.openshift.io/v1beta1/machines"] = nil, nil
-	add := func(name string, set bool, registered, ready time.Duration) {
+	addAt := func(name string, set bool, created time.Time, registered, ready time.Duration) {
 		m := object("machine.openshift.io/v1beta1", "Machine", "openshift-machine-api", name)
-		m.SetCreationTimestamp(metav1.NewTime(t0))
+		m.SetCreationTimestamp(metav1.NewTime(created))
 		if set {
 			m.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "machine.openshift.io/v1beta1", Kind: "MachineSet", Name: "workers", UID: "s"}})
 		}
 		m.Object["status"] = map[string]any{"nodeRef": map[string]any{"name": name}}
 		n := object("v1", "Node", "", name)
-		n.SetCreationTimestamp(metav1.NewTime(t0.Add(registered)))
-		n.Object["status"] = map[string]any{"conditions": []any{map[string]any{"type": "Ready", "status": "True", "lastTransitionTime": at(ready)}}}
+		n.SetCreationTimestamp(metav1.NewTime(created.Add(registered)))
+		n.Object["status"] = map[string]any{"conditions": []any{map[string]any{"type": "Ready", "status": "True",
+			"lastTransitionTime": created.Add(ready).Format(time.RFC3339)}}}
 		s.Objects["machine.openshift.io/v1beta1/machines"] = append(s.Objects["machine.openshift.io/v1beta1/machines"], m)
 		s.Objects["v1/nodes"] = append(s.Objects["v1/nodes"], n)
 	}
+	add := func(name string, set bool, registered, ready time.Duration) { addAt(name, set, t0, registered, ready) }
+	// The installation, hours before: the masters and the first workers
+	// wait for the control plane.
+	addAt("master-0", false, t0.Add(-5*time.Hour), 20*time.Minute, 21*time.Minute)
+	addAt("w-0", true, t0.Add(-5*time.Hour), 25*time.Minute, 26*time.Minute)
 	add("w-1", true, 3*time.Minute, 4*time.Minute)      // 4m
 	add("w-2", true, 2*time.Minute, 2*time.Minute+30e9) // 2m30s
 	add("w-3", true, 5*time.Minute, 3*time.Hour)        // rebooted since: 5m
-	add("master-0", false, 20*time.Minute, 21*time.Minute)
 	d, n, ok := bootTimeOf(s)
 	if !ok || n != 3 || d != 4*time.Minute {
 		t.Errorf("boot time %s of %d machines (%v); want the median 4m0s of the 3 machines of a MachineSet", d, n, ok)

@@ -414,6 +414,70 @@ func aMaster(t *testing.T, s *simulate.Snapshot) string {
 	return ""
 }
 
+// A pod that was not ready in the snapshot stays so in the simulation,
+// and counts against its disruption budget as it did in the cluster: one
+// web pod of four unready, a budget of one unavailable, and a drain of
+// the other zone's worker can evict nothing.
+func TestAnUnreadyPodOfTheSnapshotHoldsItsBudget(t *testing.T) {
+	dir := t.TempDir()
+	c := simulate.AWSCluster{Zones: []string{"us-east-1a", "us-east-1b"}, WorkersPerZone: 1, PodsPerWorker: []int{2, 2},
+		Created: time.Date(2026, 1, 5, 9, 0, 0, 0, time.UTC)}
+	objs, err := c.Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	workerA, unready := "", ""
+	nodeZone := map[string]string{}
+	for _, o := range objs {
+		if o.GetKind() == "Node" {
+			nodeZone[o.GetName()] = o.GetLabels()["topology.kubernetes.io/zone"]
+			if _, w := o.GetLabels()["node-role.kubernetes.io/worker"]; w && nodeZone[o.GetName()] == "us-east-1a" {
+				workerA = o.GetName()
+			}
+		}
+	}
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "Pod":
+			if node, _, _ := unstructured.NestedString(o.Object, "spec", "nodeName"); nodeZone[node] == "us-east-1b" && unready == "" {
+				unready = o.GetName()
+				if err := unstructured.SetNestedSlice(o.Object, []any{map[string]any{"type": "Ready", "status": "False", "reason": "ContainersNotReady"}}, "status", "conditions"); err != nil {
+					t.Fatal(err)
+				}
+			}
+		case "PodDisruptionBudget":
+			unstructured.RemoveNestedField(o.Object, "spec", "minAvailable")
+			if err := unstructured.SetNestedField(o.Object, int64(1), "spec", "maxUnavailable"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if workerA == "" || unready == "" {
+		t.Fatalf("worker %q, unready pod %q", workerA, unready)
+	}
+	snap, _, err := simulate.SnapshotOf(objs, c.Created, "the test's cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := snap.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	snapFile := filepath.Join(dir, "snap.json")
+	if err := os.WriteFile(snapFile, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rep, _ := testenv.SimulateRunStatus(t, "--snapshot", snapFile, "--change", "drain="+workerA, "--control=false", "--speed", "20", "--quiet", "3m")
+	if len(rep.BlockedDrains) != 1 || rep.BlockedDrains[0].Node != workerA || len(rep.BlockedDrains[0].Pods) != 2 || len(rep.Removed) != 0 {
+		t.Errorf("blocked drains %+v, removed %+v; want the drain of %s blocked with its 2 web pods, none evicted", rep.BlockedDrains, rep.Removed, workerA)
+	}
+	for _, a := range rep.Availability {
+		if a.Workload == "Deployment shop/web" && a.ReadyAtStart != 3 {
+			t.Errorf("web's availability %+v; want 3 of its 4 pods Ready at the start", a)
+		}
+	}
+}
+
 // A simulation of a drain on a snapshot of this cluster predicts what the
 // same drain then does to it: which pods leave, that the disruption
 // budget lets them go one at a time without blocking the drain, and on
