@@ -71,7 +71,13 @@ func start(t *testing.T, cfg etcd.Config, what string) *etcd.Cluster {
 	t.Helper()
 	c, err := etcd.Start(context.Background(), cfg)
 	if err != nil {
-		t.Fatalf("%s: %v", what, err)
+		// The temporary dir goes with the test: its log's end stays.
+		tail := ""
+		if raw, rerr := os.ReadFile(cfg.LogFile); rerr == nil {
+			lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
+			tail = strings.Join(lines[max(0, len(lines)-40):], "\n")
+		}
+		t.Fatalf("%s: %v\nthe end of %s:\n%s", what, err, cfg.LogFile, tail)
 	}
 	t.Cleanup(c.Stop)
 	return c

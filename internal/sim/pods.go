@@ -250,7 +250,8 @@ type RestoredStatus struct {
 	// Restarts are its containers' restart counts, by name.
 	Restarts map[string]int32 `json:"restarts,omitempty"`
 	// NotReady says it was running but not ready: it stays so, as a
-	// readiness probe that keeps failing keeps it.
+	// readiness probe that keeps failing keeps it (unless the simulation
+	// runs its probes: a Prober answers them).
 	NotReady bool `json:"notReady,omitempty"`
 }
 
@@ -305,7 +306,10 @@ func (s *Simulator) startPod(ctx context.Context, pod *corev1.Pod, inst *Instanc
 		setPodCondition(st, t, now)
 	}
 	st.ContainerStatuses = containerStatuses(pod, have, pod.Spec.Containers, started, now, boot, false)
-	if key, err := cache.MetaNamespaceKeyFunc(pod); (err == nil && !s.probeReady(key)) || (restored != nil && restored.NotReady) {
+	// A restored pod that was not ready stays so, unless the simulation
+	// runs its readiness probes: they decide, as the kubelet's would.
+	keptUnready := restored != nil && restored.NotReady && !s.probed(pod)
+	if key, err := cache.MetaNamespaceKeyFunc(pod); (err == nil && !s.probeReady(key)) || keptUnready {
 		// Running, not ready until its readiness probe says so.
 		setReadiness(st, false, now)
 		for i := range st.ContainerStatuses {
