@@ -52,16 +52,9 @@ func caveats(snap *Snapshot) []string {
 			missing++
 		}
 	}
-	if len(byKind) > 0 {
-		var kinds []string
-		n := 0
-		for k, c := range byKind {
-			kinds = append(kinds, fmt.Sprintf("%s %d", k, c))
-			n += c
-		}
-		sort.Strings(kinds)
+	if n, kinds := tally(byKind); n > 0 {
 		out = append(out, fmt.Sprintf("%s run by controllers the simulation does not run (%s): removed, they are not replaced, where the cluster would replace them",
-			plural(n, "pod"), strings.Join(kinds, ", ")))
+			plural(n, "pod"), kinds))
 	}
 	if missing > 0 {
 		out = append(out, fmt.Sprintf("%s run by workloads the snapshot does not hold: removed, they are not replaced", plural(missing, "pod")))
@@ -94,18 +87,23 @@ func caveats(snap *Snapshot) []string {
 		out = append(out, fmt.Sprintf("%s restored suspended: their schedules follow the cluster's clock, which a simulation faster than real time does not keep",
 			plural(n, "CronJob")))
 	}
-	if len(schedulers) > 0 {
-		var names []string
-		n := 0
-		for name, c := range schedulers {
-			names = append(names, fmt.Sprintf("%s %d", name, c))
-			n += c
-		}
-		sort.Strings(names)
+	if n, names := tally(schedulers); n > 0 {
 		out = append(out, fmt.Sprintf("%s name schedulers the simulation does not run (%s): made again, they stay pending, where the cluster would place them",
-			plural(n, "pod"), strings.Join(names, ", ")))
+			plural(n, "pod"), names))
 	}
 	return out
+}
+
+// tally sums counts by name, and lists them in name order ("a 2, b 1").
+func tally(counts map[string]int) (int, string) {
+	var names []string
+	n := 0
+	for name, c := range counts {
+		names = append(names, fmt.Sprintf("%s %d", name, c))
+		n += c
+	}
+	sort.Strings(names)
+	return n, strings.Join(names, ", ")
 }
 
 // controllerOf is the kind and name of an object's controller, if any.

@@ -2,7 +2,6 @@ package simulate
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 )
 
@@ -42,11 +41,14 @@ type NetEffect struct {
 	NodesRemoved  int `json:"nodesRemoved"`
 }
 
-func (p PendingPod) workload() string {
-	if p.Workload == "" {
-		return "pod " + p.Pod
+func (p PendingPod) workload() string { return workloadOr(p.Workload, p.Pod) }
+
+// workloadOr names a pod's workload, or, for a pod of none, the pod.
+func workloadOr(workload, pod string) string {
+	if workload == "" {
+		return "pod " + pod
 	}
-	return p.Workload
+	return workload
 }
 
 // total is how many things a run did: pods removed, placed and left
@@ -76,11 +78,7 @@ func (r *Report) compare(control *Report) {
 	c := &ControlRun{Duration: control.Duration, Calibration: control.Calibration, Removed: map[string]int{}, Pending: map[string]int{},
 		Placed: len(control.Placed), NodesNotReady: len(control.NodesNotReady), NodesAdded: len(control.NodesAdded), NodesRemoved: len(control.NodesRemoved)}
 	for _, p := range control.Removed {
-		w := p.Workload
-		if w == "" {
-			w = "pod " + p.Pod
-		}
-		c.Removed[w]++
+		c.Removed[workloadOr(p.Workload, p.Pod)]++
 	}
 	for _, p := range control.Pending {
 		if !p.AlreadyPending {
@@ -126,23 +124,13 @@ func (c *ControlRun) line() string {
 // did lists what the control run did.
 func (c *ControlRun) did() []string {
 	var out []string
-	count := func(m map[string]int) (int, string) {
-		var ws []string
-		n := 0
-		for w, k := range m {
-			n += k
-			ws = append(ws, fmt.Sprintf("%s %d", w, k))
-		}
-		sort.Strings(ws)
-		return n, strings.Join(ws, ", ")
-	}
-	if n, ws := count(c.Removed); n > 0 {
+	if n, ws := tally(c.Removed); n > 0 {
 		out = append(out, fmt.Sprintf("removed %s (%s)", plural(n, "pod"), ws))
 	}
 	if c.Placed > 0 {
 		out = append(out, fmt.Sprintf("placed %s", plural(c.Placed, "pod")))
 	}
-	if n, ws := count(c.Pending); n > 0 {
+	if n, ws := tally(c.Pending); n > 0 {
 		out = append(out, fmt.Sprintf("left %s pending (%s)", plural(n, "pod"), ws))
 	}
 	for _, nc := range []struct {

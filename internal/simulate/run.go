@@ -228,9 +228,10 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	if maxS := MaxSpeed(len(o.Snapshot.Objects["v1/nodes"])); o.Speed > maxS {
+	n := len(o.Snapshot.Objects["v1/nodes"])
+	if maxS := MaxSpeed(n); o.Speed > maxS {
 		fmt.Fprintf(o.Log, "Speed lowered from %gx to %gx: %d kubelets renew their leases four times per node monitor grace period, which shrinks with the speed\n",
-			o.Speed, maxS, len(o.Snapshot.Objects["v1/nodes"]))
+			o.Speed, maxS, n)
 		o.Speed = maxS
 	}
 	boot := resolveBootTime(&o)

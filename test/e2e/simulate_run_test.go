@@ -259,17 +259,9 @@ func TestAForeignSnapshotIsScheduledByKubeSchedulerWithItsProfile(t *testing.T) 
 		unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": "waiting", "namespace": "shop"},
 			"spec":   map[string]any{"containers": []any{map[string]any{"name": "w", "image": "quay.io/shop/w:1"}}},
 			"status": map[string]any{"phase": "Pending"}}})
-	snap, _, err := simulate.SnapshotOf(objs, c.Created, "the test's cluster")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b bytes.Buffer
-	if err := snap.Write(&b); err != nil {
-		t.Fatal(err)
-	}
-	snapFile := filepath.Join(dir, "snap.json")
+	snapFile := writeSnapshot(t, objs, c.Created, filepath.Join(dir, "snap.json"))
 	packer := filepath.Join(dir, "packer.yaml")
-	for f, data := range map[string]string{snapFile: b.String(), packer: `apiVersion: apps/v1
+	for f, data := range map[string]string{packer: `apiVersion: apps/v1
 kind: Deployment
 metadata: {name: packer, namespace: shop}
 spec:
@@ -402,6 +394,23 @@ func TestARestoreRollsNoStatefulSetOrDaemonSet(t *testing.T) {
 	}
 }
 
+// writeSnapshot writes the snapshot of objects to path, and returns path.
+func writeSnapshot(t *testing.T, objs []unstructured.Unstructured, takenAt time.Time, path string) string {
+	t.Helper()
+	snap, _, err := simulate.SnapshotOf(objs, takenAt, "the test's cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := snap.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // aMaster is a master node of a snapshot: cordoned, it evicts nothing.
 func aMaster(t *testing.T, s *simulate.Snapshot) string {
 	t.Helper()
@@ -455,18 +464,7 @@ func TestAnUnreadyPodOfTheSnapshotHoldsItsBudget(t *testing.T) {
 	if workerA == "" || unready == "" {
 		t.Fatalf("worker %q, unready pod %q", workerA, unready)
 	}
-	snap, _, err := simulate.SnapshotOf(objs, c.Created, "the test's cluster")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b bytes.Buffer
-	if err := snap.Write(&b); err != nil {
-		t.Fatal(err)
-	}
-	snapFile := filepath.Join(dir, "snap.json")
-	if err := os.WriteFile(snapFile, b.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	snapFile := writeSnapshot(t, objs, c.Created, filepath.Join(dir, "snap.json"))
 	rep, _ := testenv.SimulateRunStatus(t, "--snapshot", snapFile, "--change", "drain="+workerA, "--control=false", "--speed", "20", "--quiet", "3m")
 	if len(rep.BlockedDrains) != 1 || rep.BlockedDrains[0].Node != workerA || len(rep.BlockedDrains[0].Pods) != 2 || len(rep.Removed) != 0 {
 		t.Errorf("blocked drains %+v, removed %+v; want the drain of %s blocked with its 2 web pods, none evicted", rep.BlockedDrains, rep.Removed, workerA)
