@@ -20,8 +20,10 @@ import (
 func (s *Simulator) syncLease(ctx context.Context, name string) error {
 	_, node, running := s.kubeletRunning(name)
 	if !running || node == nil {
+		s.kubeletStopped(name)
 		return nil
 	}
+	s.kubeletRenewed(name)
 	now := metav1.NewMicroTime(s.opts.Clock.Now())
 	leases := s.client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
 	lease, err := s.leases.Leases(corev1.NamespaceNodeLease).Get(name)

@@ -68,6 +68,7 @@ var healthyStatus = map[corev1.NodeConditionType]corev1.ConditionStatus{
 func (s *Simulator) syncNode(ctx context.Context, name string) error {
 	inst, cm := s.instance(name)
 	if inst == nil {
+		s.kubeletStopped(name)
 		return nil
 	}
 	now := s.opts.Clock.Now()
@@ -76,6 +77,7 @@ func (s *Simulator) syncNode(ctx context.Context, name string) error {
 		s.nodeQueue.AddAfter(name, inst.BootedAt.Sub(now))
 		return nil
 	case InstanceShuttingDown:
+		s.kubeletStopped(name)
 		if !now.Before(*inst.TerminateAt) {
 			return s.cloud.remove(ctx, cm, inst)
 		}
@@ -93,6 +95,7 @@ func (s *Simulator) syncNode(ctx context.Context, name string) error {
 		s.reportInvalid(node, node.Name, bad)
 	}
 	if node.Annotations[NodeInstanceAnnotation] != inst.Name() || Stopped(node) {
+		s.kubeletStopped(name)
 		return nil
 	}
 	desired := s.nodeStatus(inst, node, now)

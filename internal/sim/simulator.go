@@ -18,6 +18,7 @@ import (
 	coordlisters "k8s.io/client-go/listers/coordination/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -46,6 +47,11 @@ type Options struct {
 	// Prober runs the readiness probes the simulation can answer (nil:
 	// every running container is ready).
 	Prober Prober
+	// Lost, when its grace is set, has the simulator declare the node of
+	// a stopped kubelet lost itself, when the node lifecycle controller
+	// would, so that the controller's own grace period can be longer
+	// (see lost.go).
+	Lost Lost
 	// Informers, when set, is a factory of node and pod informers shared
 	// with other components of the same process: the simulated kubelets
 	// read through it and leave shutting it down to its owner. Nothing
@@ -108,9 +114,18 @@ type Simulator struct {
 	probes  map[string]*probeState // pods whose readiness is probed, by key
 
 	events *eventReporter
+
+	lostQueue    workqueue.TypedRateLimitingInterface[string]
+	lostRecorder record.EventRecorder
+	lostMu       sync.Mutex
+	stoppedAt    map[string]time.Time // stopped kubelets, by node name
 }
 
 const podsByNodeIndex = "spec.nodeName"
+
+// lostWorkers declare lost nodes: as many as the node lifecycle
+// controller's workers that mark pods not ready.
+const lostWorkers = 8
 
 // New builds a simulator; Run starts it.
 func New(client kubernetes.Interface, opts Options) *Simulator {
@@ -128,7 +143,9 @@ func New(client kubernetes.Interface, opts Options) *Simulator {
 		images:      map[string]map[string]bool{},
 		probes:      map[string]*probeState{},
 		events:      newEventReporter(),
+		stoppedAt:   map[string]time.Time{},
 	}
+	s.lostRecorder = s.newLostRecorder()
 	s.simFactory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = InstanceLabel }))
 	s.leaseFactor = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(corev1.NamespaceNodeLease))
@@ -167,6 +184,7 @@ func New(client kubernetes.Interface, opts Options) *Simulator {
 	s.nodeQueue = workqueue.NewTypedRateLimitingQueueWithConfig(rl(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "sim-nodes", Clock: opts.Clock})
 	s.leaseQueue = workqueue.NewTypedRateLimitingQueueWithConfig(rl(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "sim-leases", Clock: opts.Clock})
 	s.podQueue = workqueue.NewTypedRateLimitingQueueWithConfig(rl(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "sim-pods", Clock: opts.Clock})
+	s.lostQueue = workqueue.NewTypedRateLimitingQueueWithConfig(rl(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "sim-lost", Clock: opts.Clock})
 
 	_, _ = cmInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { s.enqueueObject(s.nodeQueue, obj) },
@@ -194,6 +212,7 @@ func (s *Simulator) Run(ctx context.Context) error {
 	defer s.nodeQueue.ShutDown()
 	defer s.leaseQueue.ShutDown()
 	defer s.podQueue.ShutDown()
+	defer s.lostQueue.ShutDown()
 	if err := EnsureNamespace(ctx, s.client); err != nil {
 		return err
 	}
@@ -223,10 +242,12 @@ func (s *Simulator) Run(ctx context.Context) error {
 	run(s.opts.NodeWorkers, s.nodeQueue, s.syncNode)
 	run(s.opts.LeaseWorkers, s.leaseQueue, s.syncLease)
 	run(s.opts.PodWorkers, s.podQueue, s.syncPod)
+	run(lostWorkers, s.lostQueue, s.syncLost)
 	<-ctx.Done()
 	s.nodeQueue.ShutDown()
 	s.leaseQueue.ShutDown()
 	s.podQueue.ShutDown()
+	s.lostQueue.ShutDown()
 	wg.Wait()
 	s.simFactory.Shutdown()
 	s.leaseFactor.Shutdown()

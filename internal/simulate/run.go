@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"math"
 	"os"
 	"slices"
 	"sort"
@@ -51,26 +50,34 @@ const (
 	// as a cloud VM does.
 	DefaultBootTime = 3 * time.Minute
 
-	// minGraceWall is the shortest node monitor grace period a simulation
-	// runs with, in real time: a kubelet renews its lease every quarter of
-	// it, and a busy machine must not make a healthy node look lost.
-	minGraceWall = 2 * time.Second
 	// leaseWrites is how many lease renewals a second the simulation asks
-	// of the private API server at most.
-	leaseWrites = 400
+	// of the private API server at most: the kubelets of a large
+	// snapshot renew less often than every 10 s, in real time.
+	leaseWrites = 200
+	// kubeletRenewal is how often a kubelet renews its lease (a quarter
+	// of its 40 s lease), in the cluster simulated.
+	kubeletRenewal = 10 * time.Second
+	// maxSpeed is the fastest any simulation runs: the node lifecycle
+	// controller takes at most one node of a zone off its taint queue
+	// every 100 ms (real time), so its eviction rate of 0.1 nodes a
+	// second keeps its pace up to 100x.
+	maxSpeed = 100
 )
 
-// MaxSpeed is the fastest a simulation of n nodes runs: the node monitor
-// grace period (40 s) shrinks with the speed, and n kubelets renew their
-// leases four times in each. It is rounded down to a tenth, which is
-// how the run's speed is shown.
-func MaxSpeed(n int) float64 {
-	grace := 40 * time.Second
-	s := float64(grace) / float64(minGraceWall)
-	if n > 0 {
-		s = min(s, leaseWrites*grace.Seconds()/4/float64(n))
-	}
-	return max(math.Floor(s*10)/10, 1)
+// MaxSpeed is the fastest a simulation runs (see maxSpeed): the number
+// of nodes does not bound it, as the node lifecycle controller's grace
+// period stays in real seconds and the simulator declares lost only the
+// nodes whose kubelet stopped (sim.Lost).
+func MaxSpeed() float64 { return maxSpeed }
+
+// nodeLeases are the private cluster's lease timings for n nodes, in
+// real time: a kubelet's renewal interval of 10 s, or longer so that n
+// kubelets renew at most leaseWrites leases a second, a lease four
+// renewals long, and a node monitor grace period of two leases, which
+// only a kubelet whose renewals stop altogether outlasts.
+func nodeLeases(n int) (lease, grace time.Duration) {
+	renewal := max(kubeletRenewal, time.Duration(float64(n)/leaseWrites*float64(time.Second)))
+	return 4 * renewal, 8 * renewal
 }
 
 // RunOptions configure a simulation.
@@ -201,9 +208,16 @@ func clusterOptions(dir string, o *RunOptions) cluster.Options {
 	opts.MachineConfig = nil
 	cp := &opts.ControlPlane
 	s := o.Speed
+	// The node lifecycle controller's grace stays in real seconds at any
+	// speed, and the simulated kubelets declare a node lost when the
+	// controller would have, in simulated time (sim.Lost).
+	opts.Sim.Lost = sim.Lost{Grace: scaled(cp.NodeMonitorGracePeriod, s), MonitorPeriod: scaled(cp.NodeMonitorPeriod, s),
+		Renewal: scaled(kubeletRenewal, s)}
+	lease, grace := nodeLeases(len(o.Snapshot.Objects["v1/nodes"]))
+	opts.Sim.LeaseDuration = lease
 	cp.NodeMonitorPeriod = scaled(cp.NodeMonitorPeriod, s)
-	cp.NodeMonitorGracePeriod = scaled(cp.NodeMonitorGracePeriod, s)
-	cp.NodeStartupGracePeriod = scaled(cp.NodeStartupGracePeriod, s)
+	cp.NodeMonitorGracePeriod = max(cp.NodeMonitorGracePeriod, grace)
+	cp.NodeStartupGracePeriod = max(cp.NodeStartupGracePeriod, grace)
 	cp.NodeEvictionRate *= float32(s)
 	cp.SecondaryNodeEvictionRate *= float32(s)
 	cp.DefaultNotReadyTolerationSeconds = scaledSeconds(cp.DefaultNotReadyTolerationSeconds, s)
@@ -228,10 +242,9 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	n := len(o.Snapshot.Objects["v1/nodes"])
-	if maxS := MaxSpeed(n); o.Speed > maxS {
-		fmt.Fprintf(o.Log, "Speed lowered from %gx to %gx: %d kubelets renew their leases four times per node monitor grace period, which shrinks with the speed\n",
-			o.Speed, maxS, n)
+	if maxS := MaxSpeed(); o.Speed > maxS {
+		fmt.Fprintf(o.Log, "Speed lowered from %gx to %gx: the node lifecycle controller taints at most one node of a zone every 100 ms\n",
+			o.Speed, maxS)
 		o.Speed = maxS
 	}
 	boot := resolveBootTime(&o)

@@ -265,17 +265,18 @@ func TestScalingKeepsSomeTimeOfEveryDuration(t *testing.T) {
 			t.Errorf("%ds at 60x: %d, want %d", in, got, want)
 		}
 	}
-	if s := MaxSpeed(10); s != 20 {
-		t.Errorf("MaxSpeed(10) = %g, want 20 (a 2s grace period)", s)
+	if s := MaxSpeed(); s != 100 {
+		t.Errorf("MaxSpeed() = %g, want 100 (one taint a zone every 100 ms at 0.1 nodes a second)", s)
 	}
-	if s := MaxSpeed(1000); s != 4 {
-		t.Errorf("MaxSpeed(1000) = %g, want 4 (400 lease writes a second)", s)
-	}
-	if s := MaxSpeed(2001); s != 1.9 {
-		t.Errorf("MaxSpeed(2001) = %g, want 1.9 (rounded down to a tenth)", s)
-	}
-	if s := MaxSpeed(100000); s != 1 {
-		t.Errorf("MaxSpeed(100000) = %g, want real time", s)
+	for n, want := range map[int][2]time.Duration{
+		10:     {40 * time.Second, 80 * time.Second},
+		2000:   {40 * time.Second, 80 * time.Second},
+		5000:   {100 * time.Second, 200 * time.Second},
+		100000: {2000 * time.Second, 4000 * time.Second},
+	} {
+		if lease, grace := nodeLeases(n); lease != want[0] || grace != want[1] {
+			t.Errorf("nodeLeases(%d) = %s, %s; want %s, %s", n, lease, grace, want[0], want[1])
+		}
 	}
 }
 
