@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/capstan-dev/capstan/internal/simclock"
 	"strings"
 	"time"
 
@@ -145,7 +146,7 @@ func (a *Autoscaler) settleProvisioning(ctx context.Context, st *clusterState, s
 			switch {
 			case m.Status.Phase != nil && *m.Status.Phase == machinev1.PhaseFailed:
 				failed = append(failed, m)
-			case now.Sub(m.CreationTimestamp.Time) > st.cfg.MaxNodeProvisionTime:
+			case simclock.Elapsed(a.opts.Clock, m.CreationTimestamp.Time, now) > st.cfg.MaxNodeProvisionTime:
 				late = append(late, m)
 			}
 		}

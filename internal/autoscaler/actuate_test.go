@@ -91,12 +91,12 @@ func TestScaleDownDecidedTwiceOnAStaleCacheIsNotUndone(t *testing.T) {
 	}
 	kube := fake.NewClientset(nodes...)
 	a := &Autoscaler{opts: Options{Namespace: machine.Namespace, Clock: clocktesting.NewFakeClock(t0)}, client: kube, dynamic: dyn,
-		recorder: record.NewFakeRecorder(100), backoff: newBackoff(), written: map[string]int32{}}
+		recorder: record.NewFakeRecorder(100), backoff: newBackoff(nil), written: map[string]int32{}}
 	var all []*corev1.Pod
 	for _, ps := range f.pods {
 		all = append(all, ps...)
 	}
-	st := newClusterState(&f.cfg, f.fixture.nodes, all, f.fixture.sets, f.fixture.machines, fixtureNow)
+	st := newClusterState(&f.cfg, f.fixture.nodes, all, f.fixture.sets, f.fixture.machines, nil, fixtureNow)
 	status := &corev1.ObjectReference{Kind: "ConfigMap", Namespace: machine.Namespace, Name: StatusConfigMap}
 	ctx := context.Background()
 	if !a.executeScaleDown(ctx, st, plan, status) {
@@ -184,9 +184,9 @@ func TestUndoingAFailedScaleUp(t *testing.T) {
 				return false, nil, nil
 			})
 			a := &Autoscaler{opts: Options{Namespace: machine.Namespace, Clock: clocktesting.NewFakeClock(t0)}, client: fake.NewClientset(), dynamic: dyn,
-				recorder: record.NewFakeRecorder(100), backoff: newBackoff(), written: map[string]int32{}}
+				recorder: record.NewFakeRecorder(100), backoff: newBackoff(nil), written: map[string]int32{}}
 			cfg := DefaultConfig()
-			st := newClusterState(&cfg, nil, nil, []*machinev1.MachineSet{ms}, machines, t0)
+			st := newClusterState(&cfg, nil, nil, []*machinev1.MachineSet{ms}, machines, nil, t0)
 			status := &corev1.ObjectReference{Kind: "ConfigMap", Namespace: machine.Namespace, Name: StatusConfigMap}
 			if _, err := a.settleProvisioning(context.Background(), st, status); err != nil {
 				t.Fatalf("settleProvisioning failed the loop: %v", err)

@@ -9,6 +9,7 @@ package autoscaler
 import (
 	"context"
 	"fmt"
+	"github.com/capstan-dev/capstan/internal/simclock"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -178,12 +179,12 @@ func New(cfg *rest.Config, client kubernetes.Interface, opts Options) (*Autoscal
 		mfactory: machineinformers.NewSharedInformerFactoryWithOptions(mc, 0, machineinformers.WithNamespace(opts.Namespace), machineinformers.WithTransform(crcache.TransformStripManagedFields())),
 		trigger:  make(chan struct{}, 1),
 		rand:     rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
-		backoff:  newBackoff(),
+		backoff:  newBackoff(opts.Clock),
 		written:  map[string]int32{},
 		drains:   drains{nodes: map[string]*drainState{}},
 		podInfos: algorithm.NewPodInfos(),
-		podNotes: newNotes(5 * time.Minute),
-		cfgNotes: newNotes(5 * time.Minute),
+		podNotes: newNotes(5*time.Minute, opts.Clock),
+		cfgNotes: newNotes(5*time.Minute, opts.Clock),
 	}
 	if a.factory == nil {
 		a.factory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(crcache.TransformStripManagedFields()))
@@ -347,7 +348,7 @@ func (a *Autoscaler) RunOnce(ctx context.Context) (acted bool, err error) {
 	cool := ""
 	if cfg.ScaleDownEnabled {
 		downStart := time.Now()
-		cool = cooldown(&cfg, cm, now)
+		cool = cooldown(&cfg, cm, a.opts.Clock, now)
 		if down, err = a.planScaleDown(st, cm, plan); err != nil {
 			return false, err
 		}
@@ -399,7 +400,7 @@ func (a *Autoscaler) readState(cfg *Config) (*clusterState, error) {
 		return nil, err
 	}
 	a.podInfos.NextRound()
-	st := newClusterState(cfg, nodes, pods, sets, machines, a.opts.Clock.Now())
+	st := newClusterState(cfg, nodes, pods, sets, machines, a.opts.Clock, a.opts.Clock.Now())
 	st.podInfos = a.podInfos
 	return st, nil
 }
@@ -430,7 +431,7 @@ func (a *Autoscaler) planScaleUp(ctx context.Context, st *clusterState) (*ScaleU
 	}
 	return PlanScaleUp(&ScaleUpInput{
 		Config: st.cfg, Algorithm: a.alg, Snapshot: st.snapshot(a.alg, a.listers), Expendable: st.expendableOn(),
-		Groups: st.groups, Usage: st.usage, Pending: youngPodsLeftOut(st.pending, st.cfg.NewPodScaleUpDelay, now),
+		Groups: st.groups, Usage: st.usage, Pending: youngPodsLeftOut(st.pending, st.cfg.NewPodScaleUpDelay, a.opts.Clock, now),
 		BackedOff:  func(id string) (bool, string) { return a.backoff.backedOff(id, now) },
 		Expander:   exp,
 		DaemonSets: daemonSets,
@@ -473,13 +474,13 @@ func (a *Autoscaler) rememberScaleUp(id string, size int) {
 }
 
 // youngPodsLeftOut drops pods created less than delay ago.
-func youngPodsLeftOut(pods []*corev1.Pod, delay time.Duration, now time.Time) []*corev1.Pod {
+func youngPodsLeftOut(pods []*corev1.Pod, delay time.Duration, c clock.PassiveClock, now time.Time) []*corev1.Pod {
 	if delay <= 0 {
 		return pods
 	}
 	var out []*corev1.Pod
 	for _, p := range pods {
-		if now.Sub(p.CreationTimestamp.Time) >= delay {
+		if simclock.Elapsed(c, p.CreationTimestamp.Time, now) >= delay {
 			out = append(out, p)
 		}
 	}

@@ -1,6 +1,8 @@
 package autoscaler
 
 import (
+	"github.com/capstan-dev/capstan/internal/simclock"
+	"k8s.io/utils/clock"
 	"sync"
 	"time"
 )
@@ -24,10 +26,13 @@ type backoffEntry struct {
 // backoff tracks node groups that failed to scale up.
 type backoff struct {
 	mu      sync.Mutex
+	clock   clock.PassiveClock
 	entries map[string]*backoffEntry
 }
 
-func newBackoff() *backoff { return &backoff{entries: map[string]*backoffEntry{}} }
+func newBackoff(c clock.PassiveClock) *backoff {
+	return &backoff{clock: c, entries: map[string]*backoffEntry{}}
+}
 
 // fail records a failed scale-up of group id at now, and returns until
 // when it is backed off.
@@ -36,13 +41,13 @@ func (b *backoff) fail(id, reason string, now time.Time) time.Time {
 	defer b.mu.Unlock()
 	e := b.entries[id]
 	switch {
-	case e == nil || now.Sub(e.lastFailure) > backoffResetAfter:
+	case e == nil || simclock.Elapsed(b.clock, e.lastFailure, now) > backoffResetAfter:
 		e = &backoffEntry{duration: initialBackoff}
 		b.entries[id] = e
 	case now.After(e.until):
 		e.duration = min(2*e.duration, maxBackoff)
 	}
-	e.until, e.lastFailure, e.reason = now.Add(e.duration), now, reason
+	e.until, e.lastFailure, e.reason = simclock.Add(b.clock, now, e.duration), now, reason
 	return e.until
 }
 
@@ -62,6 +67,7 @@ func (b *backoff) backedOff(id string, now time.Time) (bool, string) {
 // loop.
 type notes struct {
 	mu     sync.Mutex
+	clock  clock.PassiveClock
 	repeat time.Duration
 	said   map[string]note
 }
@@ -71,14 +77,16 @@ type note struct {
 	at  time.Time
 }
 
-func newNotes(repeat time.Duration) *notes { return &notes{repeat: repeat, said: map[string]note{}} }
+func newNotes(repeat time.Duration, c clock.PassiveClock) *notes {
+	return &notes{clock: c, repeat: repeat, said: map[string]note{}}
+}
 
 // changed reports whether msg is to be said of key now, and notes it.
 func (n *notes) changed(key, msg string, now time.Time) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	last, ok := n.said[key]
-	if ok && last.msg == msg && now.Sub(last.at) < n.repeat {
+	if ok && last.msg == msg && simclock.Elapsed(n.clock, last.at, now) < n.repeat {
 		return false
 	}
 	n.said[key] = note{msg: msg, at: now}

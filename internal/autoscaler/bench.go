@@ -151,7 +151,7 @@ func (c *BenchCluster) RunScaleDownLoop(cfg *Config) (BenchLoop, error) {
 // readState does.
 func (c *BenchCluster) state(cfg *Config, now time.Time) *clusterState {
 	c.podInfos.NextRound()
-	st := newClusterState(cfg, c.Nodes, c.Pods, c.Sets, c.Machines, now)
+	st := newClusterState(cfg, c.Nodes, c.Pods, c.Sets, c.Machines, nil, now)
 	st.podInfos = c.podInfos
 	return st
 }

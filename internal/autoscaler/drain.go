@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/capstan-dev/capstan/internal/simclock"
+	"math"
 	"sync"
 	"time"
 
@@ -105,6 +107,10 @@ func (a *Autoscaler) startDrain(ctx context.Context, v *NodeVerdict, maxGrace ti
 // be gone.
 func (a *Autoscaler) drainNode(ctx context.Context, node string, pods []*corev1.Pod, maxGrace time.Duration) error {
 	opts := a.opts.Drain
+	c := a.opts.Clock
+	// The pods' grace periods are what their kubelets wait, real time in
+	// a simulation; the ClusterAutoscaler's maximum is the cluster's.
+	maxGrace = simclock.Real(c, maxGrace)
 	longest := time.Duration(0)
 	var evicted []*corev1.Pod
 	for _, p := range pods {
@@ -115,7 +121,7 @@ func (a *Autoscaler) drainNode(ctx context.Context, node string, pods []*corev1.
 		if p.Spec.TerminationGracePeriodSeconds != nil {
 			grace = *p.Spec.TerminationGracePeriodSeconds
 		}
-		grace = min(grace, int64(maxGrace/time.Second))
+		grace = min(grace, int64(math.Ceil(maxGrace.Seconds())))
 		longest = max(longest, time.Duration(grace)*time.Second)
 		if err := a.evict(ctx, p, grace, opts); err != nil {
 			a.recorder.Eventf(p, corev1.EventTypeWarning, ReasonScaleDownFailed, "failed to delete pod for ScaleDown")
@@ -124,7 +130,7 @@ func (a *Autoscaler) drainNode(ctx context.Context, node string, pods []*corev1.
 		a.recorder.Event(p, corev1.EventTypeNormal, ReasonScaleDown, "deleting pod for node scale down")
 		evicted = append(evicted, p)
 	}
-	deadline := time.Now().Add(longest + opts.PodEvictionHeadroom)
+	deadline := simclock.Add(c, c.Now().Add(longest), opts.PodEvictionHeadroom)
 	for {
 		var left []string
 		for _, p := range evicted {
@@ -136,13 +142,13 @@ func (a *Autoscaler) drainNode(ctx context.Context, node string, pods []*corev1.
 		if len(left) == 0 {
 			return nil
 		}
-		if time.Now().After(deadline) {
+		if c.Now().After(deadline) {
 			return fmt.Errorf("failed to drain node %s: pods remaining after timeout: %v", node, left)
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(time.Second):
+		case <-c.After(time.Second):
 		}
 	}
 }
@@ -150,7 +156,8 @@ func (a *Autoscaler) drainNode(ctx context.Context, node string, pods []*corev1.
 // evict evicts one pod with a grace period, trying again while the
 // eviction is refused, up to the pod eviction time.
 func (a *Autoscaler) evict(ctx context.Context, p *corev1.Pod, grace int64, opts DrainOptions) error {
-	deadline := time.Now().Add(opts.MaxPodEvictionTime)
+	c := a.opts.Clock
+	deadline := simclock.Add(c, c.Now(), opts.MaxPodEvictionTime)
 	for {
 		err := a.client.PolicyV1().Evictions(p.Namespace).Evict(ctx, &policyv1.Eviction{
 			ObjectMeta:    metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
@@ -159,14 +166,14 @@ func (a *Autoscaler) evict(ctx context.Context, p *corev1.Pod, grace int64, opts
 		if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 			return nil
 		}
-		if time.Now().Add(opts.EvictionRetryTime).After(deadline) {
+		if simclock.Add(c, c.Now(), opts.EvictionRetryTime).After(deadline) {
 			return fmt.Errorf("failed to evict pod %s/%s within allowed timeout (last error: %w)", p.Namespace, p.Name, err)
 		}
 		klog.FromContext(ctx).V(2).Info("Eviction refused; trying again", "pod", klog.KObj(p), "err", err)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(opts.EvictionRetryTime):
+		case <-c.After(opts.EvictionRetryTime):
 		}
 	}
 }

@@ -2,6 +2,8 @@ package autoscaler
 
 import (
 	"fmt"
+	"github.com/capstan-dev/capstan/internal/simclock"
+	"k8s.io/utils/clock"
 	"strings"
 	"time"
 
@@ -60,9 +62,10 @@ const (
 
 // drainContext is what the rules consult besides the pod.
 type drainContext struct {
-	cfg  *Config
-	now  time.Time
-	pdbs []*policyv1.PodDisruptionBudget
+	cfg   *Config
+	now   time.Time
+	clock clock.PassiveClock
+	pdbs  []*policyv1.PodDisruptionBudget
 	// controllerExists says whether a pod's controller is still there.
 	controllerExists func(ns string, ref *metav1.OwnerReference) bool
 }
@@ -97,7 +100,10 @@ func (d *drainContext) drainability(p *corev1.Pod) (drainOutcome, *Blocker) {
 		if p.DeletionGracePeriodSeconds != nil {
 			grace = time.Duration(*p.DeletionGracePeriodSeconds) * time.Second
 		}
-		if d.now.After(p.DeletionTimestamp.Add(grace + 30*time.Second)) {
+		// The pod's grace is real time in a simulation (the restore
+		// divides it by the speed); the 30 s beyond it is the
+		// autoscaler's.
+		if d.now.After(simclock.Add(d.clock, p.DeletionTimestamp.Add(grace), 30*time.Second)) {
 			return drainSkip, nil
 		}
 	}

@@ -86,7 +86,7 @@ func FuzzNodeGroupAnnotations(f *testing.F) {
 				ms.Annotations[k] = v
 			}
 		}
-		groups, bad := NodeGroups([]*machinev1.MachineSet{ms}, nil, nil, fixtureNow, MaxNodeStartupTime)
+		groups, bad := NodeGroups([]*machinev1.MachineSet{ms}, nil, nil, nil, fixtureNow, MaxNodeStartupTime)
 		if len(groups)+len(bad) > 1 {
 			t.Fatalf("one MachineSet gave %d groups and %d bad ones", len(groups), len(bad))
 		}
@@ -128,7 +128,7 @@ func FuzzMachineAutoscaler(f *testing.F) {
 		if _, err := setBounds(ms, ma); err != nil {
 			t.Fatalf("setBounds on an unowned MachineSet: %v", err)
 		}
-		groups, bad := NodeGroups([]*machinev1.MachineSet{ms}, nil, nil, fixtureNow, MaxNodeStartupTime)
+		groups, bad := NodeGroups([]*machinev1.MachineSet{ms}, nil, nil, nil, fixtureNow, MaxNodeStartupTime)
 		minR, maxR := int(ma.Spec.MinReplicas), int(ma.Spec.MaxReplicas)
 		switch {
 		case minR < 0 || maxR < 0 || maxR < minR:

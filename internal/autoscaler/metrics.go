@@ -1,6 +1,7 @@
 package autoscaler
 
 import (
+	"github.com/capstan-dev/capstan/internal/simclock"
 	"sync/atomic"
 	"time"
 
@@ -81,7 +82,7 @@ func unregisteredMachines(st *clusterState, now time.Time) (unregistered, long i
 			if !m.DeletionTimestamp.IsZero() || m.Status.NodeRef != nil || m.Spec.ProviderID == nil {
 				continue
 			}
-			if now.Sub(m.CreationTimestamp.Time) > st.cfg.MaxNodeProvisionTime {
+			if simclock.Elapsed(st.clock, m.CreationTimestamp.Time, now) > st.cfg.MaxNodeProvisionTime {
 				long++
 			} else {
 				unregistered++

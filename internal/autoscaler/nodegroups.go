@@ -2,6 +2,8 @@ package autoscaler
 
 import (
 	"fmt"
+	"github.com/capstan-dev/capstan/internal/simclock"
+	"k8s.io/utils/clock"
 	"path"
 	"sort"
 	"strconv"
@@ -127,7 +129,7 @@ type BadGroup struct {
 // nodes to them, as of now: a node not ready is starting while younger
 // than maxStartup. MachineSets with unusable annotations are
 // returned apart, with why.
-func NodeGroups(sets []*machinev1.MachineSet, machines []*machinev1.Machine, all []*corev1.Node, now time.Time, maxStartup time.Duration) ([]*NodeGroup, []BadGroup) {
+func NodeGroups(sets []*machinev1.MachineSet, machines []*machinev1.Machine, all []*corev1.Node, c clock.PassiveClock, now time.Time, maxStartup time.Duration) ([]*NodeGroup, []BadGroup) {
 	nodesByName := make(map[string]*corev1.Node, len(all))
 	for _, n := range all {
 		nodesByName[n.Name] = n
@@ -183,7 +185,7 @@ func NodeGroups(sets []*machinev1.MachineSet, machines []*machinev1.Machine, all
 		if m.Status.NodeRef != nil && m.DeletionTimestamp.IsZero() {
 			switch n := nodesByName[m.Status.NodeRef.Name]; {
 			case n == nil:
-			case !NodeReady(n) && now.Sub(sim.NodeCreated(n)) < maxStartup:
+			case !NodeReady(n) && simclock.Elapsed(c, sim.NodeCreated(n), now) < maxStartup:
 				g.NotStarted = append(g.NotStarted, n)
 			default:
 				g.Nodes = append(g.Nodes, n)

@@ -22,7 +22,7 @@ func TestNodeGroupsFromAnnotations(t *testing.T) {
 	badMin := machineSet("bad-min", "capstan.large", "", 0, 0, 3)
 	badMin.Annotations[MinSizeAnnotation] = "one"
 	inverted := machineSet("inverted", "capstan.large", "", 0, 4, 2)
-	groups, bad := NodeGroups([]*machinev1.MachineSet{ok, noMax, zero, badMin, inverted}, nil, nil, fixtureNow, MaxNodeStartupTime)
+	groups, bad := NodeGroups([]*machinev1.MachineSet{ok, noMax, zero, badMin, inverted}, nil, nil, nil, fixtureNow, MaxNodeStartupTime)
 	if len(groups) != 1 || groups[0].ID != "MachineSet/openshift-machine-api/ok" || groups[0].Min != 1 || groups[0].Max != 3 || groups[0].Upcoming() != 1 {
 		t.Fatalf("groups %v", groups)
 	}

@@ -2,6 +2,8 @@ package autoscaler
 
 import (
 	"fmt"
+	"github.com/capstan-dev/capstan/internal/simclock"
+	"k8s.io/utils/clock"
 	"sort"
 	"strings"
 	"time"
@@ -40,6 +42,9 @@ type ScaleDownInput struct {
 	// recorded on the nodes.
 	UnneededSince map[string]time.Time
 	Now           time.Time
+	// Clock measures the time from one instant to another (nil: the
+	// real clock's).
+	Clock clock.PassiveClock
 	// Cooldown, when not empty, says why no node may go this loop.
 	Cooldown string
 	// PodInfos caches the pods' requests from loop to loop (nil: none).
@@ -102,7 +107,7 @@ func PlanScaleDown(in *ScaleDownInput) *ScaleDownPlan {
 			groupOf[n.Name] = g
 		}
 	}
-	drain := &drainContext{cfg: in.Config, now: in.Now, pdbs: in.PDBs, controllerExists: in.ControllerExists}
+	drain := &drainContext{cfg: in.Config, now: in.Now, clock: in.Clock, pdbs: in.PDBs, controllerExists: in.ControllerExists}
 	budget := map[string]int32{}
 	for _, pdb := range in.PDBs {
 		budget[pdb.Namespace+"/"+pdb.Name] = pdb.Status.DisruptionsAllowed
@@ -204,8 +209,8 @@ func PlanScaleDown(in *ScaleDownInput) *ScaleDownPlan {
 		if s, ok := in.UnneededSince[ni.Name]; ok && !s.After(in.Now) {
 			v.Since = s
 		}
-		if wait, unready := in.unneededTime(v); in.Now.Sub(v.Since) < wait {
-			d := in.Now.Sub(v.Since)
+		if wait, unready := in.unneededTime(v); simclock.Elapsed(in.Clock, v.Since, in.Now) < wait {
+			d := simclock.Elapsed(in.Clock, v.Since, in.Now)
 			if unready {
 				v.Reason, v.Code = fmt.Sprintf("unready and unneeded for %s of %s", shortDuration(d), shortDuration(wait)), "NotUnreadyLongEnough"
 			} else {
@@ -237,9 +242,9 @@ func PlanScaleDown(in *ScaleDownInput) *ScaleDownPlan {
 		budgetLeft--
 		drained = drained || !v.Empty
 		v.Remove = true
-		v.Reason = "removable: unneeded for " + shortDuration(in.Now.Sub(v.Since))
+		v.Reason = "removable: unneeded for " + shortDuration(simclock.Elapsed(in.Clock, v.Since, in.Now))
 		if v.Unready {
-			v.Reason = "removable: unready and unneeded for " + shortDuration(in.Now.Sub(v.Since))
+			v.Reason = "removable: unready and unneeded for " + shortDuration(simclock.Elapsed(in.Clock, v.Since, in.Now))
 		}
 		removedPerGroup[g]++
 		usage.Add(node, -1)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/capstan-dev/capstan/internal/simclock"
+	"k8s.io/utils/clock"
 	"strconv"
 	"strings"
 	"time"
@@ -57,8 +59,8 @@ func stamped(cm *corev1.ConfigMap, key string) time.Time {
 }
 
 // cooldown says why scale-down may not remove nodes now, or "".
-func cooldown(cfg *Config, cm *corev1.ConfigMap, now time.Time) string {
-	for _, c := range []struct {
+func cooldown(cfg *Config, cm *corev1.ConfigMap, c clock.PassiveClock, now time.Time) string {
+	for _, d := range []struct {
 		key, field string
 		delay      time.Duration
 	}{
@@ -66,8 +68,8 @@ func cooldown(cfg *Config, cm *corev1.ConfigMap, now time.Time) string {
 		{lastScaleDownAnnotation, "delayAfterDelete", cfg.DelayAfterDelete},
 		{lastScaleDownFailAnnotaton, "delayAfterFailure", cfg.DelayAfterFailure},
 	} {
-		if t := stamped(cm, c.key); !t.IsZero() && now.Before(t.Add(c.delay)) {
-			return fmt.Sprintf("scale-down is in cooldown until %s (%s %s)", t.Add(c.delay).UTC().Format(time.RFC3339), c.field, c.delay)
+		if t := stamped(cm, d.key); !t.IsZero() && now.Before(simclock.Add(c, t, d.delay)) {
+			return fmt.Sprintf("scale-down is in cooldown until %s (%s %s)", simclock.Add(c, t, d.delay).UTC().Format(time.RFC3339), d.field, d.delay)
 		}
 	}
 	return ""
@@ -95,7 +97,7 @@ func (a *Autoscaler) planScaleDown(st *clusterState, cm *corev1.ConfigMap, up *S
 		}
 	}
 	in := st.scaleDownInput(a.alg, a.listers, arriving, now)
-	in.PDBs, in.ControllerExists, in.Cooldown = pdbs, a.controllerExists, cooldown(st.cfg, cm, now)
+	in.PDBs, in.ControllerExists, in.Cooldown = pdbs, a.controllerExists, cooldown(st.cfg, cm, a.opts.Clock, now)
 	return PlanScaleDown(in), nil
 }
 
@@ -129,7 +131,7 @@ func (st *clusterState) scaleDownInput(alg *algorithm.Algorithm, l algorithm.Lis
 	return &ScaleDownInput{
 		Config: st.cfg, Algorithm: alg, Snapshot: st.snapshot(alg, l, arriving...),
 		Groups: st.groups, Pods: st.podsByNode(arriving...), Usage: usage, Deleting: deleting,
-		UnneededSince: since, Now: now, PodInfos: st.podInfos,
+		UnneededSince: since, Now: now, Clock: st.clock, PodInfos: st.podInfos,
 	}
 }
 
@@ -388,7 +390,7 @@ func (a *Autoscaler) cleanUpStaleDeletions(ctx context.Context, st *clusterState
 		}
 		if minAge > 0 {
 			since, ok := toBeDeletedSince(n)
-			if !ok || now.Sub(since) < minAge {
+			if !ok || simclock.Elapsed(a.opts.Clock, since, now) < minAge {
 				continue
 			}
 		}

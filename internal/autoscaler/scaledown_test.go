@@ -60,7 +60,7 @@ func (f *downFixture) plan(t *testing.T) *ScaleDownPlan {
 	for _, ps := range f.pods {
 		all = append(all, ps...)
 	}
-	st := newClusterState(&f.cfg, f.fixture.nodes, all, f.fixture.sets, f.fixture.machines, fixtureNow)
+	st := newClusterState(&f.cfg, f.fixture.nodes, all, f.fixture.sets, f.fixture.machines, nil, fixtureNow)
 	in := st.scaleDownInput(alg, algorithm.Listers{}, nil, t0)
 	in.PDBs, in.Cooldown = f.pdbs, f.cooldown
 	in.ControllerExists = func(ns string, ref *metav1.OwnerReference) bool { return !f.missing[ref.Name] }

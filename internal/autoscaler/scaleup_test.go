@@ -108,7 +108,7 @@ func (f *fixture) state() *clusterState {
 			all = append(all, p)
 		}
 	}
-	st := newClusterState(&f.cfg, f.nodes, append(all, f.nominated...), f.sets, f.machines, fixtureNow)
+	st := newClusterState(&f.cfg, f.nodes, append(all, f.nominated...), f.sets, f.machines, nil, fixtureNow)
 	st.pending = f.pending
 	return st
 }

@@ -1,6 +1,7 @@
 package autoscaler
 
 import (
+	"k8s.io/utils/clock"
 	"time"
 
 	machinev1 "github.com/openshift/api/machine/v1beta1"
@@ -13,6 +14,8 @@ import (
 // clusterState is what one loop reads of the cluster, put together once.
 type clusterState struct {
 	cfg *Config
+	// clock measures the time between instants (see simclock).
+	clock clock.PassiveClock
 	// nodes are the registered nodes, less those of node groups that
 	// have not started (see NodeGroup.NotStarted).
 	nodes    []*corev1.Node
@@ -37,9 +40,9 @@ type clusterState struct {
 	podInfos *algorithm.PodInfos
 }
 
-func newClusterState(cfg *Config, all []*corev1.Node, pods []*corev1.Pod, sets []*machinev1.MachineSet, machines []*machinev1.Machine, now time.Time) *clusterState {
-	s := &clusterState{cfg: cfg, sets: sets, machines: machines}
-	s.groups, s.bad = NodeGroups(sets, machines, all, now, cfg.MaxNodeStartupTime)
+func newClusterState(cfg *Config, all []*corev1.Node, pods []*corev1.Pod, sets []*machinev1.MachineSet, machines []*machinev1.Machine, c clock.PassiveClock, now time.Time) *clusterState {
+	s := &clusterState{cfg: cfg, sets: sets, machines: machines, clock: c}
+	s.groups, s.bad = NodeGroups(sets, machines, all, c, now, cfg.MaxNodeStartupTime)
 	for _, g := range s.groups {
 		g.Template = sanitizeTemplate(g.Template, cfg.StartupTaints)
 	}

@@ -3,6 +3,8 @@ package machine
 import (
 	"context"
 	"fmt"
+	"github.com/capstan-dev/capstan/internal/simclock"
+	"k8s.io/utils/clock"
 	"sync"
 	"time"
 
@@ -53,6 +55,18 @@ type Options struct {
 	// RemediationRebootDuration is how long the simulated remediator keeps
 	// a node it power-cycles down.
 	RemediationRebootDuration time.Duration
+	// Clock runs the durations above: nil is the real clock, a
+	// simulation's runs them at its speed (simclock.Scaled).
+	Clock clock.PassiveClock
+}
+
+// real are the options with their durations as long as they last on the
+// clock.
+func (o Options) real() Options {
+	for _, d := range []*time.Duration{&o.DrainTimeout, &o.DrainBackoffBase, &o.DrainBackoffMax, &o.InstancePollInterval, &o.RemediationRebootDuration} {
+		*d = simclock.Real(o.Clock, *d)
+	}
+	return o
 }
 
 // DefaultOptions are OpenShift's timings: 20s drain attempts backing off
@@ -90,6 +104,7 @@ func SetControllerLogger() { setLoggerOnce.Do(func() { ctrl.SetLogger(klog.NewKl
 
 // NewManager sets up the Machine API controllers on cfg; Start runs them.
 func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
+	opts = opts.real()
 	if opts.Actuator == nil {
 		return nil, fmt.Errorf("machine API: no actuator")
 	}

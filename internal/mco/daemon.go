@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/capstan-dev/capstan/internal/simclock"
+	"k8s.io/utils/clock"
 	"sort"
 	"strings"
 	"sync"
@@ -58,6 +60,9 @@ type DaemonOptions struct {
 	ApplyDuration time.Duration
 	// RebootDuration is how long the node is down in its reboot.
 	RebootDuration time.Duration
+	// Clock runs the durations above: nil is the real clock, a
+	// simulation's runs them at its speed (simclock.Scaled).
+	Clock clock.PassiveClock
 }
 
 // DefaultDaemonOptions are seconds where the real daemon takes minutes.
@@ -98,6 +103,9 @@ func newDaemon(ctx context.Context, kube kubernetes.Interface, nodes corelisters
 	}
 	if opts.RebootDuration <= 0 {
 		opts.RebootDuration = def.RebootDuration
+	}
+	for _, d := range []*time.Duration{&opts.DrainTimeout, &opts.DrainRetry, &opts.ApplyDuration, &opts.RebootDuration} {
+		*d = simclock.Real(opts.Clock, *d)
 	}
 	if metrics == nil {
 		metrics = newDaemonMetrics()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/capstan-dev/capstan/internal/simclock"
 	"slices"
 	"sort"
 	"strings"
@@ -87,8 +88,8 @@ func mcoOptions(s *Snapshot, speed float64, reboot time.Duration) (*mco.Options,
 	if err != nil {
 		return nil, err
 	}
-	o := &mco.Options{Daemon: mco.DaemonOptions{DrainTimeout: scaled(mcdDrainTimeout, speed), DrainRetry: scaled(mcdDrainRetry, speed),
-		ApplyDuration: scaled(mcdApplyTime, speed), RebootDuration: scaled(reboot, speed)}}
+	o := &mco.Options{Daemon: mco.DaemonOptions{DrainTimeout: mcdDrainTimeout, DrainRetry: mcdDrainRetry,
+		ApplyDuration: mcdApplyTime, RebootDuration: reboot, Clock: simclock.Scaled{Speed: speed}}}
 	// The worker pool's configuration first: every cluster has one.
 	slices.SortStableFunc(pools, func(a, b *mcfgv1.MachineConfigPool) int {
 		if (a.Name == "worker") != (b.Name == "worker") {

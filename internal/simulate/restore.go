@@ -28,7 +28,6 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	"github.com/capstan-dev/capstan/internal/autoscaler"
 	"github.com/capstan-dev/capstan/internal/machine"
 	"github.com/capstan-dev/capstan/internal/nodes"
 	"github.com/capstan-dev/capstan/internal/sim"
@@ -1031,26 +1030,6 @@ func prepareRestore(u *unstructured.Unstructured, speed float64) error {
 	return nil
 }
 
-// autoscalerDelays are the ClusterAutoscaler's durations, with upstream's
-// defaults: a simulation divides them all by its speed, the defaults of
-// those not given too.
-func autoscalerDelays() []struct {
-	path []string
-	def  time.Duration
-} {
-	d := autoscaler.DefaultConfig()
-	return []struct {
-		path []string
-		def  time.Duration
-	}{
-		{[]string{"spec", "scaleDown", "delayAfterAdd"}, d.DelayAfterAdd},
-		{[]string{"spec", "scaleDown", "delayAfterDelete"}, d.DelayAfterDelete},
-		{[]string{"spec", "scaleDown", "delayAfterFailure"}, d.DelayAfterFailure},
-		{[]string{"spec", "scaleDown", "unneededTime"}, d.UnneededTime},
-		{[]string{"spec", "maxNodeProvisionTime"}, d.MaxNodeProvisionTime},
-	}
-}
-
 // prepareApply makes an object ready for the simulated cluster: its
 // durations and seconds divided by the speed.
 func prepareApply(u *unstructured.Unstructured, speed float64) error {
@@ -1062,22 +1041,8 @@ func prepareApply(u *unstructured.Unstructured, speed float64) error {
 				return err
 			}
 		}
-		for _, d := range autoscalerDelays() {
-			v := d.def
-			if s, ok, _ := unstructured.NestedString(u.Object, d.path...); ok && s != "" {
-				parsed, err := time.ParseDuration(s)
-				if err != nil {
-					return fmt.Errorf("ClusterAutoscaler %s: %s %q: %w", u.GetName(), strings.Join(d.path, "."), s, err)
-				}
-				v = parsed
-			}
-			if err := unstructured.SetNestedField(u.Object, scaled(v, speed).String(), d.path...); err != nil {
-				return err
-			}
-		}
-		if g, ok, _ := unstructured.NestedInt64(u.Object, "spec", "maxPodGracePeriod"); ok {
-			return unstructured.SetNestedField(u.Object, scaledSeconds(g, speed), "spec", "maxPodGracePeriod")
-		}
+		// Its delays stay the cluster's: the autoscaler's clock runs
+		// them at the speed.
 	case "Deployment", "StatefulSet", "DaemonSet", "Job":
 		r := restorer{speed: speed}
 		return r.scaleWorkload(u)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/capstan-dev/capstan/internal/simclock"
 	"io"
 	"maps"
 	"os"
@@ -27,7 +28,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
-	"github.com/capstan-dev/capstan/internal/autoscaler"
 	"github.com/capstan-dev/capstan/internal/cluster"
 	"github.com/capstan-dev/capstan/internal/cvo"
 	"github.com/capstan-dev/capstan/internal/drain"
@@ -223,8 +223,13 @@ func clusterOptions(dir string, o *RunOptions) cluster.Options {
 	cp.DefaultNotReadyTolerationSeconds = scaledSeconds(cp.DefaultNotReadyTolerationSeconds, s)
 	cp.DefaultUnreachableTolerationSeconds = scaledSeconds(cp.DefaultUnreachableTolerationSeconds, s)
 	opts.Sim.NodeStatusReportFrequency = scaled(5*time.Minute, s)
-	opts.Autoscaler.ScanInterval = scaled(opts.Autoscaler.ScanInterval, s)
-	opts.Autoscaler.MaxNodeStartupTime = scaled(autoscaler.MaxNodeStartupTime, s)
+	// The autoscaler keeps the cluster's durations (its scan interval,
+	// back-off, the ClusterAutoscaler's delays) on a clock that runs them
+	// at the speed.
+	opts.Autoscaler.Clock = simclock.Scaled{Speed: s}
+	if opts.MachineAPI != nil {
+		opts.MachineAPI.Clock = simclock.Scaled{Speed: s}
+	}
 	if len(o.Changes) > 0 && o.Changes[0].Kind == ChangePolicy {
 		opts.Scheduler.Policy = o.Changes[0].Policy
 		opts.Autoscaler.Policy = o.Changes[0].Policy

@@ -3,6 +3,8 @@ package simulate
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/capstan-dev/capstan/internal/simclock"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"os"
 	"path/filepath"
 	"slices"
@@ -206,8 +208,10 @@ func TestTheSimulationsMCORendersWithTheSnapshotsImageAndRebootsOnItsClock(t *te
 	if o.OSImageURL != "quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:0123" || o.ReleaseVersion != "4.16.3" || o.FromRelease {
 		t.Errorf("the MCO renders with %+v, want the image and version of what the nodes run", o)
 	}
-	if o.Daemon.RebootDuration != 18*time.Second || o.Daemon.ApplyDuration != 3*time.Second || o.Daemon.DrainRetry != 6*time.Second {
-		t.Errorf("daemon timings %+v not scaled by 10", o.Daemon)
+	// The daemon keeps the cluster's timings on the simulation's clock.
+	if o.Daemon.RebootDuration != 3*time.Minute || o.Daemon.ApplyDuration != 30*time.Second || o.Daemon.DrainRetry != time.Minute ||
+		o.Daemon.Clock != (simclock.Scaled{Speed: 10}) {
+		t.Errorf("daemon timings %+v, want the cluster's on a clock at 10x", o.Daemon)
 	}
 	plain, _, _ := SnapshotOf([]unstructured.Unstructured{object("v1", "Node", "", "n")}, time.Now(), "test")
 	if o, err := mcoOptions(plain, 10, time.Minute); o != nil || err != nil {
@@ -435,35 +439,29 @@ func TestAMachineSetsSizeComesFromANodeOrItsAnnotations(t *testing.T) {
 	}
 }
 
-func TestAClusterAutoscalersDelaysAreScaledDefaultsToo(t *testing.T) {
+// The ClusterAutoscaler's delays stay the cluster's: the autoscaler runs
+// them on a scaled clock (simclock).
+func TestAClusterAutoscalerKeepsTheClustersDelays(t *testing.T) {
 	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "autoscaling.openshift.io/v1", "kind": "ClusterAutoscaler",
 		"metadata": map[string]any{"name": "default"},
 		"spec":     map[string]any{"scaleDown": map[string]any{"enabled": true, "unneededTime": "5m"}, "maxPodGracePeriod": int64(600)}}}
+	want := u.DeepCopy()
 	if err := prepareApply(u, 10); err != nil {
 		t.Fatal(err)
 	}
-	for path, want := range map[string]string{"unneededTime": "30s", "delayAfterAdd": "1m0s", "delayAfterFailure": "18s", "delayAfterDelete": "1s"} {
-		if got, _, _ := unstructured.NestedString(u.Object, "spec", "scaleDown", path); got != want {
-			t.Errorf("scaleDown.%s = %q, want %q", path, got, want)
-		}
-	}
-	if got, _, _ := unstructured.NestedString(u.Object, "spec", "maxNodeProvisionTime"); got != "1m30s" {
-		t.Errorf("maxNodeProvisionTime %q", got)
-	}
-	if got, _, _ := unstructured.NestedInt64(u.Object, "spec", "maxPodGracePeriod"); got != 60 {
-		t.Errorf("maxPodGracePeriod %d", got)
+	if !equality.Semantic.DeepEqual(u, want) {
+		t.Errorf("prepareApply changed a ClusterAutoscaler: %v, want %v", u.Object, want.Object)
 	}
 	bare := &unstructured.Unstructured{Object: map[string]any{"kind": "ClusterAutoscaler", "metadata": map[string]any{"name": "default"}}}
 	if err := prepareApply(bare, 10); err != nil {
 		t.Fatal(err)
 	}
 	if on, _, _ := unstructured.NestedBool(bare.Object, "spec", "scaleDown", "enabled"); !on {
-		t.Error("a ClusterAutoscaler without scaleDown scales down; scaled, it must still")
+		t.Error("a ClusterAutoscaler without scaleDown scales down; in the simulation, it must still")
 	}
-	bad := &unstructured.Unstructured{Object: map[string]any{"kind": "ClusterAutoscaler", "metadata": map[string]any{"name": "default"},
-		"spec": map[string]any{"scaleDown": map[string]any{"enabled": true, "unneededTime": "soon"}}}}
-	if err := prepareApply(bad, 10); err == nil || !strings.Contains(err.Error(), "spec.scaleDown.unneededTime") {
-		t.Errorf("a bad duration: %v", err)
+	o := RunOptions{Speed: 20, Snapshot: &Snapshot{Objects: map[string][]unstructured.Unstructured{}}}
+	if c, ok := clusterOptions(t.TempDir(), &o).Autoscaler.Clock.(simclock.Scaled); !ok || c.Speed != 20 {
+		t.Errorf("the autoscaler's clock is %#v, want simclock.Scaled at 20x", c)
 	}
 }
 
