@@ -56,7 +56,7 @@ lost, pods evicted and placed again, pods left pending, nodes added.`,
 	f := c.Flags()
 	f.IntVar(&o.Nodes, "nodes", 60, "workers, spread over three zones")
 	f.IntVar(&o.PodsPerNode, "pods-per-node", 2, "one-CPU pods on each four-CPU worker (0-4)")
-	f.Float64Var(&o.Speed, "speed", simulate.DefaultSpeed, "the simulation's speed (lowered for large clusters)")
+	f.Float64Var(&o.Speed, "speed", simulate.DefaultSpeed, "the simulation's speed (at most 100)")
 	f.DurationVar(&o.Quiet, "quiet", 6*time.Minute, "simulated time without a change that ends the run")
 	f.DurationVar(&o.For, "for", simulate.DefaultFor, "simulated time after the outage at which the run ends, settled or not")
 	f.StringVar(&o.DataDir, "data-dir", "", "directory for the private cluster (default: a temporary one)")

@@ -195,10 +195,12 @@ the report gives what the control did by itself and the changes' effect
 net of it, and says so when the control diverged by a quarter or more of
 what the changes did. --control=false skips it.
 
-The cluster runs --speed times faster than real time: grace periods,
-tolerations, eviction rates, lease renewals, the autoscaler's delays,
-instance boot and reboot times and drain retries are all scaled, and the
-report gives simulated times.
+The cluster runs --speed times faster than real time (100x at most):
+capstan's components keep the cluster's durations on a scaled clock,
+tolerations, grace periods and eviction rates are scaled, the node
+lifecycle controller's grace stays real and the simulated kubelets
+declare a stopped kubelet's node lost when it would, and the report gives
+simulated times.
 
 Changes (each --change KIND=ARGUMENT; several are applied in order):
   policy=FILE                    a scheduler Policy (the first change only)
@@ -267,7 +269,7 @@ Changes (each --change KIND=ARGUMENT; several are applied in order):
 	f := c.Flags()
 	f.StringVar(&snapshot, "snapshot", "", "snapshot file (capstan simulate snapshot)")
 	f.StringArrayVar(&changes, "change", nil, "a change, KIND=ARGUMENT (see above); repeat for several, applied in order")
-	f.Float64Var(&o.Speed, "speed", simulate.DefaultSpeed, "how many times faster than real time the cluster runs (lowered for large snapshots)")
+	f.Float64Var(&o.Speed, "speed", simulate.DefaultSpeed, "how many times faster than real time the cluster runs (at most 100)")
 	f.DurationVar(&o.For, "for", simulate.DefaultFor, "simulated time after the first change at which the run ends, settled or not")
 	f.DurationVar(&o.Quiet, "quiet", simulate.DefaultQuiet, "simulated time without a change after which the cluster counts as settled")
 	f.DurationVar(&o.BootTime, "boot-time", 0, fmt.Sprintf("simulated time a new instance takes to become a Ready node (default: the median the snapshot's machines of MachineSets took, else %s)", simulate.DefaultBootTime))

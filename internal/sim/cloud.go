@@ -32,6 +32,11 @@ const (
 	// StoppedAnnotation set to "true" on a Node stops its kubelet: no lease
 	// renewals, no status updates, no pod updates.
 	StoppedAnnotation = "sim.capstan.dev/stopped"
+	// LostSinceAnnotation on a stopped node is when its node was declared
+	// lost (RFC 3339), when that was before its kubelet stopped here: a
+	// restored snapshot's node that was not ready. The simulator declares
+	// it lost at once, as of then.
+	LostSinceAnnotation = "sim.capstan.dev/lost-since"
 	// ConditionAnnotationPrefix + condition type (e.g. MemoryPressure) on a
 	// Node injects that condition's status ("True" or "False").
 	ConditionAnnotationPrefix = "condition.sim.capstan.dev/"

@@ -78,15 +78,15 @@ var nodeConditionsLost = []corev1.NodeConditionType{corev1.NodeReady, corev1.Nod
 // DeclareNodeLost does to node what the node lifecycle controller does
 // when its lease goes stale: Ready, MemoryPressure, DiskPressure and
 // PIDPressure become Unknown (NodeStatusUnknown, or NodeStatusNeverUpdated
-// for a condition the kubelet never posted) at now, the NodeNotReady
+// for a condition the kubelet never posted) as of at, the NodeNotReady
 // event is recorded, and every pod of the node is marked not ready, by
 // the controller's own MarkPodsNotReady. It reports false when the node
 // was already lost. The heartbeat stays the kubelet's last, so the
 // controller takes the condition as the node's.
-func DeclareNodeLost(ctx context.Context, client kubernetes.Interface, recorder record.EventRecorder, node *corev1.Node, pods []*corev1.Pod, now time.Time) (bool, error) {
+func DeclareNodeLost(ctx context.Context, client kubernetes.Interface, recorder record.EventRecorder, node *corev1.Node, pods []*corev1.Pod, since time.Time) (bool, error) {
 	lost := node.DeepCopy()
 	changed := false
-	at := metav1.NewTime(now)
+	at := metav1.NewTime(since)
 	for _, t := range nodeConditionsLost {
 		c := condition(lost, t)
 		switch {
@@ -137,7 +137,8 @@ func (s *Simulator) kubeletStopped(name string) {
 	if !s.opts.Lost.enabled() {
 		return
 	}
-	if _, err := s.nodes.Get(name); err != nil {
+	node, err := s.nodes.Get(name)
+	if err != nil {
 		return
 	}
 	now := s.opts.Clock.Now()
@@ -145,6 +146,10 @@ func (s *Simulator) kubeletStopped(name string) {
 	at, seen := s.stoppedAt[name]
 	if !seen {
 		at = now
+		if since, err := time.Parse(time.RFC3339Nano, node.Annotations[LostSinceAnnotation]); err == nil && since.Before(now) {
+			// Declared lost before it stopped here: as of then.
+			at = since.Add(-s.opts.Lost.after(name))
+		}
 		s.stoppedAt[name] = at
 	}
 	s.lostMu.Unlock()
@@ -178,7 +183,8 @@ func (s *Simulator) syncLost(ctx context.Context, name string) error {
 		return err
 	}
 	now := s.opts.Clock.Now()
-	if due := at.Add(s.opts.Lost.after(name)); now.Before(due) {
+	due := at.Add(s.opts.Lost.after(name))
+	if now.Before(due) {
 		s.lostQueue.AddAfter(name, due.Sub(now))
 		return nil
 	}
@@ -197,7 +203,7 @@ func (s *Simulator) syncLost(ctx context.Context, name string) error {
 		if err := nodeutil.MarkPodsNotReady(ctx, s.client, s.lostRecorder, pods, name); err != nil {
 			return err
 		}
-	} else if _, err := DeclareNodeLost(ctx, s.client, s.lostRecorder, node, pods, now); err != nil {
+	} else if _, err := DeclareNodeLost(ctx, s.client, s.lostRecorder, node, pods, due); err != nil {
 		return err
 	}
 	s.kubeletRenewed(name)

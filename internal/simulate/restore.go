@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/capstan-dev/capstan/internal/autoscaler"
+	"k8s.io/klog/v2"
 	"math"
 	"sort"
 	"strconv"
@@ -463,6 +465,16 @@ func (r *restorer) nodes(ctx context.Context) error {
 			n.Spec.Unschedulable = want.Spec.Unschedulable
 			if r.stopped[name] {
 				n.Annotations[sim.StoppedAnnotation] = "true"
+				// Lost as long before the snapshot, in simulated time, as
+				// it was in the cluster: the simulator declares it so at
+				// once.
+				if c := nodes.Condition(want, corev1.NodeReady); c != nil && !c.LastTransitionTime.IsZero() {
+					n.Annotations[sim.LostSinceAnnotation] = r.sinceSnapshot(c.LastTransitionTime.Time).Format(time.RFC3339Nano)
+				}
+			}
+			// The autoscaler's count of a node's unneeded time goes on.
+			if t, err := time.Parse(time.RFC3339, want.Annotations[autoscaler.UnneededSinceAnnotation]); err == nil {
+				n.Annotations[autoscaler.UnneededSinceAnnotation] = r.sinceSnapshot(t).Format(time.RFC3339)
 			}
 			for _, t := range []corev1.NodeConditionType{corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure} {
 				if c := nodes.Condition(want, t); c != nil && c.Status == corev1.ConditionTrue {
@@ -473,6 +485,12 @@ func (r *restorer) nodes(ctx context.Context) error {
 			return err
 		})
 	})
+}
+
+// sinceSnapshot is the real instant of the simulation that is as long
+// before now, in simulated time, as t was before the snapshot.
+func (r *restorer) sinceSnapshot(t time.Time) time.Time {
+	return time.Now().Add(-scaled(max(r.snap.TakenAt.Sub(t), 0), r.speed))
 }
 
 // parallel runs fn for every item on a few workers, returning the first
@@ -698,8 +716,10 @@ func (r *restorer) machines(ctx context.Context) error {
 // restorePod is the pod to create for a snapshot's pod, or nil for one
 // that has finished or is going: bound where it ran, its priority left
 // to admission, its service account token left to admission, and its
-// tolerations' and grace period's seconds divided by the speed.
-func restorePod(u *unstructured.Unstructured, speed float64, takenAt time.Time) (*corev1.Pod, error) {
+// tolerations' and grace period's seconds divided by the speed. A
+// toleration of a NoExecute taint its node had at the snapshot has run
+// since the taint was added: what is left of it is divided.
+func restorePod(u *unstructured.Unstructured, speed float64, takenAt time.Time, nodeTaints []corev1.Taint) (*corev1.Pod, error) {
 	p, err := typed[corev1.Pod](u)
 	if err != nil {
 		return nil, err
@@ -747,9 +767,17 @@ func restorePod(u *unstructured.Unstructured, speed float64, takenAt time.Time) 
 		}
 	}
 	for i := range s.Tolerations {
-		if ts := s.Tolerations[i].TolerationSeconds; ts != nil {
-			s.Tolerations[i].TolerationSeconds = new(scaledSeconds(*ts, speed))
+		tol := &s.Tolerations[i]
+		if tol.TolerationSeconds == nil {
+			continue
 		}
+		left := *tol.TolerationSeconds
+		for _, t := range nodeTaints {
+			if t.Effect == corev1.TaintEffectNoExecute && t.TimeAdded != nil && tol.ToleratesTaint(klog.Background(), &t, false) {
+				left = max(left-int64(takenAt.Sub(t.TimeAdded.Time)/time.Second), 0)
+			}
+		}
+		tol.TolerationSeconds = new(scaledSeconds(left, speed))
 	}
 	grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
 	if g := s.TerminationGracePeriodSeconds; g != nil {
@@ -794,7 +822,12 @@ func (r *restorer) pods(ctx context.Context) error {
 	var bound, pending []*corev1.Pod
 	accounts := map[[2]string]bool{}
 	for _, u := range r.objects("v1/pods") {
-		p, err := restorePod(&u, r.speed, r.snap.TakenAt.Time)
+		var taints []corev1.Taint
+		nodeName, _, _ := unstructured.NestedString(u.Object, "spec", "nodeName")
+		if n := r.nodesByName[nodeName]; n != nil {
+			taints = n.Spec.Taints
+		}
+		p, err := restorePod(&u, r.speed, r.snap.TakenAt.Time, taints)
 		if err != nil {
 			return err
 		}

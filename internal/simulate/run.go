@@ -222,7 +222,9 @@ func clusterOptions(dir string, o *RunOptions) cluster.Options {
 	cp.SecondaryNodeEvictionRate *= float32(s)
 	cp.DefaultNotReadyTolerationSeconds = scaledSeconds(cp.DefaultNotReadyTolerationSeconds, s)
 	cp.DefaultUnreachableTolerationSeconds = scaledSeconds(cp.DefaultUnreachableTolerationSeconds, s)
-	opts.Sim.NodeStatusReportFrequency = scaled(5*time.Minute, s)
+	// The kubelets' unchanged status is posted every 5 real minutes, as
+	// their leases are renewed at a real pace: no one declares a node
+	// lost from it (a change is posted at once).
 	// The autoscaler keeps the cluster's durations (its scan interval,
 	// back-off, the ClusterAutoscaler's delays) on a clock that runs them
 	// at the speed.

@@ -308,7 +308,7 @@ func TestARestoredPodIsBoundWhereItRanWithItsTimesScaled(t *testing.T) {
 			Containers: []corev1.Container{{Name: "c", VolumeMounts: []corev1.VolumeMount{{Name: "kube-api-access-x1"}, {Name: "data"}}}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning},
 	}
-	out, err := restorePod(toUnstructured(t, p), 10, time.Now())
+	out, err := restorePod(toUnstructured(t, p), 10, time.Now(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +328,7 @@ func TestARestoredPodIsBoundWhereItRanWithItsTimesScaled(t *testing.T) {
 	}
 	defaulted := p.DeepCopy()
 	defaulted.Spec.TerminationGracePeriodSeconds = nil
-	if out, err := restorePod(toUnstructured(t, defaulted), 10, time.Now()); err != nil || *out.Spec.TerminationGracePeriodSeconds != 3 {
+	if out, err := restorePod(toUnstructured(t, defaulted), 10, time.Now(), nil); err != nil || *out.Spec.TerminationGracePeriodSeconds != 3 {
 		t.Errorf("a pod without a grace period: %v %v, want the default 30 s at 10x", out.Spec.TerminationGracePeriodSeconds, err)
 	}
 	if *p.Spec.Tolerations[0].TolerationSeconds != 300 {
@@ -341,7 +341,7 @@ func TestARestoredPodIsBoundWhereItRanWithItsTimesScaled(t *testing.T) {
 	unready.Status.StartTime = &metav1.Time{Time: taken.Add(-100 * time.Minute)}
 	unready.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", RestartCount: 2}}
 	unready.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
-	out, err = restorePod(toUnstructured(t, unready), 10, taken)
+	out, err = restorePod(toUnstructured(t, unready), 10, taken, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +352,7 @@ func TestARestoredPodIsBoundWhereItRanWithItsTimesScaled(t *testing.T) {
 	for _, phase := range []corev1.PodPhase{corev1.PodSucceeded, corev1.PodFailed} {
 		done := p.DeepCopy()
 		done.Status.Phase = phase
-		if out, err := restorePod(toUnstructured(t, done), 10, time.Now()); err != nil || out != nil {
+		if out, err := restorePod(toUnstructured(t, done), 10, time.Now(), nil); err != nil || out != nil {
 			t.Errorf("a %s pod restored: %v %v", phase, out, err)
 		}
 	}
@@ -633,5 +633,30 @@ func TestAvailabilityFollowsReadyPodsAndBudgets(t *testing.T) {
 	if v := r.verdict(); v.Outcome != "OK" || !slices.Contains(v.Findings, FindingBudget) || !strings.Contains(v.Line, "lowest availability Deployment d/web 1 of 3 Ready") ||
 		!strings.Contains(v.Line, "PodDisruptionBudget d/web below 2 healthy for") {
 		t.Errorf("the verdict: %+v", v)
+	}
+}
+
+// A pod on a node that was lost at the snapshot has been tolerating its
+// taint since the taint came: what is left of the toleration runs on.
+func TestARestoredTolerationGoesOnFromItsTaint(t *testing.T) {
+	taken := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	taints := []corev1.Taint{{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute, TimeAdded: &metav1.Time{Time: taken.Add(-100 * time.Second)}},
+		{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoSchedule}}
+	tolerate := func(key string, seconds int64) corev1.Toleration {
+		return corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: new(seconds)}
+	}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "d"},
+		Spec: corev1.PodSpec{NodeName: "worker-2", Tolerations: []corev1.Toleration{
+			tolerate(corev1.TaintNodeUnreachable, 300), tolerate(corev1.TaintNodeUnreachable, 60), tolerate(corev1.TaintNodeNotReady, 300)}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	out, err := restorePod(toUnstructured(t, p), 10, taken, taints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int64{20, 0, 30} {
+		if got := *out.Spec.Tolerations[i].TolerationSeconds; got != want {
+			t.Errorf("toleration %d (%s for %ds) restored with %ds at 10x, want %ds: the taint came 100 s before the snapshot", i,
+				p.Spec.Tolerations[i].Key, *p.Spec.Tolerations[i].TolerationSeconds, got, want)
+		}
 	}
 }
