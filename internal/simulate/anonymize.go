@@ -313,6 +313,11 @@ func (a *anonymizer) object1(r Resource, o *unstructured.Unstructured) {
 		for _, f := range []string{"addresses", "nodeInfo", "images", "volumesAttached", "volumesInUse", "daemonEndpoints"} {
 			unstructured.RemoveNestedField(o.Object, "status", f)
 		}
+	case "ControllerRevision":
+		// Its data is a pod template: kept are its revision number,
+		// hash label and owner, which say what revision the pods run.
+		unstructured.RemoveNestedField(o.Object, "data")
+		o.SetName(a.object(ns, name))
 	case "Machine", "MachineSet", "ControlPlaneMachineSet":
 		o.SetName(a.machine(name))
 		a.reduceProviderSpec(o)

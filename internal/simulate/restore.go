@@ -878,19 +878,22 @@ func (r *restorer) pods(ctx context.Context) error {
 // there: ReplicaSets, StatefulSets, DaemonSets and Jobs, then the
 // Deployments owning the ReplicaSets. A finished Job is left out.
 func (r *restorer) workloads(ctx context.Context) error {
+	if err := r.revisions(ctx); err != nil {
+		return err
+	}
 	for _, key := range []string{"apps/v1/replicasets", "apps/v1/statefulsets", "apps/v1/daemonsets", "batch/v1/jobs", "apps/v1/deployments"} {
 		res, _ := resourceByKey(key)
-		for _, u := range r.objects(key) {
-			if u.GetDeletionTimestamp() != nil || (res.Kind == "Job" && jobFinished(&u)) {
+		for _, orig := range r.objects(key) {
+			if orig.GetDeletionTimestamp() != nil || (res.Kind == "Job" && jobFinished(&orig)) {
 				continue
 			}
-			u := u.DeepCopy()
+			u := orig.DeepCopy()
 			cleanMeta(u)
 			if err := r.scaleWorkload(u); err != nil {
 				return fmt.Errorf("%s %s: %w", res.Kind, objectKey(u), err)
 			}
 			if res.Kind == "StatefulSet" || res.Kind == "DaemonSet" {
-				if err := r.createWithoutRolling(ctx, res, u); err != nil {
+				if err := r.createWithoutRolling(ctx, res, u, r.updateRevision(res.Kind, &orig)); err != nil {
 					return fmt.Errorf("%s %s: %w", res.Kind, objectKey(u), err)
 				}
 				continue

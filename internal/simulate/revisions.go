@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -28,7 +29,14 @@ const revisionTimeout = time.Minute
 // the controller would roll every pod. The workload is made with the
 // OnDelete strategy, its pods are labelled with the revision its
 // controller records, then its own strategy is put back.
-func (r *restorer) createWithoutRolling(ctx context.Context, res Resource, u *unstructured.Unstructured) error {
+//
+// A workload that was rolling out at the snapshot goes on rolling: only
+// the pods of its update revision at the snapshot (updated, the hash of
+// their controller-revision-hash label) are labelled with the new one;
+// the others keep a revision the controller takes for an old one, and it
+// replaces them as it would have. updated empty (the snapshot does not
+// say) labels them all.
+func (r *restorer) createWithoutRolling(ctx context.Context, res Resource, u *unstructured.Unstructured, updated string) error {
 	strategy, hasStrategy, _ := unstructured.NestedFieldCopy(u.Object, "spec", "updateStrategy")
 	if err := unstructured.SetNestedField(u.Object, map[string]any{"type": "OnDelete"}, "spec", "updateStrategy"); err != nil {
 		return err
@@ -56,7 +64,7 @@ func (r *restorer) createWithoutRolling(ctx context.Context, res Resource, u *un
 		return err
 	}
 	for _, p := range pods.Items {
-		if p.DeletionTimestamp != nil {
+		if p.DeletionTimestamp != nil || (updated != "" && revisionHash(p.Labels[appsv1.ControllerRevisionHashLabelKey]) != updated) {
 			continue
 		}
 		if _, err := r.kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
@@ -135,4 +143,79 @@ func workloadSelector(w *unstructured.Unstructured) (string, error) {
 		return "", fmt.Errorf("spec.selector: %w", err)
 	}
 	return s.String(), nil
+}
+
+// revisionHash is the hash a controller-revision-hash label or a
+// revision's name ends with: a StatefulSet's pods carry the revision's
+// name (the StatefulSet's, which --anonymize renames, and the hash), a
+// DaemonSet's the hash alone.
+func revisionHash(v string) string {
+	if i := strings.LastIndexByte(v, '-'); i >= 0 {
+		return v[i+1:]
+	}
+	return v
+}
+
+// updateRevision is the hash of a StatefulSet's or DaemonSet's update
+// revision at the snapshot: the StatefulSet's status.updateRevision, or
+// the newest of the snapshot's ControllerRevisions the DaemonSet
+// controlled. Empty when the snapshot does not say.
+func (r *restorer) updateRevision(kind string, w *unstructured.Unstructured) string {
+	if kind == "StatefulSet" {
+		v, _, _ := unstructured.NestedString(w.Object, "status", "updateRevision")
+		return revisionHash(v)
+	}
+	var newest int64
+	hash := ""
+	for _, u := range r.objects("apps/v1/controllerrevisions") {
+		if u.GetNamespace() != w.GetNamespace() {
+			continue
+		}
+		owned := false
+		for _, ref := range u.GetOwnerReferences() {
+			owned = owned || (ref.UID == w.GetUID() && ref.UID != "")
+		}
+		rev, _, _ := unstructured.NestedInt64(u.Object, "revision")
+		if owned && rev > newest {
+			newest, hash = rev, u.GetLabels()[appsv1.DefaultDaemonSetUniqueLabelKey]
+		}
+	}
+	return revisionHash(hash)
+}
+
+// revisions restores the snapshot's ControllerRevisions of the
+// StatefulSets and DaemonSets it restores, without owners: each
+// workload's controller adopts those its selector matches, and so keeps
+// its history (rollout undo). An anonymized snapshot holds their
+// revision numbers and hashes without their data (the pod templates):
+// those are not restored.
+func (r *restorer) revisions(ctx context.Context) error {
+	res, _ := resourceByKey("apps/v1/controllerrevisions")
+	for _, u := range r.objects(res.Key()) {
+		if _, ok := u.Object["data"]; !ok || !r.restoresOwnerOf(&u) {
+			continue
+		}
+		u := u.DeepCopy()
+		cleanMeta(u)
+		if err := r.create(ctx, res, u, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// restoresOwnerOf reports whether a ControllerRevision's owner is a
+// StatefulSet or DaemonSet the restore makes.
+func (r *restorer) restoresOwnerOf(cr *unstructured.Unstructured) bool {
+	for _, ref := range cr.GetOwnerReferences() {
+		if ref.Kind != "StatefulSet" && ref.Kind != "DaemonSet" {
+			continue
+		}
+		for _, w := range r.objects("apps/v1/" + strings.ToLower(ref.Kind) + "s") {
+			if w.GetUID() == ref.UID && w.GetDeletionTimestamp() == nil {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"github.com/capstan-dev/capstan/internal/simclock"
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"os"
 	"path/filepath"
@@ -658,5 +659,53 @@ func TestARestoredTolerationGoesOnFromItsTaint(t *testing.T) {
 			t.Errorf("toleration %d (%s for %ds) restored with %ds at 10x, want %ds: the taint came 100 s before the snapshot", i,
 				p.Spec.Tolerations[i].Key, *p.Spec.Tolerations[i].TolerationSeconds, got, want)
 		}
+	}
+}
+
+// The restore finds the revision a StatefulSet or DaemonSet was rolling
+// out to at the snapshot; an anonymized snapshot keeps which it was and
+// drops the pod template it holds.
+func TestTheUpdateRevisionOfTheSnapshot(t *testing.T) {
+	sts := object("apps/v1", "StatefulSet", "d", "db")
+	_ = unstructured.SetNestedField(sts.Object, "db-7f00d1e5", "status", "updateRevision")
+	ds := object("apps/v1", "DaemonSet", "d", "agent")
+	ds.SetUID("ds-uid")
+	rev := func(name string, n int64, hash string) unstructured.Unstructured {
+		cr := object("apps/v1", "ControllerRevision", "d", name)
+		cr.SetOwnerReferences([]metav1.OwnerReference{{Kind: "DaemonSet", Name: "agent", UID: "ds-uid"}})
+		cr.SetLabels(map[string]string{appsv1.DefaultDaemonSetUniqueLabelKey: hash})
+		cr.Object["revision"] = n
+		cr.Object["data"] = map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
+			"containers": []any{map[string]any{"name": "c", "image": "registry.example/agent:2", "env": []any{map[string]any{"name": "TOKEN", "value": "t0ken"}}}}}}}}
+		return cr
+	}
+	snap := validSnapshot()
+	snap.Objects["apps/v1/statefulsets"] = []unstructured.Unstructured{sts}
+	snap.Objects["apps/v1/daemonsets"] = []unstructured.Unstructured{ds}
+	snap.Objects["apps/v1/controllerrevisions"] = []unstructured.Unstructured{rev("agent-5b9c", 1, "5b9c"), rev("agent-6d8f", 3, "6d8f"), rev("agent-77aa", 2, "77aa")}
+	r := &restorer{snap: snap}
+	if got := r.updateRevision("StatefulSet", &sts); got != "7f00d1e5" {
+		t.Errorf("StatefulSet: update revision %q, want the hash of its status.updateRevision", got)
+	}
+	if got := r.updateRevision("DaemonSet", &ds); got != "6d8f" {
+		t.Errorf("DaemonSet: update revision %q, want the hash of its newest ControllerRevision", got)
+	}
+	if got := revisionHash("db-7f00d1e5"); got != revisionHash("x1y2z3-7f00d1e5") {
+		t.Errorf("a renamed StatefulSet's revision hash %q differs", got)
+	}
+	if err := snap.Anonymize(); err != nil {
+		t.Fatal(err)
+	}
+	for _, cr := range snap.Objects["apps/v1/controllerrevisions"] {
+		if _, ok := cr.Object["data"]; ok {
+			t.Errorf("anonymized ControllerRevision %s keeps its data (a pod template)", cr.GetName())
+		}
+		if n, _, _ := unstructured.NestedInt64(cr.Object, "revision"); n == 0 || cr.GetLabels()[appsv1.DefaultDaemonSetUniqueLabelKey] == "" {
+			t.Errorf("anonymized ControllerRevision %s lost its revision number or hash: %v", cr.GetName(), cr.Object)
+		}
+	}
+	anonDS := snap.Objects["apps/v1/daemonsets"][0]
+	if got := (&restorer{snap: snap}).updateRevision("DaemonSet", &anonDS); got != "6d8f" {
+		t.Errorf("anonymized DaemonSet: update revision %q, want 6d8f", got)
 	}
 }

@@ -80,6 +80,7 @@ var Resources = []Resource{
 	res("apps", "v1", "deployments", "Deployment", true),
 	res("apps", "v1", "replicasets", "ReplicaSet", true),
 	res("apps", "v1", "statefulsets", "StatefulSet", true),
+	res("apps", "v1", "controllerrevisions", "ControllerRevision", true),
 	res("batch", "v1", "jobs", "Job", true),
 	res("batch", "v1", "cronjobs", "CronJob", true),
 	res("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", true),

@@ -391,6 +391,55 @@ func TestARestoreRollsNoStatefulSetOrDaemonSet(t *testing.T) {
 				t.Errorf("anonymized %v: %s %s removed during the run (%s)", anonymize, kind, r.Pod, r.Reason)
 			}
 		}
+		revisions := 0
+		for _, cr := range loaded.Objects["apps/v1/controllerrevisions"] {
+			if _, hasData := cr.Object["data"]; hasData == anonymize {
+				t.Errorf("anonymized %v: ControllerRevision %s has data %v", anonymize, cr.GetName(), hasData)
+			}
+			revisions++
+		}
+		if revisions < 2 {
+			t.Errorf("anonymized %v: %d ControllerRevisions in the snapshot, want the StatefulSet's and the DaemonSet's at least", anonymize, revisions)
+		}
+		if !anonymize {
+			rollingOut(t, loaded, ns, dir)
+		}
+	}
+}
+
+// rollingOut restores the snapshot of a StatefulSet caught rolling out:
+// its update revision a new one, db-1 updated already, db-0 not. The
+// simulation goes on rolling it: db-0 is replaced, db-1 is not.
+func rollingOut(t *testing.T, loaded *simulate.Snapshot, ns, dir string) {
+	t.Helper()
+	var objs []unstructured.Unstructured
+	for _, list := range loaded.Objects {
+		for _, u := range list {
+			u := u.DeepCopy()
+			switch {
+			case u.GetKind() == "StatefulSet" && u.GetNamespace() == ns:
+				if err := unstructured.SetNestedField(u.Object, "db-7f00d1e5", "status", "updateRevision"); err != nil {
+					t.Fatal(err)
+				}
+			case u.GetKind() == "Pod" && u.GetNamespace() == ns && u.GetName() == "db-1":
+				labels := u.GetLabels()
+				labels[appsv1.ControllerRevisionHashLabelKey] = "db-7f00d1e5"
+				u.SetLabels(labels)
+			}
+			objs = append(objs, *u)
+		}
+	}
+	snap := writeSnapshot(t, objs, loaded.TakenAt.Time, filepath.Join(dir, "rolling-out.json"))
+	rep := testenv.SimulateRun(t, "--snapshot", snap, "--change", "cordon="+aMaster(t, loaded), "--control=false", "--speed", "20", "--quiet", "1m")
+	replaced := map[string]bool{}
+	for _, pod := range rep.Calibration.Gone {
+		replaced[pod] = true
+	}
+	for _, r := range rep.Removed {
+		replaced[r.Pod] = true
+	}
+	if !replaced[ns+"/db-0"] || replaced[ns+"/db-1"] {
+		t.Errorf("a StatefulSet rolling out at the snapshot, db-1 updated: replaced %v, want db-0 and not db-1", replaced)
 	}
 }
 
