@@ -898,6 +898,16 @@ func (r *restorer) workloads(ctx context.Context) error {
 				}
 				continue
 			}
+			if res.Kind == "ReplicaSet" {
+				created, err := r.dyn.Resource(res.GVR).Namespace(u.GetNamespace()).Create(ctx, u, metav1.CreateOptions{})
+				if err != nil {
+					return fmt.Errorf("%s %s: %w", res.Kind, objectKey(u), err)
+				}
+				if err := r.adopt(ctx, created, nil); err != nil {
+					return fmt.Errorf("%s %s: %w", res.Kind, objectKey(u), err)
+				}
+				continue
+			}
 			if err := r.create(ctx, res, u, false); err != nil {
 				return err
 			}

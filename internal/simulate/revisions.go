@@ -8,6 +8,8 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -50,32 +52,20 @@ func (r *restorer) createWithoutRolling(ctx context.Context, res Resource, u *un
 	if err != nil {
 		return err
 	}
-	selector, err := workloadSelector(created)
-	if err != nil {
-		return err
-	}
-	pods, err := r.kube.CoreV1().Pods(created.GetNamespace()).List(ctx, metav1.ListOptions{LabelSelector: selector})
-	if err != nil {
-		return fmt.Errorf("listing its pods: %w", err)
-	}
 	// Both controllers read the same label.
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{appsv1.ControllerRevisionHashLabelKey: hash}}})
-	if err != nil {
+	if err := r.adopt(ctx, created, func(p *corev1.Pod) map[string]any {
+		if updated != "" && revisionHash(p.Labels[appsv1.ControllerRevisionHashLabelKey]) != updated {
+			return nil
+		}
+		return map[string]any{appsv1.ControllerRevisionHashLabelKey: hash}
+	}); err != nil {
 		return err
-	}
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp != nil || (updated != "" && revisionHash(p.Labels[appsv1.ControllerRevisionHashLabelKey]) != updated) {
-			continue
-		}
-		if _, err := r.kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			return fmt.Errorf("labelling pod %s with its revision: %w", p.Name, err)
-		}
 	}
 	var restore any // JSON null: the API server's default strategy
 	if hasStrategy {
 		restore = strategy
 	}
-	patch, err = json.Marshal(map[string]any{"spec": map[string]any{"updateStrategy": restore}})
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"updateStrategy": restore}})
 	if err != nil {
 		return err
 	}
@@ -218,4 +208,51 @@ func (r *restorer) restoresOwnerOf(cr *unstructured.Unstructured) bool {
 		}
 	}
 	return false
+}
+
+// adopt makes the restored pods a workload selects its own, as its
+// controller would adopt them, many at once: the controller adopts one
+// pod after another, each a request, and a ReplicaSet of thousands of
+// pods would take minutes before it counted any. labels, when set, are
+// labels to add to a pod (nil: none).
+func (r *restorer) adopt(ctx context.Context, owner *unstructured.Unstructured, labels func(*corev1.Pod) map[string]any) error {
+	selector, err := workloadSelector(owner)
+	if err != nil {
+		return err
+	}
+	pods, err := r.kube.CoreV1().Pods(owner.GetNamespace()).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return fmt.Errorf("listing its pods: %w", err)
+	}
+	ref := map[string]any{"apiVersion": owner.GetAPIVersion(), "kind": owner.GetKind(), "name": owner.GetName(),
+		"uid": string(owner.GetUID()), "controller": true, "blockOwnerDeletion": true}
+	var todo []*corev1.Pod
+	for i := range pods.Items {
+		if p := &pods.Items[i]; p.DeletionTimestamp == nil {
+			todo = append(todo, p)
+		}
+	}
+	return parallel(ctx, todo, func(ctx context.Context, p *corev1.Pod) error {
+		meta := map[string]any{}
+		// Its controller may have adopted it already.
+		if metav1.GetControllerOf(p) == nil {
+			meta["ownerReferences"] = []any{ref}
+		}
+		if labels != nil {
+			if l := labels(p); l != nil {
+				meta["labels"] = l
+			}
+		}
+		if len(meta) == 0 {
+			return nil
+		}
+		patch, err := json.Marshal(map[string]any{"metadata": meta})
+		if err != nil {
+			return err
+		}
+		if _, err := r.kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("adopting pod %s: %w", p.Name, err)
+		}
+		return nil
+	})
 }

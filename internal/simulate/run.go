@@ -80,6 +80,21 @@ func nodeLeases(n int) (lease, grace time.Duration) {
 	return 4 * renewal, 8 * renewal
 }
 
+// monitorPassPerNode is the real time a simulation leaves between the node
+// lifecycle controller's monitor passes for each node: a pass copies every
+// node, and at 5,000 nodes passes 50 ms apart (5 s at 100x) took most of
+// a core, with the garbage they leave.
+const monitorPassPerNode = 100 * time.Microsecond
+
+// monitorPeriod is the node lifecycle controller's monitor period in a
+// simulation of n nodes: the cluster's divided by the speed, but no
+// shorter than monitorPassPerNode for each node. The simulated kubelets
+// still declare a lost node at the cluster's instant (sim.Lost); the
+// controller sees it at its next pass.
+func monitorPeriod(cluster time.Duration, speed float64, n int) time.Duration {
+	return max(scaled(cluster, speed), time.Duration(n)*monitorPassPerNode)
+}
+
 // RunOptions configure a simulation.
 type RunOptions struct {
 	Snapshot *Snapshot
@@ -213,9 +228,10 @@ func clusterOptions(dir string, o *RunOptions) cluster.Options {
 	// controller would have, in simulated time (sim.Lost).
 	opts.Sim.Lost = sim.Lost{Grace: scaled(cp.NodeMonitorGracePeriod, s), MonitorPeriod: scaled(cp.NodeMonitorPeriod, s),
 		Renewal: scaled(kubeletRenewal, s)}
-	lease, grace := nodeLeases(len(o.Snapshot.Objects["v1/nodes"]))
+	n := len(o.Snapshot.Objects["v1/nodes"])
+	lease, grace := nodeLeases(n)
 	opts.Sim.LeaseDuration = lease
-	cp.NodeMonitorPeriod = scaled(cp.NodeMonitorPeriod, s)
+	cp.NodeMonitorPeriod = monitorPeriod(cp.NodeMonitorPeriod, s, n)
 	cp.NodeMonitorGracePeriod = max(cp.NodeMonitorGracePeriod, grace)
 	cp.NodeStartupGracePeriod = max(cp.NodeStartupGracePeriod, grace)
 	cp.NodeEvictionRate *= float32(s)

@@ -709,3 +709,20 @@ func TestTheUpdateRevisionOfTheSnapshot(t *testing.T) {
 		t.Errorf("anonymized DaemonSet: update revision %q, want 6d8f", got)
 	}
 }
+
+func TestTheMonitorPeriodLeavesTheControllerTimeForEachNode(t *testing.T) {
+	for _, c := range []struct {
+		speed float64
+		nodes int
+		want  time.Duration
+	}{
+		{10, 100, 500 * time.Millisecond},
+		{100, 100, 50 * time.Millisecond},
+		{100, 5000, 500 * time.Millisecond},
+		{1, 100000, 10 * time.Second},
+	} {
+		if got := monitorPeriod(5*time.Second, c.speed, c.nodes); got != c.want {
+			t.Errorf("%d nodes at %gx: monitor period %s, want %s", c.nodes, c.speed, got, c.want)
+		}
+	}
+}
