@@ -47,16 +47,19 @@ var reportedReasons = map[string]bool{
 // since begin, what changed: pods removed and placed, nodes added,
 // removed and lost, the autoscaler's events, blocked drains.
 type recorder struct {
-	speed    float64
-	factory  informers.SharedInformerFactory
-	dfactory dynamicinformer.DynamicSharedInformerFactory
-	pods     corelisters.PodLister
-	nodes    corelisters.NodeLister
-	sets     appslisters.ReplicaSetLister
-	machines cache.GenericLister
-	stopCh   chan struct{}
-	avail    *availability
-	desired  desiredOf
+	speed float64
+	// evictionRate is the node lifecycle controller's rate of the
+	// cluster simulated (nodes a simulated second).
+	evictionRate float64
+	factory      informers.SharedInformerFactory
+	dfactory     dynamicinformer.DynamicSharedInformerFactory
+	pods         corelisters.PodLister
+	nodes        corelisters.NodeLister
+	sets         appslisters.ReplicaSetLister
+	machines     cache.GenericLister
+	stopCh       chan struct{}
+	avail        *availability
+	desired      desiredOf
 
 	mu            sync.Mutex
 	started       time.Time
@@ -72,8 +75,11 @@ type recorder struct {
 	nodeAdded       map[string]time.Duration
 	nodeRemoved     map[string]NodeChange
 	nodeNotReady    map[string]time.Duration
-	events          map[string]*Event
-	podAutoscaler   map[string]string
+	// tainted is when (real time) each node got the node lifecycle
+	// controller's NoExecute taint during the run.
+	tainted       map[string]time.Time
+	events        map[string]*Event
+	podAutoscaler map[string]string
 	// scaledUpFor are, by MachineSet name, the pods whose
 	// TriggeredScaleUp named it during the run.
 	scaledUpFor  map[string]map[string]bool
@@ -93,7 +99,7 @@ type nodeUpdate struct {
 func newRecorder(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, speed float64) (*recorder, error) {
 	r := &recorder{speed: speed, stopCh: make(chan struct{}),
 		placedAt: map[string]time.Duration{}, nodeAdded: map[string]time.Duration{}, nodeRemoved: map[string]NodeChange{},
-		nodeNotReady: map[string]time.Duration{}, events: map[string]*Event{}, podAutoscaler: map[string]string{}, scaledUpFor: map[string]map[string]bool{},
+		nodeNotReady: map[string]time.Duration{}, tainted: map[string]time.Time{}, events: map[string]*Event{}, podAutoscaler: map[string]string{}, scaledUpFor: map[string]map[string]bool{},
 		machineDrain: map[string]string{}, removedPods: map[string]bool{}, updates: map[string]*nodeUpdate{}}
 	r.factory = informers.NewSharedInformerFactory(kube, 0)
 	r.dfactory = dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
@@ -338,6 +344,11 @@ func (r *recorder) nodeUpdated(old, obj any) {
 	r.lastChange = time.Now()
 	if !r.started.IsZero() {
 		r.configUpdate(n)
+	}
+	if !r.started.IsZero() && lifecycleTainted(n) && !lifecycleTainted(o) {
+		if _, seen := r.tainted[n.Name]; !seen {
+			r.tainted[n.Name] = r.lastChange
+		}
 	}
 	if nodeReady(o) && !nodeReady(n) && !r.started.IsZero() {
 		if _, seen := r.nodeNotReady[n.Name]; !seen {
@@ -605,9 +616,12 @@ func (r *recorder) fill(ctx context.Context, rep *Report, a *applier) error {
 	for _, nc := range r.nodeRemoved {
 		rep.NodesRemoved = append(rep.NodesRemoved, nc)
 	}
+	notReady := map[string]bool{}
 	for name, at := range r.nodeNotReady {
 		rep.NodesNotReady = append(rep.NodesNotReady, NodeChange{Node: name, Zone: zoneOf[name], At: Duration(at)})
+		notReady[name] = true
 	}
+	rep.Caveats = append(rep.Caveats, taintPace(r.tainted, zoneOf, notReady, r.evictionRate, r.speed)...)
 	for _, l := range [][]NodeChange{rep.NodesAdded, rep.NodesRemoved, rep.NodesNotReady} {
 		sort.Slice(l, func(i, j int) bool {
 			if l[i].At != l[j].At {
@@ -716,4 +730,55 @@ func (r *recorder) rollouts(ctx context.Context, dyn dynamic.Interface) ([]PoolR
 		out = append(out, ro)
 	}
 	return out, nil
+}
+
+// lifecycleTainted says whether a node has the node lifecycle
+// controller's NoExecute taint.
+func lifecycleTainted(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Effect == corev1.TaintEffectNoExecute && (t.Key == corev1.TaintNodeUnreachable || t.Key == corev1.TaintNodeNotReady) {
+			return true
+		}
+	}
+	return false
+}
+
+// taintPace is a caveat for each zone whose nodes all went NotReady and
+// whose taints came slower, in real time, than the node lifecycle
+// controller's rate at the speed asks: on a busy machine the controller,
+// which taints one node per 100 ms with two requests each, falls behind,
+// and every time after its first taints is later than the cluster's.
+func taintPace(tainted map[string]time.Time, zoneOf map[string]string, notReady map[string]bool, rate, speed float64) []string {
+	byZone := map[string][]time.Time{}
+	zoneSize := map[string]int{}
+	zoneDown := map[string]int{}
+	for node, zone := range zoneOf {
+		zoneSize[zone]++
+		if notReady[node] {
+			zoneDown[zone]++
+		}
+	}
+	for node, at := range tainted {
+		byZone[zoneOf[node]] = append(byZone[zoneOf[node]], at)
+	}
+	var out []string
+	for _, zone := range slices.Sorted(maps.Keys(byZone)) {
+		times := byZone[zone]
+		// A zone not fully disrupted is tainted at the secondary rate, or
+		// not at all: its pace says nothing.
+		if len(times) < 3 || zoneDown[zone] < zoneSize[zone] {
+			continue
+		}
+		slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+		span := times[len(times)-1].Sub(times[0]).Seconds()
+		if span <= 0 {
+			continue
+		}
+		got, want := float64(len(times)-1)/span, rate*speed
+		if got < want/2 {
+			out = append(out, fmt.Sprintf("the node lifecycle controller tainted zone %s's nodes at %.1f a real second, where %gx asks %.1f (%g a second simulated): this machine could not keep the pace, and every taint and eviction after the first comes later than the cluster's; a lower --speed keeps it",
+				zone, got, speed, want, rate))
+		}
+	}
+	return out
 }

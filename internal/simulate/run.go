@@ -380,6 +380,7 @@ func runOnce(ctx context.Context, o RunOptions) (*Report, error) {
 		return nil, err
 	}
 	defer rec.stop()
+	rec.evictionRate = float64(opts.ControlPlane.NodeEvictionRate) / o.Speed
 	if err := r.waitRunning(ctx, rec); err != nil {
 		return nil, err
 	}
@@ -427,7 +428,7 @@ func runOnce(ctx context.Context, o RunOptions) (*Report, error) {
 	if err := rec.fill(ctx, report, a); err != nil {
 		return nil, err
 	}
-	report.Caveats = caveats(o.Snapshot)
+	report.Caveats = append(caveats(o.Snapshot), report.Caveats...)
 	return report, nil
 }
 

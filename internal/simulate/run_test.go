@@ -726,3 +726,25 @@ func TestTheMonitorPeriodLeavesTheControllerTimeForEachNode(t *testing.T) {
 		}
 	}
 }
+
+func TestTheReportSaysWhenTheTaintsFellBehindTheSpeed(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	zoneOf := map[string]string{"a-0": "a", "a-1": "a", "a-2": "a", "a-3": "a", "b-0": "b"}
+	down := map[string]bool{"a-0": true, "a-1": true, "a-2": true, "a-3": true}
+	every := func(gap time.Duration) map[string]time.Time {
+		return map[string]time.Time{"a-0": t0, "a-1": t0.Add(gap), "a-2": t0.Add(2 * gap), "a-3": t0.Add(3 * gap)}
+	}
+	// At 100x, 0.1 a second asks 10 a real second: one every 100 ms.
+	if got := taintPace(every(100*time.Millisecond), zoneOf, down, 0.1, 100); len(got) != 0 {
+		t.Errorf("taints at the pace the speed asks: %q", got)
+	}
+	got := taintPace(every(400*time.Millisecond), zoneOf, down, 0.1, 100)
+	if len(got) != 1 || !strings.Contains(got[0], "zone a's nodes at 2.5 a real second, where 100x asks 10.0") {
+		t.Errorf("taints at a quarter of the pace: %q, want a caveat naming zone a's 2.5 a second against 10", got)
+	}
+	// A zone not wholly down is tainted at the secondary rate.
+	partly := map[string]bool{"a-0": true, "a-1": true, "a-2": true}
+	if got := taintPace(every(time.Second), zoneOf, partly, 0.1, 100); len(got) != 0 {
+		t.Errorf("a zone not fully disrupted: %q", got)
+	}
+}
