@@ -19,7 +19,10 @@ type SimulateOptions struct {
 	Nodes int
 	// PodsPerNode one-CPU pods run on each four-CPU worker.
 	PodsPerNode int
-	Speed       float64
+	// PodsPerDeployment splits the pods into Deployments of that many (0:
+	// one Deployment).
+	PodsPerDeployment int
+	Speed             float64
 	// Quiet is the simulated time without change that ends the run; For
 	// the simulated time after which it ends anyway.
 	Quiet, For time.Duration
@@ -42,9 +45,13 @@ func Simulate(ctx context.Context, o SimulateOptions, log io.Writer) (*SimulateR
 	if o.Nodes < 3 || o.PodsPerNode < 0 || o.PodsPerNode > 4 {
 		return nil, fmt.Errorf("--nodes must be at least 3 (one per zone) and --pods-per-node 0 to 4 (one-CPU pods on four-CPU workers); got %d and %d", o.Nodes, o.PodsPerNode)
 	}
+	if o.PodsPerDeployment < 0 {
+		return nil, fmt.Errorf("--pods-per-deployment %d: must be 0 (one Deployment) or more", o.PodsPerDeployment)
+	}
 	zones := []string{"us-east-1a", "us-east-1b", "us-east-1c"}
 	cl := simulate.AWSCluster{Zones: zones, WorkersPerZone: o.Nodes / len(zones),
-		PodsPerWorker: []int{o.PodsPerNode, o.PodsPerNode, o.PodsPerNode}, Created: time.Now().Add(-30 * 24 * time.Hour)}
+		PodsPerWorker: []int{o.PodsPerNode, o.PodsPerNode, o.PodsPerNode}, Created: time.Now().Add(-30 * 24 * time.Hour),
+		PodsPerDeployment: o.PodsPerDeployment}
 	objs, err := cl.Objects()
 	if err != nil {
 		return nil, err

@@ -56,6 +56,7 @@ lost, pods evicted and placed again, pods left pending, nodes added.`,
 	f := c.Flags()
 	f.IntVar(&o.Nodes, "nodes", 60, "workers, spread over three zones")
 	f.IntVar(&o.PodsPerNode, "pods-per-node", 2, "one-CPU pods on each four-CPU worker (0-4)")
+	f.IntVar(&o.PodsPerDeployment, "pods-per-deployment", 0, "pods of each Deployment, each with its disruption budget (0: one Deployment of them all)")
 	f.Float64Var(&o.Speed, "speed", simulate.DefaultSpeed, "the simulation's speed (at most 100)")
 	f.DurationVar(&o.Quiet, "quiet", 6*time.Minute, "simulated time without a change that ends the run")
 	f.DurationVar(&o.For, "for", simulate.DefaultFor, "simulated time after the outage at which the run ends, settled or not")

@@ -3,6 +3,7 @@ package simulate
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"github.com/capstan-dev/capstan/internal/simclock"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -746,5 +747,33 @@ func TestTheReportSaysWhenTheTaintsFellBehindTheSpeed(t *testing.T) {
 	partly := map[string]bool{"a-0": true, "a-1": true, "a-2": true}
 	if got := taintPace(every(time.Second), zoneOf, partly, 0.1, 100); len(got) != 0 {
 		t.Errorf("a zone not fully disrupted: %q", got)
+	}
+}
+
+func TestAnAWSClustersPodsSplitIntoDeployments(t *testing.T) {
+	c := AWSCluster{Zones: []string{"a", "b"}, WorkersPerZone: 2, PodsPerWorker: []int{3, 2}, Created: time.Now(), PodsPerDeployment: 4}
+	objs, err := c.Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicas := map[string]int64{}
+	owned := map[string]int{}
+	budgets := 0
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "Deployment":
+			replicas[o.GetName()], _, _ = unstructured.NestedInt64(o.Object, "spec", "replicas")
+		case "Pod":
+			owned[o.GetOwnerReferences()[0].Name]++
+		case "PodDisruptionBudget":
+			budgets++
+		}
+	}
+	want := map[string]int64{"web-000": 4, "web-001": 4, "web-002": 2}
+	if fmt.Sprint(replicas) != fmt.Sprint(want) || budgets != 3 {
+		t.Errorf("10 pods in Deployments of 4: %v and %d budgets, want %v and 3", replicas, budgets, want)
+	}
+	if owned["web-000-7d9f8"] != 4 || owned["web-002-7d9f8"] != 2 {
+		t.Errorf("pods by ReplicaSet: %v", owned)
 	}
 }

@@ -31,6 +31,10 @@ type AWSCluster struct {
 	PodsPerWorker []int
 	// Created is when the cluster's objects were made.
 	Created time.Time
+	// PodsPerDeployment splits the pods into Deployments of that many,
+	// web-000, web-001 and so on, each with its disruption budget; 0 is
+	// one Deployment, web.
+	PodsPerDeployment int
 }
 
 // Objects are the cluster's objects, as the API server lists them.
@@ -45,9 +49,19 @@ func (c AWSCluster) Objects() ([]unstructured.Unstructured, error) {
 			`"instanceType":"m6i.xlarge","placement":{"availabilityZone":%q,"region":"us-east-1"}}`, zone)}
 	}
 	requests := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")}
-	webLabels := map[string]string{"app": "web", "pod-template-hash": "7d9f8"}
-	template := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: webLabels},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "quay.io/shop/web:3", Resources: corev1.ResourceRequirements{Requests: requests}}}}}
+	template := func(app string) corev1.PodTemplateSpec {
+		return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": app, "pod-template-hash": "7d9f8"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "quay.io/shop/web:3", Resources: corev1.ResourceRequirements{Requests: requests}}}}}
+	}
+	// workload names the Deployment of the pod numbered i.
+	workload := func(i int) string {
+		if c.PodsPerDeployment <= 0 {
+			return "web"
+		}
+		return fmt.Sprintf("web-%03d", i/c.PodsPerDeployment)
+	}
+	replicas := map[string]int{}
+	var workloads []string
 	pods := 0
 	for zi, zone := range c.Zones {
 		if zi >= len(c.PodsPerWorker) {
@@ -83,37 +97,50 @@ func (c AWSCluster) Objects() ([]unstructured.Unstructured, error) {
 				Spec:   machinev1.MachineSpec{ProviderSpec: machinev1.ProviderSpec{Value: awsSpec(zone)}},
 				Status: machinev1.MachineStatus{NodeRef: &corev1.ObjectReference{Kind: "Node", Name: name}, Phase: new("Running")}})
 			for range c.PodsPerWorker[zi] {
-				spec := *template.Spec.DeepCopy()
+				app := workload(pods)
+				if replicas[app] == 0 {
+					workloads = append(workloads, app)
+				}
+				replicas[app]++
+				t := template(app)
+				spec := *t.Spec.DeepCopy()
 				spec.NodeName = name
 				spec.Tolerations = []corev1.Toleration{
 					{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: new(int64(300))},
 					{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: new(int64(300))}}
 				add(&corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("web-7d9f8-%05d", pods), Namespace: "shop", CreationTimestamp: created, Labels: webLabels,
-						OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-7d9f8", UID: "rs-web", Controller: new(true)}}},
+					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-7d9f8-%05d", app, pods), Namespace: "shop", CreationTimestamp: created, Labels: t.Labels,
+						OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: app + "-7d9f8", UID: types.UID("rs-" + app), Controller: new(true)}}},
 					Spec: spec, Status: corev1.PodStatus{Phase: corev1.PodRunning}})
 				pods++
 			}
 		}
 	}
-	deployment := map[string]any{"apiVersion": "apps/v1", "kind": "Deployment",
-		"metadata": map[string]any{"name": "web", "namespace": "shop", "uid": "deploy-web", "creationTimestamp": created.UTC().Format(time.RFC3339)},
-		"spec":     map[string]any{"replicas": int64(pods), "selector": map[string]any{"matchLabels": map[string]any{"app": "web"}}}}
-	rs := map[string]any{"apiVersion": "apps/v1", "kind": "ReplicaSet",
-		"metadata": map[string]any{"name": "web-7d9f8", "namespace": "shop", "uid": "rs-web", "labels": map[string]any{"app": "web", "pod-template-hash": "7d9f8"},
-			"ownerReferences": []any{map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "deploy-web", "controller": true}}},
-		"spec": map[string]any{"replicas": int64(pods), "selector": map[string]any{"matchLabels": map[string]any{"app": "web", "pod-template-hash": "7d9f8"}}}}
-	tmpl, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&template)
-	if err != nil {
-		return nil, err
+	out := []unstructured.Unstructured{{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "shop"}}}}
+	if len(workloads) == 0 {
+		workloads = []string{workload(0)}
 	}
-	deployment["spec"].(map[string]any)["template"] = tmpl
-	rs["spec"].(map[string]any)["template"] = runtime.DeepCopyJSONValue(tmpl)
-	add(&policyv1.PodDisruptionBudget{TypeMeta: metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"},
-		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: new(intstr.FromInt32(int32(pods / 2))), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}})
-	out := []unstructured.Unstructured{{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "shop"}}},
-		{Object: deployment}, {Object: rs}}
+	for _, app := range workloads {
+		n := int64(replicas[app])
+		deployment := map[string]any{"apiVersion": "apps/v1", "kind": "Deployment",
+			"metadata": map[string]any{"name": app, "namespace": "shop", "uid": "deploy-" + app, "creationTimestamp": created.UTC().Format(time.RFC3339)},
+			"spec":     map[string]any{"replicas": n, "selector": map[string]any{"matchLabels": map[string]any{"app": app}}}}
+		rs := map[string]any{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+			"metadata": map[string]any{"name": app + "-7d9f8", "namespace": "shop", "uid": "rs-" + app, "labels": map[string]any{"app": app, "pod-template-hash": "7d9f8"},
+				"ownerReferences": []any{map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "name": app, "uid": "deploy-" + app, "controller": true}}},
+			"spec": map[string]any{"replicas": n, "selector": map[string]any{"matchLabels": map[string]any{"app": app, "pod-template-hash": "7d9f8"}}}}
+		t := template(app)
+		tmpl, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&t)
+		if err != nil {
+			return nil, err
+		}
+		deployment["spec"].(map[string]any)["template"] = tmpl
+		rs["spec"].(map[string]any)["template"] = runtime.DeepCopyJSONValue(tmpl)
+		add(&policyv1.PodDisruptionBudget{TypeMeta: metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
+			ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: "shop"},
+			Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: new(intstr.FromInt32(int32(n / 2))), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}}})
+		out = append(out, unstructured.Unstructured{Object: deployment}, unstructured.Unstructured{Object: rs})
+	}
 	for _, it := range items {
 		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(it)
 		if err != nil {
