@@ -72,12 +72,19 @@ func start(t *testing.T, cfg etcd.Config, what string) *etcd.Cluster {
 	c, err := etcd.Start(context.Background(), cfg)
 	if err != nil {
 		// The temporary dir goes with the test: its log's end stays.
-		tail := ""
+		tail, why := "", ""
 		if raw, rerr := os.ReadFile(cfg.LogFile); rerr == nil {
 			lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
 			tail = strings.Join(lines[max(0, len(lines)-40):], "\n")
+			// A member that died says why before its goroutines' dump,
+			// which the end alone is.
+			for i, l := range lines {
+				if strings.HasPrefix(l, "panic:") || strings.HasPrefix(l, "fatal error:") || strings.Contains(l, `"level":"fatal"`) || strings.Contains(l, `"level":"panic"`) {
+					why += strings.Join(lines[i:min(i+3, len(lines))], "\n") + "\n"
+				}
+			}
 		}
-		t.Fatalf("%s: %v\nthe end of %s:\n%s", what, err, cfg.LogFile, tail)
+		t.Fatalf("%s: %v\nwhy members died in %s:\n%s\nthe end of it:\n%s", what, err, cfg.LogFile, why, tail)
 	}
 	t.Cleanup(c.Stop)
 	return c
