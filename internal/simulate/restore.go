@@ -261,14 +261,26 @@ func (r *restorer) namespaces(ctx context.Context) error {
 
 func (r *restorer) classes(ctx context.Context) error {
 	for _, key := range []string{"scheduling.k8s.io/v1/priorityclasses", "storage.k8s.io/v1/storageclasses"} {
-		res, _ := resourceByKey(key)
-		for _, u := range r.objects(key) {
-			u := u.DeepCopy()
-			cleanMeta(u)
-			// The API server makes its own system classes.
-			if err := r.create(ctx, res, u, true); err != nil {
-				return err
-			}
+		// The API server makes its own system classes.
+		if err := r.createEach(ctx, key, true, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// createEach creates the snapshot's objects of a resource as they were,
+// less their server-set metadata: all of them, or those keep keeps.
+func (r *restorer) createEach(ctx context.Context, key string, skipExisting bool, keep func(*unstructured.Unstructured) bool) error {
+	res, _ := resourceByKey(key)
+	for _, u := range r.objects(key) {
+		if keep != nil && !keep(&u) {
+			continue
+		}
+		u := u.DeepCopy()
+		cleanMeta(u)
+		if err := r.create(ctx, res, u, skipExisting); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -285,18 +297,9 @@ func (r *restorer) volumes(ctx context.Context) error {
 			return err
 		}
 	}
-	pvcs, _ := resourceByKey("v1/persistentvolumeclaims")
-	for _, u := range r.objects(pvcs.Key()) {
-		if u.GetDeletionTimestamp() != nil {
-			continue
-		}
-		u := u.DeepCopy()
-		cleanMeta(u)
-		if err := r.create(ctx, pvcs, u, false); err != nil {
-			return err
-		}
-	}
-	return nil
+	return r.createEach(ctx, "v1/persistentvolumeclaims", false, func(u *unstructured.Unstructured) bool {
+		return u.GetDeletionTimestamp() == nil
+	})
 }
 
 // controllerTaints are the taints the node lifecycle controller and the

@@ -180,34 +180,25 @@ func (r *restorer) updateRevision(kind string, w *unstructured.Unstructured) str
 // revision numbers and hashes without their data (the pod templates):
 // those are not restored.
 func (r *restorer) revisions(ctx context.Context) error {
-	res, _ := resourceByKey("apps/v1/controllerrevisions")
-	for _, u := range r.objects(res.Key()) {
-		if _, ok := u.Object["data"]; !ok || !r.restoresOwnerOf(&u) {
-			continue
-		}
-		u := u.DeepCopy()
-		cleanMeta(u)
-		if err := r.create(ctx, res, u, false); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// restoresOwnerOf reports whether a ControllerRevision's owner is a
-// StatefulSet or DaemonSet the restore makes.
-func (r *restorer) restoresOwnerOf(cr *unstructured.Unstructured) bool {
-	for _, ref := range cr.GetOwnerReferences() {
-		if ref.Kind != "StatefulSet" && ref.Kind != "DaemonSet" {
-			continue
-		}
-		for _, w := range r.objects("apps/v1/" + strings.ToLower(ref.Kind) + "s") {
-			if w.GetUID() == ref.UID && w.GetDeletionTimestamp() == nil {
-				return true
+	restored := map[types.UID]bool{}
+	for _, key := range []string{"apps/v1/statefulsets", "apps/v1/daemonsets"} {
+		for _, w := range r.objects(key) {
+			if w.GetDeletionTimestamp() == nil {
+				restored[w.GetUID()] = true
 			}
 		}
 	}
-	return false
+	return r.createEach(ctx, "apps/v1/controllerrevisions", false, func(u *unstructured.Unstructured) bool {
+		if _, ok := u.Object["data"]; !ok {
+			return false
+		}
+		for _, ref := range u.GetOwnerReferences() {
+			if (ref.Kind == "StatefulSet" || ref.Kind == "DaemonSet") && restored[ref.UID] {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // adopt makes the restored pods a workload selects its own, as its
