@@ -45,6 +45,9 @@ they work against any cluster a simulator serves.`,
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			cloud := sim.NewAPICloud(client, sim.CloudOptions{BootDelay: bootDelay, TerminateDelay: terminateDelay})
+			if err := cloud.PublishSettings(ctx); err != nil {
+				return err
+			}
 			fmt.Fprintln(c.OutOrStdout(), "Simulating the kubelets of the capstan-sim cloud; Ctrl-C to stop")
 			return sim.New(client, sim.Options{Cloud: cloud}).Run(ctx)
 		},

@@ -174,7 +174,7 @@ func (o *Options) Validate() error {
 		if o.Scheduler != nil {
 			errs = append(errs, errors.New("two default-schedulers: capstan's and kube-scheduler; run one"))
 		}
-		if _, err := kubesched.Config(o.KubeScheduler.Profile, "-", 0, 0); err != nil {
+		if _, err := kubesched.Config(o.KubeScheduler.Profile, "-", 0, 0, 0); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -355,6 +355,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	cloud := sim.NewAPICloud(simID.kube, opts.Cloud)
+	// Its delays are the cloud's: a Machine API run as its own process
+	// launches with them too.
+	if err := cloud.PublishSettings(ctx); err != nil {
+		c.Stop()
+		return nil, err
+	}
 	simOpts := opts.Sim
 	simOpts.Cloud = cloud
 	simOpts.Informers = c.informers

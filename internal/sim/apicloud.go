@@ -59,7 +59,11 @@ type APICloud struct {
 	client kubernetes.Interface
 	opts   CloudOptions
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// owner says its options are the cloud's own (PublishSettings): a
+	// client that is not the owner launches and terminates instances
+	// with the delays the owner published.
+	owner    bool
 	failures []*FailureRule
 	// used are the indexes this process knows to be claimed (loaded from
 	// the API on first use); the API, not this map, is the authority.
@@ -85,10 +89,55 @@ func (c *APICloud) SetBootDelay(d time.Duration) {
 	c.opts.BootDelay = d
 }
 
-func (c *APICloud) bootDelay() time.Duration {
+// SettingsConfigMap, in Namespace, holds the delays of the cloud's owner
+// (capstan up, capstan sim): how long its instances take to boot and to
+// terminate, whoever launches or deletes them (a Machine API run as a
+// process of its own, say).
+const SettingsConfigMap = "cloud-settings"
+
+// PublishSettings makes c's delays the cloud's own: every other client
+// of the cloud launches and terminates instances with them.
+func (c *APICloud) PublishSettings(ctx context.Context) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.opts.BootDelay
+	c.owner = true
+	data := map[string]string{"bootDelay": c.opts.BootDelay.String(), "terminateDelay": c.opts.TerminateDelay.String()}
+	c.mu.Unlock()
+	cms := c.client.CoreV1().ConfigMaps(Namespace)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: SettingsConfigMap, Namespace: Namespace}, Data: data}
+	_, err := cms.Create(ctx, cm, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("publishing the cloud's settings: %w", err)
+	}
+	return nil
+}
+
+// delays are the boot and terminate delays c launches and deletes
+// with: its own when it owns the cloud or was given some, else those the
+// owner published (none published: none).
+func (c *APICloud) delays(ctx context.Context) (boot, terminate time.Duration, err error) {
+	c.mu.Lock()
+	boot, terminate, own := c.opts.BootDelay, c.opts.TerminateDelay, c.owner || c.opts.BootDelay > 0 || c.opts.TerminateDelay > 0
+	c.mu.Unlock()
+	if own {
+		return boot, terminate, nil
+	}
+	cm, err := c.client.CoreV1().ConfigMaps(Namespace).Get(ctx, SettingsConfigMap, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading the cloud's settings: %w", err)
+	}
+	if boot, err = time.ParseDuration(cm.Data["bootDelay"]); err != nil {
+		return 0, 0, fmt.Errorf("the cloud's settings (%s/%s): bootDelay: %w", Namespace, SettingsConfigMap, err)
+	}
+	if terminate, err = time.ParseDuration(cm.Data["terminateDelay"]); err != nil {
+		return 0, 0, fmt.Errorf("the cloud's settings (%s/%s): terminateDelay: %w", Namespace, SettingsConfigMap, err)
+	}
+	return boot, terminate, nil
 }
 
 // InjectFailure adds a rule that makes CreateInstance fail.
@@ -165,6 +214,11 @@ func (c *APICloud) CreateInstance(ctx context.Context, spec InstanceSpec) (*Inst
 	if err != nil {
 		return nil, err
 	}
+	boot, _, err := c.delays(ctx)
+	if err != nil {
+		_ = c.releaseIndex(ctx, idx, spec.Name)
+		return nil, err
+	}
 	now := c.opts.Clock.Now().UTC().Truncate(time.Millisecond)
 	id := "i-" + seeded.String(17, "0123456789abcdef")
 	inst := &Instance{
@@ -175,7 +229,7 @@ func (c *APICloud) CreateInstance(ctx context.Context, spec InstanceSpec) (*Inst
 		InternalIP: nodeIP(idx).String(),
 		PodCIDR:    podCIDR(idx).String(),
 		LaunchTime: now,
-		BootedAt:   now.Add(c.bootDelay()),
+		BootedAt:   now.Add(boot),
 	}
 	cm, err := instanceToConfigMap(inst)
 	if err != nil {
@@ -213,10 +267,14 @@ func (c *APICloud) DeleteInstance(ctx context.Context, name string) error {
 		if inst.TerminateAt != nil {
 			return nil
 		}
-		if c.opts.TerminateDelay <= 0 {
+		_, terminate, err := c.delays(ctx)
+		if err != nil {
+			return err
+		}
+		if terminate <= 0 {
 			return c.remove(ctx, cm, inst)
 		}
-		at := c.opts.Clock.Now().UTC().Add(c.opts.TerminateDelay).Truncate(time.Millisecond)
+		at := c.opts.Clock.Now().UTC().Add(terminate).Truncate(time.Millisecond)
 		inst.TerminateAt = &at
 		updated, err := instanceToConfigMap(inst)
 		if err != nil {

@@ -222,3 +222,52 @@ func TestACreateWithoutItsClientTokenLaunchesAgain(t *testing.T) {
 		t.Fatalf("a create of a taken name with another token: %v, want %s", err, ReasonAlreadyExists)
 	}
 }
+
+// The cloud's owner (capstan up, capstan sim) publishes its delays, and a
+// Machine API run as a process of its own launches and terminates with
+// them; a client given delays of its own keeps them.
+func TestEveryClientBootsAndTerminatesWithTheCloudsDelays(t *testing.T) {
+	client := apiserverClient()
+	ctx := context.Background()
+	owner := NewAPICloud(client, CloudOptions{BootDelay: time.Minute, TerminateDelay: 30 * time.Second})
+	other := NewAPICloud(client, CloudOptions{})
+	inst, err := other.CreateInstance(ctx, spec("before"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !inst.BootedAt.Equal(inst.LaunchTime) {
+		t.Errorf("with no settings published, booted at %s, launched at %s; want at once", inst.BootedAt, inst.LaunchTime)
+	}
+	if err := owner.PublishSettings(ctx); err != nil {
+		t.Fatal(err)
+	}
+	inst, err = other.CreateInstance(ctx, spec("after"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := inst.BootedAt.Sub(inst.LaunchTime); got != time.Minute {
+		t.Errorf("a client of the cloud boots its instance in %s; want the owner's 1m0s", got)
+	}
+	if err := other.DeleteInstance(ctx, "after"); err != nil {
+		t.Fatal(err)
+	}
+	gone, err := other.GetInstance(ctx, "after")
+	if err != nil || gone.TerminateAt == nil || gone.TerminateAt.Sub(inst.LaunchTime) < 30*time.Second {
+		t.Errorf("deleted by a client of the cloud: %+v, %v; want it shutting down for the owner's 30s", gone, err)
+	}
+	own := NewAPICloud(client, CloudOptions{BootDelay: time.Second})
+	inst, err = own.CreateInstance(ctx, spec("own"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := inst.BootedAt.Sub(inst.LaunchTime); got != time.Second {
+		t.Errorf("a client given a boot delay boots in %s; want its own 1s", got)
+	}
+	// A later owner's settings replace the earlier's.
+	if err := NewAPICloud(client, CloudOptions{BootDelay: 2 * time.Minute}).PublishSettings(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if boot, _, err := other.delays(ctx); err != nil || boot != 2*time.Minute {
+		t.Errorf("after a second owner published 2m: %s, %v", boot, err)
+	}
+}
