@@ -13,6 +13,9 @@ type KubeSchedulerOptions struct {
 	// Profile is an OpenShift scheduler profile (kubesched.Profiles; ""
 	// is LowNodeUtilization).
 	Profile string
+	// MaxBackoffSeconds bounds a failed pod's backoff (0: kube-scheduler's
+	// 10 s).
+	MaxBackoffSeconds int64
 }
 
 // kubeSchedulerUser is the user kube-scheduler acts as, whose rights the
@@ -37,7 +40,7 @@ func (c *Cluster) startKubeScheduler(ctx, runCtx context.Context) error {
 		return fmt.Errorf("its kubeconfig: %w", err)
 	}
 	s, err := kubesched.Setup(runCtx, kubesched.Options{Kubeconfig: kubeconfig, Profile: c.opts.KubeScheduler.Profile,
-		QPS: cfg.QPS, Burst: cfg.Burst, Dir: dir})
+		QPS: cfg.QPS, Burst: cfg.Burst, Dir: dir, MaxBackoffSeconds: c.opts.KubeScheduler.MaxBackoffSeconds})
 	if err != nil {
 		return err
 	}

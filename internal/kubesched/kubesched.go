@@ -52,12 +52,17 @@ type Options struct {
 	Burst int
 	// Dir is where its configuration file is written.
 	Dir string
+	// MaxBackoffSeconds bounds how long a pod that failed to schedule
+	// waits before it is tried again (0: kube-scheduler's 10 s). Its
+	// first backoff is 1 s, the least it takes.
+	MaxBackoffSeconds int64
 }
 
 // Config returns the KubeSchedulerConfiguration of a profile for a
 // scheduler that acts with kubeconfig, elects no leader and is limited
-// to qps and burst (qps <= 0: no limit).
-func Config(profile, kubeconfig string, qps float32, burst int) ([]byte, error) {
+// to qps and burst (qps <= 0: no limit), backing a pod off for at most
+// maxBackoff seconds (0: its default).
+func Config(profile, kubeconfig string, qps float32, burst int, maxBackoff int64) ([]byte, error) {
 	if qps <= 0 {
 		qps = -1 // client-go: no rate limiter
 	}
@@ -70,6 +75,9 @@ func Config(profile, kubeconfig string, qps float32, burst int) ([]byte, error) 
 			"contentType": "application/vnd.kubernetes.protobuf",
 		},
 		"leaderElection": map[string]any{"leaderElect": false},
+	}
+	if maxBackoff > 0 {
+		cfg["podInitialBackoffSeconds"], cfg["podMaxBackoffSeconds"] = 1, maxBackoff
 	}
 	profileCfg := map[string]any{"schedulerName": "default-scheduler"}
 	switch profile {
@@ -101,7 +109,7 @@ type Scheduler struct {
 // would with --config, starts its informers and waits until they and
 // its event handlers have synced. It serves no port.
 func Setup(ctx context.Context, o Options) (*Scheduler, error) {
-	raw, err := Config(o.Profile, o.Kubeconfig, o.QPS, o.Burst)
+	raw, err := Config(o.Profile, o.Kubeconfig, o.QPS, o.Burst, o.MaxBackoffSeconds)
 	if err != nil {
 		return nil, err
 	}

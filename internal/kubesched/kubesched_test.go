@@ -16,7 +16,7 @@ import (
 // does: decoded, defaulted and validated by its own code.
 func load(t *testing.T, profile string) *config.KubeSchedulerProfile {
 	t.Helper()
-	raw, err := Config(profile, "/etc/kubeconfig", 0, 100)
+	raw, err := Config(profile, "/etc/kubeconfig", 0, 100, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,8 +113,25 @@ func TestEachProfileIsWhatOpenShiftRenders(t *testing.T) {
 }
 
 func TestAnUnknownProfileIsRefusedNamingTheKnownOnes(t *testing.T) {
-	_, err := Config("Packed", "/etc/kubeconfig", 0, 100)
+	_, err := Config("Packed", "/etc/kubeconfig", 0, 100, 0)
 	if err == nil || !strings.Contains(err.Error(), `scheduler profile "Packed": want one of LowNodeUtilization, HighNodeUtilization, NoScoring`) {
 		t.Errorf("err %v", err)
+	}
+}
+
+func TestTheBackoffIsBoundedWhenAsked(t *testing.T) {
+	for max, want := range map[int64][]string{0: nil, 2: {"podInitialBackoffSeconds: 1", "podMaxBackoffSeconds: 2"}} {
+		raw, err := Config("", "/etc/kubeconfig", 0, 100, max)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if max == 0 && strings.Contains(string(raw), "Backoff") {
+			t.Errorf("without a bound, the configuration sets a backoff:\n%s", raw)
+		}
+		for _, w := range want {
+			if !strings.Contains(string(raw), w) {
+				t.Errorf("bounded to %d s, the configuration lacks %q:\n%s", max, w, raw)
+			}
+		}
 	}
 }

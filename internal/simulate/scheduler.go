@@ -89,7 +89,7 @@ func schedulerProfile(s *Snapshot) (string, string, error) {
 			continue
 		}
 		p, _, _ := unstructured.NestedString(u.Object, "spec", "profile")
-		if _, err := kubesched.Config(p, "-", 0, 0); err != nil {
+		if _, err := kubesched.Config(p, "-", 0, 0, 0); err != nil {
 			return "", "", fmt.Errorf("schedulers.config.openshift.io/cluster: %w", err)
 		}
 		if p == "" {
