@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strings"
@@ -12,8 +13,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/capstan-dev/capstan/internal/atomicfile"
+	"github.com/capstan-dev/capstan/internal/autoscaler"
 	"github.com/capstan-dev/capstan/internal/simulate"
 )
 
@@ -22,7 +25,7 @@ func newSimulateCommand() *cobra.Command {
 		Use:   "simulate",
 		Short: "What-if: snapshots of a cluster, to replay a change on",
 	}
-	c.AddCommand(newSimulateSnapshotCommand(), newSimulateRunCommand())
+	c.AddCommand(newSimulateSnapshotCommand(), newSimulateRunCommand(), newSimulateRecordCommand(), newSimulateCompareCommand())
 	return c
 }
 
@@ -249,14 +252,7 @@ Changes (each --change KIND=ARGUMENT; several are applied in order):
 			if err != nil {
 				return err
 			}
-			if output == "json" {
-				enc := json.NewEncoder(c.OutOrStdout())
-				enc.SetIndent("", "  ")
-				err = enc.Encode(rep)
-			} else {
-				err = rep.WriteTable(c.OutOrStdout())
-			}
-			if err != nil {
+			if err := writeReport(c.OutOrStdout(), output, rep, rep.WriteTable); err != nil {
 				return err
 			}
 			if failed := rep.Verdict.FailsOn(failures); len(failed) > 0 {
@@ -273,6 +269,7 @@ Changes (each --change KIND=ARGUMENT; several are applied in order):
 	f.DurationVar(&o.For, "for", simulate.DefaultFor, "simulated time after the first change at which the run ends, settled or not")
 	f.DurationVar(&o.Quiet, "quiet", simulate.DefaultQuiet, "simulated time without a change after which the cluster counts as settled")
 	f.DurationVar(&o.BootTime, "boot-time", 0, fmt.Sprintf("simulated time a new instance takes to become a Ready node (default: the median the snapshot's machines of MachineSets took, else %s)", simulate.DefaultBootTime))
+	f.DurationVar(&o.MaxNodeStartupTime, "max-node-startup-time", autoscaler.MaxNodeStartupTime, "the cluster autoscaler's --max-node-startup-time: how long a registered node that is not Ready counts as starting (OpenShift keeps upstream's)")
 	f.DurationVar(&o.RebootTime, "reboot-time", simulate.DefaultRebootTime, "simulated time a node is down when it reboots into a new MachineConfig")
 	f.BoolVar(&control, "control", true, "run the snapshot without the changes too, and net their effect of what it does by itself")
 	f.StringVar(&o.Scheduler, "scheduler", simulate.SchedulerAuto, "the scheduler: "+strings.Join(simulate.Schedulers, ", ")+" (by the snapshot: capstan's for a cluster capstan runs)")
@@ -280,6 +277,114 @@ Changes (each --change KIND=ARGUMENT; several are applied in order):
 	f.StringVarP(&output, "output", "o", "table", "table or json")
 	f.StringVar(&failOn, "fail-on", "", "exit with status 3 when the verdict finds any of these (comma-separated): "+strings.Join(simulate.Findings, ", ")+", or any (all but removed)")
 	return c
+}
+
+func newSimulateRecordCommand() *cobra.Command {
+	var cf clientFlags
+	o := simulate.RecordOptions{}
+	var output string
+	c := &cobra.Command{
+		Use:   "record [-o json]",
+		Short: "Record what a live cluster does until it settles, as a simulation reports it",
+		Long: `Watches a live cluster (with list and watch only) from now until nothing
+has changed for --quiet, or --for has passed, and reports what it did as
+capstan simulate run reports a simulation, in real time: pods removed and
+placed, pods left pending with the scheduler's and the autoscaler's
+reasons, nodes lost, added and removed, the autoscaler's events,
+workloads' availability and budgets. It changes nothing: make the change
+the simulation predicted as soon as it says it is recording, and its
+times count from then. capstan simulate compare sets the two reports side
+by side.`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if output != "table" && output != "json" {
+				return fmt.Errorf("-o %q: want table or json", output)
+			}
+			cfg, err := cf.restConfig()
+			if err != nil {
+				return err
+			}
+			if o.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
+				return err
+			}
+			if o.Dyn, err = dynamic.NewForConfig(cfg); err != nil {
+				return err
+			}
+			o.Host, o.Log = cfg.Host, c.ErrOrStderr()
+			rep, err := simulate.Record(c.Context(), o)
+			if err != nil {
+				return err
+			}
+			return writeReport(c.OutOrStdout(), output, rep, rep.WriteTable)
+		},
+	}
+	cf.add(c.Flags())
+	f := c.Flags()
+	f.DurationVar(&o.For, "for", simulate.DefaultFor, "how long to record at most, settled or not")
+	f.DurationVar(&o.Quiet, "quiet", simulate.DefaultQuiet, "time without a change after which the cluster counts as settled")
+	f.StringVarP(&output, "output", "o", "table", "table or json")
+	return c
+}
+
+func newSimulateCompareCommand() *cobra.Command {
+	var output string
+	tolerance := simulate.DefaultTolerance
+	c := &cobra.Command{
+		Use:   "compare PREDICTED.json OBSERVED.json",
+		Short: "Set a simulation's report beside a recording of the same change on the live cluster",
+		Long: `Reads two reports written with -o json, a simulation's (capstan simulate
+run) and a recording's (capstan simulate record), and compares the
+course of each, times counted from the first change (a recording's from
+its beginning): nodes NotReady, pods removed, scale-ups, nodes added to
+each MachineSet, nodes removed and pods placed, each as how many and when
+the first and the last, and the pods left pending. A milestone agrees
+when it happened as many times in both, its first and last within
+--tolerance of the observed course (from the change to its last
+milestone). Exits with status 3 when any does not agree.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(c *cobra.Command, args []string) error {
+			if output != "table" && output != "json" {
+				return fmt.Errorf("-o %q: want table or json", output)
+			}
+			if tolerance <= 0 || tolerance >= 1 {
+				return fmt.Errorf("--tolerance %g: want a share of the course between 0 and 1", tolerance)
+			}
+			var reports [2]simulate.Report
+			for i, path := range args {
+				data, err := os.ReadFile(path)
+				if err != nil {
+					return err
+				}
+				if err := json.Unmarshal(data, &reports[i]); err != nil {
+					return fmt.Errorf("%s: not a report of capstan simulate run or record -o json: %w", path, err)
+				}
+			}
+			if reports[0].Recorded || !reports[1].Recorded {
+				fmt.Fprintf(c.ErrOrStderr(), "capstan: comparing %s with %s: the first is meant to be a simulation's, the second a recording's\n", args[0], args[1])
+			}
+			cmp := simulate.Compare(&reports[0], &reports[1], tolerance)
+			if err := writeReport(c.OutOrStdout(), output, cmp, cmp.WriteTable); err != nil {
+				return err
+			}
+			if !cmp.Agree {
+				return &exitError{code: FailOnExitCode}
+			}
+			return nil
+		},
+	}
+	c.Flags().Float64Var(&tolerance, "tolerance", tolerance, "the share of the observed course within which a time agrees")
+	c.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	return c
+}
+
+// writeReport writes v as indented JSON, or as table writes it.
+func writeReport(w io.Writer, output string, v any, table func(io.Writer) error) error {
+	if output == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	return table(w)
 }
 
 // FailOnExitCode is the exit status of a simulation whose verdict has a

@@ -96,7 +96,9 @@ type nodeUpdate struct {
 	done              bool
 }
 
-func newRecorder(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, speed float64) (*recorder, error) {
+// newRecorder watches the cluster of kube and dyn; without machines (a
+// cluster that serves no Machine API), it watches no Machine.
+func newRecorder(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, speed float64, machines bool) (*recorder, error) {
 	r := &recorder{speed: speed, stopCh: make(chan struct{}),
 		placedAt: map[string]time.Duration{}, nodeAdded: map[string]time.Duration{}, nodeRemoved: map[string]NodeChange{},
 		nodeNotReady: map[string]time.Duration{}, tainted: map[string]time.Time{}, events: map[string]*Event{}, podAutoscaler: map[string]string{}, scaledUpFor: map[string]map[string]bool{},
@@ -107,8 +109,12 @@ func newRecorder(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Int
 	nodeInf := r.factory.Core().V1().Nodes()
 	r.pods, r.nodes = podInf.Lister(), nodeInf.Lister()
 	r.sets = r.factory.Apps().V1().ReplicaSets().Lister()
-	mInf := r.dfactory.ForResource(machinesGVR)
-	r.machines = mInf.Lister()
+	var mInf cache.SharedIndexInformer
+	r.machines = cache.NewGenericLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}), machinesGVR.GroupResource())
+	if machines {
+		gi := r.dfactory.ForResource(machinesGVR)
+		mInf, r.machines = gi.Informer(), gi.Lister()
+	}
 	r.avail = newAvailability(r.workloadOf)
 	apps := r.factory.Apps().V1()
 	r.desired = workloadDesired(apps.Deployments().Lister(), apps.StatefulSets().Lister(), apps.DaemonSets().Lister(), apps.ReplicaSets().Lister())
@@ -119,10 +125,15 @@ func newRecorder(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Int
 		{podInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: r.podAdded, UpdateFunc: r.podUpdated, DeleteFunc: r.podDeleted}},
 		{nodeInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: r.nodeAddedFn, UpdateFunc: r.nodeUpdated, DeleteFunc: r.nodeDeleted}},
 		{r.factory.Core().V1().Events().Informer(), cache.ResourceEventHandlerFuncs{AddFunc: r.event, UpdateFunc: func(_, o any) { r.event(o) }}},
-		{mInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: func(any) { r.changed() }, UpdateFunc: r.machineUpdated, DeleteFunc: func(any) { r.changed() }}},
 		{podInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: func(o any) { r.avail.pod(o, false) }, UpdateFunc: func(_, o any) { r.avail.pod(o, false) },
 			DeleteFunc: func(o any) { r.avail.pod(o, true) }}},
 		{r.factory.Policy().V1().PodDisruptionBudgets().Informer(), cache.ResourceEventHandlerFuncs{AddFunc: r.avail.budget, UpdateFunc: func(_, o any) { r.avail.budget(o) }}},
+	}
+	if mInf != nil {
+		handlers = append(handlers, struct {
+			inf cache.SharedIndexInformer
+			h   cache.ResourceEventHandlerFuncs
+		}{mInf, cache.ResourceEventHandlerFuncs{AddFunc: func(any) { r.changed() }, UpdateFunc: r.machineUpdated, DeleteFunc: func(any) { r.changed() }}})
 	}
 	_, _, _ = apps.Deployments().Informer(), apps.StatefulSets().Informer(), apps.DaemonSets().Informer()
 	for _, h := range handlers {
@@ -135,12 +146,12 @@ func newRecorder(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Int
 	r.dfactory.Start(r.stopCh)
 	for typ, ok := range r.factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
-			return nil, fmt.Errorf("the simulation's %v informer did not sync", typ)
+			return nil, fmt.Errorf("the %v informer did not sync (it lists and watches)", typ)
 		}
 	}
 	for typ, ok := range r.dfactory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
-			return nil, fmt.Errorf("the simulation's %v informer did not sync", typ)
+			return nil, fmt.Errorf("the %v informer did not sync (it lists and watches)", typ)
 		}
 	}
 	return r, nil
@@ -496,7 +507,7 @@ func (r *recorder) waitSettled(ctx context.Context, quiet, limit time.Duration, 
 		last, started := r.lastChange, r.started
 		r.mu.Unlock()
 		now := time.Now()
-		if now.Sub(last) >= quiet && !r.terminating() && !busy() {
+		if now.Sub(last) >= quiet && !r.terminating() && !r.provisioning() && !busy() {
 			return true
 		}
 		if now.Sub(started) >= limit {
@@ -519,6 +530,25 @@ func (r *recorder) quietFor(ctx context.Context, quiet, limit time.Duration) boo
 		return time.Since(last) >= quiet, "changing"
 	}))
 	return err == nil
+}
+
+// provisioning says whether a Machine is on its way to a node: neither
+// Failed nor being deleted, and without a node yet. An instance booting
+// for longer than the quiet time has not settled the cluster.
+func (r *recorder) provisioning() bool {
+	objs, _ := r.machines.List(labels.Everything())
+	for _, o := range objs {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok || u.GetDeletionTimestamp() != nil {
+			continue
+		}
+		phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+		node, _, _ := unstructured.NestedString(u.Object, "status", "nodeRef", "name")
+		if node == "" && phase != "Failed" {
+			return true
+		}
+	}
+	return false
 }
 
 // terminating says whether a pod is being deleted on a node whose kubelet

@@ -21,6 +21,10 @@ type Report struct {
 	TakenAt  time.Time `json:"takenAt"`
 	// Speed is how much faster than real time the simulation ran.
 	Speed float64 `json:"speed"`
+	// Recorded says the report is of a live cluster (Record), not of a
+	// simulation: Snapshot names the cluster, TakenAt when the recording
+	// began, and times are real.
+	Recorded bool `json:"recorded,omitempty"`
 	// Scheduler is the default-scheduler that ran, and why that one.
 	Scheduler SchedulerUsed `json:"scheduler"`
 	// BootTime is how long the simulation's new instances took to become
@@ -212,6 +216,9 @@ type BlockedDrain struct {
 
 // summary is the report's Summary.
 func (r *Report) summary() []string {
+	if r.Recorded {
+		return []string{"Recorded on the live cluster: its own scheduler and controllers ran, in real time."}
+	}
 	var out []string
 	if r.Scheduler.Name != "" {
 		out = append(out, fmt.Sprintf("Scheduled by %s.", r.Scheduler))
@@ -245,8 +252,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 		p("Caveat: %s.\n", c)
 	}
 	p("\n")
-	p("Simulated %d nodes and %d pods of the snapshot taken %s, at %gx: %s after %s (restored in %s, run in %s of real time).\n",
-		r.Nodes, r.Pods, r.TakenAt.UTC().Format(time.RFC3339), r.Speed, end, r.Duration, r.RestoreTime, r.RunTime)
+	if r.Recorded {
+		p("Recorded %d nodes and %d pods of %s from %s: %s after %s.\n", r.Nodes, r.Pods, r.Snapshot, r.TakenAt.UTC().Format(time.RFC3339), end, r.Duration)
+	} else {
+		p("Simulated %d nodes and %d pods of the snapshot taken %s, at %gx: %s after %s (restored in %s, run in %s of real time).\n",
+			r.Nodes, r.Pods, r.TakenAt.UTC().Format(time.RFC3339), r.Speed, end, r.Duration, r.RestoreTime, r.RunTime)
+	}
 	summary := r.Summary
 	if summary == nil {
 		summary = r.summary()

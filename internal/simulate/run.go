@@ -7,6 +7,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/simclock"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"slices"
 	"sort"
@@ -111,6 +112,10 @@ type RunOptions struct {
 	// DefaultBootTime); RebootTime how long a node is down when it
 	// reboots into a new configuration.
 	BootTime, RebootTime time.Duration
+	// MaxNodeStartupTime is the cluster autoscaler's: how long a
+	// registered node that is not Ready counts as starting, simulated (0:
+	// upstream's 15 minutes, which OpenShift keeps).
+	MaxNodeStartupTime time.Duration
 	// DataDir holds the private cluster; empty is a temporary directory,
 	// removed at the end.
 	DataDir string
@@ -129,9 +134,9 @@ func (o *RunOptions) validate() error {
 	if o.Speed < 1 {
 		errs = append(errs, fmt.Errorf("--speed %g: a simulation runs at least at real time (1)", o.Speed))
 	}
-	if o.For <= 0 || o.Quiet <= 0 || o.BootTime < 0 || o.RebootTime < 0 {
-		errs = append(errs, fmt.Errorf("--for (%s) and --quiet (%s) must be positive, --boot-time (%s) and --reboot-time (%s) not negative",
-			o.For, o.Quiet, o.BootTime, o.RebootTime))
+	if o.For <= 0 || o.Quiet <= 0 || o.BootTime < 0 || o.RebootTime < 0 || o.MaxNodeStartupTime < 0 {
+		errs = append(errs, fmt.Errorf("--for (%s) and --quiet (%s) must be positive, --boot-time (%s), --reboot-time (%s) and --max-node-startup-time (%s) not negative",
+			o.For, o.Quiet, o.BootTime, o.RebootTime, o.MaxNodeStartupTime))
 	}
 	if len(o.Changes) == 0 {
 		errs = append(errs, errors.New("no --change: say what to simulate"))
@@ -245,6 +250,14 @@ func clusterOptions(dir string, o *RunOptions) cluster.Options {
 	// back-off, the ClusterAutoscaler's delays) on a clock that runs them
 	// at the speed.
 	opts.Autoscaler.Clock = simclock.Scaled{Speed: s}
+	opts.Autoscaler.MaxNodeStartupTime = o.MaxNodeStartupTime
+	// capstan's scheduler backs a pod off for 1 to 10 seconds after
+	// each failure, and retries a parked one every minute, in the
+	// cluster's time: at 10x, a real 10 seconds would hold a pod 100
+	// simulated seconds after its node came.
+	if opts.Scheduler != nil {
+		opts.Scheduler.Clock = simclock.Scaled{Speed: s}
+	}
 	if opts.MachineAPI != nil {
 		opts.MachineAPI.Clock = simclock.Scaled{Speed: s}
 	}
@@ -327,6 +340,12 @@ func runOnce(ctx context.Context, o RunOptions) (*Report, error) {
 		return nil, err
 	}
 	used.use(&opts)
+	if opts.KubeScheduler != nil {
+		// kube-scheduler's backoff of 1 to 10 seconds, in the cluster's
+		// time as near as its whole seconds go (1 s at least: 10 s
+		// simulated at 10x).
+		opts.KubeScheduler.MaxBackoffSeconds = max(1, int64(math.Round(10/o.Speed)))
+	}
 	if err := opts.SetLeaseDuration(); err != nil {
 		return nil, err
 	}
@@ -375,7 +394,7 @@ func runOnce(ctx context.Context, o RunOptions) (*Report, error) {
 	if err := r.restore(ctx); err != nil {
 		return nil, err
 	}
-	rec, err := newRecorder(ctx, cl.Client, dyn, o.Speed)
+	rec, err := newRecorder(ctx, cl.Client, dyn, o.Speed, true)
 	if err != nil {
 		return nil, err
 	}
@@ -415,6 +434,12 @@ func runOnce(ctx context.Context, o RunOptions) (*Report, error) {
 	for _, c := range o.Changes {
 		at := rec.now()
 		err := a.apply(ctx, c)
+		if c.Kind != ChangeWait {
+			// When it took effect: applying a change takes real time,
+			// which at speed is simulated seconds (a zone's kubelets
+			// stop when the last one is told to).
+			at = rec.now()
+		}
 		ac := AppliedChange{Change: c.String(), At: Duration(at)}
 		if err != nil {
 			ac.Error = err.Error()

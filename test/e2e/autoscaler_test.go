@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
@@ -73,6 +74,14 @@ func createClusterAutoscaler(t *testing.T, doc string) {
 // deletes the MachineAutoscaler when the test ends.
 func createMachineAutoscaler(t *testing.T, name, set string, minR, maxR int) {
 	t.Helper()
+	createMachineAutoscalerOn(t, env.Dynamic, name, set, minR, maxR)
+	t.Cleanup(func() { deleteMachineAutoscaler(t, name) })
+}
+
+// createMachineAutoscalerOn makes MachineSet set a node group of
+// min..max on the cluster of dyn.
+func createMachineAutoscalerOn(t *testing.T, dyn dynamic.Interface, name, set string, minR, maxR int) {
+	t.Helper()
 	doc := fmt.Sprintf(`
 apiVersion: autoscaling.openshift.io/v1beta1
 kind: MachineAutoscaler
@@ -87,11 +96,10 @@ spec:
     kind: MachineSet
     name: %s
 `, name, minR, maxR, set)
-	api := env.Dynamic.Resource(machineAutoscalers).Namespace(machine.Namespace)
+	api := dyn.Resource(machineAutoscalers).Namespace(machine.Namespace)
 	if _, err := api.Create(context.Background(), unstructuredFrom(t, doc), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating MachineAutoscaler %s: %v", name, err)
 	}
-	t.Cleanup(func() { deleteMachineAutoscaler(t, name) })
 }
 
 func deleteMachineAutoscaler(t *testing.T, name string) {

@@ -172,22 +172,7 @@ spec:
 		if _, err := dyn.Resource(autoscaler.ClusterAutoscalerResource).Create(ctx, ca, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		ma := unstructuredFrom(t, fmt.Sprintf(`apiVersion: autoscaling.openshift.io/v1beta1
-kind: MachineAutoscaler
-metadata:
-  name: %s
-  namespace: openshift-machine-api
-spec:
-  minReplicas: 1
-  maxReplicas: 2
-  scaleTargetRef:
-    apiVersion: machine.openshift.io/v1beta1
-    kind: MachineSet
-    name: %s
-`, set, set))
-		if _, err := dyn.Resource(machineAutoscalers).Namespace(machine.Namespace).Create(ctx, ma, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		createMachineAutoscalerOn(t, dyn, set, set, 1, 2)
 		// Two pods of three CPUs each fit only on two of the set's
 		// four-CPU nodes: the set grows to its maximum.
 		for i := range 2 {
