@@ -87,13 +87,20 @@ func nodeLeases(n int) (lease, grace time.Duration) {
 // a core, with the garbage they leave.
 const monitorPassPerNode = 100 * time.Microsecond
 
+// monitorPassFloor is the shortest real time between the node lifecycle
+// controller's monitor passes in a simulation.
+const monitorPassFloor = 50 * time.Millisecond
+
 // monitorPeriod is the node lifecycle controller's monitor period in a
-// simulation of n nodes: the cluster's divided by the speed, but no
-// shorter than monitorPassPerNode for each node. The simulated kubelets
-// still declare a lost node at the cluster's instant (sim.Lost); the
-// controller sees it at its next pass.
+// simulation of n nodes: short in real time, so that the controller sees
+// a lost node the simulated kubelets declared (sim.Lost) and taints it
+// soon after the cluster's instant, not up to a whole simulated period
+// later (5 s, which a live cluster's controller does not lose: it
+// declares and taints in one pass); but no shorter than
+// monitorPassPerNode for each node. No pass of the controller declares a
+// node lost itself: its grace stays in real seconds.
 func monitorPeriod(cluster time.Duration, speed float64, n int) time.Duration {
-	return max(scaled(cluster, speed), time.Duration(n)*monitorPassPerNode)
+	return max(min(scaled(cluster, speed), monitorPassFloor), time.Duration(n)*monitorPassPerNode)
 }
 
 // RunOptions configure a simulation.

@@ -717,8 +717,9 @@ func TestTheMonitorPeriodLeavesTheControllerTimeForEachNode(t *testing.T) {
 		nodes int
 		want  time.Duration
 	}{
-		{10, 100, 500 * time.Millisecond},
+		{10, 100, 50 * time.Millisecond},
 		{100, 100, 50 * time.Millisecond},
+		{10, 1000, 100 * time.Millisecond},
 		{100, 5000, 500 * time.Millisecond},
 		{1, 100000, 10 * time.Second},
 	} {
