@@ -203,6 +203,9 @@ func TestASimulatedZoneOutageAgreesWithUpstreamsSchedulerAndAutoscaler(t *testin
 	_ = observed.WriteTable(&table)
 	t.Logf("recorded under kube-scheduler and the cluster-autoscaler:\n%s", table.String())
 	for _, s := range []string{simulate.SchedulerKube, simulate.SchedulerCapstan} {
+		var table strings.Builder
+		_ = simulated[s].WriteTable(&table)
+		t.Logf("simulated with %s:\n%s", s, table.String())
 		agree, out := compareCourses(t, simulated[s], observed)
 		t.Logf("simulated with %s, against the live course:\n%s", s, out)
 		if !agree {
