@@ -30,5 +30,5 @@ if [ -z "$src" ]; then
 	git -C "$src" checkout --quiet "$commit"
 fi
 (cd "$src/cluster-autoscaler" && go build -tags clusterapi -o "$out/cluster-autoscaler" .)
-"$out/kube-scheduler" --version
-"$out/cluster-autoscaler" --version 2>&1 | head -1 || true
+echo "built $out/kube-scheduler (k8s.io/kubernetes $(cd "$root" && go list -m -f '{{.Version}}' k8s.io/kubernetes))"
+echo "built $out/cluster-autoscaler (kubernetes/autoscaler $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo "from $src"))"
