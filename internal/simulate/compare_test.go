@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
 )
 
 func course(change time.Duration, notReady, removed, added time.Duration, set string, pending int) *Report {
@@ -73,5 +76,37 @@ func TestACourseDisagreesOnATimeACountOrAMachineSet(t *testing.T) {
 				t.Errorf("no row %q in %+v", tc.row, c.Rows)
 			}
 		})
+	}
+}
+
+// A Machine on its way to a node keeps a run from settling: a boot longer
+// than --quiet would otherwise end it with the node's pods pending.
+func TestAMachineOnItsWayToANodeKeepsTheRunGoing(t *testing.T) {
+	machine := func(name, phase, node string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
+			"metadata": map[string]any{"name": name, "namespace": "openshift-machine-api"}, "status": map[string]any{"phase": phase}}}
+		if node != "" {
+			_ = unstructured.SetNestedField(u.Object, node, "status", "nodeRef", "name")
+		}
+		return u
+	}
+	for name, tc := range map[string]struct {
+		machines []*unstructured.Unstructured
+		want     bool
+	}{
+		"booting":         {[]*unstructured.Unstructured{machine("a", "Running", "a"), machine("b", "Provisioned", "")}, true},
+		"all with a node": {[]*unstructured.Unstructured{machine("a", "Running", "a")}, false},
+		"failed":          {[]*unstructured.Unstructured{machine("b", "Failed", "")}, false},
+	} {
+		idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+		for _, m := range tc.machines {
+			if err := idx.Add(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := &recorder{machines: cache.NewGenericLister(idx, machinesGVR.GroupResource())}
+		if got := r.provisioning(); got != tc.want {
+			t.Errorf("%s: provisioning %v, want %v", name, got, tc.want)
+		}
 	}
 }

@@ -55,11 +55,12 @@ func Record(ctx context.Context, o RecordOptions) (*Report, error) {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("discovering %s: %w", machinesGVR.GroupVersion(), err)
 	}
+	machinesServed := err == nil
 	// An identity without list and watch would wait for ever: a minute
 	// to sync, then the error names what did not.
 	syncCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	rec, err := newRecorder(syncCtx, o.Kube, o.Dyn, 1, err == nil)
+	rec, err := newRecorder(syncCtx, o.Kube, o.Dyn, 1, machinesServed)
 	if err != nil {
 		return nil, fmt.Errorf("recording %s: %w", o.Host, err)
 	}
