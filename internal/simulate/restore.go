@@ -881,6 +881,9 @@ func (r *restorer) pods(ctx context.Context) error {
 // there: ReplicaSets, StatefulSets, DaemonSets and Jobs, then the
 // Deployments owning the ReplicaSets. A finished Job is left out.
 func (r *restorer) workloads(ctx context.Context) error {
+	if err := r.awaitControllersSeePods(ctx); err != nil {
+		return err
+	}
 	if err := r.revisions(ctx); err != nil {
 		return err
 	}

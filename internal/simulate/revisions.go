@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
@@ -246,4 +247,59 @@ func (r *restorer) adopt(ctx context.Context, owner *unstructured.Unstructured, 
 		}
 		return nil
 	})
+}
+
+// markerTimeout bounds the wait for kube-controller-manager to see the
+// restored pods.
+const markerTimeout = 2 * time.Minute
+
+// awaitControllersSeePods waits until kube-controller-manager's pod
+// informer holds every pod made so far. A workload's controller that
+// syncs before its informer has the restored pods counts too few, makes
+// more, and then deletes the surplus, and which it deletes (its own new
+// pods or restored ones) changes the cluster the simulation starts from.
+// Its informer is not visible from here, so the restore shows it a
+// marker: a ReplicaSet of no replicas, then a pod its selector matches,
+// made after every restored pod. Its watch delivers pods in the order
+// they were made, so once the ReplicaSet controller has acted on the
+// marker pod (adopted it, or deleted it as one too many), every earlier
+// pod is in the informer the workload controllers share.
+func (r *restorer) awaitControllersSeePods(ctx context.Context) error {
+	const ns = metav1.NamespaceDefault
+	name := "capstan-restore-marker-" + rand.String(5)
+	labels := map[string]string{"capstan.dev/restore-marker": name}
+	spec := corev1.PodSpec{
+		// No scheduler serves it: it stays pending, and goes at once.
+		SchedulerName: name,
+		Containers:    []corev1.Container{{Name: "marker", Image: "capstan.dev/restore-marker"}},
+	}
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: appsv1.ReplicaSetSpec{Replicas: new(int32(0)), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec}}}
+	if _, err := r.kube.AppsV1().ReplicaSets(ns).Create(ctx, rs, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating the marker ReplicaSet: %w", err)
+	}
+	// Deleting the ReplicaSet deletes the pod if it was adopted.
+	defer func() {
+		background := metav1.DeletePropagationBackground
+		_ = r.kube.AppsV1().ReplicaSets(ns).Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{PropagationPolicy: &background})
+	}()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}, Spec: spec}
+	if _, err := r.kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating the marker pod: %w", err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, markerTimeout, true, func(ctx context.Context) (bool, error) {
+		p, err := r.kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return metav1.GetControllerOf(p) != nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for kube-controller-manager's ReplicaSet controller to see the pods (it has not acted on the marker pod %s/%s): %w", ns, name, err)
+	}
+	return nil
 }
