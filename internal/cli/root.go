@@ -12,6 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
+
+	"github.com/capstan-dev/capstan/internal/memlimit"
 )
 
 // Run is the capstan program: it runs Main with the process's arguments
@@ -19,16 +21,9 @@ import (
 // stderr, because `capstan up` points file descriptor 2 at its log file
 // (embedded upstream libraries write there directly).
 func Run() int {
-	// The embedded control plane allocates heavily; collecting less often
-	// buys throughput for memory, as operators of kube-apiserver often do.
-	// A soft memory limit keeps the larger collection interval from
-	// growing the heap without bound on big simulated clusters.
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(200)
-	}
-	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(4 << 30)
-	}
+	// The collector's target and soft limit, from the machine's memory
+	// (an etcd member is started with its own in its environment).
+	memlimit.Apply(memlimit.Server)
 	stderr := os.Stderr
 	if fd, err := unix.Dup(2); err == nil {
 		stderr = os.NewFile(uintptr(fd), "/dev/stderr")

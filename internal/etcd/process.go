@@ -26,6 +26,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/capstan-dev/capstan/internal/failpoint"
+	"github.com/capstan-dev/capstan/internal/memlimit"
 )
 
 // A member runs in its own process, as each control-plane machine's
@@ -327,7 +328,9 @@ func launch(c memberConfig) (*memberProcess, error) {
 	defer stdinR.Close()
 	cmd := exec.Command(self, c.memberArgs()...)
 	// A member is not the campaign's to kill: capstan up is.
-	cmd.Env = append(failpoint.Without(os.Environ()), memberEnv+"=1")
+	// Its collector is sized from the machine's memory, as its
+	// supervisor's is, with a member's share.
+	cmd.Env = append(append(failpoint.Without(os.Environ()), memberEnv+"=1"), memlimit.Env(memlimit.EtcdMember)...)
 	cmd.Stdin, cmd.Stderr = stdinR, logf
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
