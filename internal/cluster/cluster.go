@@ -364,6 +364,14 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	simOpts := opts.Sim
 	simOpts.Cloud = cloud
 	simOpts.Informers = c.informers
+	// Each kubelet writes as its own node, system:node:NAME.
+	nodeCfg := ProtobufConfig(cp.NodeClientConfig())
+	nodeCfg.UserAgent = "kubelet"
+	nodeCfg.Wrap(sim.NodeTransport(cp.NodeToken))
+	if simOpts.NodeClient, err = kubernetes.NewForConfig(nodeCfg); err != nil {
+		c.Stop()
+		return nil, err
+	}
 	if opts.EtcdOperator && cp.Etcd() != nil {
 		simOpts.Prober = etcdProber(cp.Etcd())
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/kubestate"
 	"github.com/capstan-dev/capstan/internal/metrics"
 	"github.com/capstan-dev/capstan/internal/monitoring"
+	"github.com/capstan-dev/capstan/internal/sim"
 )
 
 // MonitoringOptions configure the embedded Prometheus.
@@ -44,6 +45,8 @@ const (
 	JobClusterAutoscaler = "cluster-autoscaler-default"
 	JobEtcd              = "etcd"
 	JobPrometheus        = "prometheus-k8s"
+	// JobSimulator is capstan's own: the simulated kubelets' lease ages.
+	JobSimulator = "capstan-simulator"
 )
 
 // monitoringDir is where the TSDB lives in the data dir.
@@ -159,6 +162,12 @@ func (c *Cluster) startMonitoring(ctx, runCtx context.Context) error {
 		{Job: JobClusterAutoscaler, Gatherer: whileAutoscaling{}, Healthy: healthy("autoscaler", "the cluster autoscaler"),
 			Labels: map[string]string{"namespace": "openshift-machine-api", "service": "cluster-autoscaler-default", "endpoint": "metrics"}},
 	}
+	simMetrics := prometheus.NewRegistry()
+	if err := simMetrics.Register(c.Sim.Metrics()); err != nil {
+		return err
+	}
+	targets = append(targets, monitoring.Target{Job: JobSimulator, Gatherer: simMetrics,
+		Labels: map[string]string{"namespace": sim.Namespace, "service": "capstan-simulator", "endpoint": "metrics"}})
 	if e := c.ControlPlane.Etcd(); e != nil {
 		// Every member, as the etcd operator adds and removes them.
 		tls := e.TLS()
@@ -181,7 +190,7 @@ func (c *Cluster) startMonitoring(ctx, runCtx context.Context) error {
 	}
 	c.monitor = m
 	srv, err := metrics.Listen(c.opts.MetricsAddress, m.Handler(), legacyregistry.DefaultGatherer, autoscaler.Registry,
-		c.jobs[JobCVO], c.jobs[JobKubeState], c.jobs[JobScheduler], c.jobs[JobMachineAPI], c.jobs[JobMachineConfig], c.jobs[JobMachineConfigCtrl])
+		c.jobs[JobCVO], c.jobs[JobKubeState], c.jobs[JobScheduler], c.jobs[JobMachineAPI], c.jobs[JobMachineConfig], c.jobs[JobMachineConfigCtrl], simMetrics)
 	if err != nil {
 		_ = m.Stop()
 		c.monitor = nil

@@ -9,6 +9,9 @@ import (
 
 	"github.com/spf13/pflag"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
+	"k8s.io/apiserver/pkg/authentication/request/union"
+	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/rest"
 	"k8s.io/kubernetes/cmd/kube-apiserver/app"
 	"k8s.io/kubernetes/cmd/kube-apiserver/app/options"
@@ -128,8 +131,35 @@ func (cp *ControlPlane) runAPIServer(ctx context.Context, etcdURL string, listen
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- app.Run(ctx, completed)
+		done <- cp.serveAPI(ctx, completed)
 		close(done)
 	}()
 	return done, nil
+}
+
+// serveAPI is kube-apiserver's Run, with the nodes' tokens checked before
+// its own authenticators in each server of its chain.
+func (cp *ControlPlane) serveAPI(ctx context.Context, opts options.CompletedOptions) error {
+	config, err := app.NewConfig(opts)
+	if err != nil {
+		return err
+	}
+	nodes := bearertoken.New(cp.nodeTokens)
+	for _, a := range []*genericapiserver.AuthenticationInfo{&config.KubeAPIs.ControlPlane.Generic.Authentication,
+		&config.ApiExtensions.GenericConfig.Authentication, &config.Aggregator.GenericConfig.Authentication} {
+		a.Authenticator = union.New(nodes, a.Authenticator)
+	}
+	completed, err := config.Complete()
+	if err != nil {
+		return err
+	}
+	server, err := app.CreateServerChain(completed)
+	if err != nil {
+		return err
+	}
+	prepared, err := server.PrepareRun()
+	if err != nil {
+		return err
+	}
+	return prepared.Run(ctx)
 }

@@ -111,12 +111,14 @@ type ControlPlane struct {
 	cfg     Config
 	dataDir *datadir.DataDir
 
-	cancel     context.CancelFunc
-	etcd       *etcd.Cluster
-	apiDone    <-chan error
-	kcmDone    <-chan error
-	adminREST  *rest.Config
-	ca         *certs.CertificateAuthority
+	cancel    context.CancelFunc
+	etcd      *etcd.Cluster
+	apiDone   <-chan error
+	kcmDone   <-chan error
+	adminREST *rest.Config
+	ca        *certs.CertificateAuthority
+	// nodeTokens sign and check the simulated kubelets' credentials.
+	nodeTokens *nodeTokens
 	serverURL  string
 	logFile    *os.File
 	stopped    chan struct{}

@@ -86,6 +86,9 @@ func (cp *ControlPlane) ensurePKI() error {
 	if err := writeKubeconfig(filepath.Join(pki, "controller-manager.kubeconfig"), cp.serverURL, ca.CertPEM, kcmCert, kcmKey, controllerManagerUser); err != nil {
 		return err
 	}
+	if cp.nodeTokens, err = loadOrCreateNodeTokens(filepath.Join(pki, nodeTokenKeyFile)); err != nil {
+		return err
+	}
 	cp.ca = ca
 	cp.adminREST = cp.clientConfig(adminCert, adminKey)
 	return nil

@@ -104,7 +104,8 @@ func (s *Simulator) syncNode(ctx context.Context, name string) error {
 		s.nodeQueue.AddAfter(name, s.opts.NodeStatusReportFrequency-heartbeatAge(node, now))
 		return nil
 	}
-	if err := postNodeStatus(ctx, s.client, node, desired); err != nil {
+	kctx, kube := s.kubelet(ctx, name)
+	if err := postNodeStatus(kctx, kube, node, desired); err != nil {
 		if apierrors.IsConflict(err) {
 			// The node changed since the cache's copy: the status is
 			// computed again from the change once the cache has it.

@@ -175,7 +175,8 @@ func (s *Simulator) completePod(ctx context.Context, key string, pod *corev1.Pod
 			c.Status, c.Reason, c.LastTransitionTime = corev1.ConditionFalse, "PodCompleted", finished
 		}
 	}
-	_, err = s.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	kctx, kube := s.kubelet(ctx, pod.Spec.NodeName)
+	_, err = kube.CoreV1().Pods(pod.Namespace).UpdateStatus(kctx, updated, metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -211,7 +212,8 @@ func (s *Simulator) terminatePod(ctx context.Context, key string, pod *corev1.Po
 		return nil
 	}
 	uid := pod.UID
-	err := s.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+	kctx, kube := s.kubelet(ctx, pod.Spec.NodeName)
+	err := kube.CoreV1().Pods(pod.Namespace).Delete(kctx, pod.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: ptr.To[int64](0),
 		Preconditions:      &metav1.Preconditions{UID: &uid},
 	})
@@ -321,7 +323,8 @@ func (s *Simulator) startPod(ctx context.Context, pod *corev1.Pod, inst *Instanc
 	} else {
 		st.InitContainerStatuses = nil
 	}
-	_, err := s.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	kctx, kube := s.kubelet(ctx, pod.Spec.NodeName)
+	_, err := kube.CoreV1().Pods(pod.Namespace).UpdateStatus(kctx, updated, metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -180,7 +180,8 @@ func (s *Simulator) setReady(ctx context.Context, pod *corev1.Pod, ready bool) e
 			cs.Ready = ready
 		}
 	}
-	_, err := s.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	kctx, kube := s.kubelet(ctx, pod.Spec.NodeName)
+	_, err := kube.CoreV1().Pods(pod.Namespace).UpdateStatus(kctx, updated, metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil
 	}

@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	coordlisters "k8s.io/client-go/listers/coordination/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -57,6 +56,14 @@ type Options struct {
 	// read through it and leave shutting it down to its owner. Nothing
 	// they read may be changed. Unset, the simulator has its own.
 	Informers informers.SharedInformerFactory
+	// NodeClient, when set, is the client each kubelet writes its node's
+	// status, its lease and its pods' status with, as its own node (see
+	// NodeTransport). Unset, the kubelets write as the simulator. The
+	// simulator still registers each node itself: OpenShift's kubelets
+	// set their role labels (node-role.kubernetes.io/worker) when they
+	// register, which OpenShift's NodeRestriction allows and upstream's,
+	// which capstan runs, refuses.
+	NodeClient kubernetes.Interface
 }
 
 func (o *Options) setDefaults() {
@@ -86,20 +93,26 @@ type Simulator struct {
 	opts   Options
 	cloud  *APICloud
 
-	simFactory  informers.SharedInformerFactory
-	leaseFactor informers.SharedInformerFactory
-	factory     informers.SharedInformerFactory
+	simFactory informers.SharedInformerFactory
+	factory    informers.SharedInformerFactory
 
 	instances corelisters.ConfigMapLister
 	nodes     corelisters.NodeLister
-	leases    coordlisters.LeaseLister
 	podIndex  cache.Indexer
 	pods      corelisters.PodLister
 	synced    []cache.InformerSynced
 
-	nodeQueue  workqueue.TypedRateLimitingInterface[string]
-	leaseQueue workqueue.TypedRateLimitingInterface[string]
-	podQueue   workqueue.TypedRateLimitingInterface[string]
+	nodeQueue workqueue.TypedRateLimitingInterface[string]
+	// leaseQueue renews the leases in the order they fall due.
+	leaseQueue *dueQueue
+	leases     *leases
+
+	instMu sync.Mutex
+	// parsed are the instances read from their ConfigMaps, each with the
+	// resource version it was read from: a kubelet's every renewal asks
+	// whether its instance runs.
+	parsed   map[string]parsedInstance
+	podQueue workqueue.TypedRateLimitingInterface[string]
 
 	ipMu sync.Mutex
 	ips  map[string]*ipAllocator // by node name
@@ -144,11 +157,11 @@ func New(client kubernetes.Interface, opts Options) *Simulator {
 		probes:      map[string]*probeState{},
 		events:      newEventReporter(),
 		stoppedAt:   map[string]time.Time{},
+		parsed:      map[string]parsedInstance{},
 	}
 	s.lostRecorder = s.newLostRecorder()
 	s.simFactory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = InstanceLabel }))
-	s.leaseFactor = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(corev1.NamespaceNodeLease))
 	s.factory = opts.Informers
 	if s.factory == nil {
 		s.factory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(crcache.TransformStripManagedFields()))
@@ -156,7 +169,6 @@ func New(client kubernetes.Interface, opts Options) *Simulator {
 
 	cmInformer := s.simFactory.Core().V1().ConfigMaps()
 	nodeInformer := s.factory.Core().V1().Nodes()
-	leaseInformer := s.leaseFactor.Coordination().V1().Leases()
 	podInformer := s.factory.Core().V1().Pods()
 	_ = podInformer.Informer().AddIndexers(cache.Indexers{podsByNodeIndex: func(obj any) ([]string, error) {
 		if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
@@ -166,30 +178,39 @@ func New(client kubernetes.Interface, opts Options) *Simulator {
 	}})
 	// The simulator never reads managed fields: dropping them from its
 	// caches saves memory and garbage collection on large clusters (the
-	// node and pod informers drop them by their factory's transform).
-	for _, inf := range []cache.SharedIndexInformer{cmInformer.Informer(), leaseInformer.Informer()} {
-		_ = inf.SetTransform(crcache.TransformStripManagedFields())
-	}
+	// node and pod informers drop them by their factory's transform). It
+	// watches no leases: a kubelet keeps the lease its last write
+	// returned.
+	_ = cmInformer.Informer().SetTransform(crcache.TransformStripManagedFields())
 	s.instances = cmInformer.Lister()
 	s.nodes = nodeInformer.Lister()
-	s.leases = leaseInformer.Lister()
 	s.pods = podInformer.Lister()
 	s.podIndex = podInformer.Informer().GetIndexer()
 	s.synced = []cache.InformerSynced{cmInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced,
-		leaseInformer.Informer().HasSynced, podInformer.Informer().HasSynced}
+		podInformer.Informer().HasSynced}
 
 	rl := func() workqueue.TypedRateLimiter[string] {
 		return workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 10*time.Second)
 	}
 	s.nodeQueue = workqueue.NewTypedRateLimitingQueueWithConfig(rl(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "sim-nodes", Clock: opts.Clock})
-	s.leaseQueue = workqueue.NewTypedRateLimitingQueueWithConfig(rl(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "sim-leases", Clock: opts.Clock})
+	s.leaseQueue, s.leases = newDueQueue(opts.Clock), newLeases(opts.LeaseDuration)
 	s.podQueue = workqueue.NewTypedRateLimitingQueueWithConfig(rl(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "sim-pods", Clock: opts.Clock})
 	s.lostQueue = workqueue.NewTypedRateLimitingQueueWithConfig(rl(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "sim-lost", Clock: opts.Clock})
 
 	_, _ = cmInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { s.enqueueObject(s.nodeQueue, obj) },
 		UpdateFunc: func(_, obj any) { s.enqueueObject(s.nodeQueue, obj) },
-		DeleteFunc: func(obj any) { s.enqueueObject(s.nodeQueue, obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if m, ok := obj.(metav1.Object); ok {
+				s.instMu.Lock()
+				delete(s.parsed, m.GetName())
+				s.instMu.Unlock()
+			}
+			s.enqueueObject(s.nodeQueue, obj)
+		},
 	})
 	_, _ = nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { s.nodeChanged(nil, obj) },
@@ -210,7 +231,6 @@ func (s *Simulator) Cloud() *APICloud { return s.cloud }
 // Run starts the informers and workers and blocks until ctx ends.
 func (s *Simulator) Run(ctx context.Context) error {
 	defer s.nodeQueue.ShutDown()
-	defer s.leaseQueue.ShutDown()
 	defer s.podQueue.ShutDown()
 	defer s.lostQueue.ShutDown()
 	if err := EnsureNamespace(ctx, s.client); err != nil {
@@ -219,7 +239,6 @@ func (s *Simulator) Run(ctx context.Context) error {
 	s.events.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.client.CoreV1().Events("")})
 	defer s.events.broadcaster.Shutdown()
 	s.simFactory.Start(ctx.Done())
-	s.leaseFactor.Start(ctx.Done())
 	s.factory.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), s.synced...) {
 		return fmt.Errorf("simulator caches did not sync: %w", ctx.Err())
@@ -240,17 +259,34 @@ func (s *Simulator) Run(ctx context.Context) error {
 		}
 	}
 	run(s.opts.NodeWorkers, s.nodeQueue, s.syncNode)
-	run(s.opts.LeaseWorkers, s.leaseQueue, s.syncLease)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.leaseQueue.Run(ctx)
+	}()
+	for range s.opts.LeaseWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case name := <-s.leaseQueue.Ready():
+					s.syncLease(ctx, name)
+					s.leaseQueue.Done(name)
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
 	run(s.opts.PodWorkers, s.podQueue, s.syncPod)
 	run(lostWorkers, s.lostQueue, s.syncLost)
 	<-ctx.Done()
 	s.nodeQueue.ShutDown()
-	s.leaseQueue.ShutDown()
 	s.podQueue.ShutDown()
 	s.lostQueue.ShutDown()
 	wg.Wait()
 	s.simFactory.Shutdown()
-	s.leaseFactor.Shutdown()
 	if s.opts.Informers == nil {
 		s.factory.Shutdown()
 	}
@@ -355,11 +391,26 @@ func (s *Simulator) instance(name string) (*Instance, *corev1.ConfigMap) {
 	if err != nil {
 		return nil, nil
 	}
+	s.instMu.Lock()
+	defer s.instMu.Unlock()
+	if p, ok := s.parsed[name]; ok && p.uid == cm.UID && p.resourceVersion == cm.ResourceVersion {
+		return p.inst, cm
+	}
 	inst, err := InstanceFromConfigMap(cm)
 	if err != nil {
+		delete(s.parsed, name)
 		return nil, nil
 	}
+	s.parsed[name] = parsedInstance{uid: cm.UID, resourceVersion: cm.ResourceVersion, inst: inst}
 	return inst, cm
+}
+
+// parsedInstance is an instance as read from a version of its ConfigMap;
+// nothing changes it.
+type parsedInstance struct {
+	uid             types.UID
+	resourceVersion string
+	inst            *Instance
 }
 
 // kubeletRunning reports whether the simulated kubelet of nodeName acts:
