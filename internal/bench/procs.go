@@ -17,7 +17,11 @@ type Process struct {
 	Name string
 	// PeakRSS is the process's VmHWM, RSS its VmRSS, in bytes.
 	PeakRSS, RSS int64
-	CPU          time.Duration
+	// PSS is its proportional set size: its resident pages, each shared
+	// one divided among the processes sharing it, so that processes of
+	// one binary are not each counted whole for the pages they share.
+	PSS int64
+	CPU time.Duration
 }
 
 // clockTick is the unit of /proc/PID/stat's CPU times (USER_HZ), 100 on
@@ -26,14 +30,18 @@ const clockTick = 10 * time.Millisecond
 
 // Processes reads this process and those below it from /proc. A child
 // that ended meanwhile is left out.
-func Processes() ([]Process, error) {
-	self, err := readProcess(os.Getpid())
+func Processes() ([]Process, error) { return ProcessTree(os.Getpid()) }
+
+// ProcessTree reads the process root and those below it from /proc,
+// naming root "capstan". A child that ended meanwhile is left out.
+func ProcessTree(root int) ([]Process, error) {
+	top, err := readProcess(root)
 	if err != nil {
 		return nil, err
 	}
-	self.Name = "capstan"
-	out := []Process{self}
-	for _, pid := range descendants(os.Getpid()) {
+	top.Name = "capstan"
+	out := []Process{top}
+	for _, pid := range descendants(root) {
 		if p, err := readProcess(pid); err == nil {
 			out = append(out, p)
 		}
@@ -51,6 +59,9 @@ func readProcess(pid int) (Process, error) {
 	if p.RSS, err = vmField(filepath.Join(dir, "status"), "VmRSS:"); err != nil {
 		return p, err
 	}
+	// smaps_rollup may be unreadable (another user's process): PSS is
+	// then 0, and RSS still says something.
+	p.PSS, _ = vmField(filepath.Join(dir, "smaps_rollup"), "Pss:")
 	raw, err := os.ReadFile(filepath.Join(dir, "stat"))
 	if err != nil {
 		return p, err
@@ -104,6 +115,15 @@ func processName(dir, comm string) string {
 		}
 	}
 	return strings.Join(words, " ")
+}
+
+// totalPSS sums the processes' proportional set sizes.
+func totalPSS(ps []Process) int64 {
+	var pss int64
+	for _, p := range ps {
+		pss += p.PSS
+	}
+	return pss
 }
 
 // totals sums the processes' peak and current resident sizes and CPU.

@@ -44,28 +44,42 @@ func TestParseScaleSteps(t *testing.T) {
 }
 
 func TestWriteScaleDoc(t *testing.T) {
-	res := &ScaleResult{ControlPlaneNodes: 3, Rows: []ScaleRow{
-		{Step: ScaleStep{1000, 30000}, Ready: 1000, NodesReady: 20 * time.Second, Running: 30000, PodsRunning: 100 * time.Second,
-			PodsPerSecond: 300, CPUPerPod: 3 * time.Millisecond, PeakRSS: 2 << 30, RSS: 3 << 29, GetPods: 1500 * time.Millisecond, Charts: 250 * time.Millisecond,
-			Processes: []Process{{Name: "capstan", PeakRSS: 3 << 29}, {Name: "capstan etcd member master-0", PeakRSS: 1 << 29}}},
-		{Step: ScaleStep{2000, 60000}, Ready: 2000, Running: 41000, PodsRunning: 900 * time.Second, PodsPerSecond: 12, PeakRSS: 5 << 30, RSS: 4 << 30,
-			Processes: []Process{{Name: "capstan", PeakRSS: 4 << 30}}, TimedOut: "timed out after 15m0s waiting for pods Running"},
-	}}
+	row := func(mode string, run int, step ScaleStep, pps float64, cpuMs int, heapPerPodKiB float64, timedOut string) ScaleRow {
+		return ScaleRow{Mode: mode, Run: run, Step: step, Ready: step.Nodes, NodesReady: 20 * time.Second, Running: step.Pods,
+			PodsRunning: time.Duration(float64(step.Pods)/pps) * time.Second, PodsPerSecond: pps, CPUPerPod: time.Duration(cpuMs) * time.Millisecond,
+			IdleCores: 0.5, PSS: 3 << 30, HeapLive: 2 << 30, HeapPerPod: heapPerPodKiB * 1024, LeaseAgeP99: 10.2, GetPods: 1500 * time.Millisecond,
+			Charts: 250 * time.Millisecond, TimedOut: timedOut}
+	}
+	small := ScaleStep{1000, 30000}
+	res := &ScaleResult{ControlPlaneNodes: 3, Settings: ScaleSettings{Machine: "2 cores", Commit: "abc", GoVersion: "go1.26", GOGC: 300,
+		GOMEMLIMIT: 12 << 30, MemberGOMEMLIMIT: "1536MiB", EtcdMembers: map[string]int{ModeFloor: 3, ModeFull: 3}, Seed: "1", Fsync: true},
+		Rows: []ScaleRow{
+			row(ModeFloor, 1, small, 100, 10, 20, ""), row(ModeFull, 1, small, 80, 16, 30, ""),
+			row(ModeFloor, 2, small, 120, 12, 22, ""), row(ModeFull, 2, small, 70, 18, 26, ""),
+			row(ModeFloor, 3, small, 110, 11, 21, ""), row(ModeFull, 3, small, 75, 17, 28, "timed out after 15m0s waiting for pods Running"),
+		}}
+	res.Rows[3].Hold = &IdleHold{For: 10 * time.Minute, Cores: 0.8, LeaseAgeP99: 10.3, MaxLeaseAge: 11, NotReady: 0}
 	dir := t.TempDir()
 	doc := filepath.Join(dir, "scale.md")
 	if err := os.WriteFile(doc, []byte("# Scale\n\nbefore\n"+ScaleDocBegin+"\nold table\n"+ScaleDocEnd+"\nafter\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteScaleDoc(doc, res, "2 cores"); err != nil {
+	if err := WriteScaleDoc(doc, res); err != nil {
 		t.Fatal(err)
 	}
 	raw, _ := os.ReadFile(doc)
 	text := string(raw)
 	for _, want := range []string{
-		"before\n" + ScaleDocBegin, ScaleDocEnd + "\nafter\n", "Measured on 2 cores, with 3 masters.",
-		"| 1000 | 30000 | 1000 in 20.0 s | 30000 in 100.0 s | 300 | 3.0 ms | 1.50 GiB | 2.00 GiB | capstan, 1.50 GiB | 1.50 s | 0.25 s | done |",
-		"| 2000 | 60000 | 2000 in 0.0 s | 41000 in 900.0 s | 12 | 0.0 ms | 4.00 GiB | 5.00 GiB | capstan, 4.00 GiB | 0.00 s | 0.00 s | timed out after 15m0s waiting for pods Running |",
-		"![Peak memory and pods/s against the cluster's size](scale.svg)",
+		"before\n" + ScaleDocBegin, ScaleDocEnd + "\nafter\n",
+		"Measured on 2 cores; commit abc, go1.26; GOGC=300, GOMEMLIMIT=12288MiB for the cluster's process and 1536MiB for each etcd member; etcd members: floor 3, full 3; etcd fsync on; CAPSTAN_RANDOM_SEED=1.",
+		// Medians of three runs, their range beside them.
+		"| 1000 | 30000 | floor | 3 | 20.0 s | 272.0 s (250.0 s–300.0 s) | 110 (100–120) | 11.0 ms (10.0 ms–12.0 ms) | 0.50 | 3.00 GiB | 2.00 GiB | 21.0 KiB (20.0 KiB–22.0 KiB) | 10.2 s | 0 | 1.5 s | 0.2 s | 3 of 3 done |",
+		"| 1000 | 30000 | full | 3 |",
+		"| 2 of 3 done; timed out after 15m0s waiting for pods Running |",
+		// 17 / 11 and 28 / 21 and 75 / 110.
+		"| 1000 | 30000 | 1.55 | 1.33 | 0.68 |",
+		"| 1000 | full | 1 | 600.0 s | 0.80 | 10.3 s | 11.0 s | 0 |",
+		"](scale.svg)",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the doc lacks %q:\n%s", want, text)
@@ -79,10 +93,10 @@ func TestWriteScaleDoc(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n := strings.Count(string(svg), "<circle"); n != 4 {
-		t.Errorf("the plot has %d points, want 2 steps × 2 series", n)
+		t.Errorf("the plot has %d points, want 1 step × 2 modes × 2 series", n)
 	}
 	// Written again, the section is replaced, not added to.
-	if err := WriteScaleDoc(doc, res, "2 cores"); err != nil {
+	if err := WriteScaleDoc(doc, res); err != nil {
 		t.Fatal(err)
 	}
 	again, _ := os.ReadFile(doc)
@@ -93,8 +107,28 @@ func TestWriteScaleDoc(t *testing.T) {
 	if err := os.WriteFile(doc, []byte("# no markers\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteScaleDoc(doc, res, "2 cores"); err == nil || !strings.Contains(err.Error(), "has no "+ScaleDocBegin) {
+	if err := WriteScaleDoc(doc, res); err == nil || !strings.Contains(err.Error(), "has no "+ScaleDocBegin) {
 		t.Errorf("a doc without markers: %v", err)
+	}
+}
+
+// The quantile of what a histogram gained between two readings, as
+// Prometheus' histogram_quantile interpolates it.
+func TestQuantileOfAHistogramsGain(t *testing.T) {
+	before := []Bucket{{5, 10}, {10, 10}, {15, 10}, {-1, 10}}
+	after := []Bucket{{5, 10}, {10, 60}, {15, 110}, {-1, 110}}
+	// 100 new observations: 50 in (5,10], 50 in (10,15].
+	for q, want := range map[float64]float64{0.5: 10, 0.99: 14.9, 0.25: 7.5} {
+		if got := quantile(q, before, after); got < want-1e-9 || got > want+1e-9 {
+			t.Errorf("quantile(%v) = %v, want %v", q, got, want)
+		}
+	}
+	if got := quantile(0.99, after, after); got != 0 {
+		t.Errorf("no new observations: %v, want 0", got)
+	}
+	// Past the last finite bound, that bound is all that is known.
+	if got := quantile(0.99, nil, []Bucket{{5, 1}, {-1, 100}}); got != 5 {
+		t.Errorf("beyond the last bucket: %v, want 5", got)
 	}
 }
 

@@ -21,7 +21,7 @@ func newBenchCommand() *cobra.Command {
 		Use:   "bench",
 		Short: "Benchmarks on a fresh embedded control plane",
 	}
-	c.AddCommand(newBenchUpCommand(), newBenchMachinesCommand(), newBenchAutoscalerCommand(), newBenchCVOCommand(), newBenchMCOCommand(), newBenchEtcdCommand(), newBenchConsoleCommand(), newBenchScaleCommand(), newBenchSimulateCommand())
+	c.AddCommand(newBenchUpCommand(), newBenchMachinesCommand(), newBenchAutoscalerCommand(), newBenchCVOCommand(), newBenchMCOCommand(), newBenchEtcdCommand(), newBenchConsoleCommand(), newBenchScaleCommand(), newBenchServeCommand(), newBenchSimulateCommand())
 	c.AddCommand(newBenchSchedulerCommands()...)
 	return c
 }

@@ -342,13 +342,16 @@ func (s *Simulator) nodeChanged(old, obj any) {
 		}
 		if (Stopped(o) && !Stopped(node)) || (Rebooting(o) && !Rebooting(node)) {
 			s.kubeletStarted(node.Name)
+			// A kubelet renews its lease as it starts, then every
+			// interval: a change to its node does not renew it.
+			s.leaseQueue.Add(node.Name)
 		}
 	} else {
 		// Pods may have been bound before this node reached the cache.
 		s.kubeletStarted(node.Name)
+		s.leaseQueue.Add(node.Name)
 	}
 	s.nodeQueue.Add(node.Name)
-	s.leaseQueue.Add(node.Name)
 }
 
 // kubeletStarted queues every pod of a node whose kubelet comes back.

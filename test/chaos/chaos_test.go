@@ -72,7 +72,7 @@ var tinyBenches = map[string][]string{
 	"console":    {"--nodes", "60", "--edits", "2", "--churn", "5", "--timeout", "3m"},
 	"mco":        {"--nodes", "3", "--max-unavailable", "2", "--apply", "0s", "--reboot", "1s", "--timeout", "3m"},
 	"scheduler":  {"--nodes", "5", "--pods", "20", "--workload", "basic,topology-spread,preemption", "--timeout", "3m"},
-	"scale":      {"--steps", "3/10,5/30", "--control-plane-nodes", "1", "--progress", "2s", "--timeout", "3m"},
+	"scale":      {"--steps", "3/10,5/30", "--control-plane-nodes", "1", "--progress", "2s", "--timeout", "3m", "--runs", "1", "--baseline", "1s", "--idle", "2s"},
 	"simulate":   {"--nodes", "6", "--pods-per-node", "2", "--speed", "20", "--quiet", "6m"},
 }
 
