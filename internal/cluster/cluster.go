@@ -436,6 +436,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	if opts.ResourceMetrics != nil {
 		mo := *opts.ResourceMetrics
+		mo.Informers = c.informers
 		if err := resourcemetrics.Preinstall(ctx, c.ControlPlane.AdminConfig()); err != nil {
 			c.Stop()
 			return nil, fmt.Errorf("metrics-server: %w", err)

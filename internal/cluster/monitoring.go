@@ -112,11 +112,9 @@ func (c *Cluster) startMonitoring(ctx, runCtx context.Context) error {
 	for _, job := range []string{JobCVO, JobKubeState, JobScheduler, JobMachineAPI, JobMachineConfig, JobMachineConfigCtrl} {
 		c.jobs[job] = &jobRegistry{}
 	}
-	ksID, err := c.as(ctx, "kube-state-metrics")
-	if err != nil {
-		return err
-	}
-	ks := kubestate.New(ksID.kube)
+	// kube-state reads the shared informers: each pod event is decoded
+	// once in the process, not again for its own cache.
+	ks := kubestate.NewShared(c.informers)
 	if err := ks.Start(runCtx); err != nil {
 		return err
 	}

@@ -75,7 +75,15 @@ type podSeries struct {
 
 // New makes a collector; Start runs its informers.
 func New(client kubernetes.Interface) *Collector {
-	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(keepWhatIsCollected))
+	return NewShared(informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(keepWhatIsCollected)))
+}
+
+// NewShared builds a collector on a factory of node and pod informers
+// shared with other components of the process, so that each watch event
+// is decoded once (upstream's kube-state-metrics watches on its own; the
+// series are the same). Start starts the informers it asks for; shutting
+// the factory down is its owner's.
+func NewShared(f informers.SharedInformerFactory) *Collector {
 	c := &Collector{nodes: f.Core().V1().Nodes().Lister(), factory: f, pods: map[types.UID]*podSeries{}}
 	pods := f.Core().V1().Pods().Informer()
 	_, _ = pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
