@@ -15,13 +15,14 @@ import (
 )
 
 // TestInProcessComponentsShareOneCacheOfPodsAndNodes: in capstan up the
-// scheduler, the autoscaler and the simulated kubelets read pods and nodes
+// scheduler, the autoscaler, the simulated kubelets and metrics-server
+// (and kube-state, which has no identity of its own) read pods and nodes
 // through the informers they share, as kube-controller-manager's
 // controllers do: the audit log shows the shared identity watching every
-// pod and node, and none of the three listing or watching them itself.
+// pod and node, and none of the others listing or watching them itself.
 func TestInProcessComponentsShareOneCacheOfPodsAndNodes(t *testing.T) {
 	names := map[string]string{}
-	for _, name := range []string{"informers", "scheduler", "autoscaler", "sim"} {
+	for _, name := range []string{"informers", "scheduler", "autoscaler", "sim", "metrics-server"} {
 		comp, err := deploy.Lookup(name)
 		if err != nil {
 			t.Fatal(err)
@@ -52,7 +53,7 @@ func TestInProcessComponentsShareOneCacheOfPodsAndNodes(t *testing.T) {
 			t.Errorf("the shared informers never listed or watched every one of the %s: their reads were %v", resource, reads["informers"])
 		}
 	}
-	for _, name := range []string{"scheduler", "autoscaler", "sim"} {
+	for _, name := range []string{"scheduler", "autoscaler", "sim", "metrics-server"} {
 		if len(reads[name]) > 0 {
 			t.Errorf("%s listed or watched every pod or node itself, not through the shared informers: %v", name, reads[name])
 		}

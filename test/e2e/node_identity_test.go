@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/capstan-dev/capstan/internal/testenv"
 )
@@ -69,6 +70,34 @@ func TestEachSimulatedKubeletWritesAsItsNode(t *testing.T) {
 	}
 	if _, err := kubelet.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("the kubelet of %s updating the status of %s: %v; want it forbidden", self, other, err)
+	}
+
+	// Priority and fairness takes it for a kubelet: node-high, as
+	// upstream's system-nodes FlowSchema puts every member of
+	// system:nodes.
+	levels, err := env.Client.FlowcontrolV1().PriorityLevelConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := cp.NodeClientConfig()
+	cfg.BearerToken = cp.NodeToken(self)
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := hc.Get(cfg.Host + "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/" + self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	level := ""
+	for _, l := range levels.Items {
+		if string(l.UID) == resp.Header.Get("X-Kubernetes-PF-PriorityLevel-UID") {
+			level = l.Name
+		}
+	}
+	if level != "node-high" {
+		t.Errorf("the kubelet of %s reading its lease: priority level %q (%s), want node-high", self, level, resp.Status)
 	}
 
 	// A token signed for one node and named for another is nobody's.
