@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -84,8 +85,10 @@ type ScaleOptions struct {
 	// ProfileDir, when set, receives a CPU profile of the cluster's
 	// process over each step's pods and a heap profile at its end.
 	ProfileDir string
-	// Runs is how many times each mode runs; Modes the clusters, in the
-	// order each round runs them (ModeFloor, ModeFull).
+	// Runs is how many times each cluster runs; Modes the clusters, in
+	// the order each round runs them: ModeFloor or ModeFull, each run by
+	// this binary, or by another when written MODE@PATH (a build to
+	// compare with).
 	Runs  int
 	Modes []string
 	// Baseline is the idle window before each step's pods over which
@@ -185,10 +188,16 @@ func Scale(ctx context.Context, o ScaleOptions, log io.Writer) (*ScaleResult, er
 	if len(o.Modes) == 0 {
 		return nil, fmt.Errorf("a scale run needs a mode: %s, %s or both", ModeFloor, ModeFull)
 	}
+	var clusters []scaleCluster
 	for _, m := range o.Modes {
-		if m != ModeFloor && m != ModeFull {
-			return nil, fmt.Errorf("mode %q: want %s or %s", m, ModeFloor, ModeFull)
+		c, err := ParseScaleCluster(m)
+		if err != nil {
+			return nil, err
 		}
+		if slices.ContainsFunc(clusters, func(o scaleCluster) bool { return o.label == c.label }) {
+			return nil, fmt.Errorf("mode %q is given twice", c.label)
+		}
+		clusters = append(clusters, c)
 	}
 	if o.ProfileDir != "" {
 		if err := os.MkdirAll(o.ProfileDir, 0o755); err != nil {
@@ -199,20 +208,45 @@ func Scale(ctx context.Context, o ScaleOptions, log io.Writer) (*ScaleResult, er
 		Commit: commit(), GoVersion: runtime.Version(), Seed: strconv.FormatUint(o.Seed, 10), Fsync: !o.EtcdNoFsync,
 		EtcdMembers: map[string]int{}}}
 	for run := 1; run <= o.Runs; run++ {
-		for _, mode := range o.Modes {
-			r := &scaleRun{o: o, mode: mode, run: run, log: log, start: time.Now(), notReady: map[string]bool{}}
+		for _, c := range clusters {
+			r := &scaleRun{o: o, mode: c.mode, label: c.label, binary: c.binary, run: run, log: log, start: time.Now(), notReady: map[string]bool{}}
 			rows, served, err := r.measure(ctx)
 			res.Rows = append(res.Rows, rows...)
 			if served != nil {
 				res.Settings.GOGC, res.Settings.GOMEMLIMIT, res.Settings.MemberGOMEMLIMIT = served.GOGC, served.GOMEMLIMIT, served.MemberGOMEMLIMIT
-				res.Settings.EtcdMembers[mode] = served.EtcdMembers
+				res.Settings.EtcdMembers[c.label] = served.EtcdMembers
 			}
 			if err != nil {
-				return res, fmt.Errorf("%s run %d: %w", mode, run, err)
+				return res, fmt.Errorf("%s run %d: %w", c.label, run, err)
 			}
 		}
 	}
 	return res, nil
+}
+
+// scaleCluster is one cluster a scale run measures: its mode, the binary
+// that runs it ("" for this one) and its name in the tables.
+type scaleCluster struct{ mode, binary, label string }
+
+// ParseScaleCluster reads MODE or MODE@PATH: a mode run by this binary or
+// by the capstan binary at PATH, named MODE@BASENAME.
+func ParseScaleCluster(spec string) (scaleCluster, error) {
+	mode, binary, other := strings.Cut(strings.TrimSpace(spec), "@")
+	if mode != ModeFloor && mode != ModeFull {
+		return scaleCluster{}, fmt.Errorf("mode %q: want %s or %s, alone or as MODE@PATH of a capstan binary", spec, ModeFloor, ModeFull)
+	}
+	c := scaleCluster{mode: mode, label: mode}
+	if other {
+		st, err := os.Stat(binary)
+		if err != nil {
+			return scaleCluster{}, fmt.Errorf("mode %q: %w", spec, err)
+		}
+		if st.IsDir() || st.Mode()&0o111 == 0 {
+			return scaleCluster{}, fmt.Errorf("mode %q: %s is not an executable file", spec, binary)
+		}
+		c.binary, c.label = binary, mode+"@"+filepath.Base(binary)
+	}
+	return c, nil
 }
 
 // commit is the commit capstan was built from: the build's, or the work
@@ -249,11 +283,13 @@ func commit() string {
 // scaleRun is one run of one mode: the cluster's process, and the load
 // and the watching this process does.
 type scaleRun struct {
-	o     ScaleOptions
-	mode  string
-	run   int
-	log   io.Writer
-	start time.Time
+	o ScaleOptions
+	// mode is what the cluster runs; label its name in the tables;
+	// binary the capstan that runs it ("" for this one).
+	mode, label, binary string
+	run                 int
+	log                 io.Writer
+	start               time.Time
 
 	served  *Served
 	client  kubernetes.Interface
@@ -273,7 +309,7 @@ type scaleRun struct {
 }
 
 func (s *scaleRun) logf(format string, args ...any) {
-	fmt.Fprintf(s.log, "[%s %d] "+format+"\n", append([]any{s.mode, s.run}, args...)...)
+	fmt.Fprintf(s.log, "[%s %d] "+format+"\n", append([]any{s.label, s.run}, args...)...)
 }
 
 // measure starts the cluster's process, grows it step by step, holds it
@@ -281,12 +317,12 @@ func (s *scaleRun) logf(format string, args ...any) {
 func (s *scaleRun) measure(ctx context.Context) ([]ScaleRow, *Served, error) {
 	dir := ""
 	if s.o.DataDir != "" {
-		dir = filepath.Join(s.o.DataDir, fmt.Sprintf("%s-%d", s.mode, s.run))
+		dir = filepath.Join(s.o.DataDir, fmt.Sprintf("%s-%d", s.label, s.run))
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, nil, err
 		}
 	}
-	dir, removeDir, err := dataDir(dir, "capstan-bench-scale-"+s.mode+"-")
+	dir, removeDir, err := dataDir(dir, "capstan-bench-scale-"+s.label+"-")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -327,9 +363,11 @@ func (s *scaleRun) measure(ctx context.Context) ([]ScaleRow, *Served, error) {
 // serve starts `capstan bench serve` in dir and waits until it says it
 // serves; stop ends it.
 func (s *scaleRun) serve(ctx context.Context, dir string) (stop func(), err error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
+	self := s.binary
+	if self == "" {
+		if self, err = os.Executable(); err != nil {
+			return nil, err
+		}
 	}
 	status := filepath.Join(dir, "served.json")
 	logPath := filepath.Join(dir, "bench-serve.log")
@@ -547,7 +585,7 @@ func (s *scaleRun) notReadyCount() int {
 
 // step grows the cluster to step and measures it.
 func (s *scaleRun) step(ctx context.Context, step ScaleStep) (*ScaleRow, error) {
-	row := &ScaleRow{Mode: s.mode, Run: s.run, Step: step}
+	row := &ScaleRow{Mode: s.label, Run: s.run, Step: step}
 	before, err := s.state(ctx)
 	if err != nil {
 		return nil, err
@@ -842,7 +880,7 @@ func (s *scaleRun) profile(step ScaleStep, kind string) string {
 	if s.o.ProfileDir == "" {
 		return ""
 	}
-	return filepath.Join(s.o.ProfileDir, fmt.Sprintf("%s-%s-%d-%dn-%dp.pprof", kind, s.mode, s.run, step.Nodes, step.Pods))
+	return filepath.Join(s.o.ProfileDir, fmt.Sprintf("%s-%s-%d-%dn-%dp.pprof", kind, s.label, s.run, step.Nodes, step.Pods))
 }
 
 // wait waits until done holds, printing progress every s.o.Progress. It
@@ -1026,12 +1064,16 @@ func groups(res *ScaleResult) []group {
 	return out
 }
 
-func modeOrder(m string) int {
-	if m == ModeFloor {
+// modeOrder puts the floor first, then the rest as they came.
+func modeOrder(label string) int {
+	if label == ModeFloor {
 		return 0
 	}
 	return 1
 }
+
+// isFloor says whether a cluster's label names a floor.
+func isFloor(label string) bool { return label == ModeFloor || strings.HasPrefix(label, ModeFloor+"@") }
 
 func secs(v float64) string  { return fmt.Sprintf("%.1f s", v) }
 func ms(v float64) string    { return fmt.Sprintf("%.1f ms", v) }
@@ -1079,11 +1121,12 @@ func ScaleTable(res *ScaleResult) string {
 			outcome)
 	}
 	var ratios []string
-	for i, g := range gs {
-		if g.mode != ModeFull || i == 0 || gs[i-1].mode != ModeFloor || gs[i-1].step != g.step {
+	for _, g := range gs {
+		i := slices.IndexFunc(gs, func(f group) bool { return f.mode == ModeFloor && f.step == g.step })
+		if isFloor(g.mode) || i < 0 {
 			continue
 		}
-		floor := gs[i-1]
+		floor := gs[i]
 		ratio := func(f func(ScaleRow) float64) string {
 			full, base := g.of(f).median, floor.of(f).median
 			if base <= 0 {
@@ -1091,14 +1134,14 @@ func ScaleTable(res *ScaleResult) string {
 			}
 			return fmt.Sprintf("%.2f", full/base)
 		}
-		ratios = append(ratios, fmt.Sprintf("| %d | %d | %s | %s | %s |", g.step.Nodes, g.step.Pods,
+		ratios = append(ratios, fmt.Sprintf("| %d | %d | %s | %s | %s | %s |", g.step.Nodes, g.step.Pods, g.mode,
 			ratio(func(r ScaleRow) float64 { return float64(r.CPUPerPod) }),
 			ratio(func(r ScaleRow) float64 { return r.HeapPerPod }),
 			ratio(func(r ScaleRow) float64 { return r.PodsPerSecond })))
 	}
 	if len(ratios) > 0 {
 		b.WriteString("\nThe full cluster against the floor, medians over medians:\n\n")
-		b.WriteString("| nodes | pods | CPU per pod | live heap per pod | pods/s |\n|---:|---:|---:|---:|---:|\n")
+		b.WriteString("| nodes | pods | cluster | CPU per pod | live heap per pod | pods/s |\n|---:|---:|---|---:|---:|---:|\n")
 		b.WriteString(strings.Join(ratios, "\n") + "\n")
 	}
 	var holds []string
@@ -1131,10 +1174,8 @@ func ScaleTable(res *ScaleResult) string {
 // SettingsLine says what a table was measured with.
 func (s ScaleSettings) String() string {
 	members := []string{}
-	for _, m := range []string{ModeFloor, ModeFull} {
-		if n, ok := s.EtcdMembers[m]; ok {
-			members = append(members, fmt.Sprintf("%s %d", m, n))
-		}
+	for _, m := range slices.Sorted(maps.Keys(s.EtcdMembers)) {
+		members = append(members, fmt.Sprintf("%s %d", m, s.EtcdMembers[m]))
 	}
 	fsync := "on"
 	if !s.Fsync {
@@ -1205,10 +1246,10 @@ func ScalePlot(res *ScaleResult) string {
 	fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">pods</text>`+"\n", (left+w-right)/2, h-12)
 	fmt.Fprintf(&b, `<text x="16" y="%d" fill="#1f5fa8" transform="rotate(-90 16 %d)" text-anchor="middle">PSS at the step's end, GiB</text>`+"\n", h/2, h/2)
 	fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#b5531c" transform="rotate(90 %d %d)" text-anchor="middle">pods/s</text>`+"\n", w-16, h/2, w-16, h/2)
-	series := func(mode, color string, v func(ScaleRow) float64, top2 float64) {
+	series := func(label, color string, v func(ScaleRow) float64, top2 float64) {
 		var pts []string
 		for _, g := range gs {
-			if g.mode == mode {
+			if g.mode == label {
 				pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(float64(g.step.Pods)), y(g.of(v).median, top2)))
 			}
 		}
@@ -1216,8 +1257,11 @@ func ScalePlot(res *ScaleResult) string {
 			return
 		}
 		dash := ""
-		if mode == ModeFloor {
+		switch {
+		case isFloor(label):
 			dash = ` stroke-dasharray="6 4"`
+		case label != ModeFull:
+			dash = ` stroke-dasharray="2 3"`
 		}
 		fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"%s/>`+"\n", strings.Join(pts, " "), color, dash)
 		for _, p := range pts {
@@ -1225,9 +1269,15 @@ func ScalePlot(res *ScaleResult) string {
 			fmt.Fprintf(&b, `<circle cx="%s" cy="%s" r="4" fill="%s"/>`+"\n", xy[0], xy[1], color)
 		}
 	}
-	for _, mode := range []string{ModeFloor, ModeFull} {
-		series(mode, "#1f5fa8", func(r ScaleRow) float64 { return float64(r.PSS) / (1 << 30) }, maxGiB)
-		series(mode, "#b5531c", func(r ScaleRow) float64 { return r.PodsPerSecond }, maxRate)
+	var labels []string
+	for _, g := range gs {
+		if !slices.Contains(labels, g.mode) {
+			labels = append(labels, g.mode)
+		}
+	}
+	for _, label := range labels {
+		series(label, "#1f5fa8", func(r ScaleRow) float64 { return float64(r.PSS) / (1 << 30) }, maxGiB)
+		series(label, "#b5531c", func(r ScaleRow) float64 { return r.PodsPerSecond }, maxRate)
 	}
 	b.WriteString("</svg>\n")
 	return b.String()

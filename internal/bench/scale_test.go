@@ -77,7 +77,7 @@ func TestWriteScaleDoc(t *testing.T) {
 		"| 1000 | 30000 | full | 3 |",
 		"| 2 of 3 done; timed out after 15m0s waiting for pods Running |",
 		// 17 / 11 and 28 / 21 and 75 / 110.
-		"| 1000 | 30000 | 1.55 | 1.33 | 0.68 |",
+		"| 1000 | 30000 | full | 1.55 | 1.33 | 0.68 |",
 		"| 1000 | full | 1 | 600.0 s | 0.80 | 10.3 s | 11.0 s | 0 |",
 		"](scale.svg)",
 	} {
@@ -109,6 +109,25 @@ func TestWriteScaleDoc(t *testing.T) {
 	}
 	if err := WriteScaleDoc(doc, res); err == nil || !strings.Contains(err.Error(), "has no "+ScaleDocBegin) {
 		t.Errorf("a doc without markers: %v", err)
+	}
+}
+
+func TestParseScaleCluster(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "capstan-before")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for spec, want := range map[string]string{ModeFloor: "floor", " full ": "full", "full@" + bin: "full@capstan-before"} {
+		c, err := ParseScaleCluster(spec)
+		if err != nil || c.label != want {
+			t.Errorf("ParseScaleCluster(%q) = %+v, %v; want the label %s", spec, c, err, want)
+		}
+	}
+	for spec, wantErr := range map[string]string{"ful": `mode "ful": want floor or full`, "full@/no/such/capstan": "no such file",
+		"full@" + filepath.Dir(bin): "is not an executable file"} {
+		if _, err := ParseScaleCluster(spec); err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("ParseScaleCluster(%q): %v; want an error saying %q", spec, err, wantErr)
+		}
 	}
 }
 

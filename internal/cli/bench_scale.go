@@ -45,8 +45,8 @@ range, and the full cluster's cost as a multiple of the floor's.`,
 			}
 			o.Modes = nil
 			for _, m := range strings.Split(modes, ",") {
-				if m = strings.TrimSpace(m); m != bench.ModeFloor && m != bench.ModeFull {
-					return fmt.Errorf("--modes: %q is not %s or %s", m, bench.ModeFloor, bench.ModeFull)
+				if _, err := bench.ParseScaleCluster(m); err != nil {
+					return fmt.Errorf("--modes: %w", err)
 				}
 				o.Modes = append(o.Modes, strings.TrimSpace(m))
 			}
@@ -77,7 +77,7 @@ range, and the full cluster's cost as a multiple of the floor's.`,
 	}
 	f := c.Flags()
 	f.StringVar(&steps, "steps", steps, "sizes to grow the clusters to, NODES/PODS each, comma-separated")
-	f.StringVar(&modes, "modes", modes, "the clusters to run, in each round's order: floor, full, or both")
+	f.StringVar(&modes, "modes", modes, "the clusters to run, in each round's order: floor, full, or both; MODE@PATH runs a mode with another capstan binary, to compare two builds")
 	f.IntVar(&o.Runs, "runs", o.Runs, "runs of each cluster, interleaved (floor, full, floor, full, ...)")
 	f.DurationVar(&o.Baseline, "baseline", o.Baseline, "before each step's pods, measure the cluster at rest this long: its CPU is taken off the pods'")
 	f.DurationVar(&o.Idle, "idle", 0, "after the last step, hold the cluster idle this long, watching its nodes and leases")
