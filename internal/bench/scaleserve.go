@@ -171,25 +171,33 @@ func addVotingMembers(ctx context.Context, e *etcd.Cluster, n int, timeout time.
 	if e == nil {
 		return 0, fmt.Errorf("the floor needs capstan's own etcd")
 	}
-	for i := 1; i < n; i++ {
-		name := fmt.Sprintf("floor-%d", i)
-		if err := e.AddLearner(ctx, name); err != nil {
-			return 0, fmt.Errorf("adding etcd member %s: %w", name, err)
-		}
+	// etcd refuses a member while the last one added is not yet
+	// connected ("unhealthy cluster"), and a promotion until the learner
+	// caught up: each is tried again until it is taken.
+	retry := func(what string, f func() error) error {
 		deadline := time.Now().Add(timeout)
 		for {
-			err := e.Promote(ctx, name)
+			err := f()
 			if err == nil {
-				break
+				return nil
 			}
 			if time.Now().After(deadline) {
-				return 0, fmt.Errorf("etcd member %s did not catch up within %s: %w", name, timeout, err)
+				return fmt.Errorf("%s: not done within %s: %w", what, timeout, err)
 			}
 			select {
 			case <-ctx.Done():
-				return 0, ctx.Err()
+				return ctx.Err()
 			case <-time.After(200 * time.Millisecond):
 			}
+		}
+	}
+	for i := 1; i < n; i++ {
+		name := fmt.Sprintf("floor-%d", i)
+		if err := retry("adding etcd member "+name, func() error { return e.AddLearner(ctx, name) }); err != nil {
+			return 0, err
+		}
+		if err := retry("promoting etcd member "+name, func() error { return e.Promote(ctx, name) }); err != nil {
+			return 0, err
 		}
 	}
 	members, err := e.List(ctx)
