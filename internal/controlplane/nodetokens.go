@@ -16,6 +16,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/rest"
 
+	"github.com/capstan-dev/capstan/internal/atomicfile"
 	"github.com/capstan-dev/capstan/internal/etcdretry"
 )
 
@@ -48,7 +49,8 @@ func loadOrCreateNodeTokens(path string) (*nodeTokens, error) {
 		if _, err := rand.Read(key); err != nil {
 			return nil, err
 		}
-		if err := os.WriteFile(path, key, 0o600); err != nil {
+		// Whole or not at all: a power cut must not leave an empty key.
+		if err := atomicfile.Write(path, key, 0o600); err != nil {
 			return nil, fmt.Errorf("writing the nodes' token key: %w", err)
 		}
 		return &nodeTokens{key: key}, nil
